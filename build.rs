@@ -1,0 +1,51 @@
+//! Builds the simulated CUDA driver and runtime (sim/) and the demo
+//! program, so that `cudaleak demo` can show a real report on a machine
+//! without a GPU, and the integration tests have a driver to run against.
+//!
+//! Outputs in $OUT_DIR/sim: libcuda.so.1, libcudart.so.12, cudart_static.o
+//! (for programs with the runtime linked in, as nvcc does by default) and
+//! demo. Tests find the directory through CUDALEAK_SIM_DIR.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cc(args: &[&str]) {
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&compiler)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {compiler:?}: {e} (cudaleak's simulated driver needs one)"));
+    assert!(status.success(), "{compiler} {args:?} failed");
+}
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let sim = root.join("sim");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it")).join("sim");
+    std::fs::create_dir_all(&out).expect("create OUT_DIR/sim");
+    let inc = format!("-I{}", sim.join("include").display());
+    let p = |name: &str| out.join(name).display().to_string();
+    let src = |name: &str| sim.join(name).display().to_string();
+
+    cc(&[
+        "-O2", "-g", "-fPIC", "-shared", "-Wall", &inc,
+        "-Wl,-soname,libcuda.so.1",
+        "-o", &p("libcuda.so.1"), &src("driver.c"), "-lpthread",
+    ]);
+    cc(&[
+        "-O2", "-g", "-fPIC", "-shared", "-Wall", &inc,
+        "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN",
+        "-o", &p("libcudart.so.12"), &src("runtime.c"), "-ldl", "-lpthread",
+    ]);
+    cc(&["-O2", "-g", "-fPIC", "-Wall", &inc, "-c", "-o", &p("cudart_static.o"), &src("runtime.c")]);
+    cc(&[
+        "-O0", "-g", "-Wall", &inc, "-o", &p("demo"), &src("demo.c"),
+        &p("libcudart.so.12"), "-Wl,-rpath,$ORIGIN",
+    ]);
+
+    println!("cargo:rustc-env=CUDALEAK_SIM_DIR={}", out.display());
+    for f in ["driver.c", "runtime.c", "demo.c", "include/cuda.h", "include/cuda_runtime_api.h"] {
+        println!("cargo:rerun-if-changed={}", Path::new("sim").join(f).display());
+    }
+    println!("cargo:rerun-if-env-changed=CC");
+}

@@ -1,0 +1,344 @@
+//! Every environment variable cudaleak reads, declared once (as
+//! sanitizer_common declares its flags in one .inc file): name, default,
+//! meaning, and how a bad value falls back. The preload library reads them
+//! once at start; `cudaleak run` sets some of them; docs are written from
+//! [`FLAGS`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct Flag {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+pub const FLAGS: &[Flag] = &[
+    Flag {
+        name: "CUDALEAK_DIR",
+        default: "the working directory",
+        help: "directory for report files, created if missing",
+    },
+    Flag {
+        name: "CUDALEAK_SIGNAL",
+        default: "USR1",
+        help: "signal that triggers a live dump: a name (USR1, SIGUSR2) or a number; none disables",
+    },
+    Flag {
+        name: "CUDALEAK_EXITCODE",
+        default: "0",
+        help: "when not 0, a process that exited 0 but whose exit report has unsuppressed leaks exits with this status",
+    },
+    Flag {
+        name: "CUDALEAK_SUPPRESSIONS",
+        default: "none",
+        help: "suppressions file in LeakSanitizer's format (leak:PATTERN)",
+    },
+    Flag {
+        name: "CUDALEAK_PYTHON",
+        default: "1",
+        help: "0 turns Python stack capture off",
+    },
+    Flag {
+        name: "CUDALEAK_DEFAULT_SUPPRESSIONS",
+        default: "1",
+        help: "0 turns off the built-in suppressions for one-time allocations of CUDA libraries",
+    },
+    Flag {
+        name: "CUDALEAK_STACK_DEPTH",
+        default: "64",
+        help: "native frames recorded per allocation (at most 128); 0 turns native stacks off",
+    },
+    Flag {
+        name: "CUDALEAK_INTERVAL",
+        default: "0",
+        help: "seconds between periodic live dumps (trigger \"interval\"); 0 disables; also writes a timeline file",
+    },
+    Flag {
+        name: "CUDALEAK_INTERVAL_KEEP",
+        default: "10",
+        help: "interval reports kept per process (older ones are deleted; the timeline keeps the history); 0 keeps all",
+    },
+    Flag {
+        name: "CUDALEAK_UNWINDER",
+        default: "fast",
+        help: "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)",
+    },
+    Flag {
+        name: "CUDALEAK_SUMMARY",
+        default: "1",
+        help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
+    },
+];
+
+pub const MAX_STACK_DEPTH: usize = 128;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwinder {
+    Fast,
+    Dwarf,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// None: the working directory
+    pub dir: Option<PathBuf>,
+    /// None: live dumps by signal disabled
+    pub signal: Option<i32>,
+    pub exitcode: i32,
+    pub suppressions: Option<PathBuf>,
+    pub python: bool,
+    pub default_suppressions: bool,
+    pub stack_depth: usize,
+    pub interval: Option<Duration>,
+    pub interval_keep: usize,
+    pub unwinder: Unwinder,
+    pub summary: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dir: None,
+            signal: Some(libc::SIGUSR1),
+            exitcode: 0,
+            suppressions: None,
+            python: true,
+            default_suppressions: true,
+            stack_depth: 64,
+            interval: None,
+            interval_keep: 10,
+            unwinder: Unwinder::Fast,
+            summary: true,
+        }
+    }
+}
+
+const SIGNALS: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CONT", libc::SIGCONT),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("PWR", libc::SIGPWR),
+];
+
+/// Signals a dump may not use: ones that cannot be caught or whose default
+/// action the program relies on for faults.
+const FORBIDDEN_SIGNALS: &[i32] = &[
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+    libc::SIGTRAP,
+    libc::SIGCHLD,
+    libc::SIGPIPE,
+];
+
+/// `USR1`, `SIGUSR1`, `usr1`, `10`, `SIGRTMIN+2`; `Ok(None)` for `none`.
+pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
+    let t = v.trim();
+    if t.eq_ignore_ascii_case("none") || t.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let upper = t.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let num = if let Ok(n) = name.parse::<i32>() {
+        n
+    } else if let Some(off) = name.strip_prefix("RTMIN+") {
+        libc::SIGRTMIN() + off.parse::<i32>().map_err(|_| format!("{t:?} is not a signal"))?
+    } else if name == "RTMIN" {
+        libc::SIGRTMIN()
+    } else {
+        SIGNALS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| format!("{t:?} is not a signal name or number"))?
+    };
+    if num <= 0 || num > libc::SIGRTMAX() {
+        return Err(format!("{t:?} is not a valid signal number"));
+    }
+    if FORBIDDEN_SIGNALS.contains(&num) {
+        return Err(format!("signal {t:?} cannot be used for dumps"));
+    }
+    Ok(Some(num))
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl Config {
+    /// Reads the flags through `get`; each bad value produces one warning
+    /// through `warn` (a line starting with "cudaleak:") and its default.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>, mut warn: impl FnMut(String)) -> Config {
+        let mut c = Config::default();
+        let mut bad = |name: &str, value: &str, why: &str, default: &str| {
+            warn(format!(
+                "cudaleak: ignoring {name}={value:?} ({why}); using the default, {default}"
+            ))
+        };
+        if let Some(v) = get("CUDALEAK_DIR") {
+            if v.is_empty() {
+                bad("CUDALEAK_DIR", &v, "empty", "the working directory");
+            } else {
+                c.dir = Some(PathBuf::from(v));
+            }
+        }
+        if let Some(v) = get("CUDALEAK_SIGNAL") {
+            match parse_signal(&v) {
+                Ok(s) => c.signal = s,
+                Err(e) => bad("CUDALEAK_SIGNAL", &v, &e, "USR1"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_EXITCODE") {
+            match v.trim().parse::<i32>() {
+                Ok(n) if (0..=255).contains(&n) => c.exitcode = n,
+                _ => bad("CUDALEAK_EXITCODE", &v, "not an exit status 0-255", "0"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_SUPPRESSIONS") {
+            if !v.is_empty() {
+                c.suppressions = Some(PathBuf::from(v));
+            }
+        }
+        for (name, slot, default) in [
+            ("CUDALEAK_PYTHON", &mut c.python, "1"),
+            ("CUDALEAK_DEFAULT_SUPPRESSIONS", &mut c.default_suppressions, "1"),
+            ("CUDALEAK_SUMMARY", &mut c.summary, "1"),
+        ] {
+            if let Some(v) = get(name) {
+                match parse_bool(&v) {
+                    Some(b) => *slot = b,
+                    None => bad(name, &v, "expected 0 or 1", default),
+                }
+            }
+        }
+        if let Some(v) = get("CUDALEAK_STACK_DEPTH") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n <= MAX_STACK_DEPTH => c.stack_depth = n,
+                _ => bad("CUDALEAK_STACK_DEPTH", &v, "expected 0 to 128", "64"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_INTERVAL") {
+            match v.trim().parse::<f64>() {
+                Ok(s) if s == 0.0 => c.interval = None,
+                Ok(s) if s.is_finite() && s >= 0.01 => c.interval = Some(Duration::from_secs_f64(s)),
+                _ => bad("CUDALEAK_INTERVAL", &v, "expected seconds, at least 0.01, or 0", "0 (off)"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_INTERVAL_KEEP") {
+            match v.trim().parse::<usize>() {
+                Ok(n) => c.interval_keep = n,
+                _ => bad("CUDALEAK_INTERVAL_KEEP", &v, "expected a count", "10"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_UNWINDER") {
+            match v.trim() {
+                "fast" => c.unwinder = Unwinder::Fast,
+                "dwarf" => c.unwinder = Unwinder::Dwarf,
+                _ => bad("CUDALEAK_UNWINDER", &v, "expected fast or dwarf", "fast"),
+            }
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut warnings = Vec::new();
+        let c = Config::from_env(|k| env.get(k).cloned(), |w| warnings.push(w));
+        (c, warnings)
+    }
+
+    #[test]
+    fn defaults_without_environment() {
+        let (c, w) = parse(&[]);
+        assert_eq!(c, Config::default());
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn signals_by_name_number_and_none() {
+        assert_eq!(parse_signal("USR2"), Ok(Some(libc::SIGUSR2)));
+        assert_eq!(parse_signal("SIGUSR1"), Ok(Some(libc::SIGUSR1)));
+        assert_eq!(parse_signal("sigusr1"), Ok(Some(libc::SIGUSR1)));
+        assert_eq!(parse_signal("12"), Ok(Some(12)));
+        assert_eq!(parse_signal("none"), Ok(None));
+        assert_eq!(parse_signal("RTMIN+1"), Ok(Some(libc::SIGRTMIN() + 1)));
+        assert!(parse_signal("SEGV").is_err());
+        assert!(parse_signal("KILL").is_err());
+        assert!(parse_signal("bogus").is_err());
+        assert!(parse_signal("999").is_err());
+    }
+
+    #[test]
+    fn each_bad_value_warns_once_and_keeps_the_default() {
+        let (c, w) = parse(&[
+            ("CUDALEAK_SIGNAL", "NOPE"),
+            ("CUDALEAK_EXITCODE", "abc"),
+            ("CUDALEAK_PYTHON", "maybe"),
+            ("CUDALEAK_STACK_DEPTH", "1000"),
+            ("CUDALEAK_INTERVAL", "-3"),
+            ("CUDALEAK_UNWINDER", "gdb"),
+        ]);
+        assert_eq!(c, Config::default());
+        assert_eq!(w.len(), 6, "{w:#?}");
+        assert!(w.iter().all(|l| l.starts_with("cudaleak: ")));
+    }
+
+    #[test]
+    fn good_values_are_taken() {
+        let (c, w) = parse(&[
+            ("CUDALEAK_DIR", "/tmp/r"),
+            ("CUDALEAK_SIGNAL", "none"),
+            ("CUDALEAK_EXITCODE", "23"),
+            ("CUDALEAK_PYTHON", "0"),
+            ("CUDALEAK_STACK_DEPTH", "0"),
+            ("CUDALEAK_INTERVAL", "0.5"),
+        ]);
+        assert!(w.is_empty());
+        assert_eq!(c.dir, Some(PathBuf::from("/tmp/r")));
+        assert_eq!(c.signal, None);
+        assert_eq!(c.exitcode, 23);
+        assert!(!c.python);
+        assert_eq!(c.stack_depth, 0);
+        assert_eq!(c.interval, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn every_flag_is_parsed_by_from_env() {
+        let src = include_str!("config.rs");
+        let body = &src[src.find("pub fn from_env").unwrap()..];
+        for f in FLAGS {
+            assert!(body.contains(&format!("\"{}\"", f.name)), "{} not read", f.name);
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Trace interning, after LLVM sanitizer_common's StackDepot: each distinct
+//! (API, memory kind, native stack, Python stack) is stored once and named
+//! by a 32-bit [`TraceId`]; live blocks carry only the id.
+//!
+//! Lookups are lock-free (the hook path): buckets are singly linked lists
+//! of immutable nodes that are published with a release store and never
+//! freed. Inserts take one mutex and re-check the bucket, so two threads
+//! that see the same new stack get the same id.
+
+use crate::live_map::mix64;
+use crate::lock::FutexMutex;
+use crate::python::PyRawFrame;
+use crate::record::{Api, MemoryKind, TraceId};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+const BUCKETS: usize = 1 << 14;
+const CHUNK: usize = 4096;
+const CHUNKS: usize = 1024;
+/// Ids are 1-based; 0 is the shared "depot full" trace.
+pub const MAX_TRACES: u32 = (CHUNK * CHUNKS) as u32 - 1;
+
+/// What a trace is made of, as captured in a hook.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceKey<'a> {
+    pub api: Api,
+    pub kind: MemoryKind,
+    /// return addresses, innermost first, the library's own frames removed
+    pub native: &'a [u64],
+    /// Python frames, innermost first (`python.rs`)
+    pub python: &'a [PyRawFrame],
+}
+
+impl TraceKey<'_> {
+    pub fn hash(&self) -> u64 {
+        let mut h = mix64(((self.api as u64) << 8) | self.kind as u64 | 0x5bd1_e995_0000_0000);
+        for &a in self.native {
+            h = mix64(h ^ a);
+        }
+        for f in self.python {
+            h = mix64(h ^ f.code);
+            h = mix64(h ^ f.guard ^ ((f.offset as u64) << 32 | f.flags as u64));
+        }
+        h
+    }
+}
+
+struct Node {
+    next: AtomicPtr<Node>,
+    hash: u64,
+    id: TraceId,
+    api: Api,
+    kind: MemoryKind,
+    native: Box<[u64]>,
+    python: Box<[PyRawFrame]>,
+}
+
+impl Node {
+    fn matches(&self, hash: u64, key: &TraceKey) -> bool {
+        self.hash == hash
+            && self.api == key.api
+            && self.kind == key.kind
+            && *self.native == *key.native
+            && *self.python == *key.python
+    }
+}
+
+/// A stored trace.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceRef<'a> {
+    pub id: TraceId,
+    pub api: Api,
+    pub kind: MemoryKind,
+    pub native: &'a [u64],
+    pub python: &'a [PyRawFrame],
+}
+
+type Chunk = [AtomicPtr<Node>; CHUNK];
+
+pub struct Depot {
+    buckets: [AtomicPtr<Node>; BUCKETS],
+    by_id: [AtomicPtr<Chunk>; CHUNKS],
+    count: AtomicU32,
+    bytes: AtomicU64,
+    insert_lock: FutexMutex<()>,
+}
+
+impl Default for Depot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Depot {
+    pub const fn new() -> Depot {
+        Depot {
+            buckets: [const { AtomicPtr::new(null_mut()) }; BUCKETS],
+            by_id: [const { AtomicPtr::new(null_mut()) }; CHUNKS],
+            count: AtomicU32::new(0),
+            bytes: AtomicU64::new(0),
+            insert_lock: FutexMutex::new(()),
+        }
+    }
+
+    fn find(&self, bucket: &AtomicPtr<Node>, hash: u64, key: &TraceKey) -> Option<TraceId> {
+        let mut p = bucket.load(Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: nodes are published with Release and never freed.
+            let n = unsafe { &*p };
+            if n.matches(hash, key) {
+                return Some(n.id);
+            }
+            p = n.next.load(Ordering::Acquire);
+        }
+        None
+    }
+
+    /// Returns the id of `key`, storing it first if it is new. `on_new` runs
+    /// once per new trace, before its id is published, under the insert lock
+    /// (the preload crate copies Python code-object data there).
+    pub fn intern(&self, key: &TraceKey, on_new: impl FnOnce(&TraceKey)) -> TraceId {
+        let hash = key.hash();
+        let bucket = &self.buckets[(hash as usize) & (BUCKETS - 1)];
+        if let Some(id) = self.find(bucket, hash, key) {
+            return id;
+        }
+        let _guard = self.insert_lock.lock();
+        if let Some(id) = self.find(bucket, hash, key) {
+            return id;
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        if n >= MAX_TRACES {
+            return TraceId(0);
+        }
+        let id = n + 1;
+        let chunk_index = id as usize / CHUNK;
+        let mut chunk = self.by_id[chunk_index].load(Ordering::Acquire);
+        if chunk.is_null() {
+            let fresh: Box<Chunk> = Box::new([const { AtomicPtr::new(null_mut()) }; CHUNK]);
+            chunk = Box::into_raw(fresh);
+            self.by_id[chunk_index].store(chunk, Ordering::Release);
+        }
+        on_new(key);
+        let node = Box::into_raw(Box::new(Node {
+            next: AtomicPtr::new(bucket.load(Ordering::Relaxed)),
+            hash,
+            id: TraceId(id),
+            api: key.api,
+            kind: key.kind,
+            native: key.native.into(),
+            python: key.python.into(),
+        }));
+        // SAFETY: chunk is live and never freed.
+        unsafe { (*chunk)[id as usize % CHUNK].store(node, Ordering::Release) };
+        bucket.store(node, Ordering::Release);
+        self.count.store(id, Ordering::Release);
+        self.bytes.fetch_add(
+            (std::mem::size_of::<Node>()
+                + key.native.len() * 8
+                + std::mem::size_of_val(key.python)) as u64,
+            Ordering::Relaxed,
+        );
+        TraceId(id)
+    }
+
+    pub fn get(&self, id: TraceId) -> Option<TraceRef<'_>> {
+        if id.0 == 0 || id.0 > self.count.load(Ordering::Acquire) {
+            return None;
+        }
+        let chunk = self.by_id[id.0 as usize / CHUNK].load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: chunk and node are published with Release, never freed.
+        let p = unsafe { (*chunk)[id.0 as usize % CHUNK].load(Ordering::Acquire) };
+        if p.is_null() {
+            return None;
+        }
+        let n = unsafe { &*p };
+        Some(TraceRef {
+            id: n.id,
+            api: n.api,
+            kind: n.kind,
+            native: &n.native,
+            python: &n.python,
+        })
+    }
+
+    /// Number of distinct traces stored.
+    pub fn len(&self) -> u32 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Heap bytes held by stored traces (for docs/performance.md).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Fork prepare: no insert may be half done when the child starts.
+    pub fn lock_for_fork(&self) {
+        self.insert_lock.raw_lock();
+    }
+
+    /// # Safety
+    /// Must follow [`Depot::lock_for_fork`] on this thread.
+    pub unsafe fn unlock_after_fork(&self) {
+        self.insert_lock.raw_unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn key<'a>(native: &'a [u64], python: &'a [PyRawFrame]) -> TraceKey<'a> {
+        TraceKey {
+            api: Api::cuMemAlloc_v2,
+            kind: MemoryKind::Device,
+            native,
+            python,
+        }
+    }
+
+    #[test]
+    fn same_stack_same_id_and_round_trip() {
+        let d = Box::new(Depot::new());
+        let a = d.intern(&key(&[1, 2, 3], &[]), |_| {});
+        let b = d.intern(&key(&[1, 2, 3], &[]), |_| panic!("not new"));
+        let c = d.intern(&key(&[1, 2, 4], &[]), |_| {});
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let t = d.get(c).unwrap();
+        assert_eq!(t.native, &[1, 2, 4]);
+        assert_eq!(d.len(), 2);
+        assert!(d.get(TraceId(0)).is_none());
+        assert!(d.get(TraceId(3)).is_none());
+    }
+
+    #[test]
+    fn api_kind_and_python_are_part_of_the_key() {
+        let d = Box::new(Depot::new());
+        let py = [PyRawFrame {
+            code: 0x10,
+            guard: 1,
+            offset: 4,
+            flags: 0,
+        }];
+        let base = d.intern(&key(&[9], &[]), |_| {});
+        let with_py = d.intern(&key(&[9], &py), |_| {});
+        let other_api = d.intern(
+            &TraceKey {
+                api: Api::cuMemAllocManaged,
+                ..key(&[9], &[])
+            },
+            |_| {},
+        );
+        assert_eq!(
+            [base, with_py, other_api]
+                .iter()
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+            3
+        );
+        assert_eq!(d.get(with_py).unwrap().python, &py);
+    }
+
+    #[test]
+    fn concurrent_interning_agrees() {
+        let d = Arc::new(Depot::new());
+        let ids: Vec<Vec<TraceId>> = (0..4)
+            .map(|_| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    (0..2000u64)
+                        .map(|i| d.intern(&key(&[i, i + 1], &[]), |_| {}))
+                        .collect()
+                })
+            })
+            .map(|t| t.join().unwrap())
+            .collect();
+        for v in &ids[1..] {
+            assert_eq!(v, &ids[0]);
+        }
+        assert_eq!(d.len(), 2000);
+    }
+}

@@ -1,0 +1,23 @@
+//! The process-independent core of cudaleak.
+//!
+//! Hooks in the preload crate record into the structures defined here
+//! ([`live_map::LiveMap`], [`depot::Depot`], [`python::CodeTable`]); a dump
+//! turns a snapshot of them into a [`report::Report`] ([`assemble`]),
+//! applies [`suppress`]ions and writes it ([`writer`]) in the renderings of
+//! [`render`]. Nothing here needs a CUDA process, so all of it is
+//! unit-tested with fake addresses and fake symbol tables.
+
+pub mod assemble;
+pub mod config;
+pub mod depot;
+pub mod linetable;
+pub mod live_map;
+pub mod lock;
+pub mod python;
+pub mod record;
+pub mod render;
+pub mod report;
+pub mod suppress;
+pub mod symbolize;
+pub mod timeline;
+pub mod writer;

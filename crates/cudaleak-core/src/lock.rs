@@ -1,0 +1,267 @@
+//! A futex mutex that is safe to take inside CUDA hooks.
+//!
+//! Why not `std::sync::Mutex` or dashmap's lock: the hooks need a lock that
+//! 1. is `const`-constructible, so the live map can be a plain `static`;
+//! 2. keeps no thread-local state: parking_lot_core (used by dashmap) parks
+//!    threads through a lazily created thread-local `ThreadData` that has a
+//!    `Drop` impl and allocates, which breaks when a hook runs during thread
+//!    teardown;
+//! 3. can be taken by a `pthread_atfork` prepare handler and released by the
+//!    parent and child handlers, which needs raw lock/unlock without guards;
+//! 4. can be taken with a deadline, so that a dump at exit never hangs on a
+//!    lock held by a thread that will never run again.
+//!
+//! The algorithm is "mutex 2" from Ulrich Drepper, "Futexes Are Tricky"
+//! (2011): 0 = unlocked, 1 = locked, 2 = locked with waiters.
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+pub struct FutexMutex<T> {
+    state: AtomicU32,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialized by `state`.
+unsafe impl<T: Send> Sync for FutexMutex<T> {}
+unsafe impl<T: Send> Send for FutexMutex<T> {}
+
+pub struct FutexGuard<'a, T> {
+    lock: &'a FutexMutex<T>,
+}
+
+impl<T> FutexMutex<T> {
+    pub const fn new(value: T) -> Self {
+        FutexMutex {
+            state: AtomicU32::new(UNLOCKED),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub fn lock(&self) -> FutexGuard<'_, T> {
+        self.raw_lock();
+        FutexGuard { lock: self }
+    }
+
+    /// Takes the lock, giving up after `timeout`.
+    pub fn lock_for(&self, timeout: Duration) -> Option<FutexGuard<'_, T>> {
+        if self.try_acquire_with_deadline(Instant::now() + timeout) {
+            Some(FutexGuard { lock: self })
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    pub fn try_lock(&self) -> Option<FutexGuard<'_, T>> {
+        self.state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| FutexGuard { lock: self })
+    }
+
+    /// Locks without a guard; pair with [`FutexMutex::raw_unlock`]. Used by
+    /// the `pthread_atfork` handlers, which lock in one callback and unlock
+    /// in another.
+    #[inline]
+    pub fn raw_lock(&self) {
+        if self
+            .state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended(None);
+        }
+    }
+
+    /// # Safety
+    /// The caller must hold the lock through [`FutexMutex::raw_lock`] (or be
+    /// the only thread left after `fork`).
+    #[inline]
+    pub unsafe fn raw_unlock(&self) {
+        if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            futex_wake(&self.state);
+        }
+    }
+
+    /// Mutable access without locking.
+    ///
+    /// # Safety
+    /// No other thread may use the lock: only for the child after `fork`,
+    /// while the lock is held through `raw_lock` from the prepare handler.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn get_unchecked(&self) -> &mut T {
+        &mut *self.value.get()
+    }
+
+    fn try_acquire_with_deadline(&self, deadline: Instant) -> bool {
+        if self
+            .state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+        self.lock_contended(Some(deadline))
+    }
+
+    #[cold]
+    fn lock_contended(&self, deadline: Option<Instant>) -> bool {
+        // A short spin first: critical sections are a few hash-map operations.
+        for _ in 0..64 {
+            std::hint::spin_loop();
+            if self.state.load(Ordering::Relaxed) == UNLOCKED
+                && self
+                    .state
+                    .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return true;
+            }
+        }
+        loop {
+            if self.state.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
+                return true;
+            }
+            let timeout = match deadline {
+                None => None,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return false;
+                    }
+                    Some(d - now)
+                }
+            };
+            futex_wait(&self.state, CONTENDED, timeout);
+        }
+    }
+}
+
+impl<T> Deref for FutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard proves the lock is held.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for FutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard proves the lock is held.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for FutexGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the guard holds the lock.
+        unsafe { self.lock.raw_unlock() }
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts;
+    let ts_ptr = match timeout {
+        Some(t) => {
+            ts = libc::timespec {
+                tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: t.subsec_nanos() as libc::c_long,
+            };
+            &ts as *const libc::timespec
+        }
+        None => std::ptr::null(),
+    };
+    // SAFETY: plain futex syscall on a live atomic.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            ts_ptr,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: plain futex syscall on a live atomic.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+/// Futex wait/wake on any atomic word, for the dumper thread's wake-up word.
+/// `futex(2)` is a raw system call and therefore async-signal-safe, so a
+/// signal handler may call [`wake_all`].
+pub fn wait_while_equal(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    futex_wait(word, expected, timeout)
+}
+
+/// Wakes every waiter on `word`; async-signal-safe.
+pub fn wake_all(word: &AtomicU32) {
+    // SAFETY: plain futex syscall on a live atomic.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn counts_exactly_under_contention() {
+        let m = Arc::new(FutexMutex::new(0u64));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        *m.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*m.lock(), 160_000);
+    }
+
+    #[test]
+    fn lock_for_gives_up_at_the_deadline() {
+        let m = FutexMutex::new(());
+        let _held = m.lock();
+        let start = Instant::now();
+        assert!(m.lock_for(Duration::from_millis(50)).is_none());
+        assert!(start.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[test]
+    fn raw_lock_pairs_with_raw_unlock() {
+        let m = FutexMutex::new(1);
+        m.raw_lock();
+        assert!(m.try_lock().is_none());
+        unsafe { m.raw_unlock() };
+        assert_eq!(*m.try_lock().unwrap(), 1);
+    }
+}

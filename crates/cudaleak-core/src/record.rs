@@ -1,0 +1,195 @@
+//! What the live map stores for each block, in 16 bytes.
+//!
+//! The budget is 64 bytes per live block including the hash table's own
+//! overhead (docs/performance.md). hashbrown keeps (key, value) pairs plus
+//! one control byte per bucket at a load factor between 7/16 and 7/8, so a
+//! 24-byte entry (8-byte address + this 16-byte value) costs at most
+//! 25 / (7/16) ≈ 57 bytes. Everything that is the same for all blocks of one
+//! call stack (API, memory kind, native and Python frames) lives once in the
+//! interned trace (`depot.rs`), not here.
+
+use serde::{Deserialize, Serialize};
+
+/// The memory kinds of the report schema (`$defs.group.memory`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum MemoryKind {
+    Device = 0,
+    Host = 1,
+    Managed = 2,
+    Physical = 3,
+    Reservation = 4,
+    Array = 5,
+}
+
+impl MemoryKind {
+    pub const ALL: [MemoryKind; 6] = [
+        MemoryKind::Device,
+        MemoryKind::Host,
+        MemoryKind::Managed,
+        MemoryKind::Physical,
+        MemoryKind::Reservation,
+        MemoryKind::Array,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryKind::Device => "device",
+            MemoryKind::Host => "host",
+            MemoryKind::Managed => "managed",
+            MemoryKind::Physical => "physical",
+            MemoryKind::Reservation => "reservation",
+            MemoryKind::Array => "array",
+        }
+    }
+
+    pub fn from_u8(v: u8) -> MemoryKind {
+        MemoryKind::ALL
+            .get(v as usize)
+            .copied()
+            .unwrap_or(MemoryKind::Device)
+    }
+}
+
+/// Declares [`Api`] and [`API_NAMES`] from one list, so that they cannot
+/// disagree.
+macro_rules! api_list {
+    ($($name:ident),* $(,)?) => {
+        /// The call the program made, for every allocating call cudaleak can
+        /// attribute a block to. Reports carry [`Api::name`].
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Api { $($name),* }
+
+        pub const API_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        impl Api {
+            const ALL: &'static [Api] = &[$(Api::$name),*];
+        }
+    };
+}
+
+api_list! {
+    // driver
+    cuMemAlloc_v2,
+    cuMemAllocPitch_v2,
+    cuMemAllocManaged,
+    cuMemAllocAsync,
+    cuMemAllocAsync_ptsz,
+    cuMemAllocFromPoolAsync,
+    cuMemAllocFromPoolAsync_ptsz,
+    cuMemAllocHost_v2,
+    cuMemHostAlloc,
+    cuMemCreate,
+    cuMemAddressReserve,
+    // runtime
+    cudaMalloc,
+    cudaMallocAsync,
+    cudaMallocAsync_ptsz,
+    cudaMallocFromPoolAsync,
+    cudaMallocHost,
+    cudaHostAlloc,
+    cudaMallocManaged,
+    cudaMallocPitch,
+    cudaMalloc3D,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        API_NAMES[self as usize]
+    }
+
+    pub fn by_name(name: &str) -> Option<Api> {
+        API_NAMES.iter().position(|n| *n == name).map(|i| Api::ALL[i])
+    }
+
+    pub fn is_runtime(self) -> bool {
+        self.name().starts_with("cuda")
+    }
+}
+
+/// Interned call-stack id (`depot.rs`); 0 means "no stack" (depot full).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct TraceId(pub u32);
+
+const SIZE_BITS: u32 = 48;
+const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
+
+/// One live block. 16 bytes; the key (address or handle) is stored by the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Block {
+    /// size (48 bits, up to 256 TiB) | context slot (8 bits) | device + 1 (8 bits)
+    packed: u64,
+    pub trace: TraceId,
+    /// Checkpoint epoch current when the block was allocated
+    /// (`cudaleak_checkpoint`).
+    pub epoch: u32,
+}
+
+impl Block {
+    pub fn new(size: u64, trace: TraceId, context_slot: u8, device: Option<u8>, epoch: u32) -> Block {
+        let dev = device.map_or(0u64, |d| d.saturating_add(1) as u64);
+        Block {
+            packed: (size.min(SIZE_MASK)) | ((context_slot as u64) << 48) | (dev << 56),
+            trace,
+            epoch,
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.packed & SIZE_MASK
+    }
+
+    /// Slot in the preload crate's context table; 0 when the block belongs
+    /// to no context (VMM handles, reservations) or the context is unknown.
+    pub fn context_slot(&self) -> u8 {
+        (self.packed >> 48) as u8
+    }
+
+    pub fn device(&self) -> Option<u32> {
+        match (self.packed >> 56) as u8 {
+            0 => None,
+            d => Some(d as u32 - 1),
+        }
+    }
+
+    pub fn with_trace(mut self, trace: TraceId) -> Block {
+        self.trace = trace;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Block>(), 16);
+        assert_eq!(std::mem::size_of::<(u64, Block)>(), 24);
+    }
+
+    #[test]
+    fn packing_round_trips() {
+        let b = Block::new(123 << 30, TraceId(7), 3, Some(2), 9);
+        assert_eq!(b.size(), 123 << 30);
+        assert_eq!(b.context_slot(), 3);
+        assert_eq!(b.device(), Some(2));
+        assert_eq!(b.epoch, 9);
+        assert_eq!(Block::new(1, TraceId(1), 0, None, 0).device(), None);
+    }
+
+    #[test]
+    fn api_names_round_trip() {
+        for (i, n) in API_NAMES.iter().enumerate() {
+            assert_eq!(Api::by_name(n).map(|a| a as usize), Some(i));
+            assert_eq!(Api::by_name(n).unwrap().name(), *n);
+        }
+        assert!(Api::cudaMalloc.is_runtime());
+        assert!(!Api::cuMemCreate.is_runtime());
+        assert_eq!(Api::by_name("cuMemFree_v2"), None);
+    }
+}

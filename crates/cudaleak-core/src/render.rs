@@ -1,0 +1,318 @@
+//! Renderers: the LeakSanitizer-style text (exit summary and `cudaleak
+//! report --format text`) and collapsed stacks for flamegraph tools.
+//! JSON is the report model itself (serde).
+
+use crate::python::PythonFrame;
+use crate::report::{Group, MergedFrame, NativeFrame, Report, SuppressionUse, Trend};
+use std::fmt::Write;
+
+pub struct TextOptions {
+    /// groups shown; the rest are counted in one line
+    pub max_groups: usize,
+    /// frames shown per group
+    pub max_frames: usize,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions {
+            max_groups: 10,
+            max_frames: 16,
+        }
+    }
+}
+
+const RULE: &str = "=================================================================";
+const THIN_RULE: &str = "-----------------------------------------------------";
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+pub fn native_label(f: &NativeFrame) -> String {
+    match (&f.function, &f.module) {
+        (Some(func), _) => func.clone(),
+        (None, Some(m)) => format!("{}+{}", basename(m), f.address),
+        (None, None) => f.address.clone(),
+    }
+}
+
+pub fn python_label(f: &PythonFrame) -> String {
+    match f.line {
+        Some(l) => format!("{} {}:{}", f.function, f.file, l),
+        None => format!("{} {}", f.function, f.file),
+    }
+}
+
+fn native_line(i: usize, f: &NativeFrame) -> String {
+    let mut s = format!("    #{i} {}", f.address);
+    if let Some(func) = &f.function {
+        let _ = write!(s, " in {func}");
+    }
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => {
+            let _ = write!(s, " {file}:{line}");
+        }
+        (Some(file), None) => {
+            let _ = write!(s, " {file}");
+        }
+        _ => {
+            if let Some(m) = &f.module {
+                let _ = write!(s, " ({m})");
+            }
+        }
+    }
+    s
+}
+
+fn python_line(i: usize, f: &PythonFrame) -> String {
+    match f.line {
+        Some(l) => format!("    #{i} in {} {}:{} [python]", f.function, f.file, l),
+        None => format!("    #{i} in {} {} [python]", f.function, f.file),
+    }
+}
+
+/// The frames of a group for display: the merged stack when there is one,
+/// else native frames followed by Python frames.
+pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    if !g.merged_stack.is_empty() {
+        for (i, f) in g.merged_stack.iter().enumerate() {
+            lines.push(match f {
+                MergedFrame::Native(n) => native_line(i, n),
+                MergedFrame::Python(p) => python_line(i, p),
+            });
+        }
+    } else {
+        let n = g.native_stack.len();
+        for (i, f) in g.native_stack.iter().enumerate() {
+            lines.push(native_line(i, f));
+        }
+        for (i, f) in g.python_stack.iter().enumerate() {
+            lines.push(python_line(n + i, f));
+        }
+    }
+    if lines.len() > max {
+        let more = lines.len() - max;
+        lines.truncate(max);
+        lines.push(format!("    ... {more} more frame(s)"));
+    }
+    lines
+}
+
+fn trend_note(t: Option<Trend>) -> &'static str {
+    match t {
+        Some(Trend::Growing) => " [suspected leak: grew at every recent dump]",
+        Some(Trend::Bounded) => " [bounded: grew, then levelled off]",
+        None => "",
+    }
+}
+
+fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
+    let _ = writeln!(
+        out,
+        "{verb} of {} byte(s) in {} block(s) allocated by {} ({} memory){}:",
+        g.bytes,
+        g.blocks,
+        g.api,
+        g.memory.name(),
+        trend_note(g.trend)
+    );
+    for l in display_frames(g, opts.max_frames) {
+        let _ = writeln!(out, "{l}");
+    }
+    if g.native_stack.is_empty() && g.python_stack.is_empty() {
+        let _ = writeln!(out, "    (no stack recorded)");
+    }
+    out.push('\n');
+}
+
+fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
+    if uses.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{THIN_RULE}");
+    let _ = writeln!(out, "Suppressions used:");
+    let _ = writeln!(out, "  count      bytes template");
+    for u in uses {
+        let _ = writeln!(out, "{:>7} {:>10} {}", u.groups, u.bytes, u.pattern);
+    }
+    let _ = writeln!(out, "{THIN_RULE}");
+    out.push('\n');
+}
+
+/// The contract's last line: `cudaleak: N bytes leaked in M blocks`.
+pub fn summary_line(bytes: u64, blocks: u64) -> String {
+    format!("cudaleak: {bytes} bytes leaked in {blocks} blocks")
+}
+
+fn by_kind(groups: &[Group]) -> String {
+    let mut kinds: Vec<(crate::record::MemoryKind, u64, u64)> = Vec::new();
+    for g in groups {
+        match kinds.iter_mut().find(|k| k.0 == g.memory) {
+            Some(k) => {
+                k.1 += g.bytes;
+                k.2 += g.blocks;
+            }
+            None => kinds.push((g.memory, g.bytes, g.blocks)),
+        }
+    }
+    kinds.sort();
+    kinds
+        .iter()
+        .map(|(k, bytes, blocks)| format!("{} {bytes} in {blocks}", k.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What goes to stderr at exit when unsuppressed leaks remain.
+pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{RULE}");
+    let _ = writeln!(
+        out,
+        "=={}==ERROR: cudaleak: detected CUDA memory leaks",
+        r.pid
+    );
+    out.push('\n');
+    for g in r.leaks.iter().take(opts.max_groups) {
+        group_block(&mut out, "Leak", g, opts);
+    }
+    if r.leaks.len() > opts.max_groups {
+        let rest = &r.leaks[opts.max_groups..];
+        let _ = writeln!(
+            out,
+            "... and {} more group(s), {} byte(s) in {} block(s): see the report.\n",
+            rest.len(),
+            rest.iter().map(|g| g.bytes).sum::<u64>(),
+            rest.iter().map(|g| g.blocks).sum::<u64>()
+        );
+    }
+    suppressions_table(&mut out, &r.suppressions_used);
+    let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
+    let _ = writeln!(
+        out,
+        "SUMMARY: cudaleak: {bytes} byte(s) leaked in {blocks} block(s) ({}).",
+        by_kind(&r.leaks)
+    );
+    let mut last = summary_line(bytes, blocks);
+    if let Some(p) = report_path {
+        let _ = write!(last, "; report: {p}");
+    }
+    let _ = writeln!(out, "{last}");
+    out
+}
+
+/// Full text rendering of one report (`cudaleak report --format text`).
+pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{RULE}");
+    let cmd = r.command.join(" ");
+    let _ = write!(
+        out,
+        "cudaleak report: pid {}, {} dump #{}",
+        r.pid,
+        r.trigger.name(),
+        r.sequence
+    );
+    if let Some(rank) = r.rank {
+        let _ = write!(out, ", rank {rank}");
+    }
+    if let Some(h) = &r.hostname {
+        let _ = write!(out, ", host {h}");
+    }
+    out.push('\n');
+    if !cmd.is_empty() {
+        let _ = writeln!(out, "command: {cmd}");
+    }
+    if let Some(s) = source {
+        let _ = writeln!(out, "file: {s}");
+    }
+    if let Some(reason) = &r.reason {
+        let _ = writeln!(out, "reason: {reason}");
+    }
+    let t = &r.totals;
+    let _ = writeln!(
+        out,
+        "totals: {} live block(s), {} live byte(s), peak {} byte(s); {} allocation(s), {} free(s), {} failed allocation(s), {} invalid free(s)",
+        t.live_blocks, t.live_bytes, t.peak_bytes, t.allocations, t.frees, t.failed_allocations, t.invalid_frees
+    );
+    out.push('\n');
+    let verb = if r.trigger == crate::report::Trigger::Exit {
+        "Leak"
+    } else {
+        "Live"
+    };
+    for g in r.leaks.iter().take(opts.max_groups) {
+        group_block(&mut out, verb, g, opts);
+    }
+    if r.leaks.len() > opts.max_groups {
+        let _ = writeln!(out, "... and {} more group(s)\n", r.leaks.len() - opts.max_groups);
+    }
+    if !r.growth.is_empty() && r.sequence > 1 {
+        let _ = writeln!(out, "{THIN_RULE}");
+        let _ = writeln!(out, "Growth since the previous dump:");
+        for g in r.growth.iter().take(opts.max_groups) {
+            let _ = writeln!(
+                out,
+                "  {:+} byte(s) {:+} block(s) {} at {}{}",
+                g.bytes_delta.unwrap_or(0),
+                g.blocks_delta.unwrap_or(0),
+                g.api,
+                g.top_frame_label(),
+                trend_note(g.trend)
+            );
+        }
+        out.push('\n');
+    }
+    if !r.suppressed.is_empty() {
+        let _ = writeln!(
+            out,
+            "Suppressed: {} group(s), {} byte(s) in {} block(s).",
+            r.suppressed.len(),
+            r.suppressed.iter().map(|g| g.bytes).sum::<u64>(),
+            r.suppressed.iter().map(|g| g.blocks).sum::<u64>()
+        );
+    }
+    suppressions_table(&mut out, &r.suppressions_used);
+    let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
+    if r.trigger == crate::report::Trigger::Exit {
+        let _ = writeln!(out, "{}", summary_line(bytes, blocks));
+    } else {
+        let _ = writeln!(out, "cudaleak: {bytes} bytes live in {blocks} blocks");
+    }
+    out
+}
+
+fn folded_frame(f: &MergedFrame) -> String {
+    let s = match f {
+        MergedFrame::Native(n) => native_label(n),
+        MergedFrame::Python(p) => match p.line {
+            Some(l) => format!("{} [{}:{}]", p.function, basename(&p.file), l),
+            None => format!("{} [{}]", p.function, basename(&p.file)),
+        },
+    };
+    // ';' separates frames and a trailing number is the weight.
+    s.replace(';', ":")
+}
+
+/// Collapsed stacks, root first, weighted by bytes: one line per group.
+pub fn folded(groups: &[Group]) -> String {
+    let mut out = String::new();
+    for g in groups {
+        let frames: Vec<MergedFrame> = if !g.merged_stack.is_empty() {
+            g.merged_stack.clone()
+        } else {
+            g.native_stack
+                .iter()
+                .cloned()
+                .map(MergedFrame::Native)
+                .chain(g.python_stack.iter().cloned().map(MergedFrame::Python))
+                .collect()
+        };
+        let mut parts: Vec<String> = frames.iter().rev().map(folded_frame).collect();
+        parts.push(g.api.clone());
+        let _ = writeln!(out, "{} {}", parts.join(";"), g.bytes);
+    }
+    out
+}

@@ -1,0 +1,248 @@
+//! The report model: `schema/report.schema.json` (version 1) as Rust types.
+//!
+//! Fields the shared schema defines keep its names and meaning; fields this
+//! project adds are marked "extension" and are described in our copy of the
+//! schema. Reading is strict about `format` and `version` so that a foreign
+//! or newer file gets a clear error instead of a wrong summary.
+
+use crate::python::PythonFrame;
+use crate::record::MemoryKind;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const FORMAT: &str = "cudaleak";
+pub const VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trigger {
+    Exit,
+    Signal,
+    Api,
+    Interval,
+    ContextTeardown,
+    FatalSignal,
+}
+
+impl Trigger {
+    pub fn name(self) -> &'static str {
+        match self {
+            Trigger::Exit => "exit",
+            Trigger::Signal => "signal",
+            Trigger::Api => "api",
+            Trigger::Interval => "interval",
+            Trigger::ContextTeardown => "context-teardown",
+            Trigger::FatalSignal => "fatal-signal",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub live_blocks: u64,
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    pub allocations: u64,
+    pub frees: u64,
+    pub failed_allocations: u64,
+    pub invalid_frees: u64,
+    /// extension: live blocks and bytes per memory kind
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_memory: BTreeMap<MemoryKind, KindTotals>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindTotals {
+    pub blocks: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NativeFrame {
+    /// instruction address (the call instruction of a return address), hex
+    pub address: String,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<i64>,
+    pub module: Option<String>,
+}
+
+/// extension: one frame of `merged_stack`, Python frames in the place of
+/// the interpreter's eval-loop frames.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum MergedFrame {
+    Native(NativeFrame),
+    Python(PythonFrame),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockExample {
+    pub address: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+}
+
+/// extension: how a group's live bytes moved over the dumps of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trend {
+    /// grew at each of the last three or more dumps: a suspected leak
+    Growing,
+    /// grew, then stopped growing: cache-like
+    Bounded,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub api: String,
+    pub memory: MemoryKind,
+    pub native_stack: Vec<NativeFrame>,
+    pub python_stack: Vec<PythonFrame>,
+    /// extension
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_stack: Vec<MergedFrame>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<BlockExample>,
+    /// growth entries only
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks_delta: Option<i64>,
+    /// growth entries only
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_delta: Option<i64>,
+    /// suppressed entries only: the pattern that matched
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppression: Option<String>,
+    /// extension
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trend: Option<Trend>,
+}
+
+/// extension: a suppression that matched, with what it matched (as LSan's
+/// "Suppressions used" table).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuppressionUse {
+    pub pattern: String,
+    pub groups: u64,
+    pub blocks: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub format: String,
+    pub version: u32,
+    pub trigger: Trigger,
+    pub sequence: u64,
+    pub pid: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<i64>,
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub rank: Option<i64>,
+    pub timestamp_ms: i64,
+    pub totals: Totals,
+    pub leaks: Vec<Group>,
+    pub growth: Vec<Group>,
+    #[serde(default)]
+    pub suppressed: Vec<Group>,
+    /// extension: the reason passed to `cudaleak_dump`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// extension: exit status of the process, for exit reports where known
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    /// extension: the signal number, for signal and fatal-signal dumps
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// extension
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suppressions_used: Vec<SuppressionUse>,
+    /// extension: state of Python stack capture in this process
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// extension: shards that could not be read in time (dump at exit while
+    /// another thread held a lock); totals then cover the rest
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub incomplete_shards: u64,
+    /// extension: the files a merged report was made from
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Why a file is not a report this version can read.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(std::io::Error),
+    NotJson(String),
+    Foreign,
+    NewerVersion(u64),
+    Invalid(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::NotJson(e) => write!(f, "not a JSON report (truncated or corrupt?): {e}"),
+            ReadError::Foreign => write!(f, "not a cudaleak report (no \"format\": \"cudaleak\")"),
+            ReadError::NewerVersion(v) => write!(
+                f,
+                "report version {v} is newer than this cudaleak understands (version {VERSION}); upgrade cudaleak"
+            ),
+            ReadError::Invalid(e) => write!(f, "malformed cudaleak report: {e}"),
+        }
+    }
+}
+
+impl Report {
+    pub fn parse(text: &str) -> Result<Report, ReadError> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
+        if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+            return Err(ReadError::Foreign);
+        }
+        match v.get("version").and_then(|v| v.as_u64()) {
+            Some(1) => {}
+            Some(n) if n > 1 => return Err(ReadError::NewerVersion(n)),
+            _ => return Err(ReadError::Invalid("missing or bad \"version\"".into())),
+        }
+        serde_json::from_value(v).map_err(|e| ReadError::Invalid(e.to_string()))
+    }
+
+    pub fn read(path: &std::path::Path) -> Result<Report, ReadError> {
+        let text = std::fs::read_to_string(path).map_err(ReadError::Io)?;
+        Report::parse(&text)
+    }
+
+    pub fn leaked_bytes(&self) -> u64 {
+        self.leaks.iter().map(|g| g.bytes).sum()
+    }
+
+    pub fn leaked_blocks(&self) -> u64 {
+        self.leaks.iter().map(|g| g.blocks).sum()
+    }
+}
+
+impl Group {
+    /// Innermost frame that names something, for one-line summaries.
+    pub fn top_frame_label(&self) -> String {
+        if let Some(p) = self.python_stack.first() {
+            return crate::render::python_label(p);
+        }
+        self.native_stack
+            .iter()
+            .find(|f| f.function.is_some())
+            .map(crate::render::native_label)
+            .unwrap_or_else(|| "<unknown>".into())
+    }
+}

@@ -1,0 +1,277 @@
+//! LeakSanitizer-format suppressions (`leak:PATTERN`), matched against the
+//! frames of a group: function, file and module of native frames, function
+//! and file of Python frames (CONTRACT.md, "Suppressions").
+//!
+//! Pattern language, as in sanitizer_common's `TemplateMatch`: `*` matches
+//! any run of characters, a leading `^` anchors at the start, a trailing `$`
+//! at the end, and without anchors the pattern may match anywhere. Unlike
+//! `TemplateMatch`, an end anchor is honoured after a non-leftmost occurrence
+//! too (`foo$` matches "foofoo").
+
+use crate::report::{Group, SuppressionUse};
+
+/// Built-in suppressions for one-time allocations of CUDA libraries, on by
+/// default (`CUDALEAK_DEFAULT_SUPPRESSIONS=0` turns them off). Each entry
+/// says where it comes from.
+pub const DEFAULT_SUPPRESSIONS: &str = include_str!("../../../suppressions/default.supp");
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Suppression {
+    /// the text after `leak:`, as written
+    pub pattern: String,
+    /// where it was read from, "file:line"
+    pub origin: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Suppressions {
+    pub rules: Vec<Suppression>,
+}
+
+impl Suppressions {
+    /// Parses LSan's format; `origin` names the source in messages.
+    pub fn parse(text: &str, origin: &str) -> Result<Suppressions, String> {
+        let mut rules = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((kind, pattern)) = line.split_once(':') else {
+                return Err(format!(
+                    "{origin}:{}: expected leak:PATTERN, found {line:?}",
+                    i + 1
+                ));
+            };
+            if kind.trim() != "leak" {
+                return Err(format!(
+                    "{origin}:{}: unknown suppression type {:?} (only leak: is supported)",
+                    i + 1,
+                    kind.trim()
+                ));
+            }
+            let pattern = pattern.trim();
+            if pattern.is_empty() {
+                return Err(format!("{origin}:{}: empty pattern", i + 1));
+            }
+            rules.push(Suppression {
+                pattern: pattern.to_string(),
+                origin: format!("{origin}:{}", i + 1),
+            });
+        }
+        Ok(Suppressions { rules })
+    }
+
+    pub fn extend(&mut self, other: Suppressions) {
+        self.rules.extend(other.rules);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Index of the first rule that matches any frame of `group`, frames
+    /// innermost first (native, then Python), rules in file order per frame.
+    pub fn match_group(&self, group: &Group) -> Option<usize> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let native = group.native_stack.iter().flat_map(|f| {
+            [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]
+        });
+        let python = group
+            .python_stack
+            .iter()
+            .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
+        for name in native.chain(python).flatten() {
+            if let Some(i) = self.rules.iter().position(|r| pattern_matches(&r.pattern, name)) {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Moves matching groups from `leaks` to `suppressed` (with the pattern
+    /// set) and tallies what each rule matched.
+    pub fn apply(&self, leaks: &mut Vec<Group>, suppressed: &mut Vec<Group>) -> Vec<SuppressionUse> {
+        let mut uses: Vec<SuppressionUse> = Vec::new();
+        let mut kept = Vec::with_capacity(leaks.len());
+        for mut g in leaks.drain(..) {
+            match self.match_group(&g) {
+                Some(i) => {
+                    let pattern = &self.rules[i].pattern;
+                    match uses.iter_mut().find(|u| &u.pattern == pattern) {
+                        Some(u) => {
+                            u.groups += 1;
+                            u.blocks += g.blocks;
+                            u.bytes += g.bytes;
+                        }
+                        None => uses.push(SuppressionUse {
+                            pattern: pattern.clone(),
+                            groups: 1,
+                            blocks: g.blocks,
+                            bytes: g.bytes,
+                        }),
+                    }
+                    g.suppression = Some(pattern.clone());
+                    suppressed.push(g);
+                }
+                None => kept.push(g),
+            }
+        }
+        *leaks = kept;
+        uses
+    }
+}
+
+/// LSan pattern semantics (see the module comment). Empty names never match.
+pub fn pattern_matches(pattern: &str, name: &str) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    let (anchored_start, rest) = match pattern.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, pattern),
+    };
+    let (anchored_end, body) = match rest.strip_suffix('$') {
+        Some(b) => (true, b),
+        None => (false, rest),
+    };
+    let segments: Vec<&str> = body.split('*').collect();
+    let last = segments.len() - 1;
+    let mut pos = 0usize;
+    for (i, seg) in segments.iter().enumerate() {
+        let hay = &name[pos..];
+        if i == 0 && anchored_start {
+            if !hay.starts_with(seg) {
+                return false;
+            }
+            if i == last && anchored_end {
+                return hay.len() == seg.len();
+            }
+            pos += seg.len();
+            continue;
+        }
+        if i == last && anchored_end {
+            return hay.ends_with(seg);
+        }
+        match hay.find(seg) {
+            Some(at) => pos += at + seg.len(),
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::PythonFrame;
+    use crate::record::MemoryKind;
+    use crate::report::NativeFrame;
+
+    #[test]
+    fn lsan_pattern_semantics() {
+        assert!(pattern_matches("cublas", "libcublasLt.so.13"));
+        assert!(pattern_matches("^cublas", "cublasCreate_v2"));
+        assert!(!pattern_matches("^cublas", "my_cublas_wrapper"));
+        assert!(pattern_matches("Create$", "cublasCreate"));
+        assert!(!pattern_matches("Create$", "cublasCreate_v2"));
+        assert!(pattern_matches("^cublas*_v2$", "cublasCreate_v2"));
+        assert!(!pattern_matches("^cublas*_v2$", "cublasCreate_v2x"));
+        assert!(pattern_matches("a*b*c", "xxaxxbxxcxx"));
+        assert!(!pattern_matches("a*b*c", "xxcxxbxxaxx"));
+        assert!(pattern_matches("foo$", "foofoo"));
+        assert!(pattern_matches("^main$", "main"));
+        assert!(!pattern_matches("^main$", "main2"));
+        assert!(pattern_matches("*", "anything"));
+        assert!(pattern_matches("^*$", "x"));
+        assert!(!pattern_matches("x", ""));
+        assert!(pattern_matches("train.py", "/home/u/train.py"));
+    }
+
+    fn group(native: &[(&str, &str, &str)], python: &[(&str, &str)]) -> Group {
+        Group {
+            blocks: 1,
+            bytes: 100,
+            api: "cudaMalloc".into(),
+            memory: MemoryKind::Device,
+            native_stack: native
+                .iter()
+                .map(|(func, file, module)| NativeFrame {
+                    address: "0x1".into(),
+                    function: Some(func.to_string()),
+                    file: Some(file.to_string()),
+                    line: Some(1),
+                    module: Some(module.to_string()),
+                })
+                .collect(),
+            python_stack: python
+                .iter()
+                .map(|(func, file)| PythonFrame {
+                    function: func.to_string(),
+                    file: file.to_string(),
+                    line: Some(3),
+                })
+                .collect(),
+            merged_stack: vec![],
+            examples: vec![],
+            blocks_delta: None,
+            bytes_delta: None,
+            suppression: None,
+            trend: None,
+        }
+    }
+
+    #[test]
+    fn matches_native_function_file_module_and_python_frames() {
+        let s = Suppressions::parse(
+            "# comment\n\nleak:^init_workspace$\nleak:/vendor/*.c\nleak:libnccl\nleak:warmup_cache\nleak:^/opt/data/loader.py$\n",
+            "test.supp",
+        )
+        .unwrap();
+        assert_eq!(s.rules.len(), 5);
+        let by_func = group(&[("init_workspace", "a.c", "/bin/x")], &[]);
+        let by_file = group(&[("f", "/src/vendor/blas.c", "/bin/x")], &[]);
+        let by_module = group(&[("f", "a.c", "/usr/lib/libnccl.so.2")], &[]);
+        let by_py_func = group(&[("f", "a.c", "/bin/x")], &[("Model.warmup_cache", "m.py")]);
+        let by_py_file = group(&[("f", "a.c", "/bin/x")], &[("load", "/opt/data/loader.py")]);
+        let none = group(&[("init_workspace2", "a.c", "/bin/x")], &[("g", "/opt/data/loader.pyc")]);
+        assert_eq!(s.match_group(&by_func), Some(0));
+        assert_eq!(s.match_group(&by_file), Some(1));
+        assert_eq!(s.match_group(&by_module), Some(2));
+        assert_eq!(s.match_group(&by_py_func), Some(3));
+        assert_eq!(s.match_group(&by_py_file), Some(4));
+        assert_eq!(s.match_group(&none), None);
+    }
+
+    #[test]
+    fn apply_moves_groups_and_counts_hits() {
+        let s = Suppressions::parse("leak:libnccl\n", "x").unwrap();
+        let mut leaks = vec![
+            group(&[("a", "a.c", "/lib/libnccl.so")], &[]),
+            group(&[("b", "b.c", "/bin/app")], &[]),
+            group(&[("c", "c.c", "/lib/libnccl.so")], &[]),
+        ];
+        let mut suppressed = vec![];
+        let uses = s.apply(&mut leaks, &mut suppressed);
+        assert_eq!(leaks.len(), 1);
+        assert_eq!(suppressed.len(), 2);
+        assert_eq!(suppressed[0].suppression.as_deref(), Some("libnccl"));
+        assert_eq!(uses.len(), 1);
+        assert_eq!((uses[0].groups, uses[0].blocks, uses[0].bytes), (2, 2, 200));
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_place() {
+        let e = Suppressions::parse("leak:ok\nrace:foo\n", "my.supp").unwrap_err();
+        assert!(e.contains("my.supp:2"), "{e}");
+        assert!(Suppressions::parse("just-a-pattern", "f").is_err());
+        assert!(Suppressions::parse("leak:", "f").is_err());
+    }
+
+    #[test]
+    fn default_file_parses() {
+        Suppressions::parse(DEFAULT_SUPPRESSIONS, "default").unwrap();
+    }
+}

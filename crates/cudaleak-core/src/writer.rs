@@ -1,0 +1,200 @@
+//! Report files: names unique per process and per dump, written completely
+//! or not at all, never through an existing file or symbolic link
+//! (CONTRACT.md, "Reports").
+//!
+//! A report is written to a fresh temporary file (`O_CREAT|O_EXCL|
+//! O_NOFOLLOW`, so an attacker's symlink or an existing file is never
+//! followed), then hard-linked to its final name, which fails rather than
+//! replace an existing file, then the temporary name is removed.
+
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// What makes a report's file name unique and lets tools group files by
+/// host, rank and process without opening them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportName {
+    pub hostname: String,
+    pub rank: Option<i64>,
+    pub pid: i64,
+    /// distinguishes processes that reuse a pid (exec keeps it, pids wrap):
+    /// process start time in ms and 32 random bits
+    pub instance: String,
+    pub sequence: u64,
+    pub trigger: &'static str,
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect()
+}
+
+impl ReportName {
+    /// `cudaleak.<host>[.r<rank>].<pid>.<instance>.<sequence>.<trigger>.json`
+    pub fn file_name(&self) -> String {
+        let rank = self.rank.map(|r| format!(".r{r}")).unwrap_or_default();
+        format!(
+            "cudaleak.{}{rank}.{}.{}.{}.{}.json",
+            sanitize(&self.hostname),
+            self.pid,
+            sanitize(&self.instance),
+            self.sequence,
+            self.trigger
+        )
+    }
+
+    /// The timeline of a process with `CUDALEAK_INTERVAL` (one per process).
+    pub fn timeline_name(&self) -> String {
+        let rank = self.rank.map(|r| format!(".r{r}")).unwrap_or_default();
+        format!(
+            "cudaleak.{}{rank}.{}.{}.timeline.json",
+            sanitize(&self.hostname),
+            self.pid,
+            sanitize(&self.instance)
+        )
+    }
+}
+
+/// Creates `dir` if needed and checks that files can be created in it.
+pub fn prepare_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn random_u32() -> u32 {
+    let mut v = 0u32;
+    // SAFETY: getrandom fills the 4 bytes of v.
+    let n = unsafe { libc::getrandom((&mut v as *mut u32).cast(), 4, libc::GRND_NONBLOCK) };
+    if n != 4 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        v = t ^ (std::process::id() << 16);
+    }
+    v
+}
+
+pub fn instance_token(start_ms: i64) -> String {
+    format!("{start_ms}-{:08x}", random_u32())
+}
+
+/// Writes `bytes` as `dir/name`, atomically and without replacing anything.
+/// Returns the final path.
+pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let final_path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(&tmp)?;
+    let result = f.write_all(bytes).and_then(|_| f.flush());
+    drop(f);
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    let linked = std::fs::hard_link(&tmp, &final_path);
+    let _ = std::fs::remove_file(&tmp);
+    linked.map(|_| final_path)
+}
+
+/// Replaces `dir/name` atomically (temporary file, then rename): for the
+/// timeline, which is one growing file per process.
+pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let final_path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(&tmp)?;
+    let result = f.write_all(bytes).and_then(|_| f.flush());
+    drop(f);
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, &final_path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    Ok(final_path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cudaleak-writer-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn names_identify_host_rank_pid_and_dump() {
+        let n = ReportName {
+            hostname: "node/7".into(),
+            rank: Some(3),
+            pid: 99,
+            instance: "1700000000000-beef".into(),
+            sequence: 2,
+            trigger: "signal",
+        };
+        assert_eq!(n.file_name(), "cudaleak.node_7.r3.99.1700000000000-beef.2.signal.json");
+        assert_eq!(
+            ReportName { rank: None, ..n.clone() }.file_name(),
+            "cudaleak.node_7.99.1700000000000-beef.2.signal.json"
+        );
+        assert!(n.timeline_name().ends_with(".timeline.json"));
+    }
+
+    #[test]
+    fn never_replaces_and_never_follows_links() {
+        let d = tmpdir("nolink");
+        let p = write_new_file(&d, "a.json", b"{}").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        let e = write_new_file(&d, "a.json", b"[]").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        // A dangling symlink at the final name is not written through.
+        std::os::unix::fs::symlink(d.join("target"), d.join("b.json")).unwrap();
+        assert!(write_new_file(&d, "b.json", b"x").is_err());
+        assert!(!d.join("target").exists());
+        // No temporary files are left behind.
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn prepare_dir_creates_and_checks() {
+        let d = tmpdir("prep").join("a/b");
+        prepare_dir(&d).unwrap();
+        assert!(d.is_dir());
+        assert!(prepare_dir(Path::new("/proc/1/nonexistent")).is_err());
+    }
+
+    #[test]
+    fn instance_tokens_differ() {
+        assert_ne!(instance_token(1), instance_token(1));
+    }
+}

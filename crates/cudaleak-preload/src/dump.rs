@@ -1,0 +1,260 @@
+//! One dump: snapshot the maps, assemble the report (core), write it.
+//!
+//! Only the snapshot holds tracking locks, one map shard at a time;
+//! symbolization and writing run with none, so allocating threads are never
+//! held up by more than one shard's copy.
+
+use crate::{lifecycle, python, tracker};
+use cudaleak_core::assemble::{Assembler, DumpMeta, GrowthTracker, Snapshot};
+use cudaleak_core::lock::FutexMutex;
+use cudaleak_core::report::{Report, Trigger};
+use cudaleak_core::suppress::Suppressions;
+use cudaleak_core::symbolize::ProcessSymbolizer;
+use cudaleak_core::writer::{self, ReportName};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What survives from one dump of a process to the next.
+pub struct DumpState {
+    symbols: ProcessSymbolizer,
+    growth: GrowthTracker,
+    sequence: u64,
+    pub timeline: cudaleak_core::timeline::Timeline,
+    /// interval report files written, oldest first (CUDALEAK_INTERVAL_KEEP)
+    pub interval_files: std::collections::VecDeque<PathBuf>,
+}
+
+impl DumpState {
+    fn new() -> DumpState {
+        DumpState {
+            symbols: ProcessSymbolizer::new(),
+            growth: GrowthTracker::default(),
+            sequence: 0,
+            timeline: Default::default(),
+            interval_files: Default::default(),
+        }
+    }
+}
+
+impl DumpState {
+    /// A fork child numbers its own dumps and tracks its own growth; the
+    /// symbol cache stays valid (same mappings).
+    pub fn reset_for_child(&mut self) {
+        self.growth = GrowthTracker::default();
+        self.sequence = 0;
+        self.timeline = Default::default();
+        self.interval_files.clear();
+    }
+}
+
+/// Serializes dumps; the fork prepare handler takes it too, so a child is
+/// never forked in the middle of symbolization.
+pub static DUMP_STATE: FutexMutex<Option<DumpState>> = FutexMutex::new(None);
+
+pub struct Request {
+    pub trigger: Trigger,
+    pub reason: Option<String>,
+    pub signal: Option<i32>,
+    pub exit_status: Option<i32>,
+    /// give up on locks held longer than this (exit paths)
+    pub lock_timeout: Option<Duration>,
+}
+
+impl Request {
+    pub fn new(trigger: Trigger) -> Request {
+        Request {
+            trigger,
+            reason: None,
+            signal: None,
+            exit_status: None,
+            lock_timeout: None,
+        }
+    }
+}
+
+pub struct Outcome {
+    pub report: Report,
+    pub path: Option<PathBuf>,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn command_line() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buffer and its length.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The distributed rank the launcher gave this process, if any.
+pub fn rank() -> Option<i64> {
+    ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
+    // SAFETY: plain system calls.
+    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+    DumpMeta {
+        trigger: req.trigger,
+        sequence,
+        pid: pid as i64,
+        ppid: Some(ppid as i64),
+        command: command_line(),
+        hostname: Some(hostname()),
+        rank: rank(),
+        timestamp_ms: now_ms(),
+        reason: req.reason.clone(),
+        exit_status: req.exit_status,
+        signal: req.signal,
+        python: python::status(),
+    }
+}
+
+/// Assembles a report from `snap` with the process's dump state.
+pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
+    let mut scratch = GrowthTracker::default();
+    let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
+    Assembler {
+        depot: &tracker::DEPOT,
+        codes: &tracker::CODES,
+        symbols: &mut state.symbols,
+        suppressions: lifecycle::suppressions(),
+        growth: growth_tracker,
+    }
+    .assemble(snap, meta)
+}
+
+/// Runs `f` with the dump state, creating it on first use.
+pub fn with_state<R>(timeout: Option<Duration>, f: impl FnOnce(&mut DumpState) -> R) -> Option<R> {
+    let mut guard = match timeout {
+        Some(t) => DUMP_STATE.lock_for(t)?,
+        None => DUMP_STATE.lock(),
+    };
+    Some(f(guard.get_or_insert_with(DumpState::new)))
+}
+
+/// Takes one dump and writes its report. `None` when the process made no
+/// allocation call (it writes no reports) or a lock could not be taken.
+pub fn dump(req: Request) -> Option<Outcome> {
+    if !tracker::saw_allocation_call() {
+        return None;
+    }
+    with_state(req.lock_timeout, |state| {
+        let snap = tracker::snapshot(req.lock_timeout)?;
+        state.sequence += 1;
+        let meta = meta_for(&req, state.sequence);
+        let report = assemble(state, &snap, meta, true);
+        if tracker::config().interval.is_some() {
+            state.timeline.record(&report);
+        }
+        let path = write(&report);
+        if req.trigger == Trigger::Interval {
+            if let Some(p) = &path {
+                state.interval_files.push_back(p.clone());
+            }
+            let keep = tracker::config().interval_keep;
+            while keep > 0 && state.interval_files.len() > keep {
+                if let Some(old) = state.interval_files.pop_front() {
+                    let _ = std::fs::remove_file(old);
+                }
+            }
+        }
+        if tracker::config().interval.is_some() {
+            write_timeline(state);
+        }
+        Some(Outcome { report, path })
+    })
+    .flatten()
+}
+
+fn report_name(r: &Report) -> ReportName {
+    ReportName {
+        hostname: r.hostname.clone().unwrap_or_else(|| "unknown".into()),
+        rank: r.rank,
+        pid: r.pid,
+        instance: lifecycle::instance(),
+        sequence: r.sequence,
+        trigger: r.trigger.name(),
+    }
+}
+
+fn write(report: &Report) -> Option<PathBuf> {
+    let dir = lifecycle::report_dir()?;
+    let bytes = match serde_json::to_vec_pretty(report) {
+        Ok(b) => b,
+        Err(e) => {
+            lifecycle::warn(&format!("cudaleak: cannot encode the report: {e}"));
+            return None;
+        }
+    };
+    match writer::write_new_file(&dir, &report_name(report).file_name(), &bytes) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            lifecycle::warn(&format!(
+                "cudaleak: cannot write the report into {}: {e} (set CUDALEAK_DIR to a writable directory)",
+                dir.display()
+            ));
+            None
+        }
+    }
+}
+
+fn write_timeline(state: &DumpState) {
+    let Some(dir) = lifecycle::report_dir() else { return };
+    let name = ReportName {
+        hostname: hostname(),
+        rank: rank(),
+        // SAFETY: plain system call.
+        pid: unsafe { libc::getpid() } as i64,
+        instance: lifecycle::instance(),
+        sequence: 0,
+        trigger: "interval",
+    };
+    if let Ok(bytes) = serde_json::to_vec(&state.timeline) {
+        let _ = writer::replace_file(&dir, &name.timeline_name(), &bytes);
+    }
+}
+
+/// Suppressions from CUDALEAK_SUPPRESSIONS plus the built-in defaults.
+pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
+    let mut s = Suppressions::default();
+    if config.default_suppressions {
+        if let Ok(d) = Suppressions::parse(cudaleak_core::suppress::DEFAULT_SUPPRESSIONS, "<default>") {
+            s.extend(d);
+        }
+    }
+    if let Some(path) = &config.suppressions {
+        match std::fs::read_to_string(path) {
+            Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
+                Ok(user) => s.extend(user),
+                Err(e) => lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
+            },
+            Err(e) => lifecycle::warn(&format!(
+                "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={}: {e}",
+                path.display()
+            )),
+        }
+    }
+    s
+}

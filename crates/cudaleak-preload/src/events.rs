@@ -1,0 +1,563 @@
+//! What each hooked call means for the live map: the events of the hook
+//! table (`hooks.rs`).
+//!
+//! Every hook runs `intercept(layer, make_event, call_real)`:
+//! 1. the event looks at the arguments (`before`), then
+//! 2. the real function runs with no lock of ours held, then
+//! 3. the event records the outcome (`after`); the real result is returned
+//!    unchanged, whatever happens here.
+//!
+//! Numbered cases worth knowing:
+//! 1. Record at one level. A runtime hook (cudaMalloc) captures the stack
+//!    and publishes a [`RuntimeCall`] in a thread-local; the driver hook it
+//!    calls (cuMemAlloc_v2) records the block with the runtime's API name
+//!    and stack, and marks the call consumed. If the runtime reached the
+//!    driver some way we did not see, the runtime hook records the block
+//!    itself. Either way, one program call is one allocation.
+//! 2. A driver hook entered while another driver hook runs on the same
+//!    thread (a driver entry point calling another exported one) passes
+//!    straight through.
+//! 3. Releases remove the block *before* the real call and put it back if
+//!    the call fails. Removing after would race with another thread that
+//!    gets the same address from the driver between the two.
+//! 4. Panics are caught on both sides of the real call (never across
+//!    `extern "C"`); a failed `before` still calls the real function.
+
+use crate::capture::Stack;
+use crate::ffi::*;
+use crate::hooks::{HookId, Layer};
+use crate::resolve;
+use crate::tracker;
+use cudaleak_core::record::{Api, MemoryKind};
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+thread_local! {
+    /// A driver hook is running on this thread (case 2).
+    static IN_DRIVER_HOOK: Cell<bool> = const { Cell::new(false) };
+    /// The runtime hook running on this thread, if any (case 1).
+    static RUNTIME_CALL: Cell<*const RuntimeCall> = const { Cell::new(std::ptr::null()) };
+}
+
+pub trait Event {
+    type State;
+    /// Looks at the call before it happens; `None` skips `after`.
+    fn before(&self) -> Option<Self::State>;
+    /// Called with the state at its final place, just before the real call.
+    fn publish(&self, _state: &Self::State) {}
+    fn after(&self, state: Self::State, result: c_int);
+}
+
+#[inline(always)]
+pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl FnOnce() -> c_int) -> c_int {
+    if !tracker::is_tracking() {
+        return call();
+    }
+    let nested = layer == Layer::Driver && IN_DRIVER_HOOK.with(|f| f.replace(true));
+    if nested {
+        return call();
+    }
+    let prepared = catch_unwind(AssertUnwindSafe(|| {
+        let ev = make();
+        ev.before().map(|st| (ev, st))
+    }))
+    .ok()
+    .flatten();
+    if let Some((ev, st)) = &prepared {
+        let _ = catch_unwind(AssertUnwindSafe(|| ev.publish(st)));
+    }
+    let result = call();
+    if layer == Layer::Driver {
+        IN_DRIVER_HOOK.with(|f| f.set(false));
+    }
+    if let Some((ev, st)) = prepared {
+        if catch_unwind(AssertUnwindSafe(|| ev.after(st, result))).is_err() {
+            tracker::note_internal_error();
+        }
+    }
+    result
+}
+
+/// Memory kinds each release call accepts.
+pub type KindSet = &'static [MemoryKind];
+pub const FREES_DEVICE: KindSet = &[MemoryKind::Device, MemoryKind::Managed];
+pub const FREES_HOST: KindSet = &[MemoryKind::Host];
+pub const FREES_RESERVATION: KindSet = &[MemoryKind::Reservation];
+
+// ---- runtime calls (case 1) ----
+
+pub struct RuntimeCall {
+    api: Api,
+    /// driver hooks this runtime entry point makes
+    expects: &'static [HookId],
+    stack: Option<Stack>,
+    /// a driver allocation hook handled the call (recorded the block or
+    /// counted the failure)
+    handled: Cell<bool>,
+    /// a driver release hook handled the release
+    released: Cell<bool>,
+    /// a driver context hook handled a teardown
+    torn_down: Cell<bool>,
+}
+
+impl RuntimeCall {
+    fn new(api: Api, expects: &'static [HookId], with_stack: bool) -> RuntimeCall {
+        RuntimeCall {
+            api,
+            expects,
+            stack: with_stack.then(Stack::capture),
+            handled: Cell::new(false),
+            released: Cell::new(false),
+            torn_down: Cell::new(false),
+        }
+    }
+
+    fn publish(&self) {
+        RUNTIME_CALL.with(|c| c.set(self as *const RuntimeCall));
+    }
+
+    fn unpublish() {
+        RUNTIME_CALL.with(|c| c.set(std::ptr::null()));
+    }
+}
+
+/// The runtime call this driver hook serves, if any.
+fn calling_runtime(id: HookId) -> Option<&'static RuntimeCall> {
+    let p = RUNTIME_CALL.with(|c| c.get());
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: published by a runtime hook further up this thread's stack,
+    // cleared before that frame ends.
+    let rc = unsafe { &*p };
+    rc.expects.contains(&id).then_some(rc)
+}
+
+// ---- allocations ----
+
+enum Out {
+    /// pointer-sized out parameter holding the new address or handle
+    Address(*mut u64),
+}
+
+enum Size {
+    Bytes(u64),
+    /// cuMemAllocPitch: pitch (written by the call) × height
+    Pitch(*mut usize, usize),
+}
+
+pub struct Alloc {
+    id: HookId,
+    api: Api,
+    kind: MemoryKind,
+    out: Out,
+    size: Size,
+    device: Option<u8>,
+}
+
+impl Alloc {
+    pub fn new(id: HookId, api: Api, kind: MemoryKind, out: *mut u64, size: usize) -> Alloc {
+        Alloc {
+            id,
+            api,
+            kind,
+            out: Out::Address(out),
+            size: Size::Bytes(size as u64),
+            device: None,
+        }
+    }
+
+    pub fn pitched(id: HookId, api: Api, out: *mut u64, pitch: *mut usize, height: usize) -> Alloc {
+        Alloc {
+            size: Size::Pitch(pitch, height),
+            ..Alloc::new(id, api, MemoryKind::Device, out, 0)
+        }
+    }
+
+    /// cuMemCreate: the device comes from the allocation properties.
+    pub fn physical(id: HookId, handle: *mut u64, size: usize, prop: *const CUmemAllocationProp) -> Alloc {
+        // SAFETY: prop is the caller's argument; read only when non-null.
+        let device = (!prop.is_null()).then(|| unsafe { (*prop).location_id }).and_then(|d| u8::try_from(d).ok());
+        Alloc {
+            device,
+            ..Alloc::new(id, Api::cuMemCreate, MemoryKind::Physical, handle, size)
+        }
+    }
+}
+
+impl Event for Alloc {
+    type State = ();
+
+    fn before(&self) -> Option<()> {
+        tracker::note_allocation_call();
+        Some(())
+    }
+
+    fn after(&self, _: (), result: c_int) {
+        let runtime = calling_runtime(self.id).filter(|rc| !rc.handled.get());
+        if let Some(rc) = runtime {
+            rc.handled.set(true);
+        }
+        if result != CUDA_SUCCESS {
+            tracker::note_failed_allocation();
+            return;
+        }
+        let Out::Address(out) = self.out;
+        if out.is_null() {
+            return;
+        }
+        // SAFETY: the call succeeded, so it wrote its out parameter.
+        let key = unsafe { out.read_unaligned() };
+        let size = match self.size {
+            Size::Bytes(b) => b,
+            // SAFETY: written by the successful call.
+            Size::Pitch(p, h) if !p.is_null() => unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64),
+            Size::Pitch(..) => 0,
+        };
+        let (api, stack) = match runtime {
+            Some(rc) => (rc.api, rc.stack.as_ref()),
+            None => (self.api, None),
+        };
+        let own;
+        let stack = match stack {
+            Some(s) => s,
+            None => {
+                own = Stack::capture();
+                &own
+            }
+        };
+        tracker::record_allocation(key, size, api, self.kind, stack, self.device);
+    }
+}
+
+// ---- releases (case 3) ----
+
+pub struct Free {
+    id: HookId,
+    addr: u64,
+    accepts: KindSet,
+}
+
+impl Free {
+    pub fn new(id: HookId, addr: u64, accepts: KindSet) -> Free {
+        Free { id, addr, accepts }
+    }
+}
+
+pub struct Removed(Option<cudaleak_core::record::Block>);
+
+impl Event for Free {
+    type State = Removed;
+
+    fn before(&self) -> Option<Removed> {
+        if let Some(rc) = calling_runtime(self.id) {
+            rc.released.set(true);
+        }
+        if self.addr == 0 {
+            // Freeing NULL is not a bad free, and records nothing.
+            return None;
+        }
+        Some(Removed(tracker::remove_block(self.addr, self.accepts)))
+    }
+
+    fn after(&self, removed: Removed, result: c_int) {
+        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS);
+    }
+}
+
+pub struct Release(u64);
+
+impl Release {
+    pub fn new(handle: u64) -> Release {
+        Release(handle)
+    }
+}
+
+impl Event for Release {
+    type State = tracker::HandleRelease;
+    fn before(&self) -> Option<tracker::HandleRelease> {
+        Some(tracker::release_handle_begin(self.0))
+    }
+    fn after(&self, st: tracker::HandleRelease, result: c_int) {
+        tracker::release_handle_end(self.0, st, result == CUDA_SUCCESS);
+    }
+}
+
+pub struct Map {
+    va: u64,
+    size: u64,
+    handle: u64,
+}
+
+impl Map {
+    pub fn new(va: u64, size: usize, handle: u64) -> Map {
+        Map {
+            va,
+            size: size as u64,
+            handle,
+        }
+    }
+}
+
+impl Event for Map {
+    type State = ();
+    fn before(&self) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: (), result: c_int) {
+        if result == CUDA_SUCCESS {
+            tracker::mapped(self.va, self.size, self.handle);
+        }
+    }
+}
+
+pub struct Unmap {
+    va: u64,
+    size: u64,
+}
+
+impl Unmap {
+    pub fn new(va: u64, size: usize) -> Unmap {
+        Unmap { va, size: size as u64 }
+    }
+}
+
+impl Event for Unmap {
+    type State = tracker::UnmapUndo;
+    fn before(&self) -> Option<tracker::UnmapUndo> {
+        Some(tracker::unmap_begin(self.va, self.size))
+    }
+    fn after(&self, undo: tracker::UnmapUndo, result: c_int) {
+        tracker::unmap_finish(undo, result == CUDA_SUCCESS);
+    }
+}
+
+// ---- contexts ----
+
+pub enum ContextEvent {
+    Destroy(u64),
+    PrimaryRetain(*mut CUcontext, CUdevice),
+    PrimaryRelease(CUdevice),
+    PrimaryReset(CUdevice),
+}
+
+impl ContextEvent {
+    pub fn destroy(ctx: CUcontext) -> ContextEvent {
+        ContextEvent::Destroy(ctx as u64)
+    }
+    pub fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> ContextEvent {
+        ContextEvent::PrimaryRetain(pctx, dev)
+    }
+    pub fn primary_release(dev: CUdevice) -> ContextEvent {
+        ContextEvent::PrimaryRelease(dev)
+    }
+    pub fn primary_reset(dev: CUdevice) -> ContextEvent {
+        ContextEvent::PrimaryReset(dev)
+    }
+}
+
+impl Event for ContextEvent {
+    type State = ();
+    fn before(&self) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: (), result: c_int) {
+        if result != CUDA_SUCCESS {
+            return;
+        }
+        match *self {
+            ContextEvent::Destroy(ctx) => tracker::teardown_context(ctx),
+            ContextEvent::PrimaryRetain(pctx, dev) if !pctx.is_null() => {
+                // SAFETY: written by the successful call.
+                tracker::primary_retained(dev, unsafe { *pctx } as u64)
+            }
+            ContextEvent::PrimaryRetain(..) => {}
+            ContextEvent::PrimaryRelease(dev) => tracker::primary_released(dev),
+            ContextEvent::PrimaryReset(dev) => {
+                if let Some(rc) = calling_runtime(HookId::cuDevicePrimaryCtxReset_v2) {
+                    rc.torn_down.set(true);
+                }
+                tracker::primary_reset(dev)
+            }
+        }
+    }
+}
+
+// ---- entry-point lookups ----
+
+pub struct EntryPoint {
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+}
+
+impl EntryPoint {
+    pub fn new(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> EntryPoint {
+        EntryPoint {
+            symbol,
+            pfn,
+            version,
+            flags,
+        }
+    }
+}
+
+impl Event for EntryPoint {
+    type State = ();
+    fn before(&self) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: (), result: c_int) {
+        if result == CUDA_SUCCESS {
+            // SAFETY: the lookup's own arguments.
+            unsafe { resolve::substitute_entry_point(self.symbol, self.pfn, self.version, self.flags) };
+        }
+    }
+}
+
+// ---- runtime entry points ----
+
+pub enum RtSize {
+    Bytes(usize),
+    /// pitch out parameter × rows
+    Pitch(*mut usize, usize),
+}
+
+pub struct RuntimeAlloc {
+    api: Api,
+    kind: MemoryKind,
+    expects: &'static [HookId],
+    out: *mut u64,
+    size: RtSize,
+}
+
+impl RuntimeAlloc {
+    pub fn new(api: Api, kind: MemoryKind, expects: &'static [HookId], out: *mut u64, size: RtSize) -> RuntimeAlloc {
+        RuntimeAlloc {
+            api,
+            kind,
+            expects,
+            out,
+            size,
+        }
+    }
+
+    /// cudaMalloc3D: the pointer and pitch are fields of `*pitched`.
+    pub fn pitched_3d(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> RuntimeAlloc {
+        let (out, pitch) = if pitched.is_null() {
+            (std::ptr::null_mut(), std::ptr::null_mut())
+        } else {
+            // SAFETY: field addresses of a non-null caller struct.
+            unsafe {
+                (
+                    std::ptr::addr_of_mut!((*pitched).ptr).cast(),
+                    std::ptr::addr_of_mut!((*pitched).pitch),
+                )
+            }
+        };
+        RuntimeAlloc::new(
+            Api::cudaMalloc3D,
+            MemoryKind::Device,
+            crate::hooks::RUNTIME_MALLOC_PITCH,
+            out,
+            RtSize::Pitch(pitch, extent.height.saturating_mul(extent.depth)),
+        )
+    }
+}
+
+impl Event for RuntimeAlloc {
+    type State = RuntimeCall;
+
+    fn before(&self) -> Option<RuntimeCall> {
+        tracker::note_allocation_call();
+        Some(RuntimeCall::new(self.api, self.expects, true))
+    }
+
+    fn publish(&self, rc: &RuntimeCall) {
+        rc.publish();
+    }
+
+    fn after(&self, rc: RuntimeCall, result: c_int) {
+        RuntimeCall::unpublish();
+        if rc.handled.get() {
+            return;
+        }
+        if result != CUDA_SUCCESS {
+            // The driver hook counts failures it sees; count those it did not.
+            tracker::note_failed_allocation();
+            return;
+        }
+        if self.out.is_null() {
+            return;
+        }
+        // SAFETY: the call succeeded and wrote its out parameter.
+        let key = unsafe { self.out.read_unaligned() };
+        if key == 0 {
+            return; // cudaMalloc(&p, 0) returns NULL and allocates nothing
+        }
+        let size = match self.size {
+            RtSize::Bytes(b) => b as u64,
+            // SAFETY: written by the successful call.
+            RtSize::Pitch(p, rows) if !p.is_null() => unsafe { p.read_unaligned() as u64 }.saturating_mul(rows as u64),
+            RtSize::Pitch(..) => 0,
+        };
+        if let Some(stack) = rc.stack.as_ref() {
+            tracker::record_allocation(key, size, self.api, self.kind, stack, None);
+        }
+    }
+}
+
+pub struct RuntimeFree {
+    addr: u64,
+    expects: &'static [HookId],
+    accepts: KindSet,
+}
+
+impl RuntimeFree {
+    pub fn new(addr: u64, expects: &'static [HookId], accepts: KindSet) -> RuntimeFree {
+        RuntimeFree { addr, expects, accepts }
+    }
+}
+
+impl Event for RuntimeFree {
+    type State = RuntimeCall;
+
+    fn before(&self) -> Option<RuntimeCall> {
+        Some(RuntimeCall::new(Api::cudaMalloc, self.expects, false))
+    }
+
+    fn publish(&self, rc: &RuntimeCall) {
+        rc.publish();
+    }
+
+    fn after(&self, rc: RuntimeCall, result: c_int) {
+        RuntimeCall::unpublish();
+        // cudaFree(NULL) initializes the context; it frees nothing.
+        if rc.released.get() || self.addr == 0 {
+            return;
+        }
+        // The runtime released without a driver call we saw.
+        let removed = tracker::remove_block(self.addr, self.accepts);
+        tracker::finish_release(self.addr, removed, result == CUDA_SUCCESS);
+    }
+}
+
+pub struct RuntimeReset;
+
+impl Event for RuntimeReset {
+    type State = RuntimeCall;
+    fn before(&self) -> Option<RuntimeCall> {
+        Some(RuntimeCall::new(Api::cudaMalloc, &[HookId::cuDevicePrimaryCtxReset_v2], false))
+    }
+    fn publish(&self, rc: &RuntimeCall) {
+        rc.publish();
+    }
+    fn after(&self, rc: RuntimeCall, result: c_int) {
+        RuntimeCall::unpublish();
+        if result == CUDA_SUCCESS && !rc.torn_down.get() {
+            tracker::teardown_current_device();
+        }
+    }
+}

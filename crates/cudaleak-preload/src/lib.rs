@@ -1,0 +1,36 @@
+//! libcudaleak.so: preload it and every CUDA allocation the process makes
+//! is tracked; what is still live at exit is reported.
+//!
+//! A thin shim over `cudaleak-core`, one file per concern:
+//! - `hooks`: the declarative table of interposed CUDA functions;
+//! - `events`: what each call means for the live map;
+//! - `resolve`: real functions, `dlsym` and entry-point interception;
+//! - `tracker`: the process-wide state (live map, depot, contexts, VMM);
+//! - `capture`, `unwind`, `python`: stacks, captured raw in the hook;
+//! - `dump`: snapshot → report → file;
+//! - `lifecycle`: start, fork, dumper thread, signals, exit paths;
+//! - `api`: the in-process C API.
+
+mod api;
+mod capture;
+mod dump;
+mod events;
+mod ffi;
+mod hooks;
+mod lifecycle;
+mod python;
+mod resolve;
+mod tracker;
+mod unwind;
+
+#[cfg(not(test))]
+#[ctor::ctor]
+fn cudaleak_init() {
+    lifecycle::init();
+}
+
+#[cfg(not(test))]
+#[ctor::dtor]
+fn cudaleak_fini() {
+    lifecycle::at_exit();
+}

@@ -1,0 +1,540 @@
+//! The process around the hooks: start, fork, the dumper thread and its
+//! triggers (signal, interval, `cudaleak dump`), and every way out of the
+//! process (return from main, exit, _exit, SIGTERM/SIGINT).
+//!
+//! Rules this file keeps:
+//! 1. A signal handler only stores to atomics and wakes a futex (a raw,
+//!    async-signal-safe system call); the dumper thread, created with every
+//!    signal blocked, does the work.
+//! 2. Signal handlers are installed at the first allocation call, not at
+//!    load: Python installs its SIGINT handler only over SIG_DFL, so one
+//!    installed at load would silently turn off KeyboardInterrupt. SIGTERM
+//!    and SIGINT are taken only while their disposition is still SIG_DFL.
+//! 3. The exit report is written as late as possible: from a destructor
+//!    that runs after the program's atexit handlers and static destructors.
+//!    Its status comes from hooks on `__libc_start_main` (the value main
+//!    returns) and `exit`.
+//! 4. In a child of `vfork` the parent's memory is shared and no fork
+//!    handler ran: `_exit` there must not touch our state (pid check).
+
+use crate::dump::{self, Request};
+use crate::{resolve, tracker};
+use cudaleak_core::config::Config;
+use cudaleak_core::lock::{wait_while_equal, wake_all};
+use cudaleak_core::render::{self, TextOptions};
+use cudaleak_core::report::Trigger;
+use cudaleak_core::suppress::Suppressions;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static PID: AtomicI32 = AtomicI32::new(0);
+static INSTANCE: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+static REPORT_DIR: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
+static REPORT_DIR_CHECKED: AtomicU32 = AtomicU32::new(0); // 0 unchecked, 1 ok, 2 unusable
+static SUPPRESSIONS: AtomicPtr<Suppressions> = AtomicPtr::new(std::ptr::null_mut());
+
+const STATUS_UNKNOWN: i64 = i64::MIN;
+static EXIT_STATUS: AtomicI64 = AtomicI64::new(STATUS_UNKNOWN);
+static EXIT_REPORT_DONE: AtomicBool = AtomicBool::new(false);
+
+static DUMPER_STARTED: AtomicBool = AtomicBool::new(false);
+static HANDLERS_INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Bumped (and futex-woken) by every trigger.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+static SIGNAL_PENDING: AtomicBool = AtomicBool::new(false);
+static FATAL_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static FATAL_DONE: AtomicBool = AtomicBool::new(false);
+static PREV_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static PREV_FLAGS: AtomicI32 = AtomicI32::new(0);
+static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// How often the dumper looks for a `cudaleak dump` request file.
+const REQUEST_POLL: Duration = Duration::from_millis(200);
+/// How long a SIGTERM/SIGINT handler waits for the exit report.
+const FATAL_DUMP_WAIT: Duration = Duration::from_secs(10);
+/// Lock waits on exit paths: a thread may have died holding one.
+const EXIT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One line to stderr, without std's stderr lock (hooks, signals, exit).
+pub fn warn(line: &str) {
+    let mut buf = Vec::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line.as_bytes());
+    buf.push(b'\n');
+    write_stderr(&buf);
+}
+
+fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writing our own buffer to fd 2.
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+pub fn warn_once_about_missing(id: crate::hooks::HookId) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        warn(&format!(
+            "cudaleak: the real {} was not found; passing an error back (is the CUDA driver installed?)",
+            id.name()
+        ));
+    }
+}
+
+pub fn instance() -> String {
+    let p = INSTANCE.load(Ordering::Acquire);
+    if p.is_null() {
+        return "0".into();
+    }
+    // SAFETY: leaked, never freed.
+    unsafe { (*p).clone() }
+}
+
+fn new_instance() {
+    let s = Box::into_raw(Box::new(cudaleak_core::writer::instance_token(dump::now_ms())));
+    INSTANCE.store(s, Ordering::Release);
+}
+
+pub fn suppressions() -> &'static Suppressions {
+    static EMPTY: Suppressions = Suppressions { rules: Vec::new() };
+    let p = SUPPRESSIONS.load(Ordering::Acquire);
+    if p.is_null() {
+        &EMPTY
+    } else {
+        // SAFETY: leaked, never freed.
+        unsafe { &*p }
+    }
+}
+
+/// The report directory, created on first use; None (after one clear
+/// message) when it cannot be used.
+pub fn report_dir() -> Option<PathBuf> {
+    let p = REPORT_DIR.load(Ordering::Acquire);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: leaked, never freed.
+    let dir = unsafe { &*p };
+    match REPORT_DIR_CHECKED.load(Ordering::Acquire) {
+        1 => Some(dir.clone()),
+        2 => None,
+        _ => match cudaleak_core::writer::prepare_dir(dir) {
+            Ok(()) => {
+                REPORT_DIR_CHECKED.store(1, Ordering::Release);
+                Some(dir.clone())
+            }
+            Err(e) => {
+                REPORT_DIR_CHECKED.store(2, Ordering::Release);
+                warn(&format!(
+                    "cudaleak: cannot write reports into {}: {e}; no report will be written (set CUDALEAK_DIR to a writable directory)",
+                    dir.display()
+                ));
+                None
+            }
+        },
+    }
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Library constructor.
+pub fn init() {
+    // SAFETY: plain system call.
+    PID.store(unsafe { libc::getpid() }, Ordering::Release);
+    new_instance();
+    let config = tracker::install_config(Config::from_env(env_var, |w| warn(&w)));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let dir = match &config.dir {
+        Some(d) if d.is_absolute() => d.clone(),
+        Some(d) => cwd.join(d),
+        None => cwd,
+    };
+    REPORT_DIR.store(Box::into_raw(Box::new(dir)), Ordering::Release);
+    SUPPRESSIONS.store(Box::into_raw(Box::new(dump::load_suppressions(config))), Ordering::Release);
+    crate::python::init(config.python);
+    // Internal panics are caught at the hook boundary; keep them off the
+    // program's stderr (this std copy is ours alone).
+    std::panic::set_hook(Box::new(|_| tracker::note_internal_error()));
+    // SAFETY: registering plain extern "C" callbacks.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    tracker::set_tracking(true);
+}
+
+/// First allocation call of this process (or of this fork child).
+pub fn on_first_allocation_call() {
+    if !HANDLERS_INSTALLED.swap(true, Ordering::AcqRel) {
+        install_signal_handlers();
+    }
+    start_dumper();
+}
+
+// ---- the dumper thread ----
+
+fn start_dumper() {
+    if DUMPER_STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // The thread inherits this mask: it must never run a signal handler.
+    // SAFETY: sigset manipulation on local storage.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let spawned = std::thread::Builder::new()
+            .name("cudaleak-dump".into())
+            .stack_size(1 << 20)
+            .spawn(dumper_loop);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if spawned.is_err() {
+            DUMPER_STARTED.store(false, Ordering::Release);
+        }
+    }
+}
+
+fn request_file() -> Option<PathBuf> {
+    let dir = {
+        let p = REPORT_DIR.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: leaked, never freed.
+        unsafe { (*p).clone() }
+    };
+    Some(dir.join(dump_request_name(PID.load(Ordering::Acquire))))
+}
+
+/// The file `cudaleak dump PID` creates in the report directory.
+pub fn dump_request_name(pid: i32) -> String {
+    format!(".cudaleak-dump-request.{pid}")
+}
+
+fn dumper_loop() {
+    let mut next_interval = tracker::config().interval.map(|i| Instant::now() + i);
+    let request = request_file();
+    loop {
+        let seen = WAKE.load(Ordering::Acquire);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let fatal = FATAL_SIGNAL.load(Ordering::Acquire);
+            if fatal != 0 && !FATAL_DONE.load(Ordering::Acquire) {
+                exit_report(None, Some(fatal));
+                FATAL_DONE.store(true, Ordering::Release);
+            }
+            if SIGNAL_PENDING.swap(false, Ordering::AcqRel) {
+                let mut r = Request::new(Trigger::Signal);
+                r.signal = tracker::config().signal;
+                dump::dump(r);
+            }
+            if let (Some(due), Some(every)) = (next_interval, tracker::config().interval) {
+                if Instant::now() >= due {
+                    dump::dump(Request::new(Trigger::Interval));
+                    next_interval = Some(Instant::now() + every);
+                }
+            }
+            if let Some(req) = &request {
+                if std::fs::remove_file(req).is_ok() {
+                    let mut r = Request::new(Trigger::Api);
+                    r.reason = Some("cudaleak dump".into());
+                    dump::dump(r);
+                }
+            }
+        }));
+        let mut wait = REQUEST_POLL;
+        if let Some(due) = next_interval {
+            wait = wait.min(due.saturating_duration_since(Instant::now()));
+        }
+        wait_while_equal(&WAKE, seen, Some(wait));
+    }
+}
+
+fn wake_dumper() {
+    WAKE.fetch_add(1, Ordering::AcqRel);
+    wake_all(&WAKE);
+}
+
+// ---- signals ----
+
+fn install_signal_handlers() {
+    let config = tracker::config();
+    if let Some(sig) = config.signal {
+        // SAFETY: sigaction with a handler that only touches atomics.
+        unsafe {
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_dump_signal as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, &new, &mut old) == 0 && old.sa_sigaction != on_dump_signal as *const () as usize {
+                PREV_HANDLER.store(old.sa_sigaction, Ordering::Release);
+                PREV_FLAGS.store(old.sa_flags, Ordering::Release);
+            }
+        }
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        if Some(sig) == config.signal {
+            continue;
+        }
+        // SAFETY: query then install only over the default disposition.
+        unsafe {
+            let mut cur: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction != libc::SIG_DFL {
+                continue;
+            }
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_fatal_signal as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO;
+            libc::sigaction(sig, &new, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut c_void) {
+    // SAFETY: errno is thread-local; restored so the interrupted code never
+    // sees it change.
+    let errno = unsafe { *libc::__errno_location() };
+    SIGNAL_PENDING.store(true, Ordering::Release);
+    wake_dumper();
+    let prev = PREV_HANDLER.load(Ordering::Acquire);
+    if prev != libc::SIG_DFL && prev != libc::SIG_IGN && prev != on_dump_signal as *const () as usize {
+        // SAFETY: the handler the program (or a library) installed before
+        // us, called the way it asked to be called.
+        unsafe {
+            if PREV_FLAGS.load(Ordering::Acquire) & libc::SA_SIGINFO != 0 {
+                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(prev);
+                f(sig, info, uctx);
+            } else {
+                let f: extern "C" fn(c_int) = std::mem::transmute(prev);
+                f(sig);
+            }
+        }
+    }
+    // SAFETY: see above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+extern "C" fn on_fatal_signal(sig: c_int, _info: *mut libc::siginfo_t, _uctx: *mut c_void) {
+    if DUMPER_STARTED.load(Ordering::Acquire)
+        && FATAL_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    {
+        wake_dumper();
+        // nanosleep is async-signal-safe.
+        let step = libc::timespec { tv_sec: 0, tv_nsec: 5_000_000 };
+        let rounds = FATAL_DUMP_WAIT.as_millis() / 5;
+        for _ in 0..rounds {
+            if FATAL_DONE.load(Ordering::Acquire) {
+                break;
+            }
+            // SAFETY: sleeping on a local timespec.
+            unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        }
+    }
+    // Continue with the default action of the signal.
+    // SAFETY: async-signal-safe calls only.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+        real_exit_immediately(128 + sig);
+    }
+}
+
+// ---- fork ----
+
+extern "C" fn fork_prepare() {
+    dump::DUMP_STATE.raw_lock();
+    tracker::lock_all_for_fork();
+}
+
+extern "C" fn fork_parent() {
+    // SAFETY: the prepare handler took these locks on this thread.
+    unsafe {
+        tracker::unlock_all_after_fork();
+        dump::DUMP_STATE.raw_unlock();
+    }
+}
+
+extern "C" fn fork_child() {
+    // SAFETY: single-threaded child; the prepare handler took the locks.
+    unsafe {
+        tracker::reset_in_child_and_unlock();
+        if let Some(state) = dump::DUMP_STATE.get_unchecked().as_mut() {
+            state.reset_for_child();
+        }
+        dump::DUMP_STATE.raw_unlock();
+        PID.store(libc::getpid(), Ordering::Release);
+    }
+    new_instance();
+    DUMPER_STARTED.store(false, Ordering::Release);
+    SIGNAL_PENDING.store(false, Ordering::Release);
+    FATAL_SIGNAL.store(0, Ordering::Release);
+    FATAL_DONE.store(false, Ordering::Release);
+    EXIT_REPORT_DONE.store(false, Ordering::Release);
+    EXIT_STATUS.store(STATUS_UNKNOWN, Ordering::Release);
+}
+
+// ---- the ways out ----
+
+fn is_our_process() -> bool {
+    // SAFETY: plain system call; not cached by glibc.
+    unsafe { libc::getpid() == PID.load(Ordering::Acquire) }
+}
+
+/// Writes the exit report once, prints the summary, and returns the exit
+/// status CUDALEAK_EXITCODE asks for, if it applies.
+fn exit_report(status: Option<i32>, fatal_signal: Option<i32>) -> Option<i32> {
+    if !is_our_process() || EXIT_REPORT_DONE.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let mut req = Request::new(if fatal_signal.is_some() {
+        Trigger::FatalSignal
+    } else {
+        Trigger::Exit
+    });
+    req.exit_status = status;
+    req.signal = fatal_signal;
+    req.lock_timeout = Some(EXIT_LOCK_TIMEOUT);
+    let outcome = dump::dump(req)?;
+    let config = tracker::config();
+    let leaked = !outcome.report.leaks.is_empty();
+    if leaked && config.summary {
+        let path = outcome.path.as_deref().map(Path::to_string_lossy);
+        let text = render::exit_summary(&outcome.report, path.as_deref(), &TextOptions::default());
+        write_stderr(text.as_bytes());
+    }
+    (leaked && config.exitcode != 0 && status == Some(0)).then_some(config.exitcode)
+}
+
+fn known_status() -> Option<i32> {
+    match EXIT_STATUS.load(Ordering::Acquire) {
+        STATUS_UNKNOWN => None,
+        s => Some(s as i32),
+    }
+}
+
+/// Library destructor: after the program's own exit handlers.
+pub fn at_exit() {
+    if let Some(code) = exit_report(known_status(), None) {
+        // SAFETY: flush the program's stdio before leaving without exit().
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        real_exit_immediately(code);
+    }
+}
+
+type ExitFn = unsafe extern "C" fn(c_int) -> !;
+
+fn real_exit_immediately(status: c_int) -> ! {
+    let p = resolve::real_dlsym(libc::RTLD_NEXT, c"_exit");
+    if !p.is_null() {
+        // SAFETY: glibc's _exit.
+        unsafe {
+            let f: ExitFn = std::mem::transmute(p);
+            f(status)
+        }
+    }
+    // SAFETY: the raw system call as the last resort.
+    unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
+    std::process::abort()
+}
+
+/// `_exit` and `_Exit`: no atexit handlers run, so the report is written
+/// here (os._exit in Python, multiprocessing workers, many launchers).
+fn immediate_exit(status: c_int) -> ! {
+    let code = std::panic::catch_unwind(|| {
+        EXIT_STATUS.store(status as i64, Ordering::Release);
+        exit_report(Some(status), None)
+    })
+    .ok()
+    .flatten();
+    real_exit_immediately(code.unwrap_or(status))
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    immediate_exit(status)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    immediate_exit(status)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn exit(status: c_int) -> ! {
+    if is_our_process() {
+        EXIT_STATUS.store(status as i64, Ordering::Release);
+    }
+    let p = resolve::real_dlsym(libc::RTLD_NEXT, c"exit");
+    if !p.is_null() {
+        // SAFETY: glibc's exit.
+        unsafe {
+            let f: ExitFn = std::mem::transmute(p);
+            f(status)
+        }
+    }
+    real_exit_immediately(status)
+}
+
+type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+type StartMainFn = unsafe extern "C" fn(
+    MainFn,
+    c_int,
+    *mut *mut c_char,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+unsafe extern "C" fn main_returning_status(argc: c_int, argv: *mut *mut c_char, envp: *mut *mut c_char) -> c_int {
+    let main: MainFn = std::mem::transmute(REAL_MAIN.load(Ordering::Acquire));
+    let status = main(argc, argv, envp);
+    if is_our_process() {
+        EXIT_STATUS.store(status as i64, Ordering::Release);
+    }
+    status
+}
+
+/// Wraps `main` to learn the status it returns: glibc passes it to an
+/// internal `exit` that no preload can see.
+///
+/// # Safety
+/// Called by the program's `_start` with glibc's arguments.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    let real = resolve::real_dlsym(libc::RTLD_NEXT, c"__libc_start_main");
+    if real.is_null() {
+        // Nothing to forward to: cannot happen with glibc.
+        std::process::abort();
+    }
+    let real: StartMainFn = std::mem::transmute(real);
+    REAL_MAIN.store(main as usize, Ordering::Release);
+    real(main_returning_status, argc, argv, init, fini, rtld_fini, stack_end)
+}
+
+/// For the in-process API: C string argument to an owned String.
+pub fn c_str_arg(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the API's contract: NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
