@@ -13,6 +13,11 @@
  *   SIMCUDA_DEVICES    number of devices (default 1, at most 8)
  *   SIMCUDA_MAX_ALLOC  larger requests fail with CUDA_ERROR_OUT_OF_MEMORY
  *                      (default 64 GiB)
+ *   SIMCUDA_BACKING    "malloc": one malloc/free per allocation, so that a
+ *                      malloc tracker (heaptrack, memray) sees each one;
+ *                      default: like the real driver, a freed block's
+ *                      address is handed out again for the next request of
+ *                      the same size.
  */
 #define _GNU_SOURCE
 #include "cuda.h"
@@ -97,6 +102,45 @@ static int table_put(struct table *t, struct entry v) {
 
 static void table_erase(struct entry *e) { e->key = TOMBSTONE; }
 
+/* ---- backing memory ---- */
+
+/* Freed blocks by rounded size, linked through their first word: the next
+ * allocation of that size gets the same address back, as from the real
+ * driver. The lock is held. */
+static struct table free_lists; /* key: rounded size, aux: head block */
+static int plain_malloc;
+
+static void *backing_alloc(size_t size) {
+    size_t rounded = (size + 255) & ~(size_t)255;
+    if (plain_malloc) return malloc(size);
+    struct entry *e = table_find(&free_lists, rounded);
+    if (e && e->aux) {
+        void *p = (void *)(uintptr_t)e->aux;
+        e->aux = *(uint64_t *)p;
+        return p;
+    }
+    return aligned_alloc(256, rounded);
+}
+
+static void backing_free(void *p, size_t size) {
+    size_t rounded = (size + 255) & ~(size_t)255;
+    if (plain_malloc) {
+        free(p);
+        return;
+    }
+    struct entry *e = table_find(&free_lists, rounded);
+    if (!e) {
+        struct entry fresh = {.key = rounded, .aux = 0};
+        if (table_put(&free_lists, fresh)) {
+            free(p);
+            return;
+        }
+        e = table_find(&free_lists, rounded);
+    }
+    *(uint64_t *)p = e->aux;
+    e->aux = (uint64_t)(uintptr_t)p;
+}
+
 /* ---- state ---- */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -120,6 +164,8 @@ CUresult cuInit(unsigned int flags) {
         if (d && atoi(d) > 0) device_count = atoi(d) > MAX_DEVICES ? MAX_DEVICES : atoi(d);
         const char *m = getenv("SIMCUDA_MAX_ALLOC");
         if (m && strtoull(m, NULL, 0) > 0) max_alloc = strtoull(m, NULL, 0);
+        const char *b = getenv("SIMCUDA_BACKING");
+        plain_malloc = b && !strcmp(b, "malloc");
         initialized = 1;
     }
     pthread_mutex_unlock(&lock);
@@ -152,7 +198,7 @@ static void release_context_memory(CUcontext ctx) {
     for (size_t i = 0; i < memory.cap; i++) {
         struct entry *e = &memory.e[i];
         if (e->key && e->key != TOMBSTONE && e->aux == (uint64_t)(uintptr_t)ctx) {
-            free((void *)(uintptr_t)e->key);
+            backing_free((void *)(uintptr_t)e->key, e->size);
             table_erase(e);
         }
     }
@@ -245,17 +291,16 @@ static CUresult allocate(void **out, size_t size, int kind) {
     CUcontext ctx = current;
     if (!ctx || !ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p = aligned_alloc(256, (size + 255) & ~(size_t)255);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    void *p = backing_alloc(size);
     struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = size,
                       .aux = (uint64_t)(uintptr_t)ctx, .kind = kind};
-    pthread_mutex_lock(&lock);
-    int failed = table_put(&memory, e);
-    pthread_mutex_unlock(&lock);
-    if (failed) {
-        free(p);
+    if (!p || table_put(&memory, e)) {
+        if (p) backing_free(p, size);
+        pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    pthread_mutex_unlock(&lock);
     *out = p;
     return CUDA_SUCCESS;
 }
@@ -270,8 +315,8 @@ static CUresult release(uint64_t addr, int host) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     table_erase(e);
+    backing_free((void *)(uintptr_t)addr, e->size);
     pthread_mutex_unlock(&lock);
-    free((void *)(uintptr_t)addr);
     return CUDA_SUCCESS;
 }
 

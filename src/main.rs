@@ -1,1 +1,100 @@
-fn main() {}
+//! `cudaleak`: run a command under libcudaleak.so and work with its reports.
+//!
+//! Exit statuses (CONTRACT.md, "Command line"): `run` exits with the
+//! command's own status (128 + N when a signal N killed it), or 23 with
+//! `--fail-on-leak` when the command exited 0 but left unsuppressed leaks;
+//! every subcommand exits 2 on bad input, with one line on stderr.
+
+mod cli;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cudaleak", version, about = "Find CUDA memory that was never released, with native and Python stacks")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// LeakSanitizer-style text
+    Text,
+    /// a report that validates against the schema
+    Json,
+    /// collapsed stacks for flamegraph tools, weighted by bytes
+    Folded,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run COMMAND and everything it starts under the library, then summarize their reports
+    Run(cli::run::RunArgs),
+    /// Render reports (files or directories); several are merged into one view
+    Report {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// groups shown (text) or kept (json, folded)
+        #[arg(long)]
+        top: Option<usize>,
+    },
+    /// Growth between two reports, stack by stack (also across processes)
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        #[arg(long)]
+        top: Option<usize>,
+    },
+    /// One view over all ranks and processes of a distributed run
+    Merge {
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        #[arg(long)]
+        top: Option<usize>,
+    },
+    /// Ask a running process for a live dump and wait for its report
+    Dump {
+        pid: i32,
+        /// the process's report directory (default: its CUDALEAK_DIR, or its working directory)
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// seconds to wait for the report
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+    },
+    /// Run a leaking demo program on the bundled simulated CUDA driver
+    Demo {
+        /// where the report goes (default: a new temporary directory)
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// List the environment variables the library reads
+    Env,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Run(a) => cli::run::run(a),
+        Command::Report { paths, format, top } => cli::reports::report(&paths, format, top),
+        Command::Diff { old, new, format, top } => cli::reports::diff(&old, &new, format, top),
+        Command::Merge { dir, format, top } => cli::reports::merge(&dir, format, top),
+        Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
+        Command::Demo { dir } => cli::demo::demo(dir),
+        Command::Env => cli::env(),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("cudaleak: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

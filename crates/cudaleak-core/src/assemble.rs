@@ -29,6 +29,7 @@ pub struct DumpMeta {
     pub command: Vec<String>,
     pub hostname: Option<String>,
     pub rank: Option<i64>,
+    pub instance: Option<String>,
     pub timestamp_ms: i64,
     pub reason: Option<String>,
     pub exit_status: Option<i32>,
@@ -354,6 +355,7 @@ impl Assembler<'_> {
             command: meta.command,
             hostname: meta.hostname,
             rank: meta.rank,
+            instance: meta.instance,
             timestamp_ms: meta.timestamp_ms,
             totals: Totals {
                 live_blocks,
@@ -424,6 +426,7 @@ mod tests {
             command: vec!["app".into()],
             hostname: Some("h".into()),
             rank: None,
+            instance: None,
             timestamp_ms: 1,
             reason: None,
             exit_status: Some(0),

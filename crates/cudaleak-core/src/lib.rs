@@ -8,6 +8,7 @@
 //! unit-tested with fake addresses and fake symbol tables.
 
 pub mod assemble;
+pub mod combine;
 pub mod config;
 pub mod depot;
 pub mod linetable;

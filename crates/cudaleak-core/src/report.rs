@@ -145,6 +145,10 @@ pub struct Report {
     pub hostname: Option<String>,
     #[serde(default)]
     pub rank: Option<i64>,
+    /// extension: tells apart processes that share a pid (exec, pid reuse);
+    /// also part of the report's file name
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
     pub timestamp_ms: i64,
     pub totals: Totals,
     pub leaks: Vec<Group>,

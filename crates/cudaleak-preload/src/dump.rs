@@ -123,6 +123,7 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
         command: command_line(),
         hostname: Some(hostname()),
         rank: rank(),
+        instance: Some(lifecycle::instance()),
         timestamp_ms: now_ms(),
         reason: req.reason.clone(),
         exit_status: req.exit_status,

@@ -1,0 +1,46 @@
+//! Subcommands of the `cudaleak` binary. Each returns the process exit
+//! status, or an error message that main prints as one line (exit 2).
+
+pub mod demo;
+pub mod dump;
+pub mod reports;
+pub mod run;
+
+use std::path::PathBuf;
+
+pub type CliResult = Result<u8, String>;
+
+/// LeakSanitizer's exit status for "leaks found".
+pub const LEAK_EXIT_STATUS: u8 = 23;
+
+/// libcudaleak.so: next to this binary (cargo's target/release), in
+/// ../lib (an installed tree), or where CUDALEAK_LIBRARY says.
+pub fn find_library() -> Result<PathBuf, String> {
+    let mut tried = Vec::new();
+    if let Some(p) = std::env::var_os("CUDALEAK_LIBRARY") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(p);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the cudaleak binary: {e}"))?;
+    let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+    for candidate in [dir.join("libcudaleak.so"), dir.join("../lib/libcudaleak.so")] {
+        if candidate.is_file() {
+            return Ok(candidate.canonicalize().unwrap_or(candidate));
+        }
+        tried.push(candidate);
+    }
+    Err(format!(
+        "cannot find libcudaleak.so; looked in: {} (build it with `cargo build --release`, or set CUDALEAK_LIBRARY)",
+        tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    ))
+}
+
+pub fn env() -> CliResult {
+    for f in cudaleak_core::config::FLAGS {
+        println!("{:<30} default: {}\n    {}", f.name, f.default, f.help);
+    }
+    Ok(0)
+}

@@ -1,0 +1,287 @@
+//! Shared helpers for the integration tests: building the planted-leak C
+//! programs against the simulated CUDA driver, running them the way users
+//! do (LD_PRELOAD=libcudaleak.so), and reading and checking reports.
+#![allow(dead_code)]
+
+use cudaleak_core::report::{Group, Report};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>, where cargo put this test binary's parent directory.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// libcudaleak.so from `cargo build` of the same profile (cargo test does
+/// not build cdylibs: the README's test command builds it first).
+pub fn lib() -> PathBuf {
+    let p = target_dir().join("libcudaleak.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --release` before `cargo test --release` (scripts/test.sh does both)",
+        p.display()
+    );
+    p
+}
+
+pub fn cli() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cudaleak"))
+}
+
+pub fn sim_dir() -> PathBuf {
+    PathBuf::from(env!("CUDALEAK_SIM_DIR"))
+}
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+fn newer(out: &Path, inputs: &[PathBuf]) -> bool {
+    let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {
+        return false;
+    };
+    inputs
+        .iter()
+        .all(|i| std::fs::metadata(i).and_then(|m| m.modified()).is_ok_and(|t| t <= built))
+}
+
+/// Compiles `sources` (paths relative to the repository) into
+/// target/<profile>/cudaleak-tests/<name>, once.
+pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
+    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = target_dir().join("cudaleak-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    let mut inputs: Vec<PathBuf> = sources.iter().map(|s| repo().join(s)).collect();
+    inputs.push(repo().join("tests/c/common.h"));
+    inputs.push(sim_dir().join("libcudart.so.12"));
+    if newer(&out, &inputs) {
+        return out;
+    }
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cmd.args(["-O0", "-g", "-Wall"])
+        .arg(format!("-I{}", repo().join("sim/include").display()))
+        .arg(format!("-I{}", repo().join("tests/c").display()))
+        .arg("-o")
+        .arg(&tmp);
+    for s in sources {
+        cmd.arg(repo().join(s));
+    }
+    cmd.args(flags);
+    cmd.arg(format!("-Wl,-rpath,{}:{}", sim_dir().display(), dir.display()));
+    let st = cmd.status().expect("run the C compiler");
+    assert!(st.success(), "building {name} failed");
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+/// A test program linked against the simulated libcudart.so.12 and
+/// libcuda.so.1 (direct binding), as most CUDA programs are.
+pub fn program(name: &str) -> PathBuf {
+    let src = format!("tests/c/{name}.c");
+    let sim = sim_dir();
+    build(
+        name,
+        &[&src],
+        &[
+            &sim.join("libcudart.so.12").display().to_string(),
+            &sim.join("libcuda.so.1").display().to_string(),
+            "-lpthread",
+            "-ldl",
+        ],
+    )
+}
+
+/// A directory removed when dropped (kept with CUDALEAK_KEEP_TEST_DIRS=1).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("cudaleak-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("CUDALEAK_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub dir: TempDir,
+}
+
+impl Outcome {
+    /// Every report in the directory, parsed, validated against the
+    /// schemas, ordered by (pid, sequence).
+    pub fn reports(&self) -> Vec<Report> {
+        reports_in(self.dir.path())
+    }
+
+    /// The one report of the run (panics unless there is exactly one).
+    pub fn report(&self) -> Report {
+        let mut r = self.reports();
+        assert_eq!(r.len(), 1, "expected one report; stderr:\n{}", self.stderr);
+        r.pop().unwrap()
+    }
+
+    pub fn assert_success(&self) {
+        assert!(
+            self.status.success(),
+            "status {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
+pub fn reports_in(dir: &Path) -> Vec<Report> {
+    let mut out: Vec<Report> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("cudaleak.") && n.ends_with(".json") && !n.ends_with(".timeline.json")
+        })
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let v: Value = serde_json::from_str(&text).unwrap();
+            validate(&v);
+            Report::parse(&text).unwrap()
+        })
+        .collect();
+    out.sort_by_key(|r| (r.pid, r.sequence));
+    out
+}
+
+/// Runs `cmd` with a deadline; kills it and fails the test past it.
+pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String, String) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).ok();
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {deadline:?} (hang?)\nstderr:\n{}", t_err.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    (status, t_out.join().unwrap(), t_err.join().unwrap())
+}
+
+/// Runs a program under the library with a fresh report directory.
+pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("LD_PRELOAD", lib())
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("CUDALEAK_DIR", dir.path())
+        .env_remove("CUDALEAK_SUPPRESSIONS")
+        .env_remove("CUDALEAK_EXITCODE")
+        .current_dir(dir.path());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
+    Outcome { status, stdout, stderr, dir }
+}
+
+/// Line numbers of `marker` in a repository file, in order.
+pub fn lines_of(file: &str, marker: &str) -> Vec<i64> {
+    std::fs::read_to_string(repo().join(file))
+        .unwrap()
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(marker))
+        .map(|(i, _)| i as i64 + 1)
+        .collect()
+}
+
+/// The single line holding `marker`.
+pub fn line_of(file: &str, marker: &str) -> i64 {
+    let l = lines_of(file, marker);
+    assert_eq!(l.len(), 1, "marker {marker:?} in {file}: {l:?}");
+    l[0]
+}
+
+/// The group whose innermost frame is `function` at `file`:`line`.
+pub fn group_at<'a>(r: &'a Report, function: &str, file: &str, line: i64) -> &'a Group {
+    r.leaks
+        .iter()
+        .find(|g| {
+            g.native_stack.first().is_some_and(|f| {
+                f.function.as_deref() == Some(function)
+                    && f.line == Some(line)
+                    && f.file.as_deref().is_some_and(|p| p.ends_with(file))
+            })
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no group at {function} {file}:{line}; groups:\n{}",
+                r.leaks
+                    .iter()
+                    .map(|g| format!("  {} {} {:?}", g.api, g.bytes, g.native_stack.first()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        })
+}
+
+fn schema_validator(path: &Path) -> jsonschema::Validator {
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Validates against the project's schema and, where the checkout has it,
+/// the shared contract schema beside it.
+pub fn validate(v: &Value) {
+    let mut paths = vec![repo().join("schema/report.schema.json")];
+    let shared = repo().join("../shared/report.schema.json");
+    if shared.is_file() {
+        paths.push(shared);
+    }
+    for p in paths {
+        let validator = schema_validator(&p);
+        let errors: Vec<String> = validator.iter_errors(v).map(|e| format!("{e} at {}", e.instance_path())).collect();
+        assert!(errors.is_empty(), "report does not validate against {}:\n{}", p.display(), errors.join("\n"));
+    }
+}
