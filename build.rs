@@ -28,24 +28,68 @@ fn main() {
     let src = |name: &str| sim.join(name).display().to_string();
 
     cc(&[
-        "-O2", "-g", "-fPIC", "-shared", "-Wall", &inc,
+        "-O2",
+        "-g",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        &inc,
         "-Wl,-soname,libcuda.so.1",
-        "-o", &p("libcuda.so.1"), &src("driver.c"), "-lpthread",
+        "-o",
+        &p("libcuda.so.1"),
+        &src("driver.c"),
+        "-lpthread",
     ]);
     cc(&[
-        "-O2", "-g", "-fPIC", "-shared", "-Wall", &inc,
-        "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN",
-        "-o", &p("libcudart.so.12"), &src("runtime.c"), "-ldl", "-lpthread",
+        "-O2",
+        "-g",
+        "-fPIC",
+        "-shared",
+        "-Wall",
+        &inc,
+        "-Wl,-soname,libcudart.so.12",
+        "-Wl,-rpath,$ORIGIN",
+        "-o",
+        &p("libcudart.so.12"),
+        &src("runtime.c"),
+        "-ldl",
+        "-lpthread",
     ]);
-    cc(&["-O2", "-g", "-fPIC", "-Wall", &inc, "-c", "-o", &p("cudart_static.o"), &src("runtime.c")]);
     cc(&[
-        "-O0", "-g", "-Wall", &inc, "-o", &p("demo"), &src("demo.c"),
-        &p("libcudart.so.12"), "-Wl,-rpath,$ORIGIN",
+        "-O2",
+        "-g",
+        "-fPIC",
+        "-Wall",
+        &inc,
+        "-c",
+        "-o",
+        &p("cudart_static.o"),
+        &src("runtime.c"),
+    ]);
+    cc(&[
+        "-O0",
+        "-g",
+        "-Wall",
+        &inc,
+        "-o",
+        &p("demo"),
+        &src("demo.c"),
+        &p("libcudart.so.12"),
+        "-Wl,-rpath,$ORIGIN",
     ]);
 
     println!("cargo:rustc-env=CUDALEAK_SIM_DIR={}", out.display());
-    for f in ["driver.c", "runtime.c", "demo.c", "include/cuda.h", "include/cuda_runtime_api.h"] {
-        println!("cargo:rerun-if-changed={}", Path::new("sim").join(f).display());
+    for f in [
+        "driver.c",
+        "runtime.c",
+        "demo.c",
+        "include/cuda.h",
+        "include/cuda_runtime_api.h",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            Path::new("sim").join(f).display()
+        );
     }
     println!("cargo:rerun-if-env-changed=CC");
 }

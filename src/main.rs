@@ -12,7 +12,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "cudaleak", version, about = "Find CUDA memory that was never released, with native and Python stacks")]
+#[command(
+    name = "cudaleak",
+    version,
+    about = "Find CUDA memory that was never released, with native and Python stacks"
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -84,7 +88,12 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Run(a) => cli::run::run(a),
         Command::Report { paths, format, top } => cli::reports::report(&paths, format, top),
-        Command::Diff { old, new, format, top } => cli::reports::diff(&old, &new, format, top),
+        Command::Diff {
+            old,
+            new,
+            format,
+            top,
+        } => cli::reports::diff(&old, &new, format, top),
         Command::Merge { dir, format, top } => cli::reports::merge(&dir, format, top),
         Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
         Command::Demo { dir } => cli::demo::demo(dir),

@@ -11,21 +11,105 @@ const EVERY_API: &str = "tests/c/every_api.c";
 
 /// (marker on the leaking line, function, api, memory kind, bytes)
 const EVERY_API_LEAKS: &[(&str, &str, &str, MemoryKind, u64)] = &[
-    ("/* LEAK cudaMalloc */", "runtime_malloc", "cudaMalloc", MemoryKind::Device, 1000),
-    ("/* LEAK cudaMallocAsync */", "runtime_malloc_async", "cudaMallocAsync", MemoryKind::Device, 2000),
-    ("/* LEAK cudaMallocAsync_ptsz */", "runtime_malloc_async_ptsz", "cudaMallocAsync_ptsz", MemoryKind::Device, 2100),
-    ("/* LEAK cudaMallocHost */", "runtime_malloc_host", "cudaMallocHost", MemoryKind::Host, 3000),
-    ("/* LEAK cudaHostAlloc */", "runtime_host_alloc", "cudaHostAlloc", MemoryKind::Host, 4000),
-    ("/* LEAK cudaMallocManaged */", "runtime_malloc_managed", "cudaMallocManaged", MemoryKind::Managed, 5000),
+    (
+        "/* LEAK cudaMalloc */",
+        "runtime_malloc",
+        "cudaMalloc",
+        MemoryKind::Device,
+        1000,
+    ),
+    (
+        "/* LEAK cudaMallocAsync */",
+        "runtime_malloc_async",
+        "cudaMallocAsync",
+        MemoryKind::Device,
+        2000,
+    ),
+    (
+        "/* LEAK cudaMallocAsync_ptsz */",
+        "runtime_malloc_async_ptsz",
+        "cudaMallocAsync_ptsz",
+        MemoryKind::Device,
+        2100,
+    ),
+    (
+        "/* LEAK cudaMallocHost */",
+        "runtime_malloc_host",
+        "cudaMallocHost",
+        MemoryKind::Host,
+        3000,
+    ),
+    (
+        "/* LEAK cudaHostAlloc */",
+        "runtime_host_alloc",
+        "cudaHostAlloc",
+        MemoryKind::Host,
+        4000,
+    ),
+    (
+        "/* LEAK cudaMallocManaged */",
+        "runtime_malloc_managed",
+        "cudaMallocManaged",
+        MemoryKind::Managed,
+        5000,
+    ),
     // pitch rounds the 100-byte rows up to 512
-    ("/* LEAK cudaMallocPitch */", "runtime_malloc_pitch", "cudaMallocPitch", MemoryKind::Device, 512 * 10),
-    ("/* LEAK cudaMalloc3D */", "runtime_malloc_3d", "cudaMalloc3D", MemoryKind::Device, 512 * 10 * 2),
-    ("/* LEAK cuMemAlloc_v2 */", "driver_alloc", "cuMemAlloc_v2", MemoryKind::Device, 6000),
-    ("/* LEAK cuMemAllocPitch_v2 */", "driver_alloc_pitch", "cuMemAllocPitch_v2", MemoryKind::Device, 512 * 3),
-    ("/* LEAK cuMemAllocManaged */", "driver_alloc_managed", "cuMemAllocManaged", MemoryKind::Managed, 7000),
-    ("/* LEAK cuMemAllocAsync */", "driver_alloc_async", "cuMemAllocAsync", MemoryKind::Device, 8000),
-    ("/* LEAK cuMemAllocAsync_ptsz */", "driver_alloc_async_ptsz", "cuMemAllocAsync_ptsz", MemoryKind::Device, 8100),
-    ("/* LEAK cuMemAllocFromPoolAsync */", "driver_alloc_pool", "cuMemAllocFromPoolAsync", MemoryKind::Device, 8200),
+    (
+        "/* LEAK cudaMallocPitch */",
+        "runtime_malloc_pitch",
+        "cudaMallocPitch",
+        MemoryKind::Device,
+        512 * 10,
+    ),
+    (
+        "/* LEAK cudaMalloc3D */",
+        "runtime_malloc_3d",
+        "cudaMalloc3D",
+        MemoryKind::Device,
+        512 * 10 * 2,
+    ),
+    (
+        "/* LEAK cuMemAlloc_v2 */",
+        "driver_alloc",
+        "cuMemAlloc_v2",
+        MemoryKind::Device,
+        6000,
+    ),
+    (
+        "/* LEAK cuMemAllocPitch_v2 */",
+        "driver_alloc_pitch",
+        "cuMemAllocPitch_v2",
+        MemoryKind::Device,
+        512 * 3,
+    ),
+    (
+        "/* LEAK cuMemAllocManaged */",
+        "driver_alloc_managed",
+        "cuMemAllocManaged",
+        MemoryKind::Managed,
+        7000,
+    ),
+    (
+        "/* LEAK cuMemAllocAsync */",
+        "driver_alloc_async",
+        "cuMemAllocAsync",
+        MemoryKind::Device,
+        8000,
+    ),
+    (
+        "/* LEAK cuMemAllocAsync_ptsz */",
+        "driver_alloc_async_ptsz",
+        "cuMemAllocAsync_ptsz",
+        MemoryKind::Device,
+        8100,
+    ),
+    (
+        "/* LEAK cuMemAllocFromPoolAsync */",
+        "driver_alloc_pool",
+        "cuMemAllocFromPoolAsync",
+        MemoryKind::Device,
+        8200,
+    ),
     (
         "/* LEAK cuMemAllocFromPoolAsync_ptsz */",
         "driver_alloc_pool_ptsz",
@@ -33,11 +117,41 @@ const EVERY_API_LEAKS: &[(&str, &str, &str, MemoryKind, u64)] = &[
         MemoryKind::Device,
         8300,
     ),
-    ("/* LEAK cuMemAllocHost_v2 */", "driver_alloc_host", "cuMemAllocHost_v2", MemoryKind::Host, 9000),
-    ("/* LEAK cuMemHostAlloc */", "driver_host_alloc", "cuMemHostAlloc", MemoryKind::Host, 9100),
-    ("/* LEAK cuMemCreate */", "vmm_create", "cuMemCreate", MemoryKind::Physical, 2 << 20),
-    ("/* LEAK cuMemAddressReserve */", "vmm_reserve", "cuMemAddressReserve", MemoryKind::Reservation, 4 << 20),
-    ("/* LEAK cuMemCreate mapped */", "vmm_released_but_mapped", "cuMemCreate", MemoryKind::Physical, 4 << 20),
+    (
+        "/* LEAK cuMemAllocHost_v2 */",
+        "driver_alloc_host",
+        "cuMemAllocHost_v2",
+        MemoryKind::Host,
+        9000,
+    ),
+    (
+        "/* LEAK cuMemHostAlloc */",
+        "driver_host_alloc",
+        "cuMemHostAlloc",
+        MemoryKind::Host,
+        9100,
+    ),
+    (
+        "/* LEAK cuMemCreate */",
+        "vmm_create",
+        "cuMemCreate",
+        MemoryKind::Physical,
+        2 << 20,
+    ),
+    (
+        "/* LEAK cuMemAddressReserve */",
+        "vmm_reserve",
+        "cuMemAddressReserve",
+        MemoryKind::Reservation,
+        4 << 20,
+    ),
+    (
+        "/* LEAK cuMemCreate mapped */",
+        "vmm_released_but_mapped",
+        "cuMemCreate",
+        MemoryKind::Physical,
+        4 << 20,
+    ),
     (
         "/* LEAK cuMemAddressReserve mapped */",
         "vmm_released_but_mapped",
@@ -55,9 +169,17 @@ fn every_hooked_api_reports_its_planted_leak_exactly() {
     assert_eq!(r.leaks.len(), EVERY_API_LEAKS.len(), "{:#?}", r.leaks);
     for &(marker, func, api, memory, bytes) in EVERY_API_LEAKS {
         let g = group_at(&r, func, "every_api.c", line_of(EVERY_API, marker));
-        assert_eq!((g.api.as_str(), g.memory, g.blocks, g.bytes), (api, memory, 1, bytes), "{marker}");
+        assert_eq!(
+            (g.api.as_str(), g.memory, g.blocks, g.bytes),
+            (api, memory, 1, bytes),
+            "{marker}"
+        );
         // the caller of the function that leaked is main
-        assert_eq!(g.native_stack[1].function.as_deref(), Some("main"), "{marker}");
+        assert_eq!(
+            g.native_stack[1].function.as_deref(),
+            Some("main"),
+            "{marker}"
+        );
         assert!(g.python_stack.is_empty());
     }
     let t = &r.totals;
@@ -74,10 +196,14 @@ fn every_hooked_api_reports_its_planted_leak_exactly() {
     // The LeakSanitizer-style summary ends with the contract's last line.
     let last = out.stderr.lines().last().unwrap();
     assert!(
-        last.starts_with(&format!("cudaleak: {leaked} bytes leaked in 21 blocks; report: ")),
+        last.starts_with(&format!(
+            "cudaleak: {leaked} bytes leaked in 21 blocks; report: "
+        )),
         "{last}"
     );
-    assert!(out.stderr.contains("ERROR: cudaleak: detected CUDA memory leaks"));
+    assert!(out
+        .stderr
+        .contains("ERROR: cudaleak: detected CUDA memory leaks"));
 }
 
 #[test]
@@ -87,11 +213,41 @@ fn every_path_to_a_driver_function_is_intercepted() {
     let r = out.report();
     let file = "tests/c/entry_points.c";
     for (marker, func, api, memory, bytes) in [
-        ("/* LEAK dlsym */", "via_dlsym", "cuMemAlloc_v2", MemoryKind::Device, 111),
-        ("/* LEAK cuGetProcAddress_v2 */", "via_getproc", "cuMemAlloc_v2", MemoryKind::Device, 222),
-        ("/* LEAK getproc of getproc */", "via_getproc_of_getproc", "cuMemAlloc_v2", MemoryKind::Device, 333),
-        ("/* LEAK cuGetProcAddress */", "via_getproc_v1", "cuMemAllocHost_v2", MemoryKind::Host, 444),
-        ("/* LEAK cudaGetDriverEntryPoint */", "via_entry_point", "cuMemAlloc_v2", MemoryKind::Device, 555),
+        (
+            "/* LEAK dlsym */",
+            "via_dlsym",
+            "cuMemAlloc_v2",
+            MemoryKind::Device,
+            111,
+        ),
+        (
+            "/* LEAK cuGetProcAddress_v2 */",
+            "via_getproc",
+            "cuMemAlloc_v2",
+            MemoryKind::Device,
+            222,
+        ),
+        (
+            "/* LEAK getproc of getproc */",
+            "via_getproc_of_getproc",
+            "cuMemAlloc_v2",
+            MemoryKind::Device,
+            333,
+        ),
+        (
+            "/* LEAK cuGetProcAddress */",
+            "via_getproc_v1",
+            "cuMemAllocHost_v2",
+            MemoryKind::Host,
+            444,
+        ),
+        (
+            "/* LEAK cudaGetDriverEntryPoint */",
+            "via_entry_point",
+            "cuMemAlloc_v2",
+            MemoryKind::Device,
+            555,
+        ),
         (
             "/* LEAK cudaGetDriverEntryPointByVersion */",
             "via_entry_point_by_version",
@@ -101,7 +257,11 @@ fn every_path_to_a_driver_function_is_intercepted() {
         ),
     ] {
         let g = group_at(&r, func, "entry_points.c", line_of(file, marker));
-        assert_eq!((g.api.as_str(), g.memory, g.blocks, g.bytes), (api, memory, 1, bytes), "{marker}");
+        assert_eq!(
+            (g.api.as_str(), g.memory, g.blocks, g.bytes),
+            (api, memory, 1, bytes),
+            "{marker}"
+        );
     }
     assert_eq!(r.leaks.len(), 6);
     assert_eq!(r.totals.allocations, 6);
@@ -110,12 +270,24 @@ fn every_path_to_a_driver_function_is_intercepted() {
 #[test]
 fn dlsym_keeps_rtld_next_semantics_for_the_caller() {
     let dir = target_dir().join("cudaleak-tests");
-    let base = build("librtld_next_base.so", &["tests/c/rtld_next_base.c"], &["-shared", "-fPIC"]);
-    let top = build("librtld_next_top.so", &["tests/c/rtld_next_top.c"], &["-shared", "-fPIC", "-ldl"]);
+    let base = build(
+        "librtld_next_base.so",
+        &["tests/c/rtld_next_base.c"],
+        &["-shared", "-fPIC"],
+    );
+    let top = build(
+        "librtld_next_top.so",
+        &["tests/c/rtld_next_top.c"],
+        &["-shared", "-fPIC", "-ldl"],
+    );
     let exe = build(
         "rtld_next",
         &["tests/c/rtld_next.c"],
-        &["-Wl,--no-as-needed", &top.display().to_string(), &base.display().to_string()],
+        &[
+            "-Wl,--no-as-needed",
+            &top.display().to_string(),
+            &base.display().to_string(),
+        ],
     );
     assert!(dir.join("librtld_next_top.so").is_file());
     let out = run_traced(&exe, &[], &[]);
@@ -129,12 +301,21 @@ fn dlsym_keeps_rtld_next_semantics_for_the_caller() {
 fn edge_cases_count_failures_and_bad_frees_and_pass_errors_through() {
     let out = run_traced(&program("edge_cases"), &[], &[]);
     out.assert_success();
-    assert_eq!(out.stdout.trim(), "reused=1", "the driver should reuse the address");
+    assert_eq!(
+        out.stdout.trim(),
+        "reused=1",
+        "the driver should reuse the address"
+    );
     let r = out.report();
     assert_eq!(r.totals.failed_allocations, 3);
     assert_eq!(r.totals.invalid_frees, 5);
     assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
-    let g = group_at(&r, "second_owner", "edge_cases.c", line_of("tests/c/edge_cases.c", "/* LEAK reuse */"));
+    let g = group_at(
+        &r,
+        "second_owner",
+        "edge_cases.c",
+        line_of("tests/c/edge_cases.c", "/* LEAK reuse */"),
+    );
     assert_eq!((g.blocks, g.bytes, g.api.as_str()), (1, 4096, "cudaMalloc"));
     assert_eq!(r.totals.allocations - r.totals.frees, r.totals.live_blocks);
 }
@@ -151,7 +332,12 @@ fn blocks_of_destroyed_contexts_are_leaks_and_their_addresses_can_be_reused() {
         let g = group_at(&r, "leak_in_context", "teardown.c", line);
         assert_eq!((g.blocks, g.bytes), (1, 300));
     }
-    let g = group_at(&r, "leak_before_reset", "teardown.c", line_of(file, "/* LEAK reset */"));
+    let g = group_at(
+        &r,
+        "leak_before_reset",
+        "teardown.c",
+        line_of(file, "/* LEAK reset */"),
+    );
     assert_eq!((g.blocks, g.bytes, g.api.as_str()), (1, 500, "cudaMalloc"));
     assert_eq!(r.leaks.len(), 3);
     // Reused addresses were freed cleanly; only the stale free is invalid.
@@ -169,9 +355,17 @@ fn eight_threads_freeing_each_others_blocks_give_exact_totals() {
     assert_eq!(r.totals.allocations, 8 * (2000 + 2000 + 1));
     assert_eq!(r.totals.frees, 8 * 4000);
     assert_eq!(r.totals.live_blocks, 8);
-    assert_eq!((r.totals.failed_allocations, r.totals.invalid_frees), (0, 0));
+    assert_eq!(
+        (r.totals.failed_allocations, r.totals.invalid_frees),
+        (0, 0)
+    );
     assert_eq!(r.leaks.len(), 1);
-    let g = group_at(&r, "leak_one", "threads.c", line_of("tests/c/threads.c", "/* LEAK thread */"));
+    let g = group_at(
+        &r,
+        "leak_one",
+        "threads.c",
+        line_of("tests/c/threads.c", "/* LEAK thread */"),
+    );
     assert_eq!((g.blocks, g.bytes), (8, 8 * 4096));
     assert_eq!(g.native_stack[1].function.as_deref(), Some("worker"));
 }
@@ -183,15 +377,31 @@ fn a_child_forked_before_cuda_use_reports_only_its_own_blocks() {
     let reports = out.reports();
     assert_eq!(reports.len(), 2, "{}", out.stderr);
     let file = "tests/c/fork.c";
-    let child = reports.iter().find(|r| r.leaks.iter().any(|g| g.bytes == 111)).expect("child report");
-    let parent = reports.iter().find(|r| r.leaks.iter().any(|g| g.bytes == 222)).expect("parent report");
+    let child = reports
+        .iter()
+        .find(|r| r.leaks.iter().any(|g| g.bytes == 111))
+        .expect("child report");
+    let parent = reports
+        .iter()
+        .find(|r| r.leaks.iter().any(|g| g.bytes == 222))
+        .expect("parent report");
     assert_ne!(child.pid, parent.pid);
     assert_eq!(child.ppid, Some(parent.pid));
     assert_eq!(child.leaks.len(), 1);
-    group_at(child, "child_leak", "fork.c", line_of(file, "/* LEAK child */"));
+    group_at(
+        child,
+        "child_leak",
+        "fork.c",
+        line_of(file, "/* LEAK child */"),
+    );
     assert_eq!((child.totals.allocations, child.totals.frees), (2, 1));
     assert_eq!(parent.leaks.len(), 1);
-    group_at(parent, "parent_leak", "fork.c", line_of(file, "/* LEAK parent */"));
+    group_at(
+        parent,
+        "parent_leak",
+        "fork.c",
+        line_of(file, "/* LEAK parent */"),
+    );
     assert_eq!((parent.totals.allocations, parent.totals.frees), (1, 0));
 }
 
@@ -211,10 +421,16 @@ fn an_exec_d_program_gets_its_own_report() {
     out.assert_success();
     let reports = out.reports();
     assert_eq!(reports.len(), 2, "{}", out.stderr);
-    let exec_d = reports.iter().find(|r| r.command[0].ends_with("edge_cases")).expect("exec'd report");
+    let exec_d = reports
+        .iter()
+        .find(|r| r.command[0].ends_with("edge_cases"))
+        .expect("exec'd report");
     assert_eq!(exec_d.leaks.len(), 1);
     assert_eq!(exec_d.leaks[0].bytes, 4096);
-    let parent = reports.iter().find(|r| r.command[0].ends_with("fork")).expect("parent report");
+    let parent = reports
+        .iter()
+        .find(|r| r.command[0].ends_with("fork"))
+        .expect("parent report");
     assert_eq!(parent.leaks[0].bytes, 222);
     assert_eq!(exec_d.ppid, Some(parent.pid));
 }
@@ -239,16 +455,33 @@ fn a_statically_linked_runtime_is_seen_at_the_driver_and_attributed() {
     let exe = build(
         "static_runtime",
         &["tests/c/static_runtime.c"],
-        &[&sim.join("cudart_static.o").display().to_string(), "-ldl", "-lpthread"],
+        &[
+            &sim.join("cudart_static.o").display().to_string(),
+            "-ldl",
+            "-lpthread",
+        ],
     );
     let out = run_traced(&exe, &[], &[]);
     out.assert_success();
     let r = out.report();
     let file = "tests/c/static_runtime.c";
-    let g = group_at(&r, "static_leak", "static_runtime.c", line_of(file, "/* LEAK static cudaMalloc */"));
+    let g = group_at(
+        &r,
+        "static_leak",
+        "static_runtime.c",
+        line_of(file, "/* LEAK static cudaMalloc */"),
+    );
     assert_eq!((g.api.as_str(), g.bytes), ("cudaMalloc", 12345));
-    let g = group_at(&r, "static_leak_host", "static_runtime.c", line_of(file, "/* LEAK static cudaMallocHost */"));
-    assert_eq!((g.api.as_str(), g.memory, g.bytes), ("cudaMallocHost", MemoryKind::Host, 777));
+    let g = group_at(
+        &r,
+        "static_leak_host",
+        "static_runtime.c",
+        line_of(file, "/* LEAK static cudaMallocHost */"),
+    );
+    assert_eq!(
+        (g.api.as_str(), g.memory, g.bytes),
+        ("cudaMallocHost", MemoryKind::Host, 777)
+    );
     assert_eq!(r.leaks.len(), 2);
 }
 
@@ -273,18 +506,27 @@ fn bad_environment_values_warn_once_each_and_change_nothing() {
     );
     out.assert_success();
     assert_eq!(out.stdout.trim(), "reused=1");
-    let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("cudaleak: ignoring")).collect();
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("cudaleak: ignoring"))
+        .collect();
     assert_eq!(warnings.len(), 3, "{}", out.stderr);
     assert_eq!(out.report().leaks.len(), 1);
 }
 
 #[test]
 fn an_unwritable_report_directory_gets_a_clear_message_and_the_program_is_unaffected() {
-    let out = run_traced(&program("edge_cases"), &[], &[("CUDALEAK_DIR", "/proc/cudaleak-cannot-write-here")]);
+    let out = run_traced(
+        &program("edge_cases"),
+        &[],
+        &[("CUDALEAK_DIR", "/proc/cudaleak-cannot-write-here")],
+    );
     out.assert_success();
     assert_eq!(out.stdout.trim(), "reused=1");
     assert!(
-        out.stderr.contains("cudaleak: cannot write reports into /proc/cudaleak-cannot-write-here"),
+        out.stderr
+            .contains("cudaleak: cannot write reports into /proc/cudaleak-cannot-write-here"),
         "{}",
         out.stderr
     );
@@ -297,5 +539,10 @@ fn exit_status_is_unchanged_by_default_and_gated_by_cudaleak_exitcode() {
     let gated = run_traced(&exe, &[], &[("CUDALEAK_EXITCODE", "23")]);
     assert_eq!(gated.status.code(), Some(23), "{}", gated.stderr);
     // A clean program keeps its 0.
-    assert_eq!(run_traced(&program("clean"), &[], &[("CUDALEAK_EXITCODE", "23")]).status.code(), Some(0));
+    assert_eq!(
+        run_traced(&program("clean"), &[], &[("CUDALEAK_EXITCODE", "23")])
+            .status
+            .code(),
+        Some(0)
+    );
 }

@@ -8,15 +8,25 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const FILES: [(&str, &[u8]); 3] = [
-    ("libcuda.so.1", include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/libcuda.so.1"))),
-    ("libcudart.so.12", include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/libcudart.so.12"))),
-    ("demo", include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/demo"))),
+    (
+        "libcuda.so.1",
+        include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/libcuda.so.1")),
+    ),
+    (
+        "libcudart.so.12",
+        include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/libcudart.so.12")),
+    ),
+    (
+        "demo",
+        include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/demo")),
+    ),
 ];
 
 fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
     let p = dir.join(name);
     std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).map_err(|e| format!("{}: {e}", p.display()))
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", p.display()))
 }
 
 pub fn demo(dir: Option<PathBuf>) -> CliResult {
@@ -29,7 +39,10 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
     let reports = dir.unwrap_or_else(|| work.join("reports"));
     std::fs::create_dir_all(&reports).map_err(|e| format!("{}: {e}", reports.display()))?;
     println!("cudaleak demo: a small training loop with three planted leaks (sim/demo.c),");
-    println!("running on cudaleak's simulated CUDA driver under LD_PRELOAD={}\n", lib.display());
+    println!(
+        "running on cudaleak's simulated CUDA driver under LD_PRELOAD={}\n",
+        lib.display()
+    );
     let status = Command::new(work.join("demo"))
         .env("LD_PRELOAD", &lib)
         .env("LD_LIBRARY_PATH", &work)
@@ -48,7 +61,10 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "json"))
         .ok_or("the demo wrote no report")?;
-    println!("\nThe JSON report (schema/report.schema.json): {}", report.display());
+    println!(
+        "\nThe JSON report (schema/report.schema.json): {}",
+        report.display()
+    );
     println!("Render it again with: cudaleak report {}", report.display());
     Ok(0)
 }

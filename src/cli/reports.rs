@@ -37,7 +37,10 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Report)>, String> {
             let before = files.len();
             collect_dir(p, &mut files)?;
             if files.len() == before {
-                return Err(format!("no cudaleak reports (cudaleak.*.json) in {}", p.display()));
+                return Err(format!(
+                    "no cudaleak reports (cudaleak.*.json) in {}",
+                    p.display()
+                ));
             }
         } else {
             files.push(p.clone());
@@ -46,7 +49,11 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Report)>, String> {
     files.sort();
     files
         .into_iter()
-        .map(|f| Report::read(&f).map(|r| (f.clone(), r)).map_err(|e| format!("{}: {e}", f.display())))
+        .map(|f| {
+            Report::read(&f)
+                .map(|r| (f.clone(), r))
+                .map_err(|e| format!("{}: {e}", f.display()))
+        })
         .collect()
 }
 
@@ -162,14 +169,23 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
     let view = combine::rank_view(&reports);
     let merged = combine::merge(&reports).ok_or("no reports")?;
     match format {
-        Format::Json => print_json(&serde_json::json!({ "ranks": view.ranks, "groups": view.groups, "merged": merged })),
+        Format::Json => print_json(
+            &serde_json::json!({ "ranks": view.ranks, "groups": view.groups, "merged": merged }),
+        ),
         Format::Folded => {
             print!("{}", render::folded(&merged.leaks));
             Ok(0)
         }
         Format::Text => {
-            println!("cudaleak merge: {} process(es) in {}", reports.len(), dir.display());
-            println!("  {:<22} {:<16} {:>8} {:>14} {:>8} {:>7}", "process", "host", "pid", "leaked bytes", "blocks", "groups");
+            println!(
+                "cudaleak merge: {} process(es) in {}",
+                reports.len(),
+                dir.display()
+            );
+            println!(
+                "  {:<22} {:<16} {:>8} {:>14} {:>8} {:>7}",
+                "process", "host", "pid", "leaked bytes", "blocks", "groups"
+            );
             for r in &view.ranks {
                 println!(
                     "  {:<22} {:<16} {:>8} {:>14} {:>8} {:>7}{}",
@@ -179,12 +195,19 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
                     r.leaked_bytes,
                     r.leaked_blocks,
                     r.groups,
-                    if r.outlier { "  <-- leaks much more than the others" } else { "" }
+                    if r.outlier {
+                        "  <-- leaks much more than the others"
+                    } else {
+                        ""
+                    }
                 );
             }
             let limit = top.unwrap_or(20);
             let (some, all): (Vec<_>, Vec<_>) = view.groups.iter().partition(|g| g.only_some);
-            for (title, list) in [("Leaked on some processes only:", some), ("Leaked on every process:", all)] {
+            for (title, list) in [
+                ("Leaked on some processes only:", some),
+                ("Leaked on every process:", all),
+            ] {
                 if list.is_empty() {
                     continue;
                 }

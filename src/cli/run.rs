@@ -58,7 +58,11 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     let child = CHILD.load(Ordering::Acquire);
     // SAFETY: reading the kernel's siginfo; kill is async-signal-safe.
     unsafe {
-        let code = if info.is_null() { libc::SI_USER } else { (*info).si_code };
+        let code = if info.is_null() {
+            libc::SI_USER
+        } else {
+            (*info).si_code
+        };
         if child > 0 && (code == libc::SI_USER || code == libc::SI_QUEUE || sig != libc::SIGINT) {
             libc::kill(child, sig);
         }
@@ -66,7 +70,14 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
 }
 
 fn install_forwarding() {
-    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ] {
         // SAFETY: installing a handler that only calls kill().
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -89,10 +100,13 @@ fn now_ms() -> i64 {
 fn python_package_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("../../python"), dir.join("../share/cudaleak/python")]
-        .into_iter()
-        .find(|p| p.join("cudaleak/__init__.py").is_file())
-        .and_then(|p| p.canonicalize().ok())
+    [
+        dir.join("../../python"),
+        dir.join("../share/cudaleak/python"),
+    ]
+    .into_iter()
+    .find(|p| p.join("cudaleak/__init__.py").is_file())
+    .and_then(|p| p.canonicalize().ok())
 }
 
 fn prepend_path(var: &str, first: &Path) -> OsString {
@@ -111,17 +125,24 @@ pub fn run(a: RunArgs) -> CliResult {
         .clone()
         .or_else(|| std::env::var_os("CUDALEAK_DIR").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("cudaleak-reports"));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
-    let dir = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
 
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));
     cmd.env("CUDALEAK_DIR", &dir);
     if let Some(s) = &a.suppressions {
-        let text = std::fs::read_to_string(s).map_err(|e| format!("cannot read suppressions file {}: {e}", s.display()))?;
+        let text = std::fs::read_to_string(s)
+            .map_err(|e| format!("cannot read suppressions file {}: {e}", s.display()))?;
         Suppressions::parse(&text, &s.display().to_string())?;
-        cmd.env("CUDALEAK_SUPPRESSIONS", s.canonicalize().unwrap_or_else(|_| s.clone()));
+        cmd.env(
+            "CUDALEAK_SUPPRESSIONS",
+            s.canonicalize().unwrap_or_else(|_| s.clone()),
+        );
     }
     if a.pytorch {
         cmd.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
@@ -152,7 +173,14 @@ pub fn run(a: RunArgs) -> CliResult {
     // SAFETY: the child only resets signal dispositions before exec.
     unsafe {
         cmd.pre_exec(|| {
-            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+            for sig in [
+                libc::SIGTERM,
+                libc::SIGINT,
+                libc::SIGHUP,
+                libc::SIGQUIT,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+            ] {
                 libc::signal(sig, libc::SIG_DFL);
             }
             Ok(())
@@ -179,7 +207,11 @@ pub fn run(a: RunArgs) -> CliResult {
     };
 
     let leaked = summarize(&dir, start)?;
-    Ok(if a.fail_on_leak && code == 0 && leaked { LEAK_EXIT_STATUS } else { code })
+    Ok(if a.fail_on_leak && code == 0 && leaked {
+        LEAK_EXIT_STATUS
+    } else {
+        code
+    })
 }
 
 /// Prints one line per process that wrote reports during this run; true
@@ -189,7 +221,9 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !(name.starts_with("cudaleak.") && name.ends_with(".json")) || name.ends_with(".timeline.json") {
+            if !(name.starts_with("cudaleak.") && name.ends_with(".json"))
+                || name.ends_with(".timeline.json")
+            {
                 continue;
             }
             match Report::read(&e.path()) {
@@ -201,10 +235,16 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
     }
     let latest = combine::latest_per_process(reports);
     if latest.is_empty() {
-        eprintln!("cudaleak: no process made a CUDA allocation; no reports in {}", dir.display());
+        eprintln!(
+            "cudaleak: no process made a CUDA allocation; no reports in {}",
+            dir.display()
+        );
         return Ok(false);
     }
-    let exits: Vec<&(PathBuf, Report)> = latest.iter().filter(|(_, r)| r.trigger == Trigger::Exit).collect();
+    let exits: Vec<&(PathBuf, Report)> = latest
+        .iter()
+        .filter(|(_, r)| r.trigger == Trigger::Exit)
+        .collect();
     let leaking = exits.iter().filter(|(_, r)| !r.leaks.is_empty()).count();
     eprintln!(
         "cudaleak: {} process(es) reported in {}; {} leaked at exit",
@@ -217,10 +257,18 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
             if r.leaks.is_empty() {
                 "no leaks".to_string()
             } else {
-                format!("{} bytes leaked in {} blocks", r.leaked_bytes(), r.leaked_blocks())
+                format!(
+                    "{} bytes leaked in {} blocks",
+                    r.leaked_bytes(),
+                    r.leaked_blocks()
+                )
             }
         } else {
-            format!("last dump: {} ({} bytes live)", r.trigger.name(), r.totals.live_bytes)
+            format!(
+                "last dump: {} ({} bytes live)",
+                r.trigger.name(),
+                r.totals.live_bytes
+            )
         };
         eprintln!(
             "  {} {}: {} ({})",
@@ -230,9 +278,9 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
             p.display()
         );
     }
-    let (bytes, blocks) = exits
-        .iter()
-        .fold((0, 0), |(b, n), (_, r)| (b + r.leaked_bytes(), n + r.leaked_blocks()));
+    let (bytes, blocks) = exits.iter().fold((0, 0), |(b, n), (_, r)| {
+        (b + r.leaked_bytes(), n + r.leaked_blocks())
+    });
     eprintln!("{}", render::summary_line(bytes, blocks));
     Ok(leaking > 0)
 }

@@ -17,7 +17,10 @@ pub fn repo() -> PathBuf {
 /// target/<profile>, where cargo put this test binary's parent directory.
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
 }
 
 /// libcudaleak.so from `cargo build` of the same profile (cargo test does
@@ -46,9 +49,11 @@ fn newer(out: &Path, inputs: &[PathBuf]) -> bool {
     let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {
         return false;
     };
-    inputs
-        .iter()
-        .all(|i| std::fs::metadata(i).and_then(|m| m.modified()).is_ok_and(|t| t <= built))
+    inputs.iter().all(|i| {
+        std::fs::metadata(i)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t <= built)
+    })
 }
 
 /// Compiles `sources` (paths relative to the repository) into
@@ -75,7 +80,11 @@ pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
         cmd.arg(repo().join(s));
     }
     cmd.args(flags);
-    cmd.arg(format!("-Wl,-rpath,{}:{}", sim_dir().display(), dir.display()));
+    cmd.arg(format!(
+        "-Wl,-rpath,{}:{}",
+        sim_dir().display(),
+        dir.display()
+    ));
     let st = cmd.status().expect("run the C compiler");
     assert!(st.success(), "building {name} failed");
     std::fs::rename(&tmp, &out).unwrap();
@@ -106,7 +115,8 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("cudaleak-test-{tag}-{}-{n}", std::process::id()));
+        let p =
+            std::env::temp_dir().join(format!("cudaleak-test-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
@@ -179,7 +189,11 @@ pub fn reports_in(dir: &Path) -> Vec<Report> {
 
 /// Runs `cmd` with a deadline; kills it and fails the test past it.
 pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String, String) {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let t_out = std::thread::spawn(move || {
@@ -200,7 +214,10 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
         if start.elapsed() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{cmd:?} did not finish within {deadline:?} (hang?)\nstderr:\n{}", t_err.join().unwrap());
+            panic!(
+                "{cmd:?} did not finish within {deadline:?} (hang?)\nstderr:\n{}",
+                t_err.join().unwrap()
+            );
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -222,7 +239,12 @@ pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcom
         cmd.env(k, v);
     }
     let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
-    Outcome { status, stdout, stderr, dir }
+    Outcome {
+        status,
+        stdout,
+        stderr,
+        dir,
+    }
 }
 
 /// Line numbers of `marker` in a repository file, in order.
@@ -281,7 +303,15 @@ pub fn validate(v: &Value) {
     }
     for p in paths {
         let validator = schema_validator(&p);
-        let errors: Vec<String> = validator.iter_errors(v).map(|e| format!("{e} at {}", e.instance_path())).collect();
-        assert!(errors.is_empty(), "report does not validate against {}:\n{}", p.display(), errors.join("\n"));
+        let errors: Vec<String> = validator
+            .iter_errors(v)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "report does not validate against {}:\n{}",
+            p.display(),
+            errors.join("\n")
+        );
     }
 }

@@ -128,8 +128,14 @@ const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
     ("cudaMallocManaged", &["cuMemAllocManaged"]),
     ("cudaMallocHost", &["cuMemAllocHost_v2", "cuMemHostAlloc"]),
     ("cudaHostAlloc", &["cuMemHostAlloc", "cuMemAllocHost_v2"]),
-    ("cudaMallocAsync", &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"]),
-    ("cudaMallocAsync_ptsz", &["cuMemAllocAsync_ptsz", "cuMemAllocAsync"]),
+    (
+        "cudaMallocAsync",
+        &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"],
+    ),
+    (
+        "cudaMallocAsync_ptsz",
+        &["cuMemAllocAsync_ptsz", "cuMemAllocAsync"],
+    ),
     (
         "cudaMallocFromPoolAsync",
         &["cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"],
@@ -157,7 +163,9 @@ fn attribute_runtime(api: &str, native: &mut Vec<NativeFrame>) -> Option<&'stati
     // Only the innermost few physical frames: the runtime is directly below.
     for (depth, pf) in phys.iter().enumerate().take(8) {
         for f in pf.iter() {
-            let Some(func) = f.function.as_deref() else { continue };
+            let Some(func) = f.function.as_deref() else {
+                continue;
+            };
             if let Some((rt, _)) = RUNTIME_ATTRIBUTION
                 .iter()
                 .find(|(rt, drivers)| *rt == func && drivers.contains(&api))
@@ -275,7 +283,10 @@ impl Assembler<'_> {
                     device: b.device(),
                 });
             }
-            let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
+            let kind = self
+                .depot
+                .get(b.trace)
+                .map_or(MemoryKind::Device, |t| t.kind);
             let k = by_memory.entry(kind).or_default();
             k.blocks += 1;
             k.bytes += b.size();
@@ -336,11 +347,7 @@ impl Assembler<'_> {
                 .then_with(|| a.top_frame_label().cmp(&b.top_frame_label()))
         };
         leaks.sort_by(order);
-        growth.sort_by(|a, b| {
-            b.bytes_delta
-                .cmp(&a.bytes_delta)
-                .then_with(|| order(a, b))
-        });
+        growth.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));
         let mut suppressed = Vec::new();
         let suppressions_used = self.suppressions.apply(&mut leaks, &mut suppressed);
 
@@ -492,7 +499,10 @@ mod tests {
         assert_eq!(r.totals.peak_bytes, 900);
         assert_eq!(r.leaks.len(), 2);
         assert_eq!(r.leaks[0].bytes, 500);
-        assert_eq!(r.leaks[0].native_stack[0].function.as_deref(), Some("leak_b"));
+        assert_eq!(
+            r.leaks[0].native_stack[0].function.as_deref(),
+            Some("leak_b")
+        );
         assert_eq!(r.leaks[0].native_stack[0].line, Some(20));
         assert_eq!(r.leaks[0].native_stack[0].address, "0x200");
         assert_eq!(r.leaks[1].blocks, 2);
@@ -525,7 +535,10 @@ mod tests {
         }
         .assemble(&snap, meta(1));
         assert_eq!(r.leaks[0].api, "cudaMalloc");
-        assert_eq!(r.leaks[0].native_stack[0].function.as_deref(), Some("leak_a"));
+        assert_eq!(
+            r.leaks[0].native_stack[0].function.as_deref(),
+            Some("leak_a")
+        );
         // cudaMalloc never calls cuMemAllocManaged: no attribution.
         assert_eq!(r.leaks[1].api, "cuMemAllocManaged");
         assert_eq!(r.leaks[1].native_stack.len(), 2);
@@ -575,9 +588,24 @@ mod tests {
         // inner+middle ran in one eval invocation (middle entered from C),
         // outer in another.
         let py = [
-            PyRawFrame { code: 1, guard: 0, offset: 0, flags: 0 },
-            PyRawFrame { code: 2, guard: 0, offset: 0, flags: PY_FRAME_ENTRY },
-            PyRawFrame { code: 3, guard: 0, offset: 0, flags: PY_FRAME_ENTRY },
+            PyRawFrame {
+                code: 1,
+                guard: 0,
+                offset: 0,
+                flags: 0,
+            },
+            PyRawFrame {
+                code: 2,
+                guard: 0,
+                offset: 0,
+                flags: PY_FRAME_ENTRY,
+            },
+            PyRawFrame {
+                code: 3,
+                guard: 0,
+                offset: 0,
+                flags: PY_FRAME_ENTRY,
+            },
         ];
         static NATIVE: [u64; 5] = [0x701, 0x601, 0x701, 0x601, 0x301];
         let t = depot.intern(
@@ -613,7 +641,17 @@ mod tests {
                 MergedFrame::Python(p) => format!("py:{}", p.function),
             })
             .collect();
-        assert_eq!(merged, ["ffi_call", "py:inner", "py:middle", "ffi_call", "py:outer", "main"]);
+        assert_eq!(
+            merged,
+            [
+                "ffi_call",
+                "py:inner",
+                "py:middle",
+                "ffi_call",
+                "py:outer",
+                "main"
+            ]
+        );
     }
 
     #[test]
@@ -651,7 +689,11 @@ mod tests {
         let mut g = GrowthTracker::default();
         let (leak, cache, steady) = (TraceId(1), TraceId(2), TraceId(3));
         let dump = |g: &mut GrowthTracker, l: u64, c: u64| {
-            g.observe(&HashMap::from([(leak, (l, l * 10)), (cache, (c, c * 10)), (steady, (1, 5))]))
+            g.observe(&HashMap::from([
+                (leak, (l, l * 10)),
+                (cache, (c, c * 10)),
+                (steady, (1, 5)),
+            ]))
         };
         let d1 = dump(&mut g, 1, 4);
         assert_eq!(d1[&leak].bytes_delta, 10);

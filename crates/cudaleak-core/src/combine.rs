@@ -14,13 +14,15 @@ fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
+/// A native frame without its address: (function, file, line, module file name).
+type FrameId = (Option<String>, Option<String>, Option<i64>, Option<String>);
+
 /// A group's identity across processes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupKey {
     api: String,
     memory: MemoryKind,
-    /// (function, file, line, module file name)
-    native: Vec<(Option<String>, Option<String>, Option<i64>, Option<String>)>,
+    native: Vec<FrameId>,
     python: Vec<PythonFrame>,
 }
 
@@ -105,7 +107,10 @@ fn merge_groups(lists: impl Iterator<Item = Group>) -> Vec<Group> {
             }
         }
     }
-    let mut out: Vec<Group> = order.into_iter().filter_map(|k| merged.remove(&k)).collect();
+    let mut out: Vec<Group> = order
+        .into_iter()
+        .filter_map(|k| merged.remove(&k))
+        .collect();
     sort_groups(&mut out);
     out
 }
@@ -176,7 +181,11 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
     }
     let same = |f: fn(&Report) -> Option<String>| {
         let v = f(first);
-        reports.iter().all(|(_, r)| f(r) == v).then_some(v).flatten()
+        reports
+            .iter()
+            .all(|(_, r)| f(r) == v)
+            .then_some(v)
+            .flatten()
     };
     let trigger = if reports.iter().all(|(_, r)| r.trigger == first.trigger) {
         first.trigger
@@ -194,7 +203,11 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         hostname: same(|r| r.hostname.clone()),
         rank: None,
         instance: None,
-        timestamp_ms: reports.iter().map(|(_, r)| r.timestamp_ms).max().unwrap_or(0),
+        timestamp_ms: reports
+            .iter()
+            .map(|(_, r)| r.timestamp_ms)
+            .max()
+            .unwrap_or(0),
         totals,
         leaks: merge_groups(reports.iter().flat_map(|(_, r)| r.leaks.clone())),
         growth: merge_groups(reports.iter().flat_map(|(_, r)| r.growth.clone())),
@@ -205,7 +218,10 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         suppressions_used: uses,
         python: None,
         incomplete_shards: reports.iter().map(|(_, r)| r.incomplete_shards).sum(),
-        merged_from: reports.iter().map(|(p, _)| p.display().to_string()).collect(),
+        merged_from: reports
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect(),
     })
 }
 
@@ -255,7 +271,11 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
             group: g.clone(),
         });
     }
-    for g in old.leaks.iter().filter(|g| olds.contains_key(&GroupKey::of(g))) {
+    for g in old
+        .leaks
+        .iter()
+        .filter(|g| olds.contains_key(&GroupKey::of(g)))
+    {
         out.push(GroupDelta {
             change: Change::Gone,
             blocks_delta: -(g.blocks as i64),
@@ -340,9 +360,17 @@ pub fn rank_view(reports: &[(PathBuf, Report)]) -> RankView {
     for (_, r) in reports {
         let label = rank_label(r);
         for g in &r.leaks {
-            let e = where_
-                .entry(GroupKey::of(g))
-                .or_insert_with(|| (Group { blocks: 0, bytes: 0, examples: vec![], ..g.clone() }, Vec::new()));
+            let e = where_.entry(GroupKey::of(g)).or_insert_with(|| {
+                (
+                    Group {
+                        blocks: 0,
+                        bytes: 0,
+                        examples: vec![],
+                        ..g.clone()
+                    },
+                    Vec::new(),
+                )
+            });
             e.0.blocks += g.blocks;
             e.0.bytes += g.bytes;
             if !e.1.contains(&label) {
@@ -359,7 +387,11 @@ pub fn rank_view(reports: &[(PathBuf, Report)]) -> RankView {
             ranks,
         })
         .collect();
-    groups.sort_by(|a, b| b.only_some.cmp(&a.only_some).then(b.group.bytes.cmp(&a.group.bytes)));
+    groups.sort_by(|a, b| {
+        b.only_some
+            .cmp(&a.only_some)
+            .then(b.group.bytes.cmp(&a.group.bytes))
+    });
     RankView { ranks, groups }
 }
 
@@ -413,14 +445,23 @@ mod tests {
         let a = group("step", 10, "0x1000", 100);
         let b = group("step", 10, "0x7000", 50);
         assert_eq!(GroupKey::of(&a), GroupKey::of(&b));
-        assert_ne!(GroupKey::of(&a), GroupKey::of(&group("step", 11, "0x1000", 1)));
+        assert_ne!(
+            GroupKey::of(&a),
+            GroupKey::of(&group("step", 11, "0x1000", 1))
+        );
     }
 
     #[test]
     fn latest_dump_per_process_is_kept() {
         let rs = vec![
-            (PathBuf::from("a1"), report(1, None, 1, vec![group("f", 1, "0x1", 10)])),
-            (PathBuf::from("a2"), report(1, None, 2, vec![group("f", 1, "0x1", 20)])),
+            (
+                PathBuf::from("a1"),
+                report(1, None, 1, vec![group("f", 1, "0x1", 10)]),
+            ),
+            (
+                PathBuf::from("a2"),
+                report(1, None, 2, vec![group("f", 1, "0x1", 20)]),
+            ),
             (PathBuf::from("b1"), report(2, None, 1, vec![])),
         ];
         let kept = latest_per_process(rs);
@@ -431,10 +472,18 @@ mod tests {
     #[test]
     fn merge_sums_matching_groups() {
         let rs = vec![
-            (PathBuf::from("r0"), report(10, Some(0), 1, vec![group("step", 10, "0x1", 100)])),
+            (
+                PathBuf::from("r0"),
+                report(10, Some(0), 1, vec![group("step", 10, "0x1", 100)]),
+            ),
             (
                 PathBuf::from("r1"),
-                report(11, Some(1), 1, vec![group("step", 10, "0x9", 100), group("extra", 3, "0x9", 7)]),
+                report(
+                    11,
+                    Some(1),
+                    1,
+                    vec![group("step", 10, "0x9", 100), group("extra", 3, "0x9", 7)],
+                ),
             ),
         ];
         let m = merge(&rs).unwrap();
@@ -447,8 +496,18 @@ mod tests {
 
     #[test]
     fn diff_between_processes() {
-        let old = report(1, None, 1, vec![group("a", 1, "0x1", 100), group("gone", 2, "0x1", 5)]);
-        let new = report(2, None, 1, vec![group("a", 1, "0x8", 300), group("fresh", 3, "0x8", 10)]);
+        let old = report(
+            1,
+            None,
+            1,
+            vec![group("a", 1, "0x1", 100), group("gone", 2, "0x1", 5)],
+        );
+        let new = report(
+            2,
+            None,
+            1,
+            vec![group("a", 1, "0x8", 300), group("fresh", 3, "0x8", 10)],
+        );
         let d = diff(&old, &new);
         assert_eq!(d[0].change, Change::Grew);
         assert_eq!(d[0].bytes_delta, 200);
@@ -465,7 +524,10 @@ mod tests {
                 if k == 2 {
                     leaks.push(group("rank2_only", 9, "0x1", 1000));
                 }
-                (PathBuf::from(format!("r{k}")), report(100 + k, Some(k), 1, leaks))
+                (
+                    PathBuf::from(format!("r{k}")),
+                    report(100 + k, Some(k), 1, leaks),
+                )
             })
             .collect();
         let v = rank_view(&rs);

@@ -155,9 +155,8 @@ impl Depot {
         bucket.store(node, Ordering::Release);
         self.count.store(id, Ordering::Release);
         self.bytes.fetch_add(
-            (std::mem::size_of::<Node>()
-                + key.native.len() * 8
-                + std::mem::size_of_val(key.python)) as u64,
+            (std::mem::size_of::<Node>() + key.native.len() * 8 + std::mem::size_of_val(key.python))
+                as u64,
             Ordering::Relaxed,
         );
         TraceId(id)

@@ -24,7 +24,12 @@ pub enum LineFormat {
 
 /// Line of the instruction at `offset` (bytes from the start of the
 /// bytecode), or `None` when the table gives that instruction no line.
-pub fn line_for_offset(format: LineFormat, table: &[u8], firstlineno: i32, offset: u32) -> Option<i32> {
+pub fn line_for_offset(
+    format: LineFormat,
+    table: &[u8],
+    firstlineno: i32,
+    offset: u32,
+) -> Option<i32> {
     match format {
         LineFormat::Lnotab => Some(lnotab_line(table, firstlineno, offset)),
         LineFormat::Linetable310 => linetable310_line(table, firstlineno, offset),
@@ -196,14 +201,31 @@ mod tests {
     fn locations_match_cpython_311_co_lines() {
         let table = [
             128, 0, 216, 8, 9, 136, 65, 137, 5, 128, 65, 221, 13, 18, 144, 49, 137, 88, 140, 88,
-            240, 0, 1, 5, 15, 240, 0, 1, 5, 15, 136, 1, 216, 8, 9, 136, 81, 137, 6, 136, 1, 136,
-            1, 216, 12, 13, 216, 12, 13, 241, 3, 1, 13, 14, 240, 0, 1, 5, 15,
+            240, 0, 1, 5, 15, 240, 0, 1, 5, 15, 136, 1, 216, 8, 9, 136, 81, 137, 6, 136, 1, 136, 1,
+            216, 12, 13, 216, 12, 13, 241, 3, 1, 13, 14, 240, 0, 1, 5, 15,
         ];
         let co_lines = [
-            (0, 2, 1), (2, 4, 2), (4, 6, 2), (6, 10, 2), (10, 12, 2), (12, 24, 3), (24, 26, 3),
-            (26, 30, 3), (30, 40, 3), (40, 42, 3), (42, 44, 3), (44, 46, 3), (46, 48, 4),
-            (48, 50, 4), (50, 54, 4), (54, 56, 4), (56, 58, 4), (58, 60, 5), (60, 62, 6),
-            (62, 66, 5), (66, 68, 5),
+            (0, 2, 1),
+            (2, 4, 2),
+            (4, 6, 2),
+            (6, 10, 2),
+            (10, 12, 2),
+            (12, 24, 3),
+            (24, 26, 3),
+            (26, 30, 3),
+            (30, 40, 3),
+            (40, 42, 3),
+            (42, 44, 3),
+            (44, 46, 3),
+            (46, 48, 4),
+            (48, 50, 4),
+            (50, 54, 4),
+            (54, 56, 4),
+            (56, 58, 4),
+            (58, 60, 5),
+            (60, 62, 6),
+            (62, 66, 5),
+            (66, 68, 5),
         ];
         for (start, end, line) in co_lines {
             for off in (start..end).step_by(2) {

@@ -306,7 +306,10 @@ mod tests {
     fn drain_moves_blocks_out() {
         let m = LiveMap::new();
         for i in 0..100u64 {
-            m.insert(0x10000 + i * 512, Block::new(i, TraceId(1), (i % 2) as u8, None, 0));
+            m.insert(
+                0x10000 + i * 512,
+                Block::new(i, TraceId(1), (i % 2) as u8, None, 0),
+            );
         }
         let drained = m.drain_where(|b| b.context_slot() == 1);
         assert_eq!(drained.len(), 50);

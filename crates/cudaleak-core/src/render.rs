@@ -247,7 +247,11 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         group_block(&mut out, verb, g, opts);
     }
     if r.leaks.len() > opts.max_groups {
-        let _ = writeln!(out, "... and {} more group(s)\n", r.leaks.len() - opts.max_groups);
+        let _ = writeln!(
+            out,
+            "... and {} more group(s)\n",
+            r.leaks.len() - opts.max_groups
+        );
     }
     if !r.growth.is_empty() && r.sequence > 1 {
         let _ = writeln!(out, "{THIN_RULE}");

@@ -42,7 +42,9 @@ pub fn module_of(addr: u64) -> Option<String> {
         return None;
     }
     // SAFETY: dli_fname is a NUL-terminated string owned by the loader.
-    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
     if name.is_empty() {
         // The main program: the loader gives "", /proc/self/exe names it.
         return std::fs::read_link("/proc/self/exe")

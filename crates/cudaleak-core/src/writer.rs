@@ -29,7 +29,13 @@ pub struct ReportName {
 
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -155,9 +161,16 @@ mod tests {
             sequence: 2,
             trigger: "signal",
         };
-        assert_eq!(n.file_name(), "cudaleak.node_7.r3.99.1700000000000-beef.2.signal.json");
         assert_eq!(
-            ReportName { rank: None, ..n.clone() }.file_name(),
+            n.file_name(),
+            "cudaleak.node_7.r3.99.1700000000000-beef.2.signal.json"
+        );
+        assert_eq!(
+            ReportName {
+                rank: None,
+                ..n.clone()
+            }
+            .file_name(),
             "cudaleak.node_7.99.1700000000000-beef.2.signal.json"
         );
         assert!(n.timeline_name().ends_with(".timeline.json"));

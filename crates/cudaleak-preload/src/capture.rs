@@ -45,7 +45,9 @@ impl Stack {
 
     pub fn python(&self) -> &[PyRawFrame] {
         // SAFETY: the first n_python entries were written by the reader.
-        unsafe { std::slice::from_raw_parts(self.python.as_ptr().cast::<PyRawFrame>(), self.n_python) }
+        unsafe {
+            std::slice::from_raw_parts(self.python.as_ptr().cast::<PyRawFrame>(), self.n_python)
+        }
     }
 
     /// The trace id of this stack for a block of `api` and `kind`.

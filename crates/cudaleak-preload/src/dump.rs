@@ -107,9 +107,16 @@ pub fn hostname() -> String {
 
 /// The distributed rank the launcher gave this process, if any.
 pub fn rank() -> Option<i64> {
-    ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    [
+        "RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+        "MV2_COMM_WORLD_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
 pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
@@ -135,7 +142,11 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
 /// Assembles a report from `snap` with the process's dump state.
 pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
     let mut scratch = GrowthTracker::default();
-    let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
+    let growth_tracker = if growth {
+        &mut state.growth
+    } else {
+        &mut scratch
+    };
     Assembler {
         depot: &tracker::DEPOT,
         codes: &tracker::CODES,
@@ -222,7 +233,9 @@ fn write(report: &Report) -> Option<PathBuf> {
 }
 
 fn write_timeline(state: &DumpState) {
-    let Some(dir) = lifecycle::report_dir() else { return };
+    let Some(dir) = lifecycle::report_dir() else {
+        return;
+    };
     let name = ReportName {
         hostname: hostname(),
         rank: rank(),
@@ -241,7 +254,9 @@ fn write_timeline(state: &DumpState) {
 pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     let mut s = Suppressions::default();
     if config.default_suppressions {
-        if let Ok(d) = Suppressions::parse(cudaleak_core::suppress::DEFAULT_SUPPRESSIONS, "<default>") {
+        if let Ok(d) =
+            Suppressions::parse(cudaleak_core::suppress::DEFAULT_SUPPRESSIONS, "<default>")
+        {
             s.extend(d);
         }
     }
@@ -249,7 +264,9 @@ pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions
         match std::fs::read_to_string(path) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
-                Err(e) => lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
+                Err(e) => {
+                    lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}"))
+                }
             },
             Err(e) => lifecycle::warn(&format!(
                 "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={}: {e}",

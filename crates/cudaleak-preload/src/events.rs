@@ -50,7 +50,11 @@ pub trait Event {
 }
 
 #[inline(always)]
-pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl FnOnce() -> c_int) -> c_int {
+pub fn intercept<E: Event>(
+    layer: Layer,
+    make: impl FnOnce() -> E,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
     if !tracker::is_tracking() {
         return call();
     }
@@ -176,9 +180,16 @@ impl Alloc {
     }
 
     /// cuMemCreate: the device comes from the allocation properties.
-    pub fn physical(id: HookId, handle: *mut u64, size: usize, prop: *const CUmemAllocationProp) -> Alloc {
+    pub fn physical(
+        id: HookId,
+        handle: *mut u64,
+        size: usize,
+        prop: *const CUmemAllocationProp,
+    ) -> Alloc {
         // SAFETY: prop is the caller's argument; read only when non-null.
-        let device = (!prop.is_null()).then(|| unsafe { (*prop).location_id }).and_then(|d| u8::try_from(d).ok());
+        let device = (!prop.is_null())
+            .then(|| unsafe { (*prop).location_id })
+            .and_then(|d| u8::try_from(d).ok());
         Alloc {
             device,
             ..Alloc::new(id, Api::cuMemCreate, MemoryKind::Physical, handle, size)
@@ -212,7 +223,9 @@ impl Event for Alloc {
         let size = match self.size {
             Size::Bytes(b) => b,
             // SAFETY: written by the successful call.
-            Size::Pitch(p, h) if !p.is_null() => unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64),
+            Size::Pitch(p, h) if !p.is_null() => {
+                unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
+            }
             Size::Pitch(..) => 0,
         };
         let (api, stack) = match runtime {
@@ -319,7 +332,10 @@ pub struct Unmap {
 
 impl Unmap {
     pub fn new(va: u64, size: usize) -> Unmap {
-        Unmap { va, size: size as u64 }
+        Unmap {
+            va,
+            size: size as u64,
+        }
     }
 }
 
@@ -394,7 +410,12 @@ pub struct EntryPoint {
 }
 
 impl EntryPoint {
-    pub fn new(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> EntryPoint {
+    pub fn new(
+        symbol: *const c_char,
+        pfn: *mut *mut c_void,
+        version: c_int,
+        flags: u64,
+    ) -> EntryPoint {
         EntryPoint {
             symbol,
             pfn,
@@ -412,7 +433,9 @@ impl Event for EntryPoint {
     fn after(&self, _: (), result: c_int) {
         if result == CUDA_SUCCESS {
             // SAFETY: the lookup's own arguments.
-            unsafe { resolve::substitute_entry_point(self.symbol, self.pfn, self.version, self.flags) };
+            unsafe {
+                resolve::substitute_entry_point(self.symbol, self.pfn, self.version, self.flags)
+            };
         }
     }
 }
@@ -434,7 +457,13 @@ pub struct RuntimeAlloc {
 }
 
 impl RuntimeAlloc {
-    pub fn new(api: Api, kind: MemoryKind, expects: &'static [HookId], out: *mut u64, size: RtSize) -> RuntimeAlloc {
+    pub fn new(
+        api: Api,
+        kind: MemoryKind,
+        expects: &'static [HookId],
+        out: *mut u64,
+        size: RtSize,
+    ) -> RuntimeAlloc {
         RuntimeAlloc {
             api,
             kind,
@@ -500,7 +529,9 @@ impl Event for RuntimeAlloc {
         let size = match self.size {
             RtSize::Bytes(b) => b as u64,
             // SAFETY: written by the successful call.
-            RtSize::Pitch(p, rows) if !p.is_null() => unsafe { p.read_unaligned() as u64 }.saturating_mul(rows as u64),
+            RtSize::Pitch(p, rows) if !p.is_null() => {
+                unsafe { p.read_unaligned() as u64 }.saturating_mul(rows as u64)
+            }
             RtSize::Pitch(..) => 0,
         };
         if let Some(stack) = rc.stack.as_ref() {
@@ -517,7 +548,11 @@ pub struct RuntimeFree {
 
 impl RuntimeFree {
     pub fn new(addr: u64, expects: &'static [HookId], accepts: KindSet) -> RuntimeFree {
-        RuntimeFree { addr, expects, accepts }
+        RuntimeFree {
+            addr,
+            expects,
+            accepts,
+        }
     }
 }
 
@@ -549,7 +584,11 @@ pub struct RuntimeReset;
 impl Event for RuntimeReset {
     type State = RuntimeCall;
     fn before(&self) -> Option<RuntimeCall> {
-        Some(RuntimeCall::new(Api::cudaMalloc, &[HookId::cuDevicePrimaryCtxReset_v2], false))
+        Some(RuntimeCall::new(
+            Api::cudaMalloc,
+            &[HookId::cuDevicePrimaryCtxReset_v2],
+            false,
+        ))
     }
     fn publish(&self, rc: &RuntimeCall) {
         rc.publish();

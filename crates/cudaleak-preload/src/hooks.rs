@@ -202,14 +202,19 @@ pub const RUNTIME_MALLOC_ASYNC: &[HookId] = &[
     HookId::cuMemAllocFromPoolAsync,
     HookId::cuMemAllocFromPoolAsync_ptsz,
 ];
-pub const RUNTIME_MALLOC_FROM_POOL: &[HookId] =
-    &[HookId::cuMemAllocFromPoolAsync, HookId::cuMemAllocFromPoolAsync_ptsz];
+pub const RUNTIME_MALLOC_FROM_POOL: &[HookId] = &[
+    HookId::cuMemAllocFromPoolAsync,
+    HookId::cuMemAllocFromPoolAsync_ptsz,
+];
 pub const RUNTIME_MALLOC_HOST: &[HookId] = &[HookId::cuMemAllocHost_v2, HookId::cuMemHostAlloc];
 pub const RUNTIME_MALLOC_MANAGED: &[HookId] = &[HookId::cuMemAllocManaged];
 pub const RUNTIME_MALLOC_PITCH: &[HookId] = &[HookId::cuMemAllocPitch_v2, HookId::cuMemAlloc_v2];
 pub const RUNTIME_FREE: &[HookId] = &[HookId::cuMemFree_v2, HookId::cuMemFreeAsync];
-pub const RUNTIME_FREE_ASYNC: &[HookId] =
-    &[HookId::cuMemFreeAsync, HookId::cuMemFreeAsync_ptsz, HookId::cuMemFree_v2];
+pub const RUNTIME_FREE_ASYNC: &[HookId] = &[
+    HookId::cuMemFreeAsync,
+    HookId::cuMemFreeAsync_ptsz,
+    HookId::cuMemFree_v2,
+];
 pub const RUNTIME_FREE_HOST: &[HookId] = &[HookId::cuMemFreeHost];
 
 impl HookId {
@@ -249,9 +254,17 @@ mod tests {
 
     #[test]
     fn only_wrapped_names_match() {
-        for other in ["cudnnCreate", "cublasCreate_v2", "curl_easy_init", "cuMemcpy", "cuMemAlloc",
-            "cudaMallocArray", "cuInit", "cu", ""]
-        {
+        for other in [
+            "cudnnCreate",
+            "cublasCreate_v2",
+            "curl_easy_init",
+            "cuMemcpy",
+            "cuMemAlloc",
+            "cudaMallocArray",
+            "cuInit",
+            "cu",
+            "",
+        ] {
             assert_eq!(HookId::by_name(other.as_bytes()), None, "{other}");
         }
         assert_eq!(HookId::by_name(b"cudaMalloc"), Some(HookId::cudaMalloc));

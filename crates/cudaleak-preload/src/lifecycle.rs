@@ -26,7 +26,9 @@ use cudaleak_core::report::Trigger;
 use cudaleak_core::suppress::Suppressions;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering,
+};
 use std::time::{Duration, Instant};
 
 static PID: AtomicI32 = AtomicI32::new(0);
@@ -96,7 +98,9 @@ pub fn instance() -> String {
 }
 
 fn new_instance() {
-    let s = Box::into_raw(Box::new(cudaleak_core::writer::instance_token(dump::now_ms())));
+    let s = Box::into_raw(Box::new(cudaleak_core::writer::instance_token(
+        dump::now_ms(),
+    )));
     INSTANCE.store(s, Ordering::Release);
 }
 
@@ -157,7 +161,10 @@ pub fn init() {
         None => cwd,
     };
     REPORT_DIR.store(Box::into_raw(Box::new(dir)), Ordering::Release);
-    SUPPRESSIONS.store(Box::into_raw(Box::new(dump::load_suppressions(config))), Ordering::Release);
+    SUPPRESSIONS.store(
+        Box::into_raw(Box::new(dump::load_suppressions(config))),
+        Ordering::Release,
+    );
     crate::python::init(config.python);
     // Internal panics are caught at the hook boundary; keep them off the
     // program's stderr (this std copy is ours alone).
@@ -270,7 +277,9 @@ fn install_signal_handlers() {
             new.sa_sigaction = on_dump_signal as *const () as usize;
             new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, &new, &mut old) == 0 && old.sa_sigaction != on_dump_signal as *const () as usize {
+            if libc::sigaction(sig, &new, &mut old) == 0
+                && old.sa_sigaction != on_dump_signal as *const () as usize
+            {
                 PREV_HANDLER.store(old.sa_sigaction, Ordering::Release);
                 PREV_FLAGS.store(old.sa_flags, Ordering::Release);
             }
@@ -283,7 +292,9 @@ fn install_signal_handlers() {
         // SAFETY: query then install only over the default disposition.
         unsafe {
             let mut cur: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction != libc::SIG_DFL {
+            if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0
+                || cur.sa_sigaction != libc::SIG_DFL
+            {
                 continue;
             }
             let mut new: libc::sigaction = std::mem::zeroed();
@@ -301,12 +312,16 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
     SIGNAL_PENDING.store(true, Ordering::Release);
     wake_dumper();
     let prev = PREV_HANDLER.load(Ordering::Acquire);
-    if prev != libc::SIG_DFL && prev != libc::SIG_IGN && prev != on_dump_signal as *const () as usize {
+    if prev != libc::SIG_DFL
+        && prev != libc::SIG_IGN
+        && prev != on_dump_signal as *const () as usize
+    {
         // SAFETY: the handler the program (or a library) installed before
         // us, called the way it asked to be called.
         unsafe {
             if PREV_FLAGS.load(Ordering::Acquire) & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(prev);
+                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+                    std::mem::transmute(prev);
                 f(sig, info, uctx);
             } else {
                 let f: extern "C" fn(c_int) = std::mem::transmute(prev);
@@ -320,11 +335,16 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
 
 extern "C" fn on_fatal_signal(sig: c_int, _info: *mut libc::siginfo_t, _uctx: *mut c_void) {
     if DUMPER_STARTED.load(Ordering::Acquire)
-        && FATAL_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        && FATAL_SIGNAL
+            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     {
         wake_dumper();
         // nanosleep is async-signal-safe.
-        let step = libc::timespec { tv_sec: 0, tv_nsec: 5_000_000 };
+        let step = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 5_000_000,
+        };
         let rounds = FATAL_DUMP_WAIT.as_millis() / 5;
         for _ in 0..rounds {
             if FATAL_DONE.load(Ordering::Acquire) {
@@ -464,6 +484,7 @@ pub extern "C" fn _exit(status: c_int) -> ! {
     immediate_exit(status)
 }
 
+#[allow(non_snake_case)]
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn _Exit(status: c_int) -> ! {
     immediate_exit(status)
@@ -496,7 +517,11 @@ type StartMainFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 
-unsafe extern "C" fn main_returning_status(argc: c_int, argv: *mut *mut c_char, envp: *mut *mut c_char) -> c_int {
+unsafe extern "C" fn main_returning_status(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    envp: *mut *mut c_char,
+) -> c_int {
     let main: MainFn = std::mem::transmute(REAL_MAIN.load(Ordering::Acquire));
     let status = main(argc, argv, envp);
     if is_our_process() {
@@ -527,7 +552,15 @@ pub unsafe extern "C" fn __libc_start_main(
     }
     let real: StartMainFn = std::mem::transmute(real);
     REAL_MAIN.store(main as usize, Ordering::Release);
-    real(main_returning_status, argc, argv, init, fini, rtld_fini, stack_end)
+    real(
+        main_returning_status,
+        argc,
+        argv,
+        init,
+        fini,
+        rtld_fini,
+        stack_end,
+    )
 }
 
 /// For the in-process API: C string argument to an owned String.

@@ -41,7 +41,8 @@ fn real_dlsym_fn() -> Option<DlsymFn> {
         // GLIBC_2.2.5 (x86-64) / GLIBC_2.17 (aarch64) in libdl.
         for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
             // SAFETY: plain loader lookup with valid C strings.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
+                as usize;
             if p != 0 {
                 break;
             }
@@ -80,7 +81,12 @@ fn loaded_libcuda() -> *mut c_void {
         return h as *mut c_void;
     }
     // SAFETY: NOLOAD lookup of a library name.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    let h = unsafe {
+        libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    };
     if !h.is_null() {
         HANDLE.store(h as usize, Ordering::Release);
     }
@@ -242,7 +248,12 @@ pub fn hook_for_entry_point(name: &[u8], version: c_int, flags: u64) -> Option<H
 ///
 /// # Safety
 /// `symbol` is a C string and `pfn` the lookup's out parameter.
-pub unsafe fn substitute_entry_point(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
+pub unsafe fn substitute_entry_point(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) {
     if symbol.is_null() || pfn.is_null() {
         return;
     }
@@ -379,16 +390,35 @@ mod tests {
 
     #[test]
     fn versioned_names_follow_the_driver_rules() {
-        assert_eq!(hook_for_entry_point(b"cuMemAlloc", 3020, 0), Some(HookId::cuMemAlloc_v2));
-        assert_eq!(hook_for_entry_point(b"cuMemAlloc", 12040, 0), Some(HookId::cuMemAlloc_v2));
+        assert_eq!(
+            hook_for_entry_point(b"cuMemAlloc", 3020, 0),
+            Some(HookId::cuMemAlloc_v2)
+        );
+        assert_eq!(
+            hook_for_entry_point(b"cuMemAlloc", 12040, 0),
+            Some(HookId::cuMemAlloc_v2)
+        );
         assert_eq!(hook_for_entry_point(b"cuMemAlloc", 3010, 0), None);
         assert_eq!(
-            hook_for_entry_point(b"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+            hook_for_entry_point(
+                b"cuMemAllocAsync",
+                12000,
+                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+            ),
             Some(HookId::cuMemAllocAsync_ptsz)
         );
-        assert_eq!(hook_for_entry_point(b"cuGetProcAddress", 12000, 0), Some(HookId::cuGetProcAddress_v2));
-        assert_eq!(hook_for_entry_point(b"cuGetProcAddress", 11080, 0), Some(HookId::cuGetProcAddress));
-        assert_eq!(hook_for_entry_point(b"cuDevicePrimaryCtxReset", 10020, 0), None);
+        assert_eq!(
+            hook_for_entry_point(b"cuGetProcAddress", 12000, 0),
+            Some(HookId::cuGetProcAddress_v2)
+        );
+        assert_eq!(
+            hook_for_entry_point(b"cuGetProcAddress", 11080, 0),
+            Some(HookId::cuGetProcAddress)
+        );
+        assert_eq!(
+            hook_for_entry_point(b"cuDevicePrimaryCtxReset", 10020, 0),
+            None
+        );
         assert_eq!(hook_for_entry_point(b"cuMemcpy", 12000, 0), None);
         assert_eq!(hook_for_entry_point(b"cublasCreate", 12000, 0), None);
     }

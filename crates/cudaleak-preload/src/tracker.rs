@@ -16,7 +16,9 @@ use cudaleak_core::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::time::Duration;
 
 /// Device, host and managed blocks and VA reservations, by address.
@@ -117,17 +119,33 @@ fn kind_of(b: &Block) -> Option<MemoryKind> {
 
 /// Kinds whose memory belongs to a context and dies with it.
 fn context_bound(kind: MemoryKind) -> bool {
-    matches!(kind, MemoryKind::Device | MemoryKind::Host | MemoryKind::Managed | MemoryKind::Array)
+    matches!(
+        kind,
+        MemoryKind::Device | MemoryKind::Host | MemoryKind::Managed | MemoryKind::Array
+    )
 }
 
-pub fn record_allocation(key: u64, size: u64, api: Api, kind: MemoryKind, stack: &Stack, device: Option<u8>) {
+pub fn record_allocation(
+    key: u64,
+    size: u64,
+    api: Api,
+    kind: MemoryKind,
+    stack: &Stack,
+    device: Option<u8>,
+) {
     let trace: TraceId = stack.intern(api, kind);
     let (slot, ctx_device) = if context_bound(kind) {
         current_context()
     } else {
         (0, None)
     };
-    let block = Block::new(size, trace, slot, ctx_device.or(device), EPOCH.load(Ordering::Relaxed));
+    let block = Block::new(
+        size,
+        trace,
+        slot,
+        ctx_device.or(device),
+        EPOCH.load(Ordering::Relaxed),
+    );
     let map = if kind == MemoryKind::Physical {
         VMM.lock().handles.insert(key, HandleState::default());
         &HANDLES
@@ -257,7 +275,10 @@ pub fn unmap_begin(va: u64, size: u64) -> UnmapUndo {
             }
         }
     }
-    UnmapUndo { mappings: gone, handles }
+    UnmapUndo {
+        mappings: gone,
+        handles,
+    }
 }
 
 pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
@@ -269,7 +290,13 @@ pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
     }
     let mut vmm = VMM.lock();
     for (h, b) in undo.handles {
-        vmm.handles.insert(h, HandleState { maps: 0, released: true });
+        vmm.handles.insert(
+            h,
+            HandleState {
+                maps: 0,
+                released: true,
+            },
+        );
         HANDLES.restore(h, b);
     }
     for (a, h, s) in undo.mappings {
@@ -448,9 +475,17 @@ pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
     let mut out = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
-        map.for_each_shard(None, |it, _| out.extend(it.filter(|(_, b)| b.epoch >= epoch)));
+        map.for_each_shard(None, |it, _| {
+            out.extend(it.filter(|(_, b)| b.epoch >= epoch))
+        });
     }
-    out.extend(TORN_DOWN.lock().iter().filter(|(_, b)| b.epoch >= epoch).copied());
+    out.extend(
+        TORN_DOWN
+            .lock()
+            .iter()
+            .filter(|(_, b)| b.epoch >= epoch)
+            .copied(),
+    );
     out
 }
 
@@ -502,7 +537,12 @@ pub unsafe fn reset_in_child_and_unlock() {
     vmm.handles = HashMap::with_hasher(AddrHash);
     VMM.raw_unlock();
     SNAPSHOT_LOCK.raw_unlock();
-    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
+    for c in [
+        &FAILED_ALLOCATIONS,
+        &INVALID_FREES,
+        &LIVE_BYTES,
+        &PEAK_BYTES,
+    ] {
         c.store(0, Ordering::Relaxed);
     }
     for r in &PRIMARY_REFS {

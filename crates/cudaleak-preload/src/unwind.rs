@@ -22,7 +22,11 @@ fn compute_own_range() -> (usize, usize) {
         probe: usize,
         range: (usize, usize),
     }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> libc::c_int {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
         let s = &mut *(data as *mut Search);
         let info = &*info;
         let (mut lo, mut hi) = (usize::MAX, 0usize);

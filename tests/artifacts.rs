@@ -1,0 +1,193 @@
+//! The shipped artifacts: what the library exports, that the CLI does not
+//! interpose on itself, that our schema and contract agree with the shared
+//! ones, and that the README's main command works.
+
+mod support;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::Command;
+use support::*;
+
+/// Everything libcudaleak.so may export: the hooked CUDA functions, the
+/// libc entry points it needs, and the in-process API. Nothing else, so
+/// that the library never shadows a symbol by accident.
+const EXPORTS: &[&str] = &[
+    // driver
+    "cuMemAlloc_v2",
+    "cuMemAllocPitch_v2",
+    "cuMemAllocManaged",
+    "cuMemAllocAsync",
+    "cuMemAllocAsync_ptsz",
+    "cuMemAllocFromPoolAsync",
+    "cuMemAllocFromPoolAsync_ptsz",
+    "cuMemAllocHost_v2",
+    "cuMemHostAlloc",
+    "cuMemFree_v2",
+    "cuMemFreeAsync",
+    "cuMemFreeAsync_ptsz",
+    "cuMemFreeHost",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuCtxDestroy_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset_v2",
+    "cuGetProcAddress",
+    "cuGetProcAddress_v2",
+    "cuGetProcAddress_v2_ptsz",
+    // runtime
+    "cudaMalloc",
+    "cudaMallocAsync",
+    "cudaMallocAsync_ptsz",
+    "cudaMallocFromPoolAsync",
+    "cudaMallocHost",
+    "cudaHostAlloc",
+    "cudaMallocManaged",
+    "cudaMallocPitch",
+    "cudaMalloc3D",
+    "cudaFree",
+    "cudaFreeAsync",
+    "cudaFreeAsync_ptsz",
+    "cudaFreeHost",
+    "cudaDeviceReset",
+    "cudaGetDriverEntryPoint",
+    "cudaGetDriverEntryPointByVersion",
+    // libc
+    "dlsym",
+    "exit",
+    "_exit",
+    "_Exit",
+    "__libc_start_main",
+    // in-process API
+    "cudaleak_dump",
+    "cudaleak_checkpoint",
+    "cudaleak_live_since",
+    "cudaleak_leaks_since_json",
+    "cudaleak_free",
+];
+
+fn defined_dynamic_symbols(path: &std::path::Path) -> BTreeSet<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(path)
+        .output()
+        .expect("nm (binutils)");
+    assert!(out.status.success(), "nm failed on {}", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .map(|s| s.split('@').next().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_library_exports_exactly_the_allowlist() {
+    let got = defined_dynamic_symbols(&lib());
+    let want: BTreeSet<String> = EXPORTS.iter().map(|s| s.to_string()).collect();
+    let extra: Vec<_> = got.difference(&want).collect();
+    let missing: Vec<_> = want.difference(&got).collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "extra exports: {extra:?}\nmissing exports: {missing:?}"
+    );
+}
+
+#[test]
+fn the_cli_does_not_interpose_on_itself() {
+    let got = defined_dynamic_symbols(&cli());
+    let hooks: Vec<_> = got
+        .iter()
+        .filter(|s| EXPORTS.contains(&s.as_str()))
+        .collect();
+    assert!(
+        hooks.is_empty(),
+        "the cudaleak binary exports hook symbols: {hooks:?}"
+    );
+    let needed = Command::new("readelf")
+        .args(["-d"])
+        .arg(cli())
+        .output()
+        .expect("readelf");
+    assert!(!String::from_utf8_lossy(&needed.stdout).contains("libcudaleak"));
+}
+
+/// Every key and value of `shared` is in `ours` unchanged; ours may only
+/// add object keys (schema extensions).
+fn assert_superset(shared: &Value, ours: &Value, path: &str) {
+    match (shared, ours) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                if k == "description" && path.is_empty() {
+                    continue; // our top-level description says it is an extended copy
+                }
+                let inner = b
+                    .get(k)
+                    .unwrap_or_else(|| panic!("our schema lacks {path}/{k}"));
+                assert_superset(v, inner, &format!("{path}/{k}"));
+            }
+        }
+        _ => assert_eq!(shared, ours, "schemas differ at {path}"),
+    }
+}
+
+#[test]
+fn our_schema_copy_agrees_with_the_shared_contract() {
+    let ours: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("schema/report.schema.json")).unwrap(),
+    )
+    .unwrap();
+    // Valid JSON Schema in any case.
+    jsonschema::draft202012::meta::validate(&ours)
+        .expect("our schema is a valid draft 2020-12 schema");
+    let shared_path = repo().join("../shared/report.schema.json");
+    if !shared_path.is_file() {
+        eprintln!("no ../shared in this checkout: checked our schema alone");
+        return;
+    }
+    let shared: Value =
+        serde_json::from_str(&std::fs::read_to_string(shared_path).unwrap()).unwrap();
+    assert_superset(&shared, &ours, "");
+}
+
+#[test]
+fn our_contract_contains_the_shared_contract() {
+    let ours = std::fs::read_to_string(repo().join("CONTRACT.md")).unwrap();
+    let shared_path = repo().join("../shared/CONTRACT.md");
+    if !shared_path.is_file() {
+        eprintln!("no ../shared in this checkout");
+        return;
+    }
+    let shared = std::fs::read_to_string(shared_path).unwrap();
+    for line in shared.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            ours.contains(line),
+            "CONTRACT.md lacks the shared line: {line}"
+        );
+    }
+}
+
+#[test]
+fn the_demo_shows_a_real_report() {
+    let dir = TempDir::new("demo");
+    let mut cmd = Command::new(cli());
+    cmd.args(["demo", "--dir"]).arg(dir.path());
+    let (status, stdout, stderr) = run_command(cmd, std::time::Duration::from_secs(60));
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("in load_weights"), "{stderr}");
+    assert!(
+        stderr.contains("cudaleak: 74448896 bytes leaked in 5 blocks; report: "),
+        "{stderr}"
+    );
+    let reports = reports_in(dir.path());
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].leaks.len(), 3);
+    assert!(stdout.contains("Render it again with: cudaleak report"));
+}
