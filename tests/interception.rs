@@ -546,3 +546,41 @@ fn exit_status_is_unchanged_by_default_and_gated_by_cudaleak_exitcode() {
         Some(0)
     );
 }
+
+/// The exact stack through 20 frames of optimized code, with and without
+/// frame pointers, from the fast unwinder and from libgcc's.
+#[test]
+fn stacks_are_exact_with_and_without_frame_pointers() {
+    let sim = sim_dir();
+    let link = [
+        sim.join("libcudart.so.12").display().to_string(),
+        sim.join("libcuda.so.1").display().to_string(),
+    ];
+    let file = "tests/c/deep.c";
+    let leak_line = line_of(file, "/* LEAK deep */");
+    let recurse_line = line_of(file, "/* RECURSE */");
+    let mut stacks = Vec::new();
+    for (name, fp_flag) in [("deep_nofp", "-fomit-frame-pointer"), ("deep_fp", "-fno-omit-frame-pointer")] {
+        let exe = build(name, &[file], &["-O2", fp_flag, &link[0], &link[1]]);
+        for unwinder in ["fast", "dwarf"] {
+            let out = run_traced(&exe, &["20"], &[("CUDALEAK_UNWINDER", unwinder)]);
+            out.assert_success();
+            let r = out.report();
+            let g = &r.leaks[0];
+            let frames: Vec<(String, i64)> = g
+                .native_stack
+                .iter()
+                .take(21)
+                .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
+                .collect();
+            let mut want = vec![("allocate_at_depth".to_string(), leak_line)];
+            want.extend((0..19).map(|_| ("allocate_at_depth".to_string(), recurse_line)));
+            want.push(("main".to_string(), frames.last().map_or(0, |f| f.1)));
+            assert_eq!(frames, want, "{name} with the {unwinder} unwinder");
+            stacks.push(g.native_stack.iter().map(|f| f.function.clone()).collect::<Vec<_>>());
+        }
+    }
+    // Fast and reference unwinders agree frame for frame, to the end.
+    assert_eq!(stacks[0], stacks[1]);
+    assert_eq!(stacks[2], stacks[3]);
+}
