@@ -11,10 +11,9 @@ use std::process::Command;
 
 fn cc(args: &[&str]) {
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&compiler)
-        .args(args)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler {compiler:?}: {e} (cudaleak's simulated driver needs one)"));
+    let status = Command::new(&compiler).args(args).status().unwrap_or_else(|e| {
+        panic!("cannot run the C compiler {compiler:?}: {e} (cudaleak's simulated driver needs one)")
+    });
     assert!(status.success(), "{compiler} {args:?} failed");
 }
 
@@ -86,10 +85,7 @@ fn main() {
         "include/cuda.h",
         "include/cuda_runtime_api.h",
     ] {
-        println!(
-            "cargo:rerun-if-changed={}",
-            Path::new("sim").join(f).display()
-        );
+        println!("cargo:rerun-if-changed={}", Path::new("sim").join(f).display());
     }
     println!("cargo:rerun-if-env-changed=CC");
 }

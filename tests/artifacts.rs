@@ -103,10 +103,7 @@ fn the_library_exports_exactly_the_allowlist() {
 #[test]
 fn the_cli_does_not_interpose_on_itself() {
     let got = defined_dynamic_symbols(&cli());
-    let hooks: Vec<_> = got
-        .iter()
-        .filter(|s| EXPORTS.contains(&s.as_str()))
-        .collect();
+    let hooks: Vec<_> = got.iter().filter(|s| EXPORTS.contains(&s.as_str())).collect();
     assert!(
         hooks.is_empty(),
         "the cudaleak binary exports hook symbols: {hooks:?}"
@@ -128,9 +125,7 @@ fn assert_superset(shared: &Value, ours: &Value, path: &str) {
                 if k == "description" && path.is_empty() {
                     continue; // our top-level description says it is an extended copy
                 }
-                let inner = b
-                    .get(k)
-                    .unwrap_or_else(|| panic!("our schema lacks {path}/{k}"));
+                let inner = b.get(k).unwrap_or_else(|| panic!("our schema lacks {path}/{k}"));
                 assert_superset(v, inner, &format!("{path}/{k}"));
             }
         }
@@ -140,20 +135,17 @@ fn assert_superset(shared: &Value, ours: &Value, path: &str) {
 
 #[test]
 fn our_schema_copy_agrees_with_the_shared_contract() {
-    let ours: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("schema/report.schema.json")).unwrap(),
-    )
-    .unwrap();
+    let ours: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("schema/report.schema.json")).unwrap())
+            .unwrap();
     // Valid JSON Schema in any case.
-    jsonschema::draft202012::meta::validate(&ours)
-        .expect("our schema is a valid draft 2020-12 schema");
+    jsonschema::draft202012::meta::validate(&ours).expect("our schema is a valid draft 2020-12 schema");
     let shared_path = repo().join("../shared/report.schema.json");
     if !shared_path.is_file() {
         eprintln!("no ../shared in this checkout: checked our schema alone");
         return;
     }
-    let shared: Value =
-        serde_json::from_str(&std::fs::read_to_string(shared_path).unwrap()).unwrap();
+    let shared: Value = serde_json::from_str(&std::fs::read_to_string(shared_path).unwrap()).unwrap();
     assert_superset(&shared, &ours, "");
 }
 
@@ -167,10 +159,7 @@ fn our_contract_contains_the_shared_contract() {
     }
     let shared = std::fs::read_to_string(shared_path).unwrap();
     for line in shared.lines().filter(|l| !l.trim().is_empty()) {
-        assert!(
-            ours.contains(line),
-            "CONTRACT.md lacks the shared line: {line}"
-        );
+        assert!(ours.contains(line), "CONTRACT.md lacks the shared line: {line}");
     }
 }
 

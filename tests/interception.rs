@@ -175,11 +175,7 @@ fn every_hooked_api_reports_its_planted_leak_exactly() {
             "{marker}"
         );
         // the caller of the function that leaked is main
-        assert_eq!(
-            g.native_stack[1].function.as_deref(),
-            Some("main"),
-            "{marker}"
-        );
+        assert_eq!(g.native_stack[1].function.as_deref(), Some("main"), "{marker}");
         assert!(g.python_stack.is_empty());
     }
     let t = &r.totals;
@@ -196,14 +192,10 @@ fn every_hooked_api_reports_its_planted_leak_exactly() {
     // The LeakSanitizer-style summary ends with the contract's last line.
     let last = out.stderr.lines().last().unwrap();
     assert!(
-        last.starts_with(&format!(
-            "cudaleak: {leaked} bytes leaked in 21 blocks; report: "
-        )),
+        last.starts_with(&format!("cudaleak: {leaked} bytes leaked in 21 blocks; report: ")),
         "{last}"
     );
-    assert!(out
-        .stderr
-        .contains("ERROR: cudaleak: detected CUDA memory leaks"));
+    assert!(out.stderr.contains("ERROR: cudaleak: detected CUDA memory leaks"));
 }
 
 #[test]
@@ -355,10 +347,7 @@ fn eight_threads_freeing_each_others_blocks_give_exact_totals() {
     assert_eq!(r.totals.allocations, 8 * (2000 + 2000 + 1));
     assert_eq!(r.totals.frees, 8 * 4000);
     assert_eq!(r.totals.live_blocks, 8);
-    assert_eq!(
-        (r.totals.failed_allocations, r.totals.invalid_frees),
-        (0, 0)
-    );
+    assert_eq!((r.totals.failed_allocations, r.totals.invalid_frees), (0, 0));
     assert_eq!(r.leaks.len(), 1);
     let g = group_at(
         &r,
@@ -388,12 +377,7 @@ fn a_child_forked_before_cuda_use_reports_only_its_own_blocks() {
     assert_ne!(child.pid, parent.pid);
     assert_eq!(child.ppid, Some(parent.pid));
     assert_eq!(child.leaks.len(), 1);
-    group_at(
-        child,
-        "child_leak",
-        "fork.c",
-        line_of(file, "/* LEAK child */"),
-    );
+    group_at(child, "child_leak", "fork.c", line_of(file, "/* LEAK child */"));
     assert_eq!((child.totals.allocations, child.totals.frees), (2, 1));
     assert_eq!(parent.leaks.len(), 1);
     group_at(
@@ -560,7 +544,10 @@ fn stacks_are_exact_with_and_without_frame_pointers() {
     let leak_line = line_of(file, "/* LEAK deep */");
     let recurse_line = line_of(file, "/* RECURSE */");
     let mut stacks = Vec::new();
-    for (name, fp_flag) in [("deep_nofp", "-fomit-frame-pointer"), ("deep_fp", "-fno-omit-frame-pointer")] {
+    for (name, fp_flag) in [
+        ("deep_nofp", "-fomit-frame-pointer"),
+        ("deep_fp", "-fno-omit-frame-pointer"),
+    ] {
         let exe = build(name, &[file], &["-O2", fp_flag, &link[0], &link[1]]);
         for unwinder in ["fast", "dwarf"] {
             let out = run_traced(&exe, &["20"], &[("CUDALEAK_UNWINDER", unwinder)]);
@@ -577,7 +564,12 @@ fn stacks_are_exact_with_and_without_frame_pointers() {
             want.extend((0..19).map(|_| ("allocate_at_depth".to_string(), recurse_line)));
             want.push(("main".to_string(), frames.last().map_or(0, |f| f.1)));
             assert_eq!(frames, want, "{name} with the {unwinder} unwinder");
-            stacks.push(g.native_stack.iter().map(|f| f.function.clone()).collect::<Vec<_>>());
+            stacks.push(
+                g.native_stack
+                    .iter()
+                    .map(|f| f.function.clone())
+                    .collect::<Vec<_>>(),
+            );
         }
     }
     // Fast and reference unwinders agree frame for frame, to the end.

@@ -16,10 +16,7 @@ const FILES: [(&str, &[u8]); 3] = [
         "libcudart.so.12",
         include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/libcudart.so.12")),
     ),
-    (
-        "demo",
-        include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/demo")),
-    ),
+    ("demo", include_bytes!(concat!(env!("CUDALEAK_SIM_DIR"), "/demo"))),
 ];
 
 fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {

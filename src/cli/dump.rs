@@ -22,16 +22,13 @@ fn environ_var(pid: i32, name: &str) -> Option<String> {
 /// The report directory of `pid`: its CUDALEAK_DIR, relative ones taken
 /// from its working directory (as the library does at start).
 fn process_report_dir(pid: i32) -> Result<PathBuf, String> {
-    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).map_err(|e| {
-        format!("cannot read the working directory of process {pid}: {e} (pass --dir)")
-    })?;
-    Ok(
-        match environ_var(pid, "CUDALEAK_DIR").filter(|d| !d.is_empty()) {
-            Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
-            Some(d) => cwd.join(d),
-            None => cwd,
-        },
-    )
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        .map_err(|e| format!("cannot read the working directory of process {pid}: {e} (pass --dir)"))?;
+    Ok(match environ_var(pid, "CUDALEAK_DIR").filter(|d| !d.is_empty()) {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        Some(d) => cwd.join(d),
+        None => cwd,
+    })
 }
 
 fn reports_of(dir: &Path, pid: i32, skip: &HashSet<PathBuf>) -> Vec<(PathBuf, Report)> {
@@ -58,8 +55,8 @@ fn reports_of(dir: &Path, pid: i32, skip: &HashSet<PathBuf>) -> Vec<(PathBuf, Re
 }
 
 pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| format!("no process {pid}: {e}"))?;
+    let maps =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("no process {pid}: {e}"))?;
     if !maps.contains("libcudaleak.so") {
         return Err(format!(
             "process {pid} is not running under cudaleak (libcudaleak.so is not loaded in it)"
@@ -74,8 +71,7 @@ pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
         .map(|(p, _)| p)
         .collect();
     let request = dir.join(format!(".cudaleak-dump-request.{pid}"));
-    std::fs::write(&request, b"")
-        .map_err(|e| format!("cannot create {}: {e}", request.display()))?;
+    std::fs::write(&request, b"").map_err(|e| format!("cannot create {}: {e}", request.display()))?;
     let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.1));
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));

@@ -24,13 +24,9 @@ pub fn find_library() -> Result<PathBuf, String> {
         }
         tried.push(p);
     }
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot locate the cudaleak binary: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the cudaleak binary: {e}"))?;
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    for candidate in [
-        dir.join("libcudaleak.so"),
-        dir.join("../lib/libcudaleak.so"),
-    ] {
+    for candidate in [dir.join("libcudaleak.so"), dir.join("../lib/libcudaleak.so")] {
         if candidate.is_file() {
             return Ok(candidate.canonicalize().unwrap_or(candidate));
         }

@@ -169,9 +169,9 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
     let view = combine::rank_view(&reports);
     let merged = combine::merge(&reports).ok_or("no reports")?;
     match format {
-        Format::Json => print_json(
-            &serde_json::json!({ "ranks": view.ranks, "groups": view.groups, "merged": merged }),
-        ),
+        Format::Json => {
+            print_json(&serde_json::json!({ "ranks": view.ranks, "groups": view.groups, "merged": merged }))
+        }
         Format::Folded => {
             print!("{}", render::folded(&merged.leaks));
             Ok(0)

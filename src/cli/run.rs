@@ -100,13 +100,10 @@ fn now_ms() -> i64 {
 fn python_package_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [
-        dir.join("../../python"),
-        dir.join("../share/cudaleak/python"),
-    ]
-    .into_iter()
-    .find(|p| p.join("cudaleak/__init__.py").is_file())
-    .and_then(|p| p.canonicalize().ok())
+    [dir.join("../../python"), dir.join("../share/cudaleak/python")]
+        .into_iter()
+        .find(|p| p.join("cudaleak/__init__.py").is_file())
+        .and_then(|p| p.canonicalize().ok())
 }
 
 fn prepend_path(var: &str, first: &Path) -> OsString {
@@ -221,8 +218,7 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !(name.starts_with("cudaleak.") && name.ends_with(".json"))
-                || name.ends_with(".timeline.json")
+            if !(name.starts_with("cudaleak.") && name.ends_with(".json")) || name.ends_with(".timeline.json")
             {
                 continue;
             }

@@ -80,11 +80,7 @@ pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
         cmd.arg(repo().join(s));
     }
     cmd.args(flags);
-    cmd.arg(format!(
-        "-Wl,-rpath,{}:{}",
-        sim_dir().display(),
-        dir.display()
-    ));
+    cmd.arg(format!("-Wl,-rpath,{}:{}", sim_dir().display(), dir.display()));
     let st = cmd.status().expect("run the C compiler");
     assert!(st.success(), "building {name} failed");
     std::fs::rename(&tmp, &out).unwrap();
@@ -115,8 +111,7 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p =
-            std::env::temp_dir().join(format!("cudaleak-test-{tag}-{}-{n}", std::process::id()));
+        let p = std::env::temp_dir().join(format!("cudaleak-test-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)

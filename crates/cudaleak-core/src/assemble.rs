@@ -9,8 +9,8 @@ use crate::depot::{Depot, TraceRef};
 use crate::python::{eval_groups, CodeTable, PyRawFrame};
 use crate::record::{Block, MemoryKind, TraceId};
 use crate::report::{
-    BlockExample, Group, KindTotals, MergedFrame, NativeFrame, Report, Totals, Trend, Trigger,
-    FORMAT, VERSION,
+    BlockExample, Group, KindTotals, MergedFrame, NativeFrame, Report, Totals, Trend, Trigger, FORMAT,
+    VERSION,
 };
 use crate::suppress::Suppressions;
 use crate::symbolize::{hex, SymbolSource};
@@ -128,10 +128,7 @@ const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
     ("cudaMallocManaged", &["cuMemAllocManaged"]),
     ("cudaMallocHost", &["cuMemAllocHost_v2", "cuMemHostAlloc"]),
     ("cudaHostAlloc", &["cuMemHostAlloc", "cuMemAllocHost_v2"]),
-    (
-        "cudaMallocAsync",
-        &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"],
-    ),
+    ("cudaMallocAsync", &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"]),
     (
         "cudaMallocAsync_ptsz",
         &["cuMemAllocAsync_ptsz", "cuMemAllocAsync"],
@@ -283,10 +280,7 @@ impl Assembler<'_> {
                     device: b.device(),
                 });
             }
-            let kind = self
-                .depot
-                .get(b.trace)
-                .map_or(MemoryKind::Device, |t| t.kind);
+            let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
             let k = by_memory.entry(kind).or_default();
             k.blocks += 1;
             k.bytes += b.size();
@@ -499,10 +493,7 @@ mod tests {
         assert_eq!(r.totals.peak_bytes, 900);
         assert_eq!(r.leaks.len(), 2);
         assert_eq!(r.leaks[0].bytes, 500);
-        assert_eq!(
-            r.leaks[0].native_stack[0].function.as_deref(),
-            Some("leak_b")
-        );
+        assert_eq!(r.leaks[0].native_stack[0].function.as_deref(), Some("leak_b"));
         assert_eq!(r.leaks[0].native_stack[0].line, Some(20));
         assert_eq!(r.leaks[0].native_stack[0].address, "0x200");
         assert_eq!(r.leaks[1].blocks, 2);
@@ -535,10 +526,7 @@ mod tests {
         }
         .assemble(&snap, meta(1));
         assert_eq!(r.leaks[0].api, "cudaMalloc");
-        assert_eq!(
-            r.leaks[0].native_stack[0].function.as_deref(),
-            Some("leak_a")
-        );
+        assert_eq!(r.leaks[0].native_stack[0].function.as_deref(), Some("leak_a"));
         // cudaMalloc never calls cuMemAllocManaged: no attribution.
         assert_eq!(r.leaks[1].api, "cuMemAllocManaged");
         assert_eq!(r.leaks[1].native_stack.len(), 2);

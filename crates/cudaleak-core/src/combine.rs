@@ -107,10 +107,7 @@ fn merge_groups(lists: impl Iterator<Item = Group>) -> Vec<Group> {
             }
         }
     }
-    let mut out: Vec<Group> = order
-        .into_iter()
-        .filter_map(|k| merged.remove(&k))
-        .collect();
+    let mut out: Vec<Group> = order.into_iter().filter_map(|k| merged.remove(&k)).collect();
     sort_groups(&mut out);
     out
 }
@@ -181,11 +178,7 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
     }
     let same = |f: fn(&Report) -> Option<String>| {
         let v = f(first);
-        reports
-            .iter()
-            .all(|(_, r)| f(r) == v)
-            .then_some(v)
-            .flatten()
+        reports.iter().all(|(_, r)| f(r) == v).then_some(v).flatten()
     };
     let trigger = if reports.iter().all(|(_, r)| r.trigger == first.trigger) {
         first.trigger
@@ -203,11 +196,7 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         hostname: same(|r| r.hostname.clone()),
         rank: None,
         instance: None,
-        timestamp_ms: reports
-            .iter()
-            .map(|(_, r)| r.timestamp_ms)
-            .max()
-            .unwrap_or(0),
+        timestamp_ms: reports.iter().map(|(_, r)| r.timestamp_ms).max().unwrap_or(0),
         totals,
         leaks: merge_groups(reports.iter().flat_map(|(_, r)| r.leaks.clone())),
         growth: merge_groups(reports.iter().flat_map(|(_, r)| r.growth.clone())),
@@ -218,10 +207,7 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         suppressions_used: uses,
         python: None,
         incomplete_shards: reports.iter().map(|(_, r)| r.incomplete_shards).sum(),
-        merged_from: reports
-            .iter()
-            .map(|(p, _)| p.display().to_string())
-            .collect(),
+        merged_from: reports.iter().map(|(p, _)| p.display().to_string()).collect(),
     })
 }
 
@@ -271,11 +257,7 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
             group: g.clone(),
         });
     }
-    for g in old
-        .leaks
-        .iter()
-        .filter(|g| olds.contains_key(&GroupKey::of(g)))
-    {
+    for g in old.leaks.iter().filter(|g| olds.contains_key(&GroupKey::of(g))) {
         out.push(GroupDelta {
             change: Change::Gone,
             blocks_delta: -(g.blocks as i64),
@@ -445,10 +427,7 @@ mod tests {
         let a = group("step", 10, "0x1000", 100);
         let b = group("step", 10, "0x7000", 50);
         assert_eq!(GroupKey::of(&a), GroupKey::of(&b));
-        assert_ne!(
-            GroupKey::of(&a),
-            GroupKey::of(&group("step", 11, "0x1000", 1))
-        );
+        assert_ne!(GroupKey::of(&a), GroupKey::of(&group("step", 11, "0x1000", 1)));
     }
 
     #[test]
@@ -524,10 +503,7 @@ mod tests {
                 if k == 2 {
                     leaks.push(group("rank2_only", 9, "0x1", 1000));
                 }
-                (
-                    PathBuf::from(format!("r{k}")),
-                    report(100 + k, Some(k), 1, leaks),
-                )
+                (PathBuf::from(format!("r{k}")), report(100 + k, Some(k), 1, leaks))
             })
             .collect();
         let v = rank_view(&rs);

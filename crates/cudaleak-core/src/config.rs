@@ -160,10 +160,7 @@ pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
     let num = if let Ok(n) = name.parse::<i32>() {
         n
     } else if let Some(off) = name.strip_prefix("RTMIN+") {
-        libc::SIGRTMIN()
-            + off
-                .parse::<i32>()
-                .map_err(|_| format!("{t:?} is not a signal"))?
+        libc::SIGRTMIN() + off.parse::<i32>().map_err(|_| format!("{t:?} is not a signal"))?
     } else if name == "RTMIN" {
         libc::SIGRTMIN()
     } else {
@@ -226,11 +223,7 @@ impl Config {
         }
         for (name, slot, default) in [
             ("CUDALEAK_PYTHON", &mut c.python, "1"),
-            (
-                "CUDALEAK_DEFAULT_SUPPRESSIONS",
-                &mut c.default_suppressions,
-                "1",
-            ),
+            ("CUDALEAK_DEFAULT_SUPPRESSIONS", &mut c.default_suppressions, "1"),
             ("CUDALEAK_SUMMARY", &mut c.summary, "1"),
         ] {
             if let Some(v) = get(name) {
@@ -249,9 +242,7 @@ impl Config {
         if let Some(v) = get("CUDALEAK_INTERVAL") {
             match v.trim().parse::<f64>() {
                 Ok(0.0) => c.interval = None,
-                Ok(s) if s.is_finite() && s >= 0.01 => {
-                    c.interval = Some(Duration::from_secs_f64(s))
-                }
+                Ok(s) if s.is_finite() && s >= 0.01 => c.interval = Some(Duration::from_secs_f64(s)),
                 _ => bad(
                     "CUDALEAK_INTERVAL",
                     &v,
@@ -352,11 +343,7 @@ mod tests {
         let src = include_str!("config.rs");
         let body = &src[src.find("pub fn from_env").unwrap()..];
         for f in FLAGS {
-            assert!(
-                body.contains(&format!("\"{}\"", f.name)),
-                "{} not read",
-                f.name
-            );
+            assert!(body.contains(&format!("\"{}\"", f.name)), "{} not read", f.name);
         }
     }
 }

@@ -24,12 +24,7 @@ pub enum LineFormat {
 
 /// Line of the instruction at `offset` (bytes from the start of the
 /// bytecode), or `None` when the table gives that instruction no line.
-pub fn line_for_offset(
-    format: LineFormat,
-    table: &[u8],
-    firstlineno: i32,
-    offset: u32,
-) -> Option<i32> {
+pub fn line_for_offset(format: LineFormat, table: &[u8], firstlineno: i32, offset: u32) -> Option<i32> {
     match format {
         LineFormat::Lnotab => Some(lnotab_line(table, firstlineno, offset)),
         LineFormat::Linetable310 => linetable310_line(table, firstlineno, offset),
@@ -200,9 +195,9 @@ mod tests {
     #[test]
     fn locations_match_cpython_311_co_lines() {
         let table = [
-            128, 0, 216, 8, 9, 136, 65, 137, 5, 128, 65, 221, 13, 18, 144, 49, 137, 88, 140, 88,
-            240, 0, 1, 5, 15, 240, 0, 1, 5, 15, 136, 1, 216, 8, 9, 136, 81, 137, 6, 136, 1, 136, 1,
-            216, 12, 13, 216, 12, 13, 241, 3, 1, 13, 14, 240, 0, 1, 5, 15,
+            128, 0, 216, 8, 9, 136, 65, 137, 5, 128, 65, 221, 13, 18, 144, 49, 137, 88, 140, 88, 240, 0, 1,
+            5, 15, 240, 0, 1, 5, 15, 136, 1, 216, 8, 9, 136, 81, 137, 6, 136, 1, 136, 1, 216, 12, 13, 216,
+            12, 13, 241, 3, 1, 13, 14, 240, 0, 1, 5, 15,
         ];
         let co_lines = [
             (0, 2, 1),

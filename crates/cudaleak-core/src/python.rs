@@ -84,10 +84,7 @@ impl CodeTable {
 
     pub fn resolve(&self, frame: &PyRawFrame) -> PythonFrame {
         let codes = self.codes.lock();
-        match codes
-            .as_ref()
-            .and_then(|m| m.get(&(frame.code, frame.guard)))
-        {
+        match codes.as_ref().and_then(|m| m.get(&(frame.code, frame.guard))) {
             Some(info) => PythonFrame {
                 function: info.qualname.clone(),
                 file: info.filename.clone(),
@@ -151,13 +148,7 @@ mod tests {
 
     #[test]
     fn groups_end_at_entry_frames() {
-        let frames = [
-            f(1, false),
-            f(2, true),
-            f(3, true),
-            f(4, false),
-            f(5, false),
-        ];
+        let frames = [f(1, false), f(2, true), f(3, true), f(4, false), f(5, false)];
         assert_eq!(eval_groups(&frames), vec![0..2, 2..3, 3..5]);
         assert!(eval_groups(&[]).is_empty());
     }

@@ -102,10 +102,7 @@ impl Api {
     }
 
     pub fn by_name(name: &str) -> Option<Api> {
-        API_NAMES
-            .iter()
-            .position(|n| *n == name)
-            .map(|i| Api::ALL[i])
+        API_NAMES.iter().position(|n| *n == name).map(|i| Api::ALL[i])
     }
 
     pub fn is_runtime(self) -> bool {
@@ -133,13 +130,7 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn new(
-        size: u64,
-        trace: TraceId,
-        context_slot: u8,
-        device: Option<u8>,
-        epoch: u32,
-    ) -> Block {
+    pub fn new(size: u64, trace: TraceId, context_slot: u8, device: Option<u8>, epoch: u32) -> Block {
         let dev = device.map_or(0u64, |d| d.saturating_add(1) as u64);
         Block {
             packed: (size.min(SIZE_MASK)) | ((context_slot as u64) << 48) | (dev << 56),

@@ -169,11 +169,7 @@ fn by_kind(groups: &[Group]) -> String {
 pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{RULE}");
-    let _ = writeln!(
-        out,
-        "=={}==ERROR: cudaleak: detected CUDA memory leaks",
-        r.pid
-    );
+    let _ = writeln!(out, "=={}==ERROR: cudaleak: detected CUDA memory leaks", r.pid);
     out.push('\n');
     for g in r.leaks.iter().take(opts.max_groups) {
         group_block(&mut out, "Leak", g, opts);
@@ -247,11 +243,7 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         group_block(&mut out, verb, g, opts);
     }
     if r.leaks.len() > opts.max_groups {
-        let _ = writeln!(
-            out,
-            "... and {} more group(s)\n",
-            r.leaks.len() - opts.max_groups
-        );
+        let _ = writeln!(out, "... and {} more group(s)\n", r.leaks.len() - opts.max_groups);
     }
     if !r.growth.is_empty() && r.sequence > 1 {
         let _ = writeln!(out, "{THIN_RULE}");

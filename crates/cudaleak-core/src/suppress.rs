@@ -76,23 +76,16 @@ impl Suppressions {
         if self.rules.is_empty() {
             return None;
         }
-        let native = group.native_stack.iter().flat_map(|f| {
-            [
-                f.function.as_deref(),
-                f.file.as_deref(),
-                f.module.as_deref(),
-            ]
-        });
+        let native = group
+            .native_stack
+            .iter()
+            .flat_map(|f| [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]);
         let python = group
             .python_stack
             .iter()
             .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
         for name in native.chain(python).flatten() {
-            if let Some(i) = self
-                .rules
-                .iter()
-                .position(|r| pattern_matches(&r.pattern, name))
-            {
+            if let Some(i) = self.rules.iter().position(|r| pattern_matches(&r.pattern, name)) {
                 return Some(i);
             }
         }
@@ -101,11 +94,7 @@ impl Suppressions {
 
     /// Moves matching groups from `leaks` to `suppressed` (with the pattern
     /// set) and tallies what each rule matched.
-    pub fn apply(
-        &self,
-        leaks: &mut Vec<Group>,
-        suppressed: &mut Vec<Group>,
-    ) -> Vec<SuppressionUse> {
+    pub fn apply(&self, leaks: &mut Vec<Group>, suppressed: &mut Vec<Group>) -> Vec<SuppressionUse> {
         let mut uses: Vec<SuppressionUse> = Vec::new();
         let mut kept = Vec::with_capacity(leaks.len());
         for mut g in leaks.drain(..) {
@@ -247,10 +236,7 @@ mod tests {
         let by_file = group(&[("f", "/src/vendor/blas.c", "/bin/x")], &[]);
         let by_module = group(&[("f", "a.c", "/usr/lib/libnccl.so.2")], &[]);
         let by_py_func = group(&[("f", "a.c", "/bin/x")], &[("Model.warmup_cache", "m.py")]);
-        let by_py_file = group(
-            &[("f", "a.c", "/bin/x")],
-            &[("load", "/opt/data/loader.py")],
-        );
+        let by_py_file = group(&[("f", "a.c", "/bin/x")], &[("load", "/opt/data/loader.py")]);
         let none = group(
             &[("init_workspace2", "a.c", "/bin/x")],
             &[("g", "/opt/data/loader.pyc")],

@@ -102,10 +102,7 @@ mod tests {
         }
         assert_eq!(t.dumps, week);
         assert_eq!(t.points.last().unwrap().sequence, week);
-        assert!(t
-            .points
-            .windows(2)
-            .all(|w| w[0].timestamp_ms < w[1].timestamp_ms));
+        assert!(t.points.windows(2).all(|w| w[0].timestamp_ms < w[1].timestamp_ms));
         assert!(
             t.points.iter().any(|p| p.live_bytes == u64::MAX / 2),
             "peak thinned away"

@@ -1,6 +1,7 @@
 //! What a hook records about the call stack: raw return addresses (our own
 //! frames dropped) and raw Python frames. Names and lines come at dump time.
 
+use crate::thread::ThreadState;
 use crate::{python, tracker, unwind};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::depot::TraceKey;
@@ -21,21 +22,26 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Captures the calling thread's native and Python stacks.
+    /// Captures the calling thread's native and Python stacks into `slot`,
+    /// in place: the 2.5 KiB of buffers are neither zeroed nor copied.
     #[inline(never)]
-    pub fn capture() -> Stack {
-        let mut s = Stack {
-            native: [const { MaybeUninit::uninit() }; MAX_STACK_DEPTH],
-            n_native: 0,
-            python: [const { MaybeUninit::uninit() }; PY_MAX],
-            n_python: 0,
-        };
+    pub fn capture_into<'a>(slot: &'a mut MaybeUninit<Stack>, thread: &ThreadState) -> &'a Stack {
+        let p = slot.as_mut_ptr();
         let depth = tracker::config().stack_depth.min(MAX_STACK_DEPTH);
-        if depth > 0 {
-            s.n_native = unwind::capture(&mut s.native[..depth]);
+        // SAFETY: the arrays are MaybeUninit (no validity requirement), and
+        // both counts are written before the slot is read as initialized.
+        unsafe {
+            let native = &mut *std::ptr::addr_of_mut!((*p).native);
+            let n = if depth > 0 {
+                unwind::capture(&mut native[..depth], thread)
+            } else {
+                0
+            };
+            std::ptr::addr_of_mut!((*p).n_native).write(n);
+            let python = &mut *std::ptr::addr_of_mut!((*p).python);
+            std::ptr::addr_of_mut!((*p).n_python).write(python::capture(python));
+            slot.assume_init_ref()
         }
-        s.n_python = python::capture(&mut s.python);
-        s
     }
 
     pub fn native(&self) -> &[u64] {
@@ -45,9 +51,7 @@ impl Stack {
 
     pub fn python(&self) -> &[PyRawFrame] {
         // SAFETY: the first n_python entries were written by the reader.
-        unsafe {
-            std::slice::from_raw_parts(self.python.as_ptr().cast::<PyRawFrame>(), self.n_python)
-        }
+        unsafe { std::slice::from_raw_parts(self.python.as_ptr().cast::<PyRawFrame>(), self.n_python) }
     }
 
     /// The trace id of this stack for a block of `api` and `kind`.

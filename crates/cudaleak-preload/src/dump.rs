@@ -142,11 +142,7 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
 /// Assembles a report from `snap` with the process's dump state.
 pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
     let mut scratch = GrowthTracker::default();
-    let growth_tracker = if growth {
-        &mut state.growth
-    } else {
-        &mut scratch
-    };
+    let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
     Assembler {
         depot: &tracker::DEPOT,
         codes: &tracker::CODES,
@@ -254,9 +250,7 @@ fn write_timeline(state: &DumpState) {
 pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     let mut s = Suppressions::default();
     if config.default_suppressions {
-        if let Ok(d) =
-            Suppressions::parse(cudaleak_core::suppress::DEFAULT_SUPPRESSIONS, "<default>")
-        {
+        if let Ok(d) = Suppressions::parse(cudaleak_core::suppress::DEFAULT_SUPPRESSIONS, "<default>") {
             s.extend(d);
         }
     }
@@ -264,9 +258,7 @@ pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions
         match std::fs::read_to_string(path) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
-                Err(e) => {
-                    lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}"))
-                }
+                Err(e) => lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
             },
             Err(e) => lifecycle::warn(&format!(
                 "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={}: {e}",

@@ -27,60 +27,111 @@ use crate::capture::Stack;
 use crate::ffi::*;
 use crate::hooks::{HookId, Layer};
 use crate::resolve;
+use crate::thread::{self, ThreadState};
 use crate::tracker;
 use cudaleak_core::record::{Api, MemoryKind};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
+use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-thread_local! {
-    /// A driver hook is running on this thread (case 2).
-    static IN_DRIVER_HOOK: Cell<bool> = const { Cell::new(false) };
-    /// The runtime hook running on this thread, if any (case 1).
-    static RUNTIME_CALL: Cell<*const RuntimeCall> = const { Cell::new(std::ptr::null()) };
+/// One hook call's scratch space, on the hook's own stack frame: the stack
+/// buffer is captured into in place, and a runtime hook publishes a
+/// pointer to its `HookCx` for the driver hook it calls (case 1).
+///
+/// The stack buffer is a separate local of `intercept`, referenced from
+/// here: were it a field initialized with `MaybeUninit::uninit()`, LLVM
+/// would merge the struct's initialization into a 2.5 KiB memset.
+pub struct HookCx<'a> {
+    pub thread: &'static ThreadState,
+    stack: &'a mut MaybeUninit<Stack>,
+    has_stack: bool,
+    runtime: Option<RuntimeCall>,
+}
+
+impl<'a> HookCx<'a> {
+    #[inline(always)]
+    fn new(thread: &'static ThreadState, stack: &'a mut MaybeUninit<Stack>) -> HookCx<'a> {
+        HookCx {
+            thread,
+            stack,
+            has_stack: false,
+            runtime: None,
+        }
+    }
+
+    /// The caller's stack, captured on first use.
+    pub fn stack(&mut self) -> &Stack {
+        if !self.has_stack {
+            Stack::capture_into(self.stack, self.thread);
+            self.has_stack = true;
+        }
+        // SAFETY: captured above.
+        unsafe { self.stack.assume_init_ref() }
+    }
+
+    fn captured(&self) -> Option<&Stack> {
+        // SAFETY: has_stack is set only after a capture.
+        self.has_stack.then(|| unsafe { self.stack.assume_init_ref() })
+    }
+
+    /// Makes this (runtime) call visible to driver hooks on this thread.
+    fn publish(&mut self, call: RuntimeCall) {
+        self.runtime = Some(call);
+        self.thread
+            .runtime_call
+            .set(self as *const HookCx<'a> as *const ());
+    }
+
+    fn unpublish(&self) {
+        self.thread.runtime_call.set(std::ptr::null());
+    }
 }
 
 pub trait Event {
     type State;
     /// Looks at the call before it happens; `None` skips `after`.
-    fn before(&self) -> Option<Self::State>;
-    /// Called with the state at its final place, just before the real call.
-    fn publish(&self, _state: &Self::State) {}
-    fn after(&self, state: Self::State, result: c_int);
+    fn before(&self, cx: &mut HookCx) -> Option<Self::State>;
+    fn after(&self, cx: &mut HookCx, state: Self::State, result: c_int);
 }
 
 #[inline(always)]
-pub fn intercept<E: Event>(
-    layer: Layer,
-    make: impl FnOnce() -> E,
-    call: impl FnOnce() -> c_int,
-) -> c_int {
+pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl FnOnce() -> c_int) -> c_int {
     if !tracker::is_tracking() {
         return call();
     }
-    let nested = layer == Layer::Driver && IN_DRIVER_HOOK.with(|f| f.replace(true));
-    if nested {
+    let thread = thread::current();
+    if layer == Layer::Driver && thread.in_driver_hook.replace(true) {
         return call();
     }
+    let mut stack = MaybeUninit::<Stack>::uninit();
+    let mut cx = HookCx::new(thread, &mut stack);
     let prepared = catch_unwind(AssertUnwindSafe(|| {
         let ev = make();
-        ev.before().map(|st| (ev, st))
+        ev.before(&mut cx).map(|st| (ev, st))
     }))
     .ok()
     .flatten();
-    if let Some((ev, st)) = &prepared {
-        let _ = catch_unwind(AssertUnwindSafe(|| ev.publish(st)));
-    }
     let result = call();
     if layer == Layer::Driver {
-        IN_DRIVER_HOOK.with(|f| f.set(false));
+        thread.in_driver_hook.set(false);
     }
     if let Some((ev, st)) = prepared {
-        if catch_unwind(AssertUnwindSafe(|| ev.after(st, result))).is_err() {
+        if catch_unwind(AssertUnwindSafe(|| ev.after(&mut cx, st, result))).is_err() {
             tracker::note_internal_error();
         }
     }
+    cx.unpublish_if_runtime();
     result
+}
+
+impl HookCx<'_> {
+    #[inline(always)]
+    fn unpublish_if_runtime(&self) {
+        if self.runtime.is_some() {
+            self.unpublish();
+        }
+    }
 }
 
 /// Memory kinds each release call accepts.
@@ -95,7 +146,6 @@ pub struct RuntimeCall {
     api: Api,
     /// driver hooks this runtime entry point makes
     expects: &'static [HookId],
-    stack: Option<Stack>,
     /// a driver allocation hook handled the call (recorded the block or
     /// counted the failure)
     handled: Cell<bool>,
@@ -106,36 +156,31 @@ pub struct RuntimeCall {
 }
 
 impl RuntimeCall {
-    fn new(api: Api, expects: &'static [HookId], with_stack: bool) -> RuntimeCall {
+    fn new(api: Api, expects: &'static [HookId]) -> RuntimeCall {
         RuntimeCall {
             api,
             expects,
-            stack: with_stack.then(Stack::capture),
             handled: Cell::new(false),
             released: Cell::new(false),
             torn_down: Cell::new(false),
         }
     }
-
-    fn publish(&self) {
-        RUNTIME_CALL.with(|c| c.set(self as *const RuntimeCall));
-    }
-
-    fn unpublish() {
-        RUNTIME_CALL.with(|c| c.set(std::ptr::null()));
-    }
 }
 
-/// The runtime call this driver hook serves, if any.
-fn calling_runtime(id: HookId) -> Option<&'static RuntimeCall> {
-    let p = RUNTIME_CALL.with(|c| c.get());
+/// The runtime call (and its hook context) this driver hook serves, if any.
+fn calling_runtime(
+    thread: &ThreadState,
+    id: HookId,
+) -> Option<(&'static HookCx<'static>, &'static RuntimeCall)> {
+    let p = thread.runtime_call.get() as *const HookCx<'static>;
     if p.is_null() {
         return None;
     }
     // SAFETY: published by a runtime hook further up this thread's stack,
-    // cleared before that frame ends.
-    let rc = unsafe { &*p };
-    rc.expects.contains(&id).then_some(rc)
+    // cleared before that frame ends; only its Cells are touched here.
+    let outer = unsafe { &*p };
+    let rc = outer.runtime.as_ref()?;
+    rc.expects.contains(&id).then_some((outer, rc))
 }
 
 // ---- allocations ----
@@ -180,12 +225,7 @@ impl Alloc {
     }
 
     /// cuMemCreate: the device comes from the allocation properties.
-    pub fn physical(
-        id: HookId,
-        handle: *mut u64,
-        size: usize,
-        prop: *const CUmemAllocationProp,
-    ) -> Alloc {
+    pub fn physical(id: HookId, handle: *mut u64, size: usize, prop: *const CUmemAllocationProp) -> Alloc {
         // SAFETY: prop is the caller's argument; read only when non-null.
         let device = (!prop.is_null())
             .then(|| unsafe { (*prop).location_id })
@@ -200,14 +240,14 @@ impl Alloc {
 impl Event for Alloc {
     type State = ();
 
-    fn before(&self) -> Option<()> {
+    fn before(&self, _: &mut HookCx) -> Option<()> {
         tracker::note_allocation_call();
         Some(())
     }
 
-    fn after(&self, _: (), result: c_int) {
-        let runtime = calling_runtime(self.id).filter(|rc| !rc.handled.get());
-        if let Some(rc) = runtime {
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        let runtime = calling_runtime(cx.thread, self.id).filter(|(_, rc)| !rc.handled.get());
+        if let Some((_, rc)) = runtime {
             rc.handled.set(true);
         }
         if result != CUDA_SUCCESS {
@@ -228,19 +268,12 @@ impl Event for Alloc {
             }
             Size::Pitch(..) => 0,
         };
-        let (api, stack) = match runtime {
-            Some(rc) => (rc.api, rc.stack.as_ref()),
-            None => (self.api, None),
+        let thread = cx.thread;
+        let (api, stack) = match runtime.and_then(|(outer, rc)| Some((rc.api, outer.captured()?))) {
+            Some((api, s)) => (api, s),
+            None => (self.api, cx.stack()),
         };
-        let own;
-        let stack = match stack {
-            Some(s) => s,
-            None => {
-                own = Stack::capture();
-                &own
-            }
-        };
-        tracker::record_allocation(key, size, api, self.kind, stack, self.device);
+        tracker::record_allocation(key, size, api, self.kind, stack, self.device, thread);
     }
 }
 
@@ -263,8 +296,8 @@ pub struct Removed(Option<cudaleak_core::record::Block>);
 impl Event for Free {
     type State = Removed;
 
-    fn before(&self) -> Option<Removed> {
-        if let Some(rc) = calling_runtime(self.id) {
+    fn before(&self, cx: &mut HookCx) -> Option<Removed> {
+        if let Some((_, rc)) = calling_runtime(cx.thread, self.id) {
             rc.released.set(true);
         }
         if self.addr == 0 {
@@ -274,7 +307,7 @@ impl Event for Free {
         Some(Removed(tracker::remove_block(self.addr, self.accepts)))
     }
 
-    fn after(&self, removed: Removed, result: c_int) {
+    fn after(&self, _: &mut HookCx, removed: Removed, result: c_int) {
         tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS);
     }
 }
@@ -289,10 +322,10 @@ impl Release {
 
 impl Event for Release {
     type State = tracker::HandleRelease;
-    fn before(&self) -> Option<tracker::HandleRelease> {
+    fn before(&self, _: &mut HookCx) -> Option<tracker::HandleRelease> {
         Some(tracker::release_handle_begin(self.0))
     }
-    fn after(&self, st: tracker::HandleRelease, result: c_int) {
+    fn after(&self, _: &mut HookCx, st: tracker::HandleRelease, result: c_int) {
         tracker::release_handle_end(self.0, st, result == CUDA_SUCCESS);
     }
 }
@@ -315,10 +348,10 @@ impl Map {
 
 impl Event for Map {
     type State = ();
-    fn before(&self) -> Option<()> {
+    fn before(&self, _: &mut HookCx) -> Option<()> {
         Some(())
     }
-    fn after(&self, _: (), result: c_int) {
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
         if result == CUDA_SUCCESS {
             tracker::mapped(self.va, self.size, self.handle);
         }
@@ -341,10 +374,10 @@ impl Unmap {
 
 impl Event for Unmap {
     type State = tracker::UnmapUndo;
-    fn before(&self) -> Option<tracker::UnmapUndo> {
+    fn before(&self, _: &mut HookCx) -> Option<tracker::UnmapUndo> {
         Some(tracker::unmap_begin(self.va, self.size))
     }
-    fn after(&self, undo: tracker::UnmapUndo, result: c_int) {
+    fn after(&self, _: &mut HookCx, undo: tracker::UnmapUndo, result: c_int) {
         tracker::unmap_finish(undo, result == CUDA_SUCCESS);
     }
 }
@@ -375,10 +408,10 @@ impl ContextEvent {
 
 impl Event for ContextEvent {
     type State = ();
-    fn before(&self) -> Option<()> {
+    fn before(&self, _: &mut HookCx) -> Option<()> {
         Some(())
     }
-    fn after(&self, _: (), result: c_int) {
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
         if result != CUDA_SUCCESS {
             return;
         }
@@ -391,7 +424,7 @@ impl Event for ContextEvent {
             ContextEvent::PrimaryRetain(..) => {}
             ContextEvent::PrimaryRelease(dev) => tracker::primary_released(dev),
             ContextEvent::PrimaryReset(dev) => {
-                if let Some(rc) = calling_runtime(HookId::cuDevicePrimaryCtxReset_v2) {
+                if let Some((_, rc)) = calling_runtime(cx.thread, HookId::cuDevicePrimaryCtxReset_v2) {
                     rc.torn_down.set(true);
                 }
                 tracker::primary_reset(dev)
@@ -410,12 +443,7 @@ pub struct EntryPoint {
 }
 
 impl EntryPoint {
-    pub fn new(
-        symbol: *const c_char,
-        pfn: *mut *mut c_void,
-        version: c_int,
-        flags: u64,
-    ) -> EntryPoint {
+    pub fn new(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> EntryPoint {
         EntryPoint {
             symbol,
             pfn,
@@ -427,15 +455,13 @@ impl EntryPoint {
 
 impl Event for EntryPoint {
     type State = ();
-    fn before(&self) -> Option<()> {
+    fn before(&self, _: &mut HookCx) -> Option<()> {
         Some(())
     }
-    fn after(&self, _: (), result: c_int) {
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
         if result == CUDA_SUCCESS {
             // SAFETY: the lookup's own arguments.
-            unsafe {
-                resolve::substitute_entry_point(self.symbol, self.pfn, self.version, self.flags)
-            };
+            unsafe { resolve::substitute_entry_point(self.symbol, self.pfn, self.version, self.flags) };
         }
     }
 }
@@ -497,20 +523,18 @@ impl RuntimeAlloc {
 }
 
 impl Event for RuntimeAlloc {
-    type State = RuntimeCall;
+    type State = ();
 
-    fn before(&self) -> Option<RuntimeCall> {
+    fn before(&self, cx: &mut HookCx) -> Option<()> {
         tracker::note_allocation_call();
-        Some(RuntimeCall::new(self.api, self.expects, true))
+        cx.stack();
+        cx.publish(RuntimeCall::new(self.api, self.expects));
+        Some(())
     }
 
-    fn publish(&self, rc: &RuntimeCall) {
-        rc.publish();
-    }
-
-    fn after(&self, rc: RuntimeCall, result: c_int) {
-        RuntimeCall::unpublish();
-        if rc.handled.get() {
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        cx.unpublish();
+        if cx.runtime.as_ref().is_none_or(|rc| rc.handled.get()) {
             return;
         }
         if result != CUDA_SUCCESS {
@@ -534,9 +558,8 @@ impl Event for RuntimeAlloc {
             }
             RtSize::Pitch(..) => 0,
         };
-        if let Some(stack) = rc.stack.as_ref() {
-            tracker::record_allocation(key, size, self.api, self.kind, stack, None);
-        }
+        let thread = cx.thread;
+        tracker::record_allocation(key, size, self.api, self.kind, cx.stack(), None, thread);
     }
 }
 
@@ -557,20 +580,17 @@ impl RuntimeFree {
 }
 
 impl Event for RuntimeFree {
-    type State = RuntimeCall;
+    type State = ();
 
-    fn before(&self) -> Option<RuntimeCall> {
-        Some(RuntimeCall::new(Api::cudaMalloc, self.expects, false))
+    fn before(&self, cx: &mut HookCx) -> Option<()> {
+        cx.publish(RuntimeCall::new(Api::cudaMalloc, self.expects));
+        Some(())
     }
 
-    fn publish(&self, rc: &RuntimeCall) {
-        rc.publish();
-    }
-
-    fn after(&self, rc: RuntimeCall, result: c_int) {
-        RuntimeCall::unpublish();
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        cx.unpublish();
         // cudaFree(NULL) initializes the context; it frees nothing.
-        if rc.released.get() || self.addr == 0 {
+        if cx.runtime.as_ref().is_none_or(|rc| rc.released.get()) || self.addr == 0 {
             return;
         }
         // The runtime released without a driver call we saw.
@@ -582,21 +602,18 @@ impl Event for RuntimeFree {
 pub struct RuntimeReset;
 
 impl Event for RuntimeReset {
-    type State = RuntimeCall;
-    fn before(&self) -> Option<RuntimeCall> {
-        Some(RuntimeCall::new(
+    type State = ();
+    fn before(&self, cx: &mut HookCx) -> Option<()> {
+        cx.publish(RuntimeCall::new(
             Api::cudaMalloc,
             &[HookId::cuDevicePrimaryCtxReset_v2],
-            false,
-        ))
+        ));
+        Some(())
     }
-    fn publish(&self, rc: &RuntimeCall) {
-        rc.publish();
-    }
-    fn after(&self, rc: RuntimeCall, result: c_int) {
-        RuntimeCall::unpublish();
-        if result == CUDA_SUCCESS && !rc.torn_down.get() {
-            tracker::teardown_current_device();
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        cx.unpublish();
+        if result == CUDA_SUCCESS && !cx.runtime.as_ref().is_some_and(|rc| rc.torn_down.get()) {
+            tracker::teardown_current_device(cx.thread);
         }
     }
 }

@@ -56,12 +56,7 @@ pub struct cudaPitchedPtr {
     pub ysize: usize,
 }
 
-pub type GetProcAddressV2Fn = unsafe extern "C" fn(
-    *const c_char,
-    *mut *mut c_void,
-    c_int,
-    cuuint64_t,
-    *mut c_int,
-) -> CUresult;
+pub type GetProcAddressV2Fn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, cuuint64_t, *mut c_int) -> CUresult;
 pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CUcontext) -> CUresult;
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CUdevice) -> CUresult;

@@ -25,6 +25,7 @@ mod hooks;
 mod lifecycle;
 mod python;
 mod resolve;
+mod thread;
 mod tracker;
 mod unwind;
 

@@ -26,9 +26,7 @@ use cudaleak_core::report::Trigger;
 use cudaleak_core::suppress::Suppressions;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 static PID: AtomicI32 = AtomicI32::new(0);
@@ -98,9 +96,7 @@ pub fn instance() -> String {
 }
 
 fn new_instance() {
-    let s = Box::into_raw(Box::new(cudaleak_core::writer::instance_token(
-        dump::now_ms(),
-    )));
+    let s = Box::into_raw(Box::new(cudaleak_core::writer::instance_token(dump::now_ms())));
     INSTANCE.store(s, Ordering::Release);
 }
 
@@ -292,9 +288,7 @@ fn install_signal_handlers() {
         // SAFETY: query then install only over the default disposition.
         unsafe {
             let mut cur: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0
-                || cur.sa_sigaction != libc::SIG_DFL
-            {
+            if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction != libc::SIG_DFL {
                 continue;
             }
             let mut new: libc::sigaction = std::mem::zeroed();
@@ -312,16 +306,12 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
     SIGNAL_PENDING.store(true, Ordering::Release);
     wake_dumper();
     let prev = PREV_HANDLER.load(Ordering::Acquire);
-    if prev != libc::SIG_DFL
-        && prev != libc::SIG_IGN
-        && prev != on_dump_signal as *const () as usize
-    {
+    if prev != libc::SIG_DFL && prev != libc::SIG_IGN && prev != on_dump_signal as *const () as usize {
         // SAFETY: the handler the program (or a library) installed before
         // us, called the way it asked to be called.
         unsafe {
             if PREV_FLAGS.load(Ordering::Acquire) & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-                    std::mem::transmute(prev);
+                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(prev);
                 f(sig, info, uctx);
             } else {
                 let f: extern "C" fn(c_int) = std::mem::transmute(prev);

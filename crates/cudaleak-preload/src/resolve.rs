@@ -41,8 +41,7 @@ fn real_dlsym_fn() -> Option<DlsymFn> {
         // GLIBC_2.2.5 (x86-64) / GLIBC_2.17 (aarch64) in libdl.
         for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
             // SAFETY: plain loader lookup with valid C strings.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
-                as usize;
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
             if p != 0 {
                 break;
             }
@@ -81,12 +80,7 @@ fn loaded_libcuda() -> *mut c_void {
         return h as *mut c_void;
     }
     // SAFETY: NOLOAD lookup of a library name.
-    let h = unsafe {
-        libc::dlopen(
-            c"libcuda.so.1".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        )
-    };
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
     if !h.is_null() {
         HANDLE.store(h as usize, Ordering::Release);
     }
@@ -415,10 +409,7 @@ mod tests {
             hook_for_entry_point(b"cuGetProcAddress", 11080, 0),
             Some(HookId::cuGetProcAddress)
         );
-        assert_eq!(
-            hook_for_entry_point(b"cuDevicePrimaryCtxReset", 10020, 0),
-            None
-        );
+        assert_eq!(hook_for_entry_point(b"cuDevicePrimaryCtxReset", 10020, 0), None);
         assert_eq!(hook_for_entry_point(b"cuMemcpy", 12000, 0), None);
         assert_eq!(hook_for_entry_point(b"cublasCreate", 12000, 0), None);
     }

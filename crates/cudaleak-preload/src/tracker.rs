@@ -7,6 +7,7 @@
 use crate::capture::Stack;
 use crate::ffi::*;
 use crate::resolve::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
+use crate::thread::ThreadState;
 use cudaleak_core::assemble::Snapshot;
 use cudaleak_core::config::Config;
 use cudaleak_core::depot::Depot;
@@ -14,7 +15,6 @@ use cudaleak_core::live_map::{AddrHash, LiveMap, MapCounts};
 use cudaleak_core::lock::FutexMutex;
 use cudaleak_core::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{
     AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
@@ -132,10 +132,11 @@ pub fn record_allocation(
     kind: MemoryKind,
     stack: &Stack,
     device: Option<u8>,
+    thread: &ThreadState,
 ) {
     let trace: TraceId = stack.intern(api, kind);
     let (slot, ctx_device) = if context_bound(kind) {
-        current_context()
+        current_context(thread)
     } else {
         (0, None)
     };
@@ -315,11 +316,6 @@ static CONTEXT_DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(0) }; 
 static CONTEXT_COUNT: AtomicUsize = AtomicUsize::new(0);
 static CONTEXT_INSERT: FutexMutex<()> = FutexMutex::new(());
 
-thread_local! {
-    /// (context, slot) last seen on this thread
-    static LAST_CONTEXT: Cell<(u64, u8)> = const { Cell::new((0, 0)) };
-}
-
 fn slot_of(ctx: u64) -> Option<u8> {
     let n = CONTEXT_COUNT.load(Ordering::Acquire);
     (1..=n.min(MAX_CONTEXTS - 1))
@@ -335,7 +331,7 @@ fn device_of_slot(slot: u8) -> Option<u8> {
 }
 
 /// The calling thread's current context, as (slot, device).
-fn current_context() -> (u8, Option<u8>) {
+fn current_context(thread: &ThreadState) -> (u8, Option<u8>) {
     let Some(get) = CU_CTX_GET_CURRENT.get::<CtxGetCurrentFn>() else {
         return (0, None);
     };
@@ -345,12 +341,12 @@ fn current_context() -> (u8, Option<u8>) {
         return (0, None);
     }
     let ctx = ctx as u64;
-    let (last, last_slot) = LAST_CONTEXT.with(|c| c.get());
+    let (last, last_slot) = thread.last_context.get();
     let slot = if last == ctx && last_slot != 0 {
         last_slot
     } else {
         let s = slot_of(ctx).unwrap_or_else(|| add_context(ctx));
-        LAST_CONTEXT.with(|c| c.set((ctx, s)));
+        thread.last_context.set((ctx, s));
         s
     };
     (slot, device_of_slot(slot))
@@ -436,8 +432,8 @@ fn teardown_device(dev: u8) {
 }
 
 /// cudaDeviceReset whose driver call we did not see.
-pub fn teardown_current_device() {
-    if let (_, Some(dev)) = current_context() {
+pub fn teardown_current_device(thread: &ThreadState) {
+    if let (_, Some(dev)) = current_context(thread) {
         primary_reset(dev as CUdevice);
     }
 }
@@ -475,17 +471,9 @@ pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
     let mut out = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
-        map.for_each_shard(None, |it, _| {
-            out.extend(it.filter(|(_, b)| b.epoch >= epoch))
-        });
+        map.for_each_shard(None, |it, _| out.extend(it.filter(|(_, b)| b.epoch >= epoch)));
     }
-    out.extend(
-        TORN_DOWN
-            .lock()
-            .iter()
-            .filter(|(_, b)| b.epoch >= epoch)
-            .copied(),
-    );
+    out.extend(TORN_DOWN.lock().iter().filter(|(_, b)| b.epoch >= epoch).copied());
     out
 }
 
@@ -537,12 +525,7 @@ pub unsafe fn reset_in_child_and_unlock() {
     vmm.handles = HashMap::with_hasher(AddrHash);
     VMM.raw_unlock();
     SNAPSHOT_LOCK.raw_unlock();
-    for c in [
-        &FAILED_ALLOCATIONS,
-        &INVALID_FREES,
-        &LIVE_BYTES,
-        &PEAK_BYTES,
-    ] {
+    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
         c.store(0, Ordering::Relaxed);
     }
     for r in &PRIMARY_REFS {

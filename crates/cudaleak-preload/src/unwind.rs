@@ -11,8 +11,8 @@
 //! instead of faulting. `CUDALEAK_UNWINDER=dwarf` uses the backtrace crate
 //! (libgcc's unwinder) instead.
 
+use crate::thread::ThreadState;
 use cudaleak_core::config::Unwinder;
-use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -52,7 +52,11 @@ fn find_module(addr: usize) -> Option<Module> {
         addr: usize,
         found: Option<Module>,
     }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> libc::c_int {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
         let s = &mut *(data as *mut Search);
         let info = &*info;
         let base = info.dlpi_addr as usize;
@@ -97,10 +101,11 @@ fn find_module(addr: usize) -> Option<Module> {
 }
 
 /// Fills `out` with return addresses; returns how many.
-pub fn capture(out: &mut [MaybeUninit<u64>]) -> usize {
+#[inline]
+pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState) -> usize {
     match crate::tracker::config().unwinder {
         Unwinder::Dwarf => capture_dwarf(out),
-        Unwinder::Fast => capture_fast(out),
+        Unwinder::Fast => fast_skipping(out, own_range(), thread),
     }
 }
 
@@ -137,88 +142,85 @@ fn dwarf_skipping(out: &mut [MaybeUninit<u64>], range: (usize, usize)) -> usize 
 
 // ---- the fast unwinder ----
 
-/// How to get from one frame to its caller, packed in 64 bits:
-/// kind (3) | rbp saved (1) | ra offset i8 | rbp offset i16 | cfa offset i32.
+/// How to get from one frame to its caller, in 8 bytes so that the cache
+/// holds it in one atomic word and reading it costs no decoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(8))]
 struct Rule {
-    kind: RuleKind,
     cfa_offset: i32,
-    /// where the caller's rbp is saved, relative to the CFA
-    rbp_offset: Option<i16>,
+    /// where the caller's rbp is saved, relative to the CFA (if `RBP_SAVED`)
+    rbp_offset: i16,
+    /// a `KIND_*` value, with `RBP_SAVED`
+    kind: u8,
     /// where the return address is, relative to the CFA (-8 on x86-64)
     ra_offset: i8,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RuleKind {
-    /// CFA = rsp + offset
-    Rsp = 1,
-    /// CFA = rbp + offset
-    Rbp = 2,
-    /// CFA = *(rbp + offset): functions that realign the stack (DRAP)
-    RbpDeref = 3,
-    /// no unwind info: CFA = rbp + 16, ra at rbp + 8, rbp at rbp
-    FramePointer = 4,
-    /// the outermost frame, or a frame we cannot unwind
-    Stop = 5,
-}
+/// CFA = rsp + offset
+const KIND_RSP: u8 = 1;
+/// CFA = rbp + offset
+const KIND_RBP: u8 = 2;
+/// CFA = *(rbp + offset): functions that realign the stack (DRAP)
+const KIND_RBP_DEREF: u8 = 3;
+/// the outermost frame, or a frame we cannot unwind
+const KIND_STOP: u8 = 4;
+const KIND_MASK: u8 = 0x7f;
+const RBP_SAVED: u8 = 0x80;
 
 impl Rule {
     const STOP: Rule = Rule {
-        kind: RuleKind::Stop,
         cfa_offset: 0,
-        rbp_offset: None,
+        rbp_offset: 0,
+        kind: KIND_STOP,
         ra_offset: -8,
     };
+    /// No unwind info: assume the classic frame-pointer prologue.
     const FRAME_POINTER: Rule = Rule {
-        kind: RuleKind::FramePointer,
         cfa_offset: 16,
-        rbp_offset: Some(-16),
+        rbp_offset: -16,
+        kind: KIND_RBP | RBP_SAVED,
         ra_offset: -8,
     };
 
+    #[inline(always)]
     fn pack(self) -> u64 {
-        let (saved, rbp) = match self.rbp_offset {
-            Some(o) => (1u64, o as u16 as u64),
-            None => (0, 0),
-        };
-        (self.kind as u64) | (saved << 3) | ((self.ra_offset as u8 as u64) << 8) | (rbp << 16)
-            | ((self.cfa_offset as u32 as u64) << 32)
+        // SAFETY: 8 bytes of plain integers.
+        unsafe { std::mem::transmute::<Rule, u64>(self) }
     }
 
+    #[inline(always)]
     fn unpack(v: u64) -> Rule {
-        let kind = match v & 7 {
-            1 => RuleKind::Rsp,
-            2 => RuleKind::Rbp,
-            3 => RuleKind::RbpDeref,
-            4 => RuleKind::FramePointer,
-            _ => RuleKind::Stop,
-        };
-        Rule {
-            kind,
-            cfa_offset: (v >> 32) as u32 as i32,
-            rbp_offset: ((v >> 3) & 1 == 1).then_some((v >> 16) as u16 as i16),
-            ra_offset: (v >> 8) as u8 as i8,
-        }
+        // SAFETY: every bit pattern is a valid Rule.
+        unsafe { std::mem::transmute::<u64, Rule>(v) }
     }
 }
 
 /// Lock-free cache: return address → packed rule. Slots are claimed by a
 /// CAS on the value, then published by a release store of the key, and
 /// never change afterwards; a reader that sees the key sees the value.
+/// (A packed rule is never 0: its kind is at least 1.)
 const CACHE_SLOTS: usize = 1 << 16;
 const CACHE_PROBES: usize = 16;
 static CACHE_KEYS: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
 static CACHE_RULES: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
 
-#[inline]
+/// Fibonacci hashing: one multiply, the top 16 bits.
+#[inline(always)]
 fn slot_of(pc: u64) -> usize {
-    (cudaleak_core::live_map::mix64(pc) as usize) & (CACHE_SLOTS - 1)
+    (pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 16)) as usize
 }
 
-#[inline]
+#[inline(always)]
 fn cached_rule(pc: u64) -> Option<Rule> {
-    let start = slot_of(pc);
+    let s = slot_of(pc);
+    if CACHE_KEYS[s].load(Ordering::Acquire) == pc {
+        return Some(Rule::unpack(CACHE_RULES[s].load(Ordering::Relaxed)));
+    }
+    cached_rule_probing(pc, s)
+}
+
+#[cold]
+fn cached_rule_probing(pc: u64, start: usize) -> Option<Rule> {
     for i in 0..CACHE_PROBES {
         let s = (start + i) & (CACHE_SLOTS - 1);
         let k = CACHE_KEYS[s].load(Ordering::Acquire);
@@ -250,16 +252,17 @@ fn remember_rule(pc: u64, rule: Rule) {
     }
 }
 
-thread_local! {
-    /// This thread's stack, [low, high); (0, 0) until first needed.
-    static STACK_BOUNDS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-}
-
-fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
-    let (lo, hi) = STACK_BOUNDS.with(|b| b.get());
+#[inline]
+fn stack_bounds(sp: usize, thread: &ThreadState) -> Option<(usize, usize)> {
+    let (lo, hi) = thread.stack_bounds.get();
     if lo <= sp && sp < hi {
         return Some((lo, hi));
     }
+    new_stack_bounds(sp, thread)
+}
+
+#[cold]
+fn new_stack_bounds(sp: usize, thread: &ThreadState) -> Option<(usize, usize)> {
     // SAFETY: querying this thread's attributes.
     let bounds = unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
@@ -280,16 +283,18 @@ fn stack_bounds(sp: usize) -> Option<(usize, usize)> {
     if !(bounds.0 <= sp && sp < bounds.1) {
         return None;
     }
-    STACK_BOUNDS.with(|b| b.set(bounds));
+    thread.stack_bounds.set(bounds);
     Some(bounds)
 }
 
-#[inline]
+/// Reads a word of the stack between the capture's own stack pointer
+/// (everything above it is mapped and in use) and the stack's top.
+#[inline(always)]
 fn read_stack(addr: usize, bounds: (usize, usize)) -> Option<usize> {
-    if addr < bounds.0 || addr.checked_add(8)? > bounds.1 || addr % 8 != 0 {
+    if addr < bounds.0 || addr >= bounds.1 || addr & 7 != 0 {
         return None;
     }
-    // SAFETY: inside this thread's mapped stack, aligned.
+    // SAFETY: inside this thread's live stack, aligned.
     Some(unsafe { (addr as *const usize).read() })
 }
 
@@ -298,7 +303,9 @@ type Reader = gimli::EndianSlice<'static, gimli::LittleEndian>;
 /// Reads the unwind rule for `pc` from its module's .eh_frame.
 #[cold]
 fn rule_from_eh_frame(pc: u64) -> Rule {
-    use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindSection, X86_64};
+    use gimli::{
+        BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindSection, X86_64,
+    };
     let Some(m) = find_module(pc as usize) else {
         return Rule::STOP;
     };
@@ -334,38 +341,41 @@ fn rule_from_eh_frame(pc: u64) -> Rule {
         return Rule::FRAME_POINTER;
     };
     let ra_offset = match row.register(X86_64::RA) {
-        RegisterRule::Offset(o) if (-128..128).contains(&o) => o as i8,
-        RegisterRule::Undefined => return Rule::STOP,
-        _ => return Rule::STOP,
+        RegisterRule::Offset(o) if (-128..0).contains(&o) => o as i8,
+        _ => return Rule::STOP, // Undefined: the outermost frame
     };
     let rbp_offset = match row.register(X86_64::RBP) {
-        RegisterRule::Offset(o) if (i16::MIN as i64..=i16::MAX as i64).contains(&o) => Some(o as i16),
+        RegisterRule::Offset(o) if (i16::MIN as i64..0).contains(&o) => Some(o as i16),
         RegisterRule::Undefined | RegisterRule::SameValue => None,
         _ => return Rule::STOP,
     };
     let (kind, cfa_offset) = match row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } if (i32::MIN as i64..=i32::MAX as i64).contains(offset) => {
+        CfaRule::RegisterAndOffset { register, offset }
+            if (i32::MIN as i64..=i32::MAX as i64).contains(offset) =>
+        {
             match *register {
-                X86_64::RSP => (RuleKind::Rsp, *offset as i32),
-                X86_64::RBP => (RuleKind::Rbp, *offset as i32),
+                X86_64::RSP => (KIND_RSP, *offset as i32),
+                X86_64::RBP => (KIND_RBP, *offset as i32),
                 _ => return Rule::FRAME_POINTER,
             }
         }
         CfaRule::Expression(e) => {
             // The DRAP form GCC emits for stack-realigning functions:
             // DW_OP_breg6 (rbp) <sleb offset>; DW_OP_deref.
-            let Ok(expr) = e.get(&eh_frame) else { return Rule::FRAME_POINTER };
+            let Ok(expr) = e.get(&eh_frame) else {
+                return Rule::FRAME_POINTER;
+            };
             match drap_offset(expr.0.slice()) {
-                Some(off) => (RuleKind::RbpDeref, off),
+                Some(off) => (KIND_RBP_DEREF, off),
                 None => return Rule::FRAME_POINTER,
             }
         }
         _ => return Rule::FRAME_POINTER,
     };
     Rule {
-        kind,
         cfa_offset,
-        rbp_offset,
+        rbp_offset: rbp_offset.unwrap_or(0),
+        kind: kind | if rbp_offset.is_some() { RBP_SAVED } else { 0 },
         ra_offset,
     }
 }
@@ -397,7 +407,7 @@ fn drap_offset(bytes: &[u8]) -> Option<i32> {
     (rest.get(i..)? == [0x06]).then_some(value as i32)
 }
 
-#[inline]
+#[inline(always)]
 fn rule_for(pc: u64) -> Rule {
     match cached_rule(pc) {
         Some(r) => r,
@@ -409,15 +419,11 @@ fn rule_for(pc: u64) -> Rule {
     }
 }
 
-/// The fast unwinder (x86-64); other architectures use the reference one.
-pub fn capture_fast(out: &mut [MaybeUninit<u64>]) -> usize {
-    fast_skipping(out, own_range())
-}
-
-/// Captures, leaving out return addresses inside `skip`.
+/// The fast unwinder (x86-64; other architectures use the reference one),
+/// leaving out return addresses inside `skip`.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize)) -> usize {
+fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &ThreadState) -> usize {
     let (pc, sp, fp): (usize, usize, usize);
     // SAFETY: reads three registers.
     unsafe {
@@ -431,18 +437,19 @@ fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize)) -> usize {
             options(nomem, nostack, preserves_flags)
         );
     }
-    let Some(bounds) = stack_bounds(sp) else {
+    let Some((_, top)) = stack_bounds(sp, thread) else {
         return dwarf_skipping(out, skip);
     };
-    walk(pc, sp, fp, bounds, skip, out)
+    walk(pc, sp, fp, (sp, top), skip, out)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize)) -> usize {
+fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), _thread: &ThreadState) -> usize {
     dwarf_skipping(out, skip)
 }
 
 /// Walks from the frame executing `pc` (exactly: not a return address).
+/// `bounds` is (the capture's stack pointer, the stack's top).
 #[inline(always)]
 fn walk(
     mut pc: usize,
@@ -456,15 +463,14 @@ fn walk(
     let mut lookup = pc as u64;
     while n < out.len() {
         let rule = rule_for(lookup);
-        let cfa = match rule.kind {
-            RuleKind::Rsp => sp.wrapping_add_signed(rule.cfa_offset as isize),
-            RuleKind::Rbp => fp.wrapping_add_signed(rule.cfa_offset as isize),
-            RuleKind::RbpDeref => match read_stack(fp.wrapping_add_signed(rule.cfa_offset as isize), bounds) {
+        let cfa = match rule.kind & KIND_MASK {
+            KIND_RSP => sp.wrapping_add_signed(rule.cfa_offset as isize),
+            KIND_RBP => fp.wrapping_add_signed(rule.cfa_offset as isize),
+            KIND_RBP_DEREF => match read_stack(fp.wrapping_add_signed(rule.cfa_offset as isize), bounds) {
                 Some(c) => c,
                 None => break,
             },
-            RuleKind::FramePointer => fp.wrapping_add(16),
-            RuleKind::Stop => break,
+            _ => break,
         };
         if cfa <= sp || cfa > bounds.1 {
             break;
@@ -472,8 +478,8 @@ fn walk(
         let Some(ra) = read_stack(cfa.wrapping_add_signed(rule.ra_offset as isize), bounds) else {
             break;
         };
-        if let Some(o) = rule.rbp_offset {
-            match read_stack(cfa.wrapping_add_signed(o as isize), bounds) {
+        if rule.kind & RBP_SAVED != 0 {
+            match read_stack(cfa.wrapping_add_signed(rule.rbp_offset as isize), bounds) {
                 Some(v) => fp = v,
                 None => break,
             }
@@ -505,21 +511,22 @@ mod tests {
             Rule::STOP,
             Rule::FRAME_POINTER,
             Rule {
-                kind: RuleKind::Rsp,
                 cfa_offset: 1 << 20,
-                rbp_offset: Some(-24),
+                rbp_offset: -24,
+                kind: KIND_RSP | RBP_SAVED,
                 ra_offset: -8,
             },
             Rule {
-                kind: RuleKind::RbpDeref,
                 cfa_offset: -8,
-                rbp_offset: None,
+                rbp_offset: 0,
+                kind: KIND_RBP_DEREF,
                 ra_offset: -8,
             },
         ] {
             assert_eq!(Rule::unpack(r.pack()), r);
             assert_ne!(r.pack(), 0);
         }
+        assert_eq!(std::mem::size_of::<Rule>(), 8);
     }
 
     #[test]
@@ -552,11 +559,14 @@ mod tests {
             // In this test binary our own code is the code under test:
             // skip nothing.
             recurse(30, &mut || {
-                nf = fast_skipping(&mut fast, (0, 0));
+                nf = fast_skipping(&mut fast, (0, 0), crate::thread::current());
                 nr = dwarf_skipping(&mut reference, (0, 0));
             });
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
-            let r: Vec<u64> = reference[..nr].iter().map(|v| unsafe { v.assume_init() }).collect();
+            let r: Vec<u64> = reference[..nr]
+                .iter()
+                .map(|v| unsafe { v.assume_init() })
+                .collect();
             assert!(nf >= 30, "fast unwinder stopped after {nf} frames");
             // The two captures start in different functions; from the
             // first common return address on, they must agree.

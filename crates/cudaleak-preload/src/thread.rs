@@ -1,0 +1,38 @@
+//! Everything a hook keeps per thread, in one `const`-initialized
+//! thread-local without `Drop` (such a thread-local needs no registration
+//! and stays usable while the thread is being torn down). Hooks look it up
+//! once per call (a `__tls_get_addr` call in a shared library) and pass
+//! the reference down.
+
+use std::cell::Cell;
+
+pub struct ThreadState {
+    /// A driver hook is running on this thread (a nested one passes through).
+    pub in_driver_hook: Cell<bool>,
+    /// The runtime hook running on this thread (`events::HookCx`), if any.
+    pub runtime_call: Cell<*const ()>,
+    /// (context, slot) last seen on this thread.
+    pub last_context: Cell<(u64, u8)>,
+    /// This thread's stack, [low, high); (0, 0) until first needed.
+    pub stack_bounds: Cell<(usize, usize)>,
+}
+
+thread_local! {
+    static THREAD: ThreadState = const {
+        ThreadState {
+            in_driver_hook: Cell::new(false),
+            runtime_call: Cell::new(std::ptr::null()),
+            last_context: Cell::new((0, 0)),
+            stack_bounds: Cell::new((0, 0)),
+        }
+    };
+}
+
+/// The calling thread's state. The reference must not leave the thread,
+/// which is why only hooks (running on it) use it.
+#[inline]
+pub fn current() -> &'static ThreadState {
+    // SAFETY: a thread-local without destructor lives as long as its thread,
+    // and the reference is only used on this thread, within a hook.
+    THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+}
