@@ -310,3 +310,112 @@ pub fn validate(v: &Value) {
         );
     }
 }
+
+/// A traced program still running, for tests that signal it.
+pub struct Running {
+    pub child: std::process::Child,
+    pub dir: TempDir,
+    lines: std::sync::mpsc::Receiver<String>,
+    pub stderr: std::sync::Arc<Mutex<String>>,
+}
+
+/// Starts a program under the library with a fresh report directory (also
+/// its working directory); stdout lines arrive through `wait_line`.
+pub fn spawn_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
+    let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("LD_PRELOAD", lib())
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env("CUDALEAK_DIR", dir.path())
+        .env_remove("CUDALEAK_SUPPRESSIONS")
+        .env_remove("CUDALEAK_EXITCODE")
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn");
+    let out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr = std::sync::Arc::new(Mutex::new(String::new()));
+    let sink = stderr.clone();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).ok();
+        *sink.lock().unwrap() = s;
+    });
+    Running {
+        child,
+        dir,
+        lines: rx,
+        stderr,
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn wait_line(&self, timeout: Duration) -> String {
+        self.lines.recv_timeout(timeout).unwrap_or_else(|e| {
+            panic!(
+                "no output line within {timeout:?}: {e}; stderr: {}",
+                self.stderr.lock().unwrap()
+            )
+        })
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    }
+
+    /// Waits until the directory holds at least `n` reports.
+    pub fn wait_reports(&self, n: usize, timeout: Duration) -> Vec<Report> {
+        let start = Instant::now();
+        loop {
+            let r = reports_in(self.dir.path());
+            if r.len() >= n {
+                return r;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "only {} of {n} reports after {timeout:?}",
+                r.len()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn wait(mut self, timeout: Duration) -> (ExitStatus, TempDir, Vec<String>) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "did not exit within {timeout:?} (hang?); stderr: {}",
+                    self.stderr.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let rest: Vec<String> = self.lines.iter().collect();
+        (status, self.dir, rest)
+    }
+}

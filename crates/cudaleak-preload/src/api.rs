@@ -76,7 +76,10 @@ pub extern "C" fn cudaleak_leaks_since_json(id: u64) -> *mut c_char {
         let report = dump::with_state(None, |state| {
             let mut meta_req = Request::new(Trigger::Api);
             meta_req.reason = Some(format!("blocks since checkpoint {id}"));
-            dump::assemble(state, &snap, dump::meta_for(&meta_req, 0), false)
+            // Not a dump (no file, no growth bookkeeping): it carries the
+            // sequence number the next dump will have.
+            let sequence = state.next_sequence();
+            dump::assemble(state, &snap, dump::meta_for(&meta_req, sequence), false)
         })?;
         let json = serde_json::to_string(&report).ok()?;
         CString::new(json).ok().map(CString::into_raw)

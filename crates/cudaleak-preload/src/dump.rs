@@ -39,6 +39,10 @@ impl DumpState {
 impl DumpState {
     /// A fork child numbers its own dumps and tracks its own growth; the
     /// symbol cache stays valid (same mappings).
+    pub fn next_sequence(&self) -> u64 {
+        self.sequence + 1
+    }
+
     pub fn reset_for_child(&mut self) {
         self.growth = GrowthTracker::default();
         self.sequence = 0;
