@@ -24,6 +24,7 @@ mod ffi;
 mod hooks;
 mod lifecycle;
 mod python;
+mod python_layouts;
 mod resolve;
 mod thread;
 mod tracker;

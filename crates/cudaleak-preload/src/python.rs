@@ -1,16 +1,416 @@
-//! Python stacks, read from the calling thread's own frames (issue 3).
+//! Python stacks, read from the calling thread's own frames.
+//!
+//! Rules (each from a way this has gone wrong elsewhere):
+//! 1. No GIL and no Python C API in a hook. PyTorch calls cudaMalloc with
+//!    the GIL released while holding its allocator mutex, and ctypes.CDLL
+//!    releases it too: taking it can deadlock (and on 3.11 run the garbage
+//!    collector). The hook reads this thread's frame chain from memory: a
+//!    thread that released the GIL is stopped in C, so its chain is frozen
+//!    under it; a thread holding it is running us, not Python.
+//! 2. The only calls are two thread-state getters the issue allows
+//!    (`PyGILState_GetThisThreadState`, the unchecked current-thread-state
+//!    getter) and the finalization check, all plain reads of runtime state.
+//!    Symbols are found with `dlsym` at the first capture; libpython is
+//!    never linked, and a process without Python pays one atomic load.
+//! 3. Per-version layouts (`python_layouts.rs`), each checked against the
+//!    running interpreter before use (3.13: against `_Py_DebugOffsets`);
+//!    an unknown version, a debug or a free-threaded build turns capture
+//!    off with one notice.
+//! 4. A hook records (code object, guard, instruction offset, flags); the
+//!    first time a trace is stored, its code objects' names, first line and
+//!    line table are copied (`remember_code_objects`), so the exit report
+//!    can name them after the interpreter is gone.
 
-use cudaleak_core::python::PyRawFrame;
+use crate::python_layouts::{layout_for, FrameModel, PyLayout};
+use crate::resolve::real_dlsym;
+use crate::tracker;
+use cudaleak_core::python::{CodeInfo, PyRawFrame, PY_FRAME_ENTRY};
+use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
-pub fn init(_enabled: bool) {}
+const UNPROBED: u8 = 0;
+const PROBING: u8 = 1;
+const ACTIVE: u8 = 2;
+const OFF: u8 = 3;
 
-pub fn capture(_out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
-    0
+static STATE: AtomicU8 = AtomicU8::new(UNPROBED);
+static LAYOUT: AtomicPtr<PyLayout> = AtomicPtr::new(std::ptr::null_mut());
+static GET_THIS_THREAD_STATE: AtomicUsize = AtomicUsize::new(0);
+static GET_UNCHECKED: AtomicUsize = AtomicUsize::new(0);
+static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
+static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
+static STATUS: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+
+type TstateFn = unsafe extern "C" fn() -> usize;
+type FinalizingFn = unsafe extern "C" fn() -> libc::c_int;
+
+fn set_status(s: String) {
+    STATUS.store(Box::into_raw(Box::new(s)), Ordering::Release);
 }
 
-pub fn remember_code_objects(_frames: &[PyRawFrame]) {}
-
+/// The state of Python capture, for reports (`python` field).
 pub fn status() -> Option<String> {
-    None
+    let p = STATUS.load(Ordering::Acquire);
+    // SAFETY: leaked strings, never freed.
+    (!p.is_null()).then(|| unsafe { (*p).clone() })
+}
+
+pub fn init(enabled: bool) {
+    if !enabled {
+        STATE.store(OFF, Ordering::Release);
+        set_status("off (CUDALEAK_PYTHON=0)".into());
+    }
+}
+
+fn sym(name: &CStr) -> usize {
+    real_dlsym(libc::RTLD_DEFAULT, name) as usize
+}
+
+/// (major, minor, micro, release level) of the running interpreter.
+fn version() -> Option<(u32, u32)> {
+    let v = sym(c"Py_Version");
+    if v != 0 {
+        // SAFETY: `const unsigned long Py_Version` (3.11+): PY_VERSION_HEX.
+        let hex: u64 = unsafe { *(v as *const libc::c_ulong) };
+        return Some(((hex >> 24) as u32 & 0xff, (hex >> 16) as u32 & 0xff));
+    }
+    let f = sym(c"Py_GetVersion");
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: Py_GetVersion returns a static "3.10.12 (main, ...)" string.
+    let s = unsafe {
+        let f: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(f);
+        CStr::from_ptr(f()).to_string_lossy().into_owned()
+    };
+    let mut parts = s.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+fn turn_off(why: String, notice: bool) {
+    if notice {
+        crate::lifecycle::warn(&format!("cudaleak: {why}; Python stacks are off"));
+    }
+    set_status(format!("off ({why})"));
+    STATE.store(OFF, Ordering::Release);
+}
+
+/// First capture: find the interpreter and decide whether to read it.
+#[cold]
+fn probe() -> bool {
+    if STATE
+        .compare_exchange(UNPROBED, PROBING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return STATE.load(Ordering::Acquire) == ACTIVE;
+    }
+    let get_this = sym(c"PyGILState_GetThisThreadState");
+    let Some((major, minor)) = version().filter(|_| get_this != 0) else {
+        turn_off("no Python interpreter in this process".into(), false);
+        return false;
+    };
+    // Py_REF_DEBUG (implied by Py_DEBUG) builds export these.
+    if sym(c"_Py_RefTotal") != 0 || sym(c"_Py_NegativeRefcount") != 0 {
+        turn_off(format!("Python {major}.{minor} is a debug build"), true);
+        return false;
+    }
+    // Free-threaded builds (3.13t) have another object layout; only they
+    // define the biased-refcount merge function.
+    if sym(c"_Py_MergeZeroLocalRefcount") != 0 {
+        turn_off(format!("Python {major}.{minor} is a free-threaded build"), true);
+        return false;
+    }
+    let Some(layout) = layout_for(major, minor) else {
+        turn_off(
+            format!("Python {major}.{minor} is not supported (3.8 to 3.13 are)"),
+            true,
+        );
+        return false;
+    };
+    if let Err(why) = crate::python_layouts::check_against_runtime(layout, sym(c"_PyRuntime")) {
+        turn_off(format!("Python {major}.{minor}: {why}"), true);
+        return false;
+    }
+    let unchecked = if minor >= 13 {
+        sym(c"PyThreadState_GetUnchecked")
+    } else {
+        sym(c"_PyThreadState_UncheckedGet")
+    };
+    let finalizing = if minor >= 13 {
+        sym(c"Py_IsFinalizing")
+    } else {
+        sym(c"_Py_IsFinalizing")
+    };
+    let code_type = sym(c"PyCode_Type");
+    if code_type == 0 {
+        turn_off(format!("Python {major}.{minor}: PyCode_Type not found"), true);
+        return false;
+    }
+    GET_THIS_THREAD_STATE.store(get_this, Ordering::Release);
+    GET_UNCHECKED.store(unchecked, Ordering::Release);
+    IS_FINALIZING.store(finalizing, Ordering::Release);
+    CODE_TYPE.store(code_type, Ordering::Release);
+    LAYOUT.store(layout as *const PyLayout as *mut PyLayout, Ordering::Release);
+    set_status(format!("CPython {major}.{minor}"));
+    STATE.store(ACTIVE, Ordering::Release);
+    true
+}
+
+#[inline(always)]
+unsafe fn read<T: Copy>(addr: usize) -> T {
+    (addr as *const T).read_unaligned()
+}
+
+/// Plausible user-space pointer, aligned to `align`.
+#[inline(always)]
+fn plausible(p: usize, align: usize) -> bool {
+    (4096..(1 << 56)).contains(&p) && p % align == 0
+}
+
+/// The calling thread's thread state, or 0 (rule 2).
+unsafe fn this_thread_state() -> usize {
+    let get_this: TstateFn = std::mem::transmute(GET_THIS_THREAD_STATE.load(Ordering::Relaxed));
+    let ours = get_this();
+    let unchecked = GET_UNCHECKED.load(Ordering::Relaxed);
+    if unchecked != 0 {
+        let get: TstateFn = std::mem::transmute(unchecked);
+        let attached = get();
+        // 3.12+: the attached state is thread-local and so always ours;
+        // before 3.12 it is the GIL holder's, ours only when equal.
+        let layout = &*LAYOUT.load(Ordering::Relaxed);
+        if attached != 0 && (layout.attached_is_thread_local || attached == ours) {
+            return attached;
+        }
+    }
+    ours
+}
+
+/// Fills `out` with the calling thread's Python frames, innermost first.
+#[inline]
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => {}
+        UNPROBED => {
+            if !probe() {
+                return 0;
+            }
+        }
+        _ => return 0,
+    }
+    // SAFETY: see the module comment; every pointer is checked for
+    // plausibility and every code object for its type before use.
+    unsafe { capture_active(out) }
+}
+
+unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
+    let fin = IS_FINALIZING.load(Ordering::Relaxed);
+    if fin != 0 {
+        let f: FinalizingFn = std::mem::transmute(fin);
+        if f() != 0 {
+            return 0;
+        }
+    }
+    let tstate = this_thread_state();
+    if !plausible(tstate, 8) {
+        return 0;
+    }
+    let l = &*LAYOUT.load(Ordering::Relaxed);
+    let code_type = CODE_TYPE.load(Ordering::Relaxed);
+    let mut frame: usize = read(tstate + l.tstate_frame);
+    if let Some(cur) = l.cframe_current_frame {
+        if !plausible(frame, 8) {
+            return 0;
+        }
+        frame = read(frame + cur);
+    }
+    let mut n = 0;
+    // A chain longer than this is corrupt (or a recursion we cut).
+    let mut budget = 4096;
+    while plausible(frame, 8) && n < out.len() && budget > 0 {
+        budget -= 1;
+        let next: usize = read(frame + l.frame_back);
+        if let Some(owner_off) = l.frame_owner {
+            let owner: u8 = read(frame + owner_off);
+            if Some(owner) == l.owner_cstack {
+                // The shim frame a C call into Python pushes (3.12+): the
+                // Python frame just inside it was entered from C.
+                if n > 0 {
+                    let prev = out[n - 1].assume_init_mut();
+                    prev.flags |= PY_FRAME_ENTRY;
+                }
+                frame = next;
+                continue;
+            }
+        }
+        let code: usize = read(frame + l.frame_code);
+        if !plausible(code, 8) || read::<usize>(code + l.ob_type) != code_type {
+            // 3.13's f_executable can be a non-code object; anything else
+            // means the chain is not what we think: stop.
+            if l.frames == FrameModel::Interpreter313 && plausible(code, 8) {
+                frame = next;
+                continue;
+            }
+            break;
+        }
+        let Some(offset) = instruction_offset(l, frame, code) else {
+            frame = next; // an incomplete frame (3.11+): not started yet
+            continue;
+        };
+        let mut flags = 0;
+        match l.frames {
+            // Each frame object ran in its own eval-loop invocation.
+            FrameModel::FrameObjects => flags |= PY_FRAME_ENTRY,
+            FrameModel::Interpreter311 => {
+                if let Some(e) = l.frame_is_entry {
+                    if read::<u8>(frame + e) != 0 {
+                        flags |= PY_FRAME_ENTRY;
+                    }
+                }
+            }
+            _ => {}
+        }
+        out[n].write(PyRawFrame {
+            code: code as u64,
+            guard: guard(l, code),
+            offset,
+            flags,
+        });
+        n += 1;
+        frame = next;
+    }
+    if n > 0 {
+        // The outermost frame was entered from C (the interpreter's main).
+        out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
+    }
+    n
+}
+
+/// Byte offset of the instruction a frame is executing; None for an
+/// incomplete frame.
+#[inline(always)]
+unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize) -> Option<u32> {
+    match l.frames {
+        FrameModel::FrameObjects => {
+            let lasti: i32 = read(frame + l.frame_instr);
+            Some((lasti.max(0) as u32).saturating_mul(l.lasti_unit_bytes))
+        }
+        _ => {
+            let start = code + l.code_code_adaptive?;
+            let instr: usize = read(frame + l.frame_instr);
+            if instr < start {
+                return None;
+            }
+            let units = (instr - start) / 2;
+            if let Some(ft) = l.code_firsttraceable {
+                // 3.11/3.12: a frame whose prev_instr is before the first
+                // traceable instruction is still being set up.
+                if l.frames == FrameModel::Interpreter311 || l.frames == FrameModel::Interpreter312 {
+                    let first: i32 = read(code + ft);
+                    if (units as i64) < first as i64 {
+                        return None;
+                    }
+                }
+            }
+            Some((units * 2) as u32)
+        }
+    }
+}
+
+/// Fields of the code object that change when a freed code object's
+/// address is reused by another: a different trace, not a wrong name.
+#[inline(always)]
+unsafe fn guard(l: &PyLayout, code: usize) -> u64 {
+    let filename: usize = read(code + l.code_filename);
+    let name: usize = read(code + l.code_qualname.unwrap_or(l.code_name));
+    let first: i32 = read(code + l.code_firstlineno);
+    let table: usize = read(code + l.code_linetable);
+    let mut h = (filename as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h.rotate_left(17) ^ name as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h.rotate_left(17) ^ table as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ first as u32 as u64
+}
+
+/// Reads a str object (compact layout) into a String.
+unsafe fn read_str(l: &PyLayout, obj: usize) -> Option<String> {
+    if !plausible(obj, 8) {
+        return None;
+    }
+    let len: isize = read(obj + l.unicode_length);
+    if !(0..=(1 << 20)).contains(&len) {
+        return None;
+    }
+    let state: u32 = read(obj + l.unicode_state);
+    let kind = (state >> 2) & 7;
+    let compact = (state >> 5) & 1 == 1;
+    let ascii = (state >> 6) & 1 == 1;
+    if !compact {
+        return None;
+    }
+    let len = len as usize;
+    if ascii {
+        let data = std::slice::from_raw_parts((obj + l.unicode_ascii_size) as *const u8, len);
+        return Some(String::from_utf8_lossy(data).into_owned());
+    }
+    let data = obj + l.unicode_compact_size;
+    let chars: String = match kind {
+        1 => std::slice::from_raw_parts(data as *const u8, len)
+            .iter()
+            .map(|&b| b as char)
+            .collect(),
+        2 => char::decode_utf16(
+            std::slice::from_raw_parts(data as *const u16, len)
+                .iter()
+                .copied(),
+        )
+        .map(|c| c.unwrap_or('\u{fffd}'))
+        .collect(),
+        4 => std::slice::from_raw_parts(data as *const u32, len)
+            .iter()
+            .map(|&c| char::from_u32(c).unwrap_or('\u{fffd}'))
+            .collect(),
+        _ => return None,
+    };
+    Some(chars)
+}
+
+/// Copies a bytes object's content.
+unsafe fn read_bytes(l: &PyLayout, obj: usize) -> Option<Vec<u8>> {
+    if !plausible(obj, 8) {
+        return None;
+    }
+    let len: isize = read(obj + l.bytes_size);
+    if !(0..=(1 << 24)).contains(&len) {
+        return None;
+    }
+    Some(std::slice::from_raw_parts((obj + l.bytes_data) as *const u8, len as usize).to_vec())
+}
+
+/// Copies what reports need of each code object of `frames` not copied
+/// yet. Runs when a new trace is stored (rule 4); the code objects are
+/// alive, their frames are on this thread's stack.
+pub fn remember_code_objects(frames: &[PyRawFrame]) {
+    if frames.is_empty() || STATE.load(Ordering::Acquire) != ACTIVE {
+        return;
+    }
+    // SAFETY: ACTIVE means LAYOUT is set.
+    let l = unsafe { &*LAYOUT.load(Ordering::Acquire) };
+    for f in frames {
+        if tracker::CODES.contains(f.code, f.guard) {
+            continue;
+        }
+        let code = f.code as usize;
+        // SAFETY: a live code object, checked by type in capture.
+        let info = unsafe {
+            CodeInfo {
+                filename: read_str(l, read(code + l.code_filename)).unwrap_or_else(|| "<unknown>".into()),
+                qualname: read_str(l, read(code + l.code_qualname.unwrap_or(l.code_name)))
+                    .unwrap_or_else(|| "<unknown>".into()),
+                firstlineno: read(code + l.code_firstlineno),
+                format: l.line_format,
+                linetable: read_bytes(l, read(code + l.code_linetable)).unwrap_or_default(),
+            }
+        };
+        tracker::CODES.insert(f.code, f.guard, info);
+    }
 }

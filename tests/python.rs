@@ -1,0 +1,450 @@
+//! Python: stacks read without the GIL from ctypes calls over the simulated
+//! runtime (the machine's python3), the `cudaleak` module and the pytest
+//! plugin. Exact functions, files, lines and block counts.
+
+mod support;
+
+use cudaleak_core::report::{Group, MergedFrame, Report, Trigger};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use support::*;
+
+const STACKS: &str = "tests/python/stacks.py";
+
+fn python3() -> PathBuf {
+    PathBuf::from(std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into()))
+}
+
+fn py_helper() -> PathBuf {
+    let sim = sim_dir();
+    build(
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &[
+            "-shared",
+            "-fPIC",
+            &sim.join("libcudart.so.12").display().to_string(),
+            "-lpthread",
+        ],
+    )
+}
+
+fn py_env() -> Vec<(String, String)> {
+    vec![
+        (
+            "SIMCUDA_RUNTIME".into(),
+            sim_dir().join("libcudart.so.12").display().to_string(),
+        ),
+        ("CUDALEAK_PY_HELPER".into(), py_helper().display().to_string()),
+        ("PYTHONPATH".into(), repo().join("python").display().to_string()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+    ]
+}
+
+fn run_python(args: &[&str], extra: &[(&str, &str)]) -> Outcome {
+    let env = py_env();
+    let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    all.extend_from_slice(extra);
+    let script = repo().join(args[0]);
+    let mut full = vec![script.to_str().unwrap()];
+    full.extend_from_slice(&args[1..]);
+    run_traced(&python3(), &full, &all)
+}
+
+/// (function, file basename, line) of a group's Python frames.
+fn py_frames(g: &Group) -> Vec<(String, String, i64)> {
+    g.python_stack
+        .iter()
+        .map(|f| {
+            (
+                f.function.clone(),
+                f.file.rsplit('/').next().unwrap().to_string(),
+                f.line.unwrap_or(-1),
+            )
+        })
+        .collect()
+}
+
+fn group_with_py_line<'a>(r: &'a Report, file: &str, line: i64) -> &'a Group {
+    r.leaks
+        .iter()
+        .find(|g| {
+            g.python_stack
+                .iter()
+                .any(|f| f.file.ends_with(file) && f.line == Some(line))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no group through {file}:{line}; groups: {:#?}",
+                r.leaks.iter().map(py_frames).collect::<Vec<_>>()
+            )
+        })
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+#[test]
+fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
+    let out = run_python(&[STACKS, "all"], &[]);
+    out.assert_success();
+    let r = out.report();
+    assert!(
+        r.python.as_deref().unwrap().starts_with("CPython 3."),
+        "{:?}",
+        r.python
+    );
+    assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 8);
+    let malloc_line = line_of(
+        "tests/python/sim.py",
+        "rc = lib.cudaMalloc(ctypes.byref(p), nbytes)",
+    );
+    let l = |m: &str| line_of(STACKS, m);
+    let at_main = l("{\"all\": all_kinds");
+    type Frames = Vec<(String, String, i64)>;
+    let cases: Vec<(&str, u64, Frames)> = vec![
+        (
+            "# LEAK cdll",
+            1001,
+            vec![
+                (s("leak_gil_released"), s("stacks.py"), l("# LEAK cdll")),
+                (s("all_kinds"), s("stacks.py"), l("# CALL cdll")),
+            ],
+        ),
+        (
+            "# LEAK pydll",
+            1002,
+            vec![(s("leak_gil_held"), s("stacks.py"), l("# LEAK pydll"))],
+        ),
+        (
+            "# LEAK thread",
+            1003,
+            vec![(s("thread_body"), s("stacks.py"), l("# LEAK thread"))],
+        ),
+        (
+            "# LEAK inner",
+            1005,
+            vec![
+                (s("inner_helper"), s("stacks.py"), l("# LEAK inner")),
+                (s("outer_helper"), s("stacks.py"), l("# LEAK outer")),
+            ],
+        ),
+        (
+            "# LEAK method",
+            1006,
+            vec![(s("Model.step"), s("stacks.py"), l("# LEAK method"))],
+        ),
+        (
+            "# LEAK classmethod",
+            1007,
+            vec![(s("Model.build"), s("stacks.py"), l("# LEAK classmethod"))],
+        ),
+    ];
+    for (marker, bytes, want) in cases {
+        let g = group_with_py_line(&r, "stacks.py", l(marker));
+        assert_eq!((g.blocks, g.bytes), (1, bytes), "{marker}");
+        let frames = py_frames(g);
+        // Innermost: sim.malloc's ctypes call.
+        assert_eq!(frames[0], (s("malloc"), s("sim.py"), malloc_line), "{marker}");
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(&frames[1 + i], w, "{marker}");
+        }
+        // Outermost: the module, at the dispatch line (a thread: its bootstrap).
+        let outermost = frames.last().unwrap();
+        if marker == "# LEAK thread" {
+            assert_eq!(outermost.0, "Thread._bootstrap");
+        } else {
+            assert_eq!(outermost, &(s("<module>"), s("stacks.py"), at_main), "{marker}");
+        }
+    }
+    // The generator leaked twice from one line (the first resumption comes
+    // through another C call site, hence possibly two native stacks).
+    let gen_line = l("# LEAK generator");
+    let gen: Vec<&Group> = r
+        .leaks
+        .iter()
+        .filter(|g| py_frames(g).get(1) == Some(&(s("generator"), s("stacks.py"), gen_line)))
+        .collect();
+    assert_eq!(
+        gen.iter()
+            .map(|g| (g.blocks, g.bytes))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+        (2, 2008)
+    );
+    // The thread's stack is its own: Thread.run, not all_kinds.
+    let g = group_with_py_line(&r, "stacks.py", l("# LEAK thread"));
+    let names: Vec<String> = py_frames(g).into_iter().map(|f| f.0).collect();
+    assert!(names.contains(&s("Thread.run")), "{names:?}");
+    assert!(!names.contains(&s("all_kinds")), "{names:?}");
+}
+
+#[test]
+fn python_frames_take_the_place_of_the_eval_loop_in_the_merged_stack() {
+    let out = run_python(&[STACKS, "all"], &[]);
+    out.assert_success();
+    let r = out.report();
+    let g = group_with_py_line(&r, "stacks.py", line_of(STACKS, "# LEAK inner"));
+    let merged: Vec<String> = g
+        .merged_stack
+        .iter()
+        .map(|f| match f {
+            MergedFrame::Native(n) => n.function.clone().unwrap_or_default(),
+            MergedFrame::Python(p) => format!("py:{}", p.function),
+        })
+        .collect();
+    // ctypes' C frames, then the Python frames where the eval loop was.
+    let first_py = merged.iter().position(|f| f.starts_with("py:")).unwrap();
+    assert!(
+        merged[..first_py].iter().any(|f| f.contains("ctypes")),
+        "{merged:?}"
+    );
+    assert_eq!(
+        merged[first_py..first_py + 5],
+        [
+            "py:malloc",
+            "py:inner_helper",
+            "py:outer_helper",
+            "py:all_kinds",
+            "py:<module>"
+        ],
+        "{merged:?}"
+    );
+    assert!(
+        !merged.iter().any(|f| f == "_PyEval_EvalFrameDefault"),
+        "{merged:?}"
+    );
+    // And the native stack alone still shows the interpreter.
+    assert!(g
+        .native_stack
+        .iter()
+        .any(|f| f.function.as_deref() == Some("_PyEval_EvalFrameDefault")));
+}
+
+#[test]
+fn a_python_program_that_frees_everything_has_no_false_leak() {
+    let out = run_python(&[STACKS, "clean"], &[]);
+    out.assert_success();
+    let r = out.report();
+    assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
+    assert_eq!(r.totals.allocations, 400 + 400);
+    assert_eq!(r.totals.frees, r.totals.allocations);
+}
+
+#[test]
+fn no_deadlock_when_the_gil_holder_waits_for_the_allocating_thread() {
+    let out = run_python(&[STACKS, "deadlock"], &[]);
+    out.assert_success();
+    let r = out.report();
+    let g = group_with_py_line(&r, "stacks.py", line_of(STACKS, "# LEAK deadlock"));
+    assert_eq!(g.bytes, 1008);
+    assert_eq!(py_frames(g)[0].0, "deadlock.<locals>.thread_a");
+    assert_eq!(g.native_stack[0].function.as_deref(), Some("locked_alloc"));
+}
+
+#[test]
+fn os_exit_in_python_still_writes_the_report_and_keeps_the_status() {
+    let out = run_python(&[STACKS, "exit_now"], &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let r = out.report();
+    assert_eq!((r.trigger, r.exit_status), (Trigger::Exit, Some(3)));
+    group_with_py_line(&r, "stacks.py", line_of(STACKS, "# LEAK cdll"));
+}
+
+#[test]
+fn cudaleak_python_zero_turns_capture_off() {
+    let out = run_python(&[STACKS, "all"], &[("CUDALEAK_PYTHON", "0")]);
+    out.assert_success();
+    let r = out.report();
+    assert!(r
+        .leaks
+        .iter()
+        .all(|g| g.python_stack.is_empty() && g.merged_stack.is_empty()));
+    assert_eq!(r.python.as_deref(), Some("off (CUDALEAK_PYTHON=0)"));
+    assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 8);
+}
+
+// ---- the cudaleak module ----
+
+#[test]
+fn no_leaks_raises_with_python_lines_and_checkpoints_count() {
+    let out = run_python(&["tests/python/api_checks.py", "preloaded"], &[]);
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "clean block: ok");
+    assert_eq!(lines[1], "live_since: 2 300");
+    assert_eq!(lines[2], "leak error: 4096 bytes");
+    let leak_line = line_of("tests/python/api_checks.py", "# LEAK no_leaks");
+    assert!(
+        out.stdout
+            .contains(&format!("api_checks.py:{leak_line} in leaky_block")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("body error propagates: ValueError"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("dump written: True"), "{}", out.stdout);
+    let reports = out.reports();
+    assert!(reports
+        .iter()
+        .any(|r| r.trigger == Trigger::Api && r.reason.as_deref() == Some("from python")));
+}
+
+#[test]
+fn without_the_library_the_module_is_a_no_op_with_one_warning() {
+    let env = py_env();
+    let mut cmd = Command::new(python3());
+    cmd.arg(repo().join("tests/python/api_checks.py")).arg("bare");
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    cmd.env_remove("LD_PRELOAD").env("LD_LIBRARY_PATH", sim_dir());
+    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(60));
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "available: False\nno error");
+    assert_eq!(
+        stderr.matches("libcudaleak.so is not preloaded").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+// ---- the pytest plugin ----
+
+struct Pytest {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+fn pytest(args: &[&str], preload: bool) -> Pytest {
+    let dir = TempDir::new("pytest");
+    let mut cmd = Command::new(python3());
+    cmd.args([
+        "-m",
+        "pytest",
+        "-p",
+        "cudaleak.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "-rf",
+        "-q",
+    ])
+    .args(args)
+    .arg(repo().join("tests/python/plugin_suite"))
+    .current_dir(dir.path())
+    .env("CUDALEAK_DIR", dir.path())
+    .env("LD_LIBRARY_PATH", sim_dir())
+    .env_remove("PYTEST_ADDOPTS");
+    for (k, v) in py_env() {
+        cmd.env(k, v);
+    }
+    if preload {
+        cmd.env("LD_PRELOAD", lib());
+    } else {
+        cmd.env_remove("LD_PRELOAD");
+    }
+    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(180));
+    Pytest {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+fn summary(p: &Pytest) -> String {
+    p.stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" passed") || l.contains(" failed"))
+        .unwrap_or("")
+        .trim()
+        .trim_matches('=')
+        .trim()
+        .to_string()
+}
+
+fn failed_tests(p: &Pytest) -> Vec<String> {
+    let mut v: Vec<String> = p
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAILED "))
+        .map(|l| {
+            l.split(" - ")
+                .next()
+                .unwrap()
+                .rsplit("::")
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn pytest_plugin_fails_exactly_the_leaking_test_with_its_python_line() {
+    let p = pytest(&["--cuda-leaks", "--cuda-leaks-warmup"], true);
+    assert_eq!(p.status.code(), Some(1), "{}\n{}", p.stdout, p.stderr);
+    assert!(summary(&p).starts_with("2 failed, 4 passed"), "{}", p.stdout);
+    assert_eq!(failed_tests(&p), ["test_leaks", "test_marked_leak"]);
+    let leak_line = line_of("tests/python/plugin_suite/test_sample.py", "# LEAK test_leaks");
+    assert!(
+        p.stdout
+            .contains("test_leaks leaked 4096 bytes of CUDA memory in 1 block(s)"),
+        "{}",
+        p.stdout
+    );
+    assert!(
+        p.stdout
+            .contains(&format!("test_sample.py:{leak_line} in test_leaks")),
+        "{}",
+        p.stdout
+    );
+}
+
+#[test]
+fn pytest_plugin_without_warmup_also_reports_one_time_initialization() {
+    let p = pytest(&["--cuda-leaks"], true);
+    assert!(summary(&p).starts_with("3 failed, 3 passed"), "{}", p.stdout);
+    assert_eq!(
+        failed_tests(&p),
+        ["test_leaks", "test_marked_leak", "test_one_time_workspace"]
+    );
+}
+
+#[test]
+fn pytest_plugin_marker_checks_chosen_tests_without_the_flag() {
+    let p = pytest(&[], true);
+    assert!(summary(&p).starts_with("1 failed, 5 passed"), "{}", p.stdout);
+    assert_eq!(failed_tests(&p), ["test_marked_leak"]);
+}
+
+#[test]
+fn pytest_plugin_works_under_xdist() {
+    let p = pytest(&["-n", "2", "--cuda-leaks", "--cuda-leaks-warmup"], true);
+    assert!(
+        summary(&p).starts_with("2 failed, 4 passed"),
+        "{}\n{}",
+        p.stdout,
+        p.stderr
+    );
+    assert_eq!(failed_tests(&p), ["test_leaks", "test_marked_leak"]);
+}
+
+#[test]
+fn pytest_plugin_without_the_library_checks_nothing_and_says_so() {
+    let p = pytest(&["--cuda-leaks"], false);
+    assert_eq!(p.status.code(), Some(0), "{}", p.stdout);
+    assert!(summary(&p).starts_with("6 passed"), "{}", p.stdout);
+    assert!(
+        p.stdout.contains("libcudaleak.so is not preloaded"),
+        "{}",
+        p.stdout
+    );
+}

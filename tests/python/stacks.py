@@ -1,0 +1,113 @@
+"""Planted leaks from Python, through ctypes over the simulated runtime.
+Every leaking line is marked "# LEAK <name>"; the tests find the lines.
+
+    python3 stacks.py MODE
+"""
+
+import ctypes
+import os
+import sys
+import threading
+
+import sim
+
+KEPT = []
+
+
+def leak_gil_released():
+    KEPT.append(sim.malloc(1001))  # LEAK cdll
+
+
+def leak_gil_held():
+    KEPT.append(sim.malloc(1002, lib=sim.RT_GIL))  # LEAK pydll
+
+
+def thread_body():
+    KEPT.append(sim.malloc(1003))  # LEAK thread
+
+
+def inner_helper(n):
+    KEPT.append(sim.malloc(n))  # LEAK inner
+
+
+def outer_helper(n):
+    inner_helper(n)  # LEAK outer
+
+
+def generator():
+    for size in (1004, 1004):
+        KEPT.append(sim.malloc(size))  # LEAK generator
+        yield size
+
+
+class Model:
+    def step(self):
+        KEPT.append(sim.malloc(1006))  # LEAK method
+
+    @classmethod
+    def build(cls):
+        KEPT.append(sim.malloc(1007))  # LEAK classmethod
+
+
+def all_kinds():
+    leak_gil_released()  # CALL cdll
+    leak_gil_held()
+    t = threading.Thread(target=thread_body, name="allocator")
+    t.start()
+    t.join()
+    outer_helper(1005)
+    list(generator())
+    Model().step()
+    Model.build()
+
+
+def clean():
+    for i in range(200):
+        p = sim.malloc(100 + i)
+        q = sim.malloc(50, lib=sim.RT_GIL)
+        sim.free(q, lib=sim.RT_GIL)
+        sim.free(p)
+
+    def worker():
+        for _ in range(100):
+            sim.free(sim.malloc(64))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def deadlock():
+    """Thread A holds an application lock and allocates with the GIL
+    released; thread B holds the GIL and blocks on that lock. A hook that
+    wanted the GIL would hang here."""
+    helper = ctypes.CDLL(os.environ["CUDALEAK_PY_HELPER"])
+    libc_gil = ctypes.PyDLL(None)  # calls keep the GIL
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER
+    out = ctypes.c_void_p()
+
+    def thread_a():
+        # Locks, waits 300 ms (B blocks meanwhile), allocates, unlocks.
+        rc = helper.locked_alloc(mutex, ctypes.byref(out), ctypes.c_size_t(1008), 300)  # LEAK deadlock
+        assert rc == 0, rc
+
+    a = threading.Thread(target=thread_a)
+    a.start()
+    import time
+
+    time.sleep(0.1)
+    libc_gil.pthread_mutex_lock(mutex)  # blocks, holding the GIL, until A is done
+    libc_gil.pthread_mutex_unlock(mutex)
+    a.join()
+    KEPT.append(out)
+
+
+def exit_now():
+    leak_gil_released()
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    {"all": all_kinds, "clean": clean, "deadlock": deadlock, "exit_now": exit_now}[sys.argv[1]]()
