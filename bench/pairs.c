@@ -4,11 +4,16 @@
  * driver (cuMemAlloc_v2/cuMemFree_v2). Prints nanoseconds per pair.
  * Also used for the live-block memory figure (mode "hold": N blocks kept).
  *
- *   pairs runtime|driver|hold N DEPTH [THREADS]
+ *   pairs runtime|driver N DEPTH [THREADS]   ns per pair
+ *   pairs hold N DEPTH                        N blocks kept live; prints the
+ *                                             RSS growth in bytes per block
+ *   pairs dump N DEPTH                        N live blocks over 1024 distinct
+ *                                             stacks, then times cudaleak_dump()
  */
 #include "cuda.h"
 #include "cuda_runtime_api.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +30,37 @@ static double now(void) {
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
+static long rss_bytes(void) {
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return resident * 4096;
+}
+
+/* 1024 distinct call stacks: ten levels, each through one of two functions. */
+static void route(int bits, int level);
+__attribute__((noinline)) static void route_a(int bits, int level) {
+    route(bits, level + 1);
+    __asm__ volatile("" ::: "memory");
+}
+__attribute__((noinline)) static void route_b(int bits, int level) {
+    route(bits, level + 1);
+    __asm__ volatile("" ::: "memory");
+}
+static void route(int bits, int level) {
+    if (level == 10) {
+        void *p;
+        if (cudaMalloc(&p, 64)) abort();
+    } else if (bits & (1 << level)) {
+        route_a(bits, level);
+    } else {
+        route_b(bits, level);
+    }
+}
+
 static void work(void) {
     if (!strcmp(mode, "runtime")) {
         for (long i = 0; i < pairs; i++) {
@@ -36,11 +72,25 @@ static void work(void) {
             CUdeviceptr p;
             if (cuMemAlloc_v2(&p, 256) || cuMemFree_v2(p)) abort();
         }
-    } else { /* hold: keep every block live */
+    } else if (!strcmp(mode, "hold")) {
+        long before = rss_bytes();
         for (long i = 0; i < pairs; i++) {
             void *p;
-            if (cudaMalloc(&p, 256)) abort();
+            if (cudaMalloc(&p, 64)) abort();
         }
+        printf("%.1f\n", (double)(rss_bytes() - before) / pairs);
+        exit(0); /* the measurement is done; skip the exit report */
+    } else if (!strcmp(mode, "dump")) {
+        for (long i = 0; i < pairs; i++) route((int)(i % 1024), 0);
+        int (*dump)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "cudaleak_dump");
+        if (!dump) {
+            printf("0\n");
+            exit(0);
+        }
+        double t0 = now();
+        if (dump("benchmark") != 0) abort();
+        printf("%.1f\n", (now() - t0) / 1e6);
+        exit(0);
     }
 }
 
@@ -74,6 +124,10 @@ int main(int argc, char **argv) {
     cuInit(0);
     cuDevicePrimaryCtxRetain(&ctx, 0);
     cuCtxSetCurrent(ctx);
+    if (!strcmp(mode, "hold") || !strcmp(mode, "dump")) {
+        nest(depth);
+        return 0;
+    }
     double t0 = now();
     if (threads == 1) {
         nest(depth);

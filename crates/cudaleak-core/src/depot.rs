@@ -41,8 +41,8 @@ impl TraceKey<'_> {
             h = (h.rotate_left(5) ^ a).wrapping_mul(K);
         }
         for f in self.python {
-            h = (h.rotate_left(5) ^ f.code).wrapping_mul(K);
-            h = (h.rotate_left(5) ^ f.guard ^ ((f.offset as u64) << 32 | f.flags as u64)).wrapping_mul(K);
+            let word = f.code ^ f.guard.rotate_left(17) ^ ((f.offset as u64) << 40 | f.flags as u64);
+            h = (h.rotate_left(5) ^ word).wrapping_mul(K);
         }
         mix64(h)
     }
@@ -64,7 +64,7 @@ impl Node {
             && self.api == key.api
             && self.kind == key.kind
             && *self.native == *key.native
-            && *self.python == *key.python
+            && crate::python::frames_bytes(&self.python) == crate::python::frames_bytes(key.python)
     }
 }
 

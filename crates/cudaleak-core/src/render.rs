@@ -73,31 +73,47 @@ fn python_line(i: usize, f: &PythonFrame) -> String {
 }
 
 /// The frames of a group for display: the merged stack when there is one,
-/// else native frames followed by Python frames.
+/// else native frames followed by Python frames. Past `max` lines, native
+/// frames are cut but Python frames are all kept: they are the lines
+/// people look for, and with a stripped interpreter they come last.
 pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut lines: Vec<(bool, String)> = Vec::new();
     if !g.merged_stack.is_empty() {
         for (i, f) in g.merged_stack.iter().enumerate() {
             lines.push(match f {
-                MergedFrame::Native(n) => native_line(i, n),
-                MergedFrame::Python(p) => python_line(i, p),
+                MergedFrame::Native(n) => (false, native_line(i, n)),
+                MergedFrame::Python(p) => (true, python_line(i, p)),
             });
         }
     } else {
         let n = g.native_stack.len();
         for (i, f) in g.native_stack.iter().enumerate() {
-            lines.push(native_line(i, f));
+            lines.push((false, native_line(i, f)));
         }
         for (i, f) in g.python_stack.iter().enumerate() {
-            lines.push(python_line(n + i, f));
+            lines.push((true, python_line(n + i, f)));
         }
     }
-    if lines.len() > max {
-        let more = lines.len() - max;
-        lines.truncate(max);
-        lines.push(format!("    ... {more} more frame(s)"));
+    if lines.len() <= max {
+        return lines.into_iter().map(|(_, l)| l).collect();
     }
-    lines
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    for (i, (python, line)) in lines.into_iter().enumerate() {
+        if i < max || python {
+            if skipped > 0 {
+                out.push(format!("    ... {skipped} more frame(s)"));
+                skipped = 0;
+            }
+            out.push(line);
+        } else {
+            skipped += 1;
+        }
+    }
+    if skipped > 0 {
+        out.push(format!("    ... {skipped} more frame(s)"));
+    }
+    out
 }
 
 fn trend_note(t: Option<Trend>) -> &'static str {
@@ -311,4 +327,44 @@ pub fn folded(groups: &[Group]) -> String {
         let _ = writeln!(out, "{} {}", parts.join(";"), g.bytes);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::PythonFrame;
+    use crate::record::MemoryKind;
+
+    #[test]
+    fn python_frames_survive_truncation() {
+        let native = |i: usize| NativeFrame {
+            address: format!("{i:#x}"),
+            function: Some(format!("f{i}")),
+            file: None,
+            line: None,
+            module: None,
+        };
+        let g = Group {
+            blocks: 1,
+            bytes: 1,
+            api: "cudaMalloc".into(),
+            memory: MemoryKind::Device,
+            native_stack: (1..=20).map(native).collect(),
+            python_stack: vec![PythonFrame {
+                function: "step".into(),
+                file: "train.py".into(),
+                line: Some(7),
+            }],
+            merged_stack: vec![],
+            examples: vec![],
+            blocks_delta: None,
+            bytes_delta: None,
+            suppression: None,
+            trend: None,
+        };
+        let lines = display_frames(&g, 5);
+        assert_eq!(lines.len(), 7, "{lines:#?}");
+        assert_eq!(lines[5], "    ... 15 more frame(s)");
+        assert_eq!(lines[6], "    #20 in step train.py:7 [python]");
+    }
 }

@@ -227,6 +227,10 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
     let mut n = 0;
     // A chain longer than this is corrupt (or a recursion we cut).
     let mut budget = 4096;
+    // The first code object is checked by type: a wrong layout stops here.
+    // 3.13's f_executable may be any object: checked on every frame there.
+    let check_every = l.frames == FrameModel::Interpreter313;
+    let mut checked = false;
     while plausible(frame, 8) && n < out.len() && budget > 0 {
         budget -= 1;
         let next: usize = read(frame + l.frame_back);
@@ -236,40 +240,36 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
                 // The shim frame a C call into Python pushes (3.12+): the
                 // Python frame just inside it was entered from C.
                 if n > 0 {
-                    let prev = out[n - 1].assume_init_mut();
-                    prev.flags |= PY_FRAME_ENTRY;
+                    out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
                 }
                 frame = next;
                 continue;
             }
         }
         let code: usize = read(frame + l.frame_code);
-        if !plausible(code, 8) || read::<usize>(code + l.ob_type) != code_type {
-            // 3.13's f_executable can be a non-code object; anything else
-            // means the chain is not what we think: stop.
-            if l.frames == FrameModel::Interpreter313 && plausible(code, 8) {
-                frame = next;
-                continue;
-            }
+        if !plausible(code, 8) {
             break;
         }
+        if check_every || !checked {
+            if read::<usize>(code + l.ob_type) != code_type {
+                if check_every {
+                    frame = next; // not a code object: a frame of C code
+                    continue;
+                }
+                break;
+            }
+            checked = true;
+        }
         let Some(offset) = instruction_offset(l, frame, code) else {
-            frame = next; // an incomplete frame (3.11+): not started yet
+            frame = next; // not started yet
             continue;
         };
-        let mut flags = 0;
-        match l.frames {
+        let flags = match (l.frames, l.frame_is_entry) {
             // Each frame object ran in its own eval-loop invocation.
-            FrameModel::FrameObjects => flags |= PY_FRAME_ENTRY,
-            FrameModel::Interpreter311 => {
-                if let Some(e) = l.frame_is_entry {
-                    if read::<u8>(frame + e) != 0 {
-                        flags |= PY_FRAME_ENTRY;
-                    }
-                }
-            }
-            _ => {}
-        }
+            (FrameModel::FrameObjects, _) => PY_FRAME_ENTRY,
+            (FrameModel::Interpreter311, Some(e)) if read::<u8>(frame + e) != 0 => PY_FRAME_ENTRY,
+            _ => 0,
+        };
         out[n].write(PyRawFrame {
             code: code as u64,
             guard: guard(l, code),
@@ -286,8 +286,8 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
     n
 }
 
-/// Byte offset of the instruction a frame is executing; None for an
-/// incomplete frame.
+/// Byte offset of the instruction a frame is executing; None when the
+/// frame's instruction pointer is not inside its code (not started).
 #[inline(always)]
 unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize) -> Option<u32> {
     match l.frames {
@@ -298,37 +298,21 @@ unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize) -> Option<
         _ => {
             let start = code + l.code_code_adaptive?;
             let instr: usize = read(frame + l.frame_instr);
-            if instr < start {
-                return None;
-            }
-            let units = (instr - start) / 2;
-            if let Some(ft) = l.code_firsttraceable {
-                // 3.11/3.12: a frame whose prev_instr is before the first
-                // traceable instruction is still being set up.
-                if l.frames == FrameModel::Interpreter311 || l.frames == FrameModel::Interpreter312 {
-                    let first: i32 = read(code + ft);
-                    if (units as i64) < first as i64 {
-                        return None;
-                    }
-                }
-            }
-            Some((units * 2) as u32)
+            let offset = instr.checked_sub(start)?;
+            (offset < (1 << 30)).then_some(offset as u32 & !1)
         }
     }
 }
 
-/// Fields of the code object that change when a freed code object's
-/// address is reused by another: a different trace, not a wrong name.
+/// Tells a code object from a later one at the same (freed and reused)
+/// address: its qualified-name and line-table objects, which sit on one
+/// cache line of the code object. A new code object at the same address
+/// with both the same is, for our purposes, the same code.
 #[inline(always)]
 unsafe fn guard(l: &PyLayout, code: usize) -> u64 {
-    let filename: usize = read(code + l.code_filename);
     let name: usize = read(code + l.code_qualname.unwrap_or(l.code_name));
-    let first: i32 = read(code + l.code_firstlineno);
     let table: usize = read(code + l.code_linetable);
-    let mut h = (filename as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h = (h.rotate_left(17) ^ name as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h = (h.rotate_left(17) ^ table as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^ first as u32 as u64
+    (name as u64) ^ (table as u64).rotate_left(32)
 }
 
 /// Reads a str object (compact layout) into a String.

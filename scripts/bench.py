@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""cudaleak's benchmarks: one command, one table (docs/performance.md).
+
+    cargo build --release && python3 scripts/bench.py [--runs 5] [--pairs 1000000]
+
+Every figure is the median of --runs runs. Configurations that are
+compared run side by side, round-robin within each round, so that machine
+noise hits them alike; ratios are computed from the medians of one run of
+this script. Needs cc, heaptrack (apt-get install heaptrack) and memray
+(python3 -m pip install memray); a missing one is reported and skipped.
+
+All programs run on the simulated driver with SIMCUDA_BACKING=malloc: each
+cudaMalloc is one malloc, so heaptrack and memray (which track malloc)
+record exactly one allocation per pair, as cudaleak does.
+"""
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import date
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = os.path.join(ROOT, "target", "release", "libcudaleak.so")
+
+
+def sh(cmd, env=None, cwd=None):
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(cmd), out.returncode, out.stdout, out.stderr))
+    return out.stdout
+
+
+def build(work):
+    """The simulated driver and runtime, and the benchmark program."""
+    inc = "-I" + os.path.join(ROOT, "sim", "include")
+    sim = os.path.join(ROOT, "sim")
+    sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-Wl,-soname,libcuda.so.1", "-o",
+        os.path.join(work, "libcuda.so.1"), os.path.join(sim, "driver.c"), "-lpthread"])
+    sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN", "-o",
+        os.path.join(work, "libcudart.so.12"), os.path.join(sim, "runtime.c"), "-ldl", "-lpthread"])
+    sh(["cc", "-O2", "-g", inc, "-o", os.path.join(work, "pairs"), os.path.join(ROOT, "bench", "pairs.c"),
+        os.path.join(work, "libcudart.so.12"), os.path.join(work, "libcuda.so.1"), "-lpthread", "-ldl",
+        "-Wl,-rpath," + work])
+
+
+def base_env(work, reports):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("CUDALEAK_") or k == "LD_PRELOAD":
+            del env[k]
+    env.update(
+        SIMCUDA_BACKING="malloc",
+        SIMCUDA_RUNTIME=os.path.join(work, "libcudart.so.12"),
+        LD_LIBRARY_PATH=work,
+        CUDALEAK_DIR=reports,
+        CUDALEAK_SUMMARY="0",
+    )
+    return env
+
+
+def configs_native(work, reports, have_heaptrack):
+    env = base_env(work, reports)
+    with_lib = dict(env, LD_PRELOAD=LIB)
+    out = {
+        "no library": (None, env),
+        "cudaleak, stacks": (None, with_lib),
+        "cudaleak, stacks off": (None, dict(with_lib, CUDALEAK_STACK_DEPTH="0")),
+    }
+    if have_heaptrack:
+        out["heaptrack"] = (["heaptrack", "-o", os.path.join(reports, "heaptrack")], env)
+    return out
+
+
+def measure(prefix, env, argv):
+    """Runs argv (under prefix, e.g. heaptrack) and returns the number the
+    benchmark program printed last."""
+    out = sh((prefix or []) + argv, env=env)
+    nums = [l for l in out.splitlines() if l.strip() and l.strip().replace(".", "", 1).isdigit()]
+    return float(nums[-1])
+
+
+def side_by_side(configs, argv, runs):
+    samples = {name: [] for name in configs}
+    for _ in range(runs):
+        for name, (prefix, env) in configs.items():
+            samples[name].append(measure(prefix, env, argv))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def have(tool):
+    return shutil.which(tool) is not None
+
+
+def have_memray():
+    return subprocess.run([sys.executable, "-c", "import memray"], capture_output=True).returncode == 0
+
+
+def row(label, value, unit, note=""):
+    print("| %-58s | %12s | %-6s | %s" % (label, value, unit, note))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=1_000_000)
+    ap.add_argument("--py-pairs", type=int, default=200_000)
+    ap.add_argument("--live-blocks", type=int, default=1_000_000)
+    ap.add_argument("--threads", default="1,2,4,8")
+    args = ap.parse_args()
+    if not os.path.exists(LIB):
+        sys.exit("build first: cargo build --release")
+    heaptrack, memray = have("heaptrack"), have_memray()
+    if not heaptrack:
+        print("heaptrack not found (apt-get install heaptrack): its rows are skipped", file=sys.stderr)
+    if not memray:
+        print("memray not found (python3 -m pip install memray): its rows are skipped", file=sys.stderr)
+    work = tempfile.mkdtemp(prefix="cudaleak-bench-")
+    reports = os.path.join(work, "reports")
+    os.makedirs(reports)
+    build(work)
+    pairs = os.path.join(work, "pairs")
+
+    print("cudaleak benchmarks, %s, %s, %d CPUs, %s runs each (median)" % (
+        date.today().isoformat(), platform.processor() or platform.machine(), os.cpu_count(), args.runs))
+    print()
+    print("| %-58s | %12s | %-6s | %s" % ("measurement", "value", "unit", "note"))
+    print("|%s|%s|%s|%s" % ("-" * 60, "-" * 14, "-" * 8, "-" * 20))
+    for depth in (20, 60):
+        med = side_by_side(configs_native(work, reports, heaptrack),
+                           [pairs, "runtime", str(args.pairs), str(depth)], args.runs)
+        base = med["no library"]
+        for name, v in med.items():
+            row("alloc/free pair, %d frames deep: %s" % (depth, name), "%.0f" % v, "ns",
+                "" if name == "no library" else "+%.0f ns" % (v - base))
+        if heaptrack:
+            ratio = (med["cudaleak, stacks"] - base) / (med["heaptrack"] - base)
+            row("overhead ratio cudaleak / heaptrack, %d frames" % depth, "%.2f" % ratio, "", "goal <= 0.5")
+
+    # Python caller, 20 frames deep, through ctypes.
+    env = base_env(work, reports)
+    script = os.path.join(ROOT, "bench", "py_pairs.py")
+    argv = [sys.executable, script, str(args.py_pairs), "20"]
+    py = {
+        "no library": (None, env),
+        "cudaleak, native + Python stacks": (None, dict(env, LD_PRELOAD=LIB)),
+        "cudaleak, native stacks only": (None, dict(env, LD_PRELOAD=LIB, CUDALEAK_PYTHON="0")),
+    }
+    if memray:
+        py["memray --native"] = ([sys.executable, "-m", "memray", "run", "--native", "-q", "-f",
+                                  "-o", os.path.join(reports, "memray.bin")], env)
+    samples = {k: [] for k in py}
+    for _ in range(args.runs):
+        for name, (prefix, e) in py.items():
+            cmd = (prefix + [script, str(args.py_pairs), "20"]) if prefix else argv
+            samples[name].append(measure(None, e, cmd))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    base = med["no library"]
+    for name, v in med.items():
+        row("Python, 20 frames deep (ctypes): %s" % name, "%.0f" % v, "ns",
+            "" if name == "no library" else "+%.0f ns" % (v - base))
+    py_cost = med["cudaleak, native + Python stacks"] - med["cudaleak, native stacks only"]
+    row("Python stack capture, 20 frames (with - without)", "%.0f" % py_cost, "ns", "goal <= 500")
+    if memray:
+        ratio = (med["cudaleak, native + Python stacks"] - base) / (med["memray --native"] - base)
+        row("overhead ratio cudaleak / memray --native", "%.2f" % ratio, "", "goal <= 0.5")
+
+    # Memory per live block: our RSS growth over the program's own.
+    env = base_env(work, reports)
+    hold = [pairs, "hold", str(args.live_blocks), "20"]
+    mem = side_by_side({"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}, hold,
+                       max(1, args.runs // 2))
+    row("memory per live block (%d live)" % args.live_blocks, "%.1f" % (mem["cudaleak"] - mem["no library"]),
+        "bytes", "goal <= 64 + interned stacks")
+
+    # Time to write a dump: 1M live blocks over 1024 distinct stacks.
+    dump = [pairs, "dump", str(args.live_blocks), "20"]
+    d = side_by_side({"cudaleak": (None, dict(env, LD_PRELOAD=LIB))}, dump, max(1, args.runs // 2))
+    row("dump with %d live blocks, 1024 stacks, symbolized" % args.live_blocks, "%.0f" % d["cudaleak"], "ms",
+        "goal <= 2000")
+
+    # Throughput with several allocating threads.
+    for t in [int(x) for x in args.threads.split(",")]:
+        n = max(10_000, args.pairs // (2 * t))
+        th = side_by_side({"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))},
+                          [pairs, "runtime", str(n), "20", str(t)], args.runs)
+        for name, v in th.items():
+            row("throughput, %d thread(s), 20 frames: %s" % (t, name), "%.2f" % (1e3 / v * t), "M pairs/s",
+                "%.0f ns per pair per thread" % v)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
