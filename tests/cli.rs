@@ -390,3 +390,29 @@ fn presets_set_what_they_document() {
         .lines()
         .any(|l| l.starts_with("LD_PRELOAD=") && l.contains("libcudaleak.so")));
 }
+
+#[test]
+fn default_suppressions_cover_library_one_time_allocations_and_can_be_turned_off() {
+    let d = TempDir::new("cli-default-supp");
+    let exe = program("default_supp").display().to_string();
+    let on = d.path().join("on").display().to_string();
+    let out = cli_run(&["run", "--fail-on-leak", "--dir", &on, "--", &exe], d.path());
+    assert_eq!(
+        out.code,
+        Some(23),
+        "the ordinary leak still fails: {}",
+        out.stderr
+    );
+    let r = reports_in(Path::new(&on)).pop().unwrap();
+    assert_eq!(r.leaks.len(), 1);
+    assert_eq!(r.leaks[0].bytes, 320);
+    assert_eq!(r.suppressed[0].suppression.as_deref(), Some("cublasCreate_v2"));
+    let off = d.path().join("off").display().to_string();
+    cli_run(
+        &["run", "--no-default-suppressions", "--dir", &off, "--", &exe],
+        d.path(),
+    );
+    let r = reports_in(Path::new(&off)).pop().unwrap();
+    assert_eq!(r.leaks.len(), 2);
+    assert!(r.suppressed.is_empty());
+}

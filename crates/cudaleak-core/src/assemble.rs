@@ -272,7 +272,6 @@ impl Assembler<'_> {
             });
             acc.blocks += 1;
             acc.bytes += b.size();
-            live_bytes += b.size();
             if acc.examples.len() < EXAMPLES_PER_GROUP {
                 acc.examples.push(BlockExample {
                     address: hex(addr),
@@ -281,6 +280,9 @@ impl Assembler<'_> {
                 });
             }
             let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
+            if !kind.is_address_space() {
+                live_bytes += b.size();
+            }
             let k = by_memory.entry(kind).or_default();
             k.blocks += 1;
             k.bytes += b.size();

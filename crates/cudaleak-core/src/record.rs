@@ -44,6 +44,13 @@ impl MemoryKind {
         }
     }
 
+    /// Reserved virtual address space (cuMemAddressReserve): reported as
+    /// blocks, but not counted in byte totals, which are memory. PyTorch's
+    /// expandable segments reserve the size of the GPU's memory at once.
+    pub fn is_address_space(self) -> bool {
+        self == MemoryKind::Reservation
+    }
+
     pub fn from_u8(v: u8) -> MemoryKind {
         MemoryKind::ALL
             .get(v as usize)

@@ -176,7 +176,13 @@ fn by_kind(groups: &[Group]) -> String {
     kinds.sort();
     kinds
         .iter()
-        .map(|(k, bytes, blocks)| format!("{} {bytes} in {blocks}", k.name()))
+        .map(|(k, bytes, blocks)| {
+            if k.is_address_space() {
+                format!("{} {bytes} in {blocks}, address space only", k.name())
+            } else {
+                format!("{} {bytes} in {blocks}", k.name())
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -40,6 +40,7 @@ impl Trigger {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     pub live_blocks: u64,
+    /// bytes of memory; reserved address space is in `by_memory` only
     pub live_bytes: u64,
     pub peak_bytes: u64,
     pub allocations: u64,
@@ -228,8 +229,13 @@ impl Report {
         Report::parse(&text)
     }
 
+    /// Bytes of memory in `leaks` (reserved address space not counted).
     pub fn leaked_bytes(&self) -> u64 {
-        self.leaks.iter().map(|g| g.bytes).sum()
+        self.leaks
+            .iter()
+            .filter(|g| !g.memory.is_address_space())
+            .map(|g| g.bytes)
+            .sum()
     }
 
     pub fn leaked_blocks(&self) -> u64 {

@@ -102,15 +102,22 @@ pub fn note_internal_error() {
     INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
-fn add_bytes(n: u64) {
+/// Live and peak bytes count memory, not reserved address space.
+fn add_bytes(b: &Block) {
+    if kind_of(b).is_some_and(MemoryKind::is_address_space) {
+        return;
+    }
+    let n = b.size();
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
     if now > PEAK_BYTES.load(Ordering::Relaxed) {
         PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
     }
 }
 
-fn sub_bytes(n: u64) {
-    LIVE_BYTES.fetch_sub(n, Ordering::Relaxed);
+fn sub_bytes(b: &Block) {
+    if !kind_of(b).is_some_and(MemoryKind::is_address_space) {
+        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+    }
 }
 
 fn kind_of(b: &Block) -> Option<MemoryKind> {
@@ -154,9 +161,9 @@ pub fn record_allocation(
         &LIVE
     };
     if let Some(old) = map.insert(key, block) {
-        sub_bytes(old.size());
+        sub_bytes(&old);
     }
-    add_bytes(size);
+    add_bytes(&block);
 }
 
 /// Takes a block out of the live map before its release call (case 3 in
@@ -167,7 +174,7 @@ pub fn remove_block(addr: u64, accepts: &[MemoryKind]) -> Option<Block> {
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
     match removed {
-        Some(b) if succeeded => sub_bytes(b.size()),
+        Some(b) if succeeded => sub_bytes(&b),
         Some(b) => LIVE.restore(addr, b),
         None => {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
@@ -227,7 +234,7 @@ pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
         (HandleRelease::NotLive, _) => {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
         }
-        (HandleRelease::Removed(b), true) => sub_bytes(b.size()),
+        (HandleRelease::Removed(b), true) => sub_bytes(&b),
         (HandleRelease::Removed(b), false) => {
             VMM.lock().handles.insert(handle, HandleState::default());
             HANDLES.restore(handle, b);
@@ -285,7 +292,7 @@ pub fn unmap_begin(va: u64, size: u64) -> UnmapUndo {
 pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
     if succeeded {
         for (_, b) in &undo.handles {
-            sub_bytes(b.size());
+            sub_bytes(b);
         }
         return;
     }
