@@ -5,6 +5,8 @@
  * Also used for the live-block memory figure (mode "hold": N blocks kept).
  *
  *   pairs runtime|driver N DEPTH [THREADS]   ns per pair
+ *   pairs mixed N DEPTH                       ns per pair, each pair from one of
+ *                                             1024 call stacks in turn
  *   pairs hold N DEPTH                        N blocks kept live; prints the
  *                                             RSS growth in bytes per block
  *   pairs dump N DEPTH                        N live blocks over 1024 distinct
@@ -41,6 +43,7 @@ static long rss_bytes(void) {
 }
 
 /* 1024 distinct call stacks: ten levels, each through one of two functions. */
+static int route_frees;
 static void route(int bits, int level);
 __attribute__((noinline)) static void route_a(int bits, int level) {
     route(bits, level + 1);
@@ -54,6 +57,7 @@ static void route(int bits, int level) {
     if (level == 10) {
         void *p;
         if (cudaMalloc(&p, 64)) abort();
+        if (route_frees && cudaFree(p)) abort();
     } else if (bits & (1 << level)) {
         route_a(bits, level);
     } else {
@@ -72,6 +76,9 @@ static void work(void) {
             CUdeviceptr p;
             if (cuMemAlloc_v2(&p, 256) || cuMemFree_v2(p)) abort();
         }
+    } else if (!strcmp(mode, "mixed")) {
+        route_frees = 1;
+        for (long i = 0; i < pairs; i++) route((int)(i % 1024), 0);
     } else if (!strcmp(mode, "hold")) {
         long before = rss_bytes();
         for (long i = 0; i < pairs; i++) {

@@ -141,6 +141,17 @@ def main():
             ratio = (med["cudaleak, stacks"] - base) / (med["heaptrack"] - base)
             row("overhead ratio cudaleak / heaptrack, %d frames" % depth, "%.2f" % ratio, "", "goal <= 0.5")
 
+    # The same pair from 1024 different call stacks in turn (30 frames):
+    # no two consecutive captures alike, so no replay (unwind.rs).
+    med = side_by_side(configs_native(work, reports, heaptrack), [pairs, "mixed", str(args.pairs), "20"], args.runs)
+    base = med["no library"]
+    for name, v in med.items():
+        row("alloc/free pair, 1024 stacks in turn, 30 frames: %s" % name, "%.0f" % v, "ns",
+            "" if name == "no library" else "+%.0f ns" % (v - base))
+    if heaptrack:
+        ratio = (med["cudaleak, stacks"] - base) / (med["heaptrack"] - base)
+        row("overhead ratio cudaleak / heaptrack, 1024 stacks in turn", "%.2f" % ratio, "", "no replay possible")
+
     # Python caller, 20 frames deep, through ctypes.
     env = base_env(work, reports)
     script = os.path.join(ROOT, "bench", "py_pairs.py")

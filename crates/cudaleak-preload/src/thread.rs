@@ -4,7 +4,12 @@
 //! once per call (a `__tls_get_addr` call in a shared library) and pass
 //! the reference down.
 
-use std::cell::Cell;
+use crate::unwind::ReplayLog;
+use cudaleak_core::python::PyRawFrame;
+use std::cell::{Cell, UnsafeCell};
+
+/// Python frames of the last trace interned on this thread, for reuse.
+pub const LAST_PYTHON: usize = 32;
 
 pub struct ThreadState {
     /// A driver hook is running on this thread (a nested one passes through).
@@ -15,6 +20,13 @@ pub struct ThreadState {
     pub last_context: Cell<(u64, u8)>,
     /// This thread's stack, [low, high); (0, 0) until first needed.
     pub stack_bounds: Cell<(usize, usize)>,
+    /// What the last full stack walk read (`unwind.rs`, replay).
+    pub replay: UnsafeCell<ReplayLog>,
+    /// (trace id, api, kind) of the last trace interned here; id 0: none.
+    pub last_trace: Cell<(u32, u8, u8)>,
+    /// and its Python frames (count; u32::MAX when more than fit)
+    pub last_python: UnsafeCell<[PyRawFrame; LAST_PYTHON]>,
+    pub last_python_len: Cell<u32>,
 }
 
 thread_local! {
@@ -24,6 +36,10 @@ thread_local! {
             runtime_call: Cell::new(std::ptr::null()),
             last_context: Cell::new((0, 0)),
             stack_bounds: Cell::new((0, 0)),
+            replay: UnsafeCell::new(ReplayLog::EMPTY),
+            last_trace: Cell::new((0, 0, 0)),
+            last_python: UnsafeCell::new([PyRawFrame { code: 0, guard: 0, offset: 0, flags: 0 }; LAST_PYTHON]),
+            last_python_len: Cell::new(u32::MAX),
         }
     };
 }

@@ -141,7 +141,7 @@ pub fn record_allocation(
     device: Option<u8>,
     thread: &ThreadState,
 ) {
-    let trace: TraceId = stack.intern(api, kind);
+    let trace: TraceId = stack.intern(api, kind, thread);
     let (slot, ctx_device) = if context_bound(kind) {
         current_context(thread)
     } else {

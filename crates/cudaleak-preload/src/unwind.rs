@@ -100,13 +100,83 @@ fn find_module(addr: usize) -> Option<Module> {
     s.found
 }
 
-/// Fills `out` with return addresses; returns how many.
+/// Fills `out` with return addresses; returns how many, and whether the
+/// stack was the same as at the previous capture on this thread (see
+/// [`ReplayLog`]).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState) -> usize {
+pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState) -> (usize, bool) {
     match crate::tracker::config().unwinder {
-        Unwinder::Dwarf => capture_dwarf(out),
+        Unwinder::Dwarf => (capture_dwarf(out), false),
         Unwinder::Fast => fast_skipping(out, own_range(), thread),
     }
+}
+
+/// Every stack word the last full walk on a thread read, with its value.
+///
+/// A walk is a function of its start registers, the words it reads and the
+/// unwind rules (fixed per return address). So when a new capture starts
+/// from the same registers and every recorded word still holds its value,
+/// the walk would read the same words and produce the same frames: the
+/// result is replayed from the log. The checks are independent loads,
+/// where a walk is a chain of dependent ones (read a return address, look
+/// up its rule, compute the next frame, read again), so a repeated stack
+/// (a training loop) costs about a nanosecond a frame instead of several.
+pub struct ReplayLog {
+    start: [usize; 3],
+    /// recorded reads; 0 when the log is not usable
+    len: usize,
+    /// (address | 1 when the word is an output return address, value)
+    reads: [(usize, usize); REPLAY_READS],
+}
+
+const REPLAY_READS: usize = 192;
+
+impl ReplayLog {
+    pub const EMPTY: ReplayLog = ReplayLog {
+        start: [0; 3],
+        len: 0,
+        reads: [(0, 0); REPLAY_READS],
+    };
+}
+
+/// Reads that a walk records (or not, when the log is full).
+struct Recorder<'a> {
+    log: &'a mut ReplayLog,
+    len: usize,
+    overflow: bool,
+}
+
+impl Recorder<'_> {
+    #[inline(always)]
+    fn note(&mut self, addr: usize, value: usize, output: bool) {
+        if self.len < REPLAY_READS {
+            self.log.reads[self.len] = (addr | output as usize, value);
+            self.len += 1;
+        } else {
+            self.overflow = true;
+        }
+    }
+}
+
+/// Replays the log if the stack is unchanged; None otherwise.
+#[inline(always)]
+fn replay(log: &ReplayLog, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
+    if log.len == 0 || log.start != start {
+        return None;
+    }
+    let mut n = 0;
+    for &(a, v) in &log.reads[..log.len] {
+        // SAFETY: the address was checked to lie between the capture's
+        // stack pointer (the same now) and the stack's top when recorded.
+        if unsafe { ((a & !1) as *const usize).read() } != v {
+            return None;
+        }
+        if a & 1 != 0 {
+            out[n].write(v as u64);
+            n += 1;
+        }
+    }
+    Some(n)
 }
 
 #[inline]
@@ -420,10 +490,10 @@ fn rule_for(pc: u64) -> Rule {
 }
 
 /// The fast unwinder (x86-64; other architectures use the reference one),
-/// leaving out return addresses inside `skip`.
+/// leaving out return addresses inside `skip`; true when replayed.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &ThreadState) -> usize {
+fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &ThreadState) -> (usize, bool) {
     let (pc, sp, fp): (usize, usize, usize);
     // SAFETY: reads three registers.
     unsafe {
@@ -438,14 +508,28 @@ fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &Th
         );
     }
     let Some((_, top)) = stack_bounds(sp, thread) else {
-        return dwarf_skipping(out, skip);
+        return (dwarf_skipping(out, skip), false);
     };
-    walk(pc, sp, fp, (sp, top), skip, out)
+    // SAFETY: the log is this thread's, and captures do not nest.
+    let log = unsafe { &mut *thread.replay.get() };
+    let start = [pc, sp, fp];
+    if let Some(n) = replay(log, start, out) {
+        return (n, true);
+    }
+    let mut rec = Recorder {
+        log,
+        len: 0,
+        overflow: false,
+    };
+    let n = walk(pc, sp, fp, (sp, top), skip, out, &mut rec);
+    rec.log.len = if rec.overflow { 0 } else { rec.len };
+    rec.log.start = start;
+    (n, false)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), _thread: &ThreadState) -> usize {
-    dwarf_skipping(out, skip)
+fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), _thread: &ThreadState) -> (usize, bool) {
+    (dwarf_skipping(out, skip), false)
 }
 
 /// Walks from the frame executing `pc` (exactly: not a return address).
@@ -458,6 +542,7 @@ fn walk(
     bounds: (usize, usize),
     own: (usize, usize),
     out: &mut [MaybeUninit<u64>],
+    rec: &mut Recorder,
 ) -> usize {
     let mut n = 0;
     let mut lookup = pc as u64;
@@ -466,28 +551,41 @@ fn walk(
         let cfa = match rule.kind & KIND_MASK {
             KIND_RSP => sp.wrapping_add_signed(rule.cfa_offset as isize),
             KIND_RBP => fp.wrapping_add_signed(rule.cfa_offset as isize),
-            KIND_RBP_DEREF => match read_stack(fp.wrapping_add_signed(rule.cfa_offset as isize), bounds) {
-                Some(c) => c,
-                None => break,
-            },
+            KIND_RBP_DEREF => {
+                let at = fp.wrapping_add_signed(rule.cfa_offset as isize);
+                match read_stack(at, bounds) {
+                    Some(c) => {
+                        rec.note(at, c, false);
+                        c
+                    }
+                    None => break,
+                }
+            }
             _ => break,
         };
         if cfa <= sp || cfa > bounds.1 {
             break;
         }
-        let Some(ra) = read_stack(cfa.wrapping_add_signed(rule.ra_offset as isize), bounds) else {
+        let ra_at = cfa.wrapping_add_signed(rule.ra_offset as isize);
+        let Some(ra) = read_stack(ra_at, bounds) else {
             break;
         };
         if rule.kind & RBP_SAVED != 0 {
-            match read_stack(cfa.wrapping_add_signed(rule.rbp_offset as isize), bounds) {
-                Some(v) => fp = v,
+            let at = cfa.wrapping_add_signed(rule.rbp_offset as isize);
+            match read_stack(at, bounds) {
+                Some(v) => {
+                    rec.note(at, v, false);
+                    fp = v;
+                }
                 None => break,
             }
         }
+        let output = ra != 0 && !is_own(ra, own);
+        rec.note(ra_at, ra, output);
         if ra == 0 {
             break;
         }
-        if !is_own(ra, own) {
+        if output {
             out[n].write(ra as u64);
             n += 1;
         }
@@ -538,6 +636,58 @@ mod tests {
     }
 
     #[inline(never)]
+    fn path_a(f: &mut dyn FnMut()) {
+        f();
+        std::hint::black_box(1);
+    }
+
+    #[inline(never)]
+    fn path_b(f: &mut dyn FnMut()) {
+        f();
+        std::hint::black_box(2);
+    }
+
+    /// Replay returns what a walk would, and only when nothing changed:
+    /// captures alternate between two call paths that put the capture at
+    /// the same stack pointer but with other return addresses.
+    #[test]
+    fn replay_only_when_the_stack_is_unchanged() {
+        let thread = crate::thread::current();
+        let mut results = Vec::new();
+        for i in 0..6 {
+            let mut fast = [MaybeUninit::uninit(); 64];
+            let mut reference = [MaybeUninit::uninit(); 64];
+            let (mut nf, mut replayed, mut nr) = (0, false, 0);
+            let mut f = || {
+                (nf, replayed) = fast_skipping(&mut fast, (0, 0), thread);
+                nr = dwarf_skipping(&mut reference, (0, 0));
+            };
+            // a a b b a a: the second of each pair replays
+            if (i / 2) % 2 == 0 {
+                recurse(10, &mut || path_a(&mut f));
+            } else {
+                recurse(10, &mut || path_b(&mut f));
+            }
+            let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
+            let r: Vec<u64> = reference[..nr]
+                .iter()
+                .map(|v| unsafe { v.assume_init() })
+                .collect();
+            let start = f.iter().position(|a| r.contains(a)).unwrap();
+            let rs = r.iter().position(|a| *a == f[start]).unwrap();
+            assert_eq!(&f[start..], &r[rs..rs + (nf - start)], "capture {i}");
+            results.push((replayed, f));
+        }
+        assert_eq!(
+            results.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [false, true, false, true, false, true]
+        );
+        assert_eq!(results[0].1, results[1].1);
+        assert_ne!(results[1].1, results[2].1);
+        assert_eq!(results[0].1, results[4].1);
+    }
+
+    #[inline(never)]
     fn recurse(depth: usize, f: &mut dyn FnMut()) {
         if depth == 0 {
             f();
@@ -559,7 +709,7 @@ mod tests {
             // In this test binary our own code is the code under test:
             // skip nothing.
             recurse(30, &mut || {
-                nf = fast_skipping(&mut fast, (0, 0), crate::thread::current());
+                nf = fast_skipping(&mut fast, (0, 0), crate::thread::current()).0;
                 nr = dwarf_skipping(&mut reference, (0, 0));
             });
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
