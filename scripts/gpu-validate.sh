@@ -152,6 +152,26 @@ overhead)
         printf '%-18s %s ms/step (runs: %s)\n' "$cfg" "$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)" "${times[*]}"
     done
     ;;
+sanity)
+    # A machine whose CPU is starved (seen once here: every program 1000x
+    # slower) would waste the lease: stop early on one.
+    d=$WORK/sanity; mkdir -p "$d"
+    inc="-I$ROOT/sim/include"
+    gcc -O2 -fPIC -shared $inc -Wl,-soname,libcuda.so.1 -o "$d/libcuda.so.1" "$ROOT/sim/driver.c" -lpthread
+    gcc -O2 -fPIC -shared $inc -Wl,-soname,libcudart.so.12 -Wl,-rpath,'$ORIGIN' -o "$d/libcudart.so.12" "$ROOT/sim/runtime.c" -ldl -lpthread
+    gcc -O2 $inc -o "$d/pairs" "$ROOT/bench/pairs.c" "$d/libcudart.so.12" "$d/libcuda.so.1" -lpthread -ldl -Wl,-rpath,"$d"
+    # LD_LIBRARY_PATH: CUDA images point it at the real driver, which would
+    # win over the simulated one.
+    ns=$(LD_LIBRARY_PATH=$d timeout 20 "$d/pairs" runtime 100000 20)
+    echo "sanity: ${ns:-timeout} ns per pair without the library"
+    if [ -z "$ns" ] || [ "${ns%.*}" -gt 2000 ]; then echo "machine too slow for timings; stopping"; exit 3; fi
+    ;;
+torch-dump)
+    d=$WORK/torch; mkdir -p "$d"
+    say "PyTorch, no caching: a tensor kept per step, live dump at the end"
+    step leak 300 "$CLI" run --pytorch --dir "$d/leak-dump" -- python3 "$ROOT/gpu/torch_checks.py" leak
+    for f in "$d/leak-dump"/*.api.json; do LINES_MAX=40 reports --top 3 "$f"; done
+    ;;
 bench)
     say "scripts/bench.py on this machine ($(nproc) CPUs)"
     mkdir -p "$ROOT/target/release" && cp "$ART/libcudaleak.so" "$ROOT/target/release/" 2>/dev/null
