@@ -51,6 +51,16 @@ pub struct RunArgs {
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// Signals passed on to the command (and reset to default in it).
+const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
 /// Passes signals sent to us (by a scheduler, `kill`) on to the command.
 /// A terminal's Ctrl-C already reaches the whole process group, so only
 /// signals sent by a process (SI_USER, SI_QUEUE) are forwarded.
@@ -70,14 +80,7 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
 }
 
 fn install_forwarding() {
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-    ] {
+    for sig in FORWARDED {
         // SAFETY: installing a handler that only calls kill().
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -170,14 +173,7 @@ pub fn run(a: RunArgs) -> CliResult {
     // SAFETY: the child only resets signal dispositions before exec.
     unsafe {
         cmd.pre_exec(|| {
-            for sig in [
-                libc::SIGTERM,
-                libc::SIGINT,
-                libc::SIGHUP,
-                libc::SIGQUIT,
-                libc::SIGUSR1,
-                libc::SIGUSR2,
-            ] {
+            for sig in FORWARDED {
                 libc::signal(sig, libc::SIG_DFL);
             }
             Ok(())

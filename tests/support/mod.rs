@@ -219,8 +219,9 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
     (status, t_out.join().unwrap(), t_err.join().unwrap())
 }
 
-/// Runs a program under the library with a fresh report directory.
-pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+/// `program` under the library, its reports (and working directory) in a
+/// fresh directory.
+fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Command, TempDir) {
     let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -233,6 +234,12 @@ pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcom
     for (k, v) in env {
         cmd.env(k, v);
     }
+    (cmd, dir)
+}
+
+/// Runs a program under the library with a fresh report directory.
+pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let (cmd, dir) = traced_command(program, args, env);
     let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
     Outcome {
         status,
@@ -322,20 +329,8 @@ pub struct Running {
 /// Starts a program under the library with a fresh report directory (also
 /// its working directory); stdout lines arrive through `wait_line`.
 pub fn spawn_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
-    let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env("LD_PRELOAD", lib())
-        .env("LD_LIBRARY_PATH", sim_dir())
-        .env("CUDALEAK_DIR", dir.path())
-        .env_remove("CUDALEAK_SUPPRESSIONS")
-        .env_remove("CUDALEAK_EXITCODE")
-        .current_dir(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    let (mut cmd, dir) = traced_command(program, args, env);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn");
     let out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();

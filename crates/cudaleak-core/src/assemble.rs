@@ -245,18 +245,9 @@ impl Assembler<'_> {
             merge_stacks(&native, t.python, &python)
         };
         Group {
-            blocks: acc.blocks,
-            bytes: acc.bytes,
-            api: api.to_string(),
-            memory: t.kind,
-            native_stack: native,
-            python_stack: python,
             merged_stack,
             examples: acc.examples,
-            blocks_delta: None,
-            bytes_delta: None,
-            suppression: None,
-            trend: None,
+            ..Group::new(acc.blocks, acc.bytes, api, t.kind, native, python)
         }
     }
 
@@ -303,18 +294,15 @@ impl Assembler<'_> {
             let mut g = match self.depot.get(id) {
                 Some(t) => self.group_for(t, acc),
                 None => Group {
-                    blocks: acc.blocks,
-                    bytes: acc.bytes,
-                    api: "unknown".into(),
-                    memory: MemoryKind::Device,
-                    native_stack: vec![],
-                    python_stack: vec![],
-                    merged_stack: vec![],
                     examples: acc.examples,
-                    blocks_delta: None,
-                    bytes_delta: None,
-                    suppression: None,
-                    trend: None,
+                    ..Group::new(
+                        acc.blocks,
+                        acc.bytes,
+                        "unknown",
+                        MemoryKind::Device,
+                        vec![],
+                        vec![],
+                    )
                 },
             };
             let change = changes.get(&id).copied();

@@ -383,26 +383,14 @@ mod tests {
     use crate::report::NativeFrame;
 
     fn group(func: &str, line: i64, addr: &str, bytes: u64) -> Group {
-        Group {
-            blocks: 1,
-            bytes,
-            api: "cudaMalloc".into(),
-            memory: MemoryKind::Device,
-            native_stack: vec![NativeFrame {
-                address: addr.into(),
-                function: Some(func.into()),
-                file: Some("train.c".into()),
-                line: Some(line),
-                module: Some(format!("/run/{addr}/app")),
-            }],
-            python_stack: vec![],
-            merged_stack: vec![],
-            examples: vec![],
-            blocks_delta: None,
-            bytes_delta: None,
-            suppression: None,
-            trend: None,
-        }
+        let frame = NativeFrame {
+            address: addr.into(),
+            function: Some(func.into()),
+            file: Some("train.c".into()),
+            line: Some(line),
+            module: Some(format!("/run/{addr}/app")),
+        };
+        Group::new(1, bytes, "cudaMalloc", MemoryKind::Device, vec![frame], vec![])
     }
 
     fn report(pid: i64, rank: Option<i64>, seq: u64, leaks: Vec<Group>) -> Report {

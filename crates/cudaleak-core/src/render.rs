@@ -350,24 +350,19 @@ mod tests {
             line: None,
             module: None,
         };
-        let g = Group {
-            blocks: 1,
-            bytes: 1,
-            api: "cudaMalloc".into(),
-            memory: MemoryKind::Device,
-            native_stack: (1..=20).map(native).collect(),
-            python_stack: vec![PythonFrame {
-                function: "step".into(),
-                file: "train.py".into(),
-                line: Some(7),
-            }],
-            merged_stack: vec![],
-            examples: vec![],
-            blocks_delta: None,
-            bytes_delta: None,
-            suppression: None,
-            trend: None,
+        let step = PythonFrame {
+            function: "step".into(),
+            file: "train.py".into(),
+            line: Some(7),
         };
+        let g = Group::new(
+            1,
+            1,
+            "cudaMalloc",
+            MemoryKind::Device,
+            (1..=20).map(native).collect(),
+            vec![step],
+        );
         let lines = display_frames(&g, 5);
         assert_eq!(lines.len(), 7, "{lines:#?}");
         assert_eq!(lines[5], "    ... 15 more frame(s)");

@@ -244,6 +244,31 @@ impl Report {
 }
 
 impl Group {
+    /// A group with no merged stack, examples, deltas, suppression or trend.
+    pub fn new(
+        blocks: u64,
+        bytes: u64,
+        api: &str,
+        memory: MemoryKind,
+        native_stack: Vec<NativeFrame>,
+        python_stack: Vec<PythonFrame>,
+    ) -> Group {
+        Group {
+            blocks,
+            bytes,
+            api: api.to_string(),
+            memory,
+            native_stack,
+            python_stack,
+            merged_stack: Vec::new(),
+            examples: Vec::new(),
+            blocks_delta: None,
+            bytes_delta: None,
+            suppression: None,
+            trend: None,
+        }
+    }
+
     /// Innermost frame that names something, for one-line summaries.
     pub fn top_frame_label(&self) -> String {
         if let Some(p) = self.python_stack.first() {

@@ -192,36 +192,25 @@ mod tests {
     }
 
     fn group(native: &[(&str, &str, &str)], python: &[(&str, &str)]) -> Group {
-        Group {
-            blocks: 1,
-            bytes: 100,
-            api: "cudaMalloc".into(),
-            memory: MemoryKind::Device,
-            native_stack: native
-                .iter()
-                .map(|(func, file, module)| NativeFrame {
-                    address: "0x1".into(),
-                    function: Some(func.to_string()),
-                    file: Some(file.to_string()),
-                    line: Some(1),
-                    module: Some(module.to_string()),
-                })
-                .collect(),
-            python_stack: python
-                .iter()
-                .map(|(func, file)| PythonFrame {
-                    function: func.to_string(),
-                    file: file.to_string(),
-                    line: Some(3),
-                })
-                .collect(),
-            merged_stack: vec![],
-            examples: vec![],
-            blocks_delta: None,
-            bytes_delta: None,
-            suppression: None,
-            trend: None,
-        }
+        let native = native
+            .iter()
+            .map(|(func, file, module)| NativeFrame {
+                address: "0x1".into(),
+                function: Some(func.to_string()),
+                file: Some(file.to_string()),
+                line: Some(1),
+                module: Some(module.to_string()),
+            })
+            .collect();
+        let python = python
+            .iter()
+            .map(|(func, file)| PythonFrame {
+                function: func.to_string(),
+                file: file.to_string(),
+                line: Some(3),
+            })
+            .collect();
+        Group::new(1, 100, "cudaMalloc", MemoryKind::Device, native, python)
     }
 
     #[test]

@@ -95,10 +95,9 @@ pub fn instance_token(start_ms: i64) -> String {
     format!("{start_ms}-{:08x}", random_u32())
 }
 
-/// Writes `bytes` as `dir/name`, atomically and without replacing anything.
-/// Returns the final path.
-pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
-    let final_path = dir.join(name);
+/// Writes `bytes` to a fresh temporary file beside `dir/name`
+/// (`O_CREAT|O_EXCL|O_NOFOLLOW`) and returns its path; removed on error.
+fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -108,10 +107,20 @@ pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBu
         .open(&tmp)?;
     let result = f.write_all(bytes).and_then(|_| f.flush());
     drop(f);
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
+}
+
+/// Writes `bytes` as `dir/name`, atomically and without replacing anything.
+/// Returns the final path.
+pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let final_path = dir.join(name);
+    let tmp = write_temp(dir, name, bytes)?;
     let linked = std::fs::hard_link(&tmp, &final_path);
     let _ = std::fs::remove_file(&tmp);
     linked.map(|_| final_path)
@@ -121,19 +130,7 @@ pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBu
 /// timeline, which is one growing file per process.
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     let final_path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(0o644)
-        .open(&tmp)?;
-    let result = f.write_all(bytes).and_then(|_| f.flush());
-    drop(f);
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    let tmp = write_temp(dir, name, bytes)?;
     std::fs::rename(&tmp, &final_path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;

@@ -155,67 +155,37 @@ pub const PY311: PyLayout = PyLayout {
 
 /// 3.12: f_code first in the frame; the attached thread state is a
 /// thread-local (`_Py_tss_tstate`); C calls push FRAME_OWNED_BY_CSTACK (3)
-/// shim frames (Include/internal/pycore_frame.h, enum _frameowner).
+/// shim frames (Include/internal/pycore_frame.h, enum _frameowner);
+/// `wstr` gone from strings. Fields not named are 3.11's.
 pub const PY312: PyLayout = PyLayout {
-    major: 3,
     minor: 12,
     frames: FrameModel::Interpreter312,
-    tstate_frame: 56,
     cframe_current_frame: Some(0),
     attached_is_thread_local: true,
     frame_code: 0,
     frame_back: 8,
-    frame_instr: 56,
-    lasti_unit_bytes: 2,
     frame_is_entry: None,
     frame_owner: Some(70),
     owner_cstack: Some(3),
-    ob_type: 8,
-    code_filename: 112,
-    code_name: 120,
-    code_qualname: Some(128),
     code_firstlineno: 68,
-    code_linetable: 136,
     code_code_adaptive: Some(192),
-    line_format: LineFormat::Locations311,
-    bytes_size: 16,
-    bytes_data: 32,
     unicode_length: UNICODE_NO_WSTR.0,
     unicode_state: UNICODE_NO_WSTR.1,
     unicode_ascii_size: UNICODE_NO_WSTR.2,
     unicode_compact_size: UNICODE_NO_WSTR.3,
+    ..PY311
 };
 
 /// 3.13: no _PyCFrame (tstate->current_frame), `f_executable`,
-/// `instr_ptr` (the instruction executing, not the previous one).
+/// `instr_ptr` (the instruction executing, not the previous one). Fields
+/// not named are 3.12's.
 pub const PY313: PyLayout = PyLayout {
-    major: 3,
     minor: 13,
     frames: FrameModel::Interpreter313,
     tstate_frame: 72,
     cframe_current_frame: None,
-    attached_is_thread_local: true,
-    frame_code: 0,
-    frame_back: 8,
-    frame_instr: 56,
-    lasti_unit_bytes: 2,
-    frame_is_entry: None,
-    frame_owner: Some(70),
-    owner_cstack: Some(3),
-    ob_type: 8,
-    code_filename: 112,
-    code_name: 120,
-    code_qualname: Some(128),
-    code_firstlineno: 68,
-    code_linetable: 136,
     code_code_adaptive: Some(200),
-    line_format: LineFormat::Locations311,
-    bytes_size: 16,
-    bytes_data: 32,
-    unicode_length: UNICODE_NO_WSTR.0,
-    unicode_state: UNICODE_NO_WSTR.1,
-    unicode_ascii_size: UNICODE_NO_WSTR.2,
-    unicode_compact_size: UNICODE_NO_WSTR.3,
+    ..PY312
 };
 
 static LAYOUTS: &[&PyLayout] = &[&PY38, &PY39, &PY310, &PY311, &PY312, &PY313];
