@@ -1,0 +1,133 @@
+//! Micro-benchmarks of the work the core does on every allocation and
+//! release: the live-map insert/remove pair and the stack-depot lookup.
+//! They were used to tune those two structures; the end-to-end figures and
+//! the goals live in `scripts/bench.py` and docs/performance.md.
+//!
+//!     cargo bench -p cudaleak-core --bench hot_paths
+//!
+//! Stack capture itself (the unwinder) lives in the preload cdylib, whose
+//! exported `dlsym` and CUDA symbols would interpose on a bench binary that
+//! linked it; it is measured end to end instead (stacks on vs
+//! `CUDALEAK_STACK_DEPTH=0` in scripts/bench.py).
+
+use cudaleak_core::depot::{Depot, TraceKey};
+use cudaleak_core::live_map::LiveMap;
+use cudaleak_core::python::PyRawFrame;
+use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn main() {
+    divan::main();
+}
+
+/// Addresses spaced like a device allocator's (256-byte aligned), and
+/// distinct per thread so threads never collide on a key.
+fn next_address(counter: &AtomicU64) -> u64 {
+    0x7f00_0000_0000 + counter.fetch_add(1, Ordering::Relaxed) * 256
+}
+
+/// One allocation and its release, with `live` other blocks in the map.
+#[divan::bench(args = [0, 100_000, 1_000_000], threads = [1])]
+fn live_map_pair(bencher: divan::Bencher, live: u64) {
+    let map = Box::new(LiveMap::new());
+    for i in 0..live {
+        map.insert(
+            0x1000_0000_0000 + i * 4096,
+            Block::new(4096, TraceId(1), 1, Some(0), 0),
+        );
+    }
+    let counter = AtomicU64::new(0);
+    bencher.bench(|| {
+        let key = next_address(&counter);
+        map.insert(key, Block::new(256, TraceId(2), 1, Some(0), 0));
+        divan::black_box(map.remove(divan::black_box(key)))
+    });
+}
+
+/// The same pair from several threads at once: shard contention. (The
+/// development machine has 2 CPUs; more threads time-share.)
+#[divan::bench(threads = [1, 2, 4, 8])]
+fn live_map_pair_threads(bencher: divan::Bencher) {
+    static MAP: LiveMap = LiveMap::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    bencher.bench(|| {
+        let key = next_address(&COUNTER);
+        MAP.insert(key, Block::new(256, TraceId(2), 1, Some(0), 0));
+        divan::black_box(MAP.remove(divan::black_box(key)))
+    });
+}
+
+fn native_stack(depth: usize, salt: u64) -> Vec<u64> {
+    (0..depth as u64)
+        .map(|i| 0x5555_0000_1000 + i * 0x1f3 + salt * 0x10_0000)
+        .collect()
+}
+
+fn python_stack(depth: usize) -> Vec<PyRawFrame> {
+    (0..depth as u64)
+        .map(|i| PyRawFrame {
+            code: 0x7f12_0000_0000 + i * 0x200,
+            guard: i * 7 + 1,
+            offset: 40,
+            flags: 0,
+        })
+        .collect()
+}
+
+/// Interning a stack that is already stored: what every allocation from a
+/// known place pays when the unwinder could not reuse the previous trace.
+#[divan::bench(args = [(20, 0), (60, 0), (20, 20)])]
+fn depot_lookup_hit(bencher: divan::Bencher, (native_depth, python_depth): (usize, usize)) {
+    let depot = Box::new(Depot::new());
+    // 1024 other stacks, so the lookup walks real buckets.
+    for salt in 1..=1024 {
+        let native = native_stack(native_depth, salt);
+        depot.intern(
+            &TraceKey {
+                api: Api::cudaMalloc,
+                kind: MemoryKind::Device,
+                native: &native,
+                python: &[],
+            },
+            |_| {},
+        );
+    }
+    let native = native_stack(native_depth, 0);
+    let python = python_stack(python_depth);
+    let key = TraceKey {
+        api: Api::cudaMalloc,
+        kind: MemoryKind::Device,
+        native: &native,
+        python: &python,
+    };
+    let id = depot.intern(&key, |_| {});
+    bencher.bench(|| {
+        let found = depot.intern(divan::black_box(&key), |_| {});
+        assert_eq!(found, id);
+        found
+    });
+}
+
+/// Storing a new stack (first allocation from a new place): hash, insert
+/// lock, two small boxes.
+#[divan::bench(args = [20, 60])]
+fn depot_insert_new(bencher: divan::Bencher, native_depth: usize) {
+    let depot = Box::new(Depot::new());
+    let mut salt = 0u64;
+    bencher
+        .with_inputs(|| {
+            salt += 1;
+            native_stack(native_depth, salt)
+        })
+        .bench_local_refs(|native| {
+            depot.intern(
+                &TraceKey {
+                    api: Api::cudaMalloc,
+                    kind: MemoryKind::Device,
+                    native,
+                    python: &[],
+                },
+                |_| {},
+            )
+        });
+}
