@@ -49,6 +49,18 @@ class Model:
         KEPT.append(sim.malloc(1007))  # LEAK classmethod
 
 
+class Buffer:
+    def __init__(self, n):
+        KEPT.append(sim.malloc(n))  # LEAK init
+
+
+def make_buffers():
+    # Enough calls for the interpreter to specialize the class call: 3.13
+    # then enters __init__ through a shim frame that must not show.
+    for _ in range(10):
+        Buffer(1009)  # CALL init
+
+
 def all_kinds():
     leak_gil_released()  # CALL cdll
     leak_gil_held()
@@ -59,6 +71,7 @@ def all_kinds():
     list(generator())
     Model().step()
     Model.build()
+    make_buffers()  # CALL make_buffers
 
 
 def clean():

@@ -234,8 +234,8 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
     while plausible(frame, 8) && n < out.len() && budget > 0 {
         budget -= 1;
         let next: usize = read(frame + l.frame_back);
-        if let Some(owner_off) = l.frame_owner {
-            let owner: u8 = read(frame + owner_off);
+        let owner: Option<u8> = l.frame_owner.map(|at| read(frame + at));
+        if let Some(owner) = owner {
             if Some(owner) == l.owner_cstack {
                 // The shim frame a C call into Python pushes (3.12+): the
                 // Python frame just inside it was entered from C.
@@ -260,8 +260,8 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
             }
             checked = true;
         }
-        let Some(offset) = instruction_offset(l, frame, code) else {
-            frame = next; // not started yet
+        let Some(offset) = instruction_offset(l, frame, code, owner) else {
+            frame = next; // not started yet, or a shim (see instruction_offset)
             continue;
         };
         let flags = match (l.frames, l.frame_is_entry) {
@@ -287,9 +287,22 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
 }
 
 /// Byte offset of the instruction a frame is executing; None when the
-/// frame's instruction pointer is not inside its code (not started).
+/// frame's instruction pointer is not inside its code (not started), or the
+/// frame is incomplete.
+///
+/// Incomplete frames, as CPython's own `_PyFrame_IsIncomplete`
+/// (Include/internal/pycore_frame.h, 3.11-3.13) defines them and its
+/// tracebacks skip them: a frame not owned by a generator whose
+/// instruction is before its code's `_co_firsttraceable`. Such a frame is
+/// still in its prelude (MAKE_CELL, COPY_FREE_VARS), or it is 3.13's
+/// `__init__` shim: once a class call is specialized
+/// (CALL_ALLOC_AND_ENTER_INIT), the interpreter pushes a frame running
+/// `_Py_InitCleanup` (Python/specialize.c), a code object named `__init__`
+/// in a file named `__init__`, parked at offset 0 below its RESUME, between
+/// the caller and the real `__init__`. Without this test that shim shows
+/// up as a bogus Python frame on 3.13.
 #[inline(always)]
-unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize) -> Option<u32> {
+unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize, owner: Option<u8>) -> Option<u32> {
     match l.frames {
         FrameModel::FrameObjects => {
             let lasti: i32 = read(frame + l.frame_instr);
@@ -299,7 +312,16 @@ unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize) -> Option<
             let start = code + l.code_code_adaptive?;
             let instr: usize = read(frame + l.frame_instr);
             let offset = instr.checked_sub(start)?;
-            (offset < (1 << 30)).then_some(offset as u32 & !1)
+            if offset >= 1 << 30 {
+                return None;
+            }
+            if let Some(at) = l.code_first_traceable {
+                let first_traceable: i32 = read(code + at);
+                if owner != l.owner_generator && (offset as i64) < first_traceable as i64 * 2 {
+                    return None;
+                }
+            }
+            Some(offset as u32 & !1)
         }
     }
 }

@@ -8,9 +8,12 @@
 //! Include/cpython/code.h: PyCodeObject; Include/cpython/bytesobject.h and
 //! unicodeobject.h), with offsets computed by `offset_of!` over the
 //! bindgen output of those headers that py-spy keeps per version
-//! (src/python_bindings/v3_*.rs). The 3.11 table was also checked with
-//! offsetof() against the installed CPython 3.11.7 headers; 3.13 is checked
-//! at run time against the interpreter's own `_Py_DebugOffsets`.
+//! (src/python_bindings/v3_*.rs). Every table was then checked with
+//! offsetof() against the installed headers of CPython 3.8.18, 3.9.18,
+//! 3.10.13, 3.11.7, 3.12.1 and 3.13.0, and end to end by running
+//! tests/python.rs under each (scripts/test-python-versions.sh). 3.13 is
+//! also checked at run time against the interpreter's own
+//! `_Py_DebugOffsets`.
 
 use cudaleak_core::linetable::LineFormat;
 
@@ -61,6 +64,11 @@ pub struct PyLayout {
     pub code_linetable: usize,
     /// start of the code units (3.11+)
     pub code_code_adaptive: Option<usize>,
+    /// `_co_firsttraceable` (int, in code units; 3.11+): frames before it
+    /// are incomplete (`python.rs`, `instruction_offset`)
+    pub code_first_traceable: Option<usize>,
+    /// FRAME_OWNED_BY_GENERATOR (3.11+): such frames are never incomplete
+    pub owner_generator: Option<u8>,
     pub line_format: LineFormat,
     pub bytes_size: usize,
     pub bytes_data: usize,
@@ -107,6 +115,8 @@ const fn frame_objects(
         code_firstlineno: 40,
         code_linetable: linetable,
         code_code_adaptive: None,
+        code_first_traceable: None,
+        owner_generator: None,
         line_format,
         bytes_size: 16,
         bytes_data: 32,
@@ -144,6 +154,8 @@ pub const PY311: PyLayout = PyLayout {
     code_firstlineno: 72,
     code_linetable: 136,
     code_code_adaptive: Some(184),
+    code_first_traceable: Some(168),
+    owner_generator: Some(1),
     line_format: LineFormat::Locations311,
     bytes_size: 16,
     bytes_data: 32,
@@ -169,6 +181,7 @@ pub const PY312: PyLayout = PyLayout {
     owner_cstack: Some(3),
     code_firstlineno: 68,
     code_code_adaptive: Some(192),
+    code_first_traceable: Some(176),
     unicode_length: UNICODE_NO_WSTR.0,
     unicode_state: UNICODE_NO_WSTR.1,
     unicode_ascii_size: UNICODE_NO_WSTR.2,
@@ -185,6 +198,9 @@ pub const PY313: PyLayout = PyLayout {
     tstate_frame: 72,
     cframe_current_frame: None,
     code_code_adaptive: Some(200),
+    // Not in _Py_DebugOffsets; the int 16 bytes before co_code_adaptive,
+    // which is checked, as in 3.11 and 3.12.
+    code_first_traceable: Some(184),
     ..PY312
 };
 
