@@ -224,51 +224,122 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
         }
         frame = read(frame + cur);
     }
+    match l.frames {
+        FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out),
+        FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out),
+        FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out),
+        FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out),
+    }
+}
+
+// `FrameModel`s as const generic arguments of `walk_frames`.
+const FRAME_OBJECTS: u8 = 0;
+const INTERPRETER_311: u8 = 1;
+const INTERPRETER_312: u8 = 2;
+const INTERPRETER_313: u8 = 3;
+
+/// The frame walk proper, compiled once per frame model (`MODEL`) so that
+/// each version's walk carries only its own tests, with the layout's
+/// offsets copied into locals (registers) first. One generic walk that
+/// asked the layout at every frame cost about 100 instructions a frame
+/// (callgrind over bench/py_pairs.py).
+///
+/// Frames are skipped, as CPython's own tracebacks skip them:
+/// 1. 3.12+: the shim frame (FRAME_OWNED_BY_CSTACK) a C call into Python
+///    pushes; the Python frame just inside it was entered from C.
+/// 2. 3.13: frames whose `f_executable` is not a code object (C code).
+/// 3. 3.11+: frames not started yet (instruction before the code).
+/// 4. 3.11+: incomplete frames, as `_PyFrame_IsIncomplete`
+///    (Include/internal/pycore_frame.h) defines them: not owned by a
+///    generator, and the instruction before the code's
+///    `_co_firsttraceable`. Such a frame is still in its prelude
+///    (MAKE_CELL, COPY_FREE_VARS), or it is 3.13's `__init__` shim: once a
+///    class call is specialized (CALL_ALLOC_AND_ENTER_INIT), the
+///    interpreter pushes a frame running `_Py_InitCleanup`
+///    (Python/specialize.c), a code object named `__init__` in a file named
+///    `__init__`, parked at offset 0 below its RESUME, between the caller
+///    and the real `__init__`. Without this test that shim shows up as a
+///    bogus Python frame on 3.13.
+#[inline(never)]
+unsafe fn walk_frames<const MODEL: u8>(
+    l: &PyLayout,
+    code_type: usize,
+    mut frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+) -> usize {
+    let interpreter_frames = MODEL != FRAME_OBJECTS;
+    let frame_back = l.frame_back;
+    let frame_code = l.frame_code;
+    let frame_instr = l.frame_instr;
+    let frame_owner = l.frame_owner.unwrap_or(0);
+    let frame_is_entry = l.frame_is_entry.unwrap_or(0);
+    let owner_cstack = l.owner_cstack.unwrap_or(u8::MAX);
+    let owner_generator = l.owner_generator.unwrap_or(u8::MAX);
+    let ob_type = l.ob_type;
+    let code_start = l.code_code_adaptive.unwrap_or(0);
+    let first_traceable_at = l.code_first_traceable;
+    let lasti_unit_bytes = l.lasti_unit_bytes;
+
     let mut n = 0;
     // A chain longer than this is corrupt (or a recursion we cut).
     let mut budget = 4096;
     // The first code object is checked by type: a wrong layout stops here.
-    // 3.13's f_executable may be any object: checked on every frame there.
-    let check_every = l.frames == FrameModel::Interpreter313;
     let mut checked = false;
     while plausible(frame, 8) && n < out.len() && budget > 0 {
         budget -= 1;
-        let next: usize = read(frame + l.frame_back);
-        let owner: Option<u8> = l.frame_owner.map(|at| read(frame + at));
-        if let Some(owner) = owner {
-            if Some(owner) == l.owner_cstack {
-                // The shim frame a C call into Python pushes (3.12+): the
-                // Python frame just inside it was entered from C.
-                if n > 0 {
-                    out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
-                }
-                frame = next;
-                continue;
+        let next: usize = read(frame + frame_back);
+        let owner: u8 = if interpreter_frames {
+            read(frame + frame_owner)
+        } else {
+            0
+        };
+        if MODEL >= INTERPRETER_312 && owner == owner_cstack {
+            // (1)
+            if n > 0 {
+                out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
             }
+            frame = next;
+            continue;
         }
-        let code: usize = read(frame + l.frame_code);
+        let code: usize = read(frame + frame_code);
         if !plausible(code, 8) {
             break;
         }
-        if check_every || !checked {
-            if read::<usize>(code + l.ob_type) != code_type {
-                if check_every {
-                    frame = next; // not a code object: a frame of C code
+        if MODEL == INTERPRETER_313 || !checked {
+            if read::<usize>(code + ob_type) != code_type {
+                if MODEL == INTERPRETER_313 {
+                    frame = next; // (2)
                     continue;
                 }
                 break;
             }
             checked = true;
         }
-        let Some(offset) = instruction_offset(l, frame, code, owner) else {
-            frame = next; // not started yet, or a shim (see instruction_offset)
-            continue;
+        let offset = if interpreter_frames {
+            let instr: usize = read(frame + frame_instr);
+            let Some(offset) = instr.checked_sub(code + code_start).filter(|&o| o < 1 << 30) else {
+                frame = next; // (3)
+                continue;
+            };
+            if let Some(at) = first_traceable_at {
+                let first_traceable: i32 = read(code + at);
+                if owner != owner_generator && (offset as i64) < first_traceable as i64 * 2 {
+                    frame = next; // (4)
+                    continue;
+                }
+            }
+            offset as u32 & !1
+        } else {
+            let lasti: i32 = read(frame + frame_instr);
+            (lasti.max(0) as u32).saturating_mul(lasti_unit_bytes)
         };
-        let flags = match (l.frames, l.frame_is_entry) {
+        let flags = if !interpreter_frames {
             // Each frame object ran in its own eval-loop invocation.
-            (FrameModel::FrameObjects, _) => PY_FRAME_ENTRY,
-            (FrameModel::Interpreter311, Some(e)) if read::<u8>(frame + e) != 0 => PY_FRAME_ENTRY,
-            _ => 0,
+            PY_FRAME_ENTRY
+        } else if MODEL == INTERPRETER_311 && read::<u8>(frame + frame_is_entry) != 0 {
+            PY_FRAME_ENTRY
+        } else {
+            0
         };
         out[n].write(PyRawFrame {
             code: code as u64,
@@ -284,46 +355,6 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
         out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
     }
     n
-}
-
-/// Byte offset of the instruction a frame is executing; None when the
-/// frame's instruction pointer is not inside its code (not started), or the
-/// frame is incomplete.
-///
-/// Incomplete frames, as CPython's own `_PyFrame_IsIncomplete`
-/// (Include/internal/pycore_frame.h, 3.11-3.13) defines them and its
-/// tracebacks skip them: a frame not owned by a generator whose
-/// instruction is before its code's `_co_firsttraceable`. Such a frame is
-/// still in its prelude (MAKE_CELL, COPY_FREE_VARS), or it is 3.13's
-/// `__init__` shim: once a class call is specialized
-/// (CALL_ALLOC_AND_ENTER_INIT), the interpreter pushes a frame running
-/// `_Py_InitCleanup` (Python/specialize.c), a code object named `__init__`
-/// in a file named `__init__`, parked at offset 0 below its RESUME, between
-/// the caller and the real `__init__`. Without this test that shim shows
-/// up as a bogus Python frame on 3.13.
-#[inline(always)]
-unsafe fn instruction_offset(l: &PyLayout, frame: usize, code: usize, owner: Option<u8>) -> Option<u32> {
-    match l.frames {
-        FrameModel::FrameObjects => {
-            let lasti: i32 = read(frame + l.frame_instr);
-            Some((lasti.max(0) as u32).saturating_mul(l.lasti_unit_bytes))
-        }
-        _ => {
-            let start = code + l.code_code_adaptive?;
-            let instr: usize = read(frame + l.frame_instr);
-            let offset = instr.checked_sub(start)?;
-            if offset >= 1 << 30 {
-                return None;
-            }
-            if let Some(at) = l.code_first_traceable {
-                let first_traceable: i32 = read(code + at);
-                if owner != l.owner_generator && (offset as i64) < first_traceable as i64 * 2 {
-                    return None;
-                }
-            }
-            Some(offset as u32 & !1)
-        }
-    }
 }
 
 /// Tells a code object from a later one at the same (freed and reused)
