@@ -33,13 +33,16 @@ fn live_map_pair(bencher: divan::Bencher, live: u64) {
     for i in 0..live {
         map.insert(
             0x1000_0000_0000 + i * 4096,
-            Block::new(4096, TraceId(1), 1, Some(0), 0),
+            Block::new(4096, TraceId(1), MemoryKind::Device, 1, Some(0), 0),
         );
     }
     let counter = AtomicU64::new(0);
     bencher.bench(|| {
         let key = next_address(&counter);
-        map.insert(key, Block::new(256, TraceId(2), 1, Some(0), 0));
+        map.insert(
+            key,
+            Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
+        );
         divan::black_box(map.remove(divan::black_box(key)))
     });
 }
@@ -52,7 +55,10 @@ fn live_map_pair_threads(bencher: divan::Bencher) {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     bencher.bench(|| {
         let key = next_address(&COUNTER);
-        MAP.insert(key, Block::new(256, TraceId(2), 1, Some(0), 0));
+        MAP.insert(
+            key,
+            Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
+        );
         divan::black_box(MAP.remove(divan::black_box(key)))
     });
 }

@@ -458,9 +458,9 @@ mod tests {
         let b = depot.intern(&key("cudaMalloc", &[0x201, 0x301]), |_| {});
         let snap = Snapshot {
             blocks: vec![
-                (0x1000, Block::new(100, a, 1, Some(0), 0)),
-                (0x2000, Block::new(100, a, 1, Some(0), 0)),
-                (0x3000, Block::new(500, b, 1, Some(0), 0)),
+                (0x1000, Block::new(100, a, MemoryKind::Device, 1, Some(0), 0)),
+                (0x2000, Block::new(100, a, MemoryKind::Device, 1, Some(0), 0)),
+                (0x3000, Block::new(500, b, MemoryKind::Device, 1, Some(0), 0)),
             ],
             allocations: 5,
             frees: 2,
@@ -501,8 +501,8 @@ mod tests {
         let wrong = depot.intern(&key("cuMemAllocManaged", &[0x401, 0x101]), |_| {});
         let snap = Snapshot {
             blocks: vec![
-                (0x1000, Block::new(64, t, 0, None, 0)),
-                (0x2000, Block::new(32, wrong, 0, None, 0)),
+                (0x1000, Block::new(64, t, MemoryKind::Device, 0, None, 0)),
+                (0x2000, Block::new(32, wrong, MemoryKind::Device, 0, None, 0)),
             ],
             ..Default::default()
         };
@@ -527,7 +527,7 @@ mod tests {
         let depot = Box::new(Depot::new());
         let t = depot.intern(&key("cudaMalloc", &[0x801, 0x301]), |_| {});
         let snap = Snapshot {
-            blocks: vec![(0x1000, Block::new(1, t, 0, None, 0))],
+            blocks: vec![(0x1000, Block::new(1, t, MemoryKind::Device, 0, None, 0))],
             ..Default::default()
         };
         let r = Assembler {
@@ -596,7 +596,7 @@ mod tests {
             |_| {},
         );
         let snap = Snapshot {
-            blocks: vec![(0x1000, Block::new(1, t, 0, None, 0))],
+            blocks: vec![(0x1000, Block::new(1, t, MemoryKind::Device, 0, None, 0))],
             ..Default::default()
         };
         let r = Assembler {
@@ -639,8 +639,8 @@ mod tests {
         let b = depot.intern(&key("cudaMalloc", &[0x201, 0x301]), |_| {});
         let snap = Snapshot {
             blocks: vec![
-                (0x1000, Block::new(10, a, 0, None, 0)),
-                (0x2000, Block::new(20, b, 0, None, 0)),
+                (0x1000, Block::new(10, a, MemoryKind::Device, 0, None, 0)),
+                (0x2000, Block::new(20, b, MemoryKind::Device, 0, None, 0)),
             ],
             ..Default::default()
         };

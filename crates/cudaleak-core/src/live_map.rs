@@ -277,12 +277,12 @@ impl LiveMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::TraceId;
+    use crate::record::{MemoryKind, TraceId};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     fn blk(size: u64) -> Block {
-        Block::new(size, TraceId(1), 0, None, 0)
+        Block::new(size, TraceId(1), MemoryKind::Device, 0, None, 0)
     }
 
     #[test]
@@ -308,7 +308,7 @@ mod tests {
         for i in 0..100u64 {
             m.insert(
                 0x10000 + i * 512,
-                Block::new(i, TraceId(1), (i % 2) as u8, None, 0),
+                Block::new(i, TraceId(1), MemoryKind::Device, (i % 2) as u8, None, 0),
             );
         }
         let drained = m.drain_where(|b| b.context_slot() == 1);

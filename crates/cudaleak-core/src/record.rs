@@ -123,6 +123,10 @@ pub struct TraceId(pub u32);
 
 const SIZE_BITS: u32 = 48;
 const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
+const KIND_BITS: u32 = 3;
+/// The largest checkpoint epoch a block can carry (29 bits: half a
+/// billion checkpoints); later epochs are stored as this one.
+pub const MAX_EPOCH: u32 = u32::MAX >> KIND_BITS;
 
 /// One live block. 16 bytes; the key (address or handle) is stored by the map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,19 +135,37 @@ pub struct Block {
     /// size (48 bits, up to 256 TiB) | context slot (8 bits) | device + 1 (8 bits)
     packed: u64,
     pub trace: TraceId,
-    /// Checkpoint epoch current when the block was allocated
-    /// (`cudaleak_checkpoint`).
-    pub epoch: u32,
+    /// checkpoint epoch current when the block was allocated
+    /// (`cudaleak_checkpoint`; 29 bits) | memory kind (3 bits). The kind is
+    /// also in the trace, but a release needs it (which call may release
+    /// what, and whether the bytes count) and reading it here spares a walk
+    /// into the trace depot, cold memory in a busy program.
+    epoch_kind: u32,
 }
 
 impl Block {
-    pub fn new(size: u64, trace: TraceId, context_slot: u8, device: Option<u8>, epoch: u32) -> Block {
+    pub fn new(
+        size: u64,
+        trace: TraceId,
+        kind: MemoryKind,
+        context_slot: u8,
+        device: Option<u8>,
+        epoch: u32,
+    ) -> Block {
         let dev = device.map_or(0u64, |d| d.saturating_add(1) as u64);
         Block {
             packed: (size.min(SIZE_MASK)) | ((context_slot as u64) << 48) | (dev << 56),
             trace,
-            epoch,
+            epoch_kind: epoch.min(MAX_EPOCH) << KIND_BITS | kind as u32,
         }
+    }
+
+    pub fn kind(&self) -> MemoryKind {
+        MemoryKind::from_u8((self.epoch_kind & ((1 << KIND_BITS) - 1)) as u8)
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch_kind >> KIND_BITS
     }
 
     pub fn size(&self) -> u64 {
@@ -181,12 +203,18 @@ mod tests {
 
     #[test]
     fn packing_round_trips() {
-        let b = Block::new(123 << 30, TraceId(7), 3, Some(2), 9);
+        let b = Block::new(123 << 30, TraceId(7), MemoryKind::Array, 3, Some(2), 9);
         assert_eq!(b.size(), 123 << 30);
         assert_eq!(b.context_slot(), 3);
         assert_eq!(b.device(), Some(2));
-        assert_eq!(b.epoch, 9);
-        assert_eq!(Block::new(1, TraceId(1), 0, None, 0).device(), None);
+        assert_eq!(b.epoch(), 9);
+        assert_eq!(b.kind(), MemoryKind::Array);
+        let b = Block::new(1, TraceId(1), MemoryKind::Device, 0, None, u32::MAX);
+        assert_eq!(b.device(), None);
+        assert_eq!((b.kind(), b.epoch()), (MemoryKind::Device, MAX_EPOCH));
+        for kind in MemoryKind::ALL {
+            assert_eq!(Block::new(1, TraceId(1), kind, 0, None, MAX_EPOCH).kind(), kind);
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 use crate::dump::{self, Request};
 use crate::{lifecycle, tracker};
 use cudaleak_core::assemble::Snapshot;
+use cudaleak_core::record::MAX_EPOCH;
 use cudaleak_core::report::Trigger;
 use std::ffi::{c_char, c_int, CString};
 use std::panic::catch_unwind;
@@ -40,7 +41,14 @@ pub extern "C" fn cudaleak_dump(reason: *const c_char) -> c_int {
 /// later one. Ids start at 1.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn cudaleak_checkpoint() -> u64 {
-    tracker::EPOCH.fetch_add(1, Ordering::AcqRel) as u64 + 1
+    // Saturates where blocks stop telling epochs apart (MAX_EPOCH): from
+    // there on a checkpoint covers everything since the last distinct one.
+    let previous = tracker::EPOCH
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+            Some((e + 1).min(MAX_EPOCH))
+        })
+        .unwrap_or(MAX_EPOCH);
+    (previous + 1).min(MAX_EPOCH) as u64
 }
 
 /// Blocks and bytes still live that were allocated since checkpoint `id`.

@@ -104,7 +104,7 @@ pub fn note_internal_error() {
 
 /// Live and peak bytes count memory, not reserved address space.
 fn add_bytes(b: &Block) {
-    if kind_of(b).is_some_and(MemoryKind::is_address_space) {
+    if b.kind().is_address_space() {
         return;
     }
     let n = b.size();
@@ -115,13 +115,9 @@ fn add_bytes(b: &Block) {
 }
 
 fn sub_bytes(b: &Block) {
-    if !kind_of(b).is_some_and(MemoryKind::is_address_space) {
+    if !b.kind().is_address_space() {
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
-}
-
-fn kind_of(b: &Block) -> Option<MemoryKind> {
-    DEPOT.get(b.trace).map(|t| t.kind)
 }
 
 /// Kinds whose memory belongs to a context and dies with it.
@@ -150,6 +146,7 @@ pub fn record_allocation(
     let block = Block::new(
         size,
         trace,
+        kind,
         slot,
         ctx_device.or(device),
         EPOCH.load(Ordering::Relaxed),
@@ -169,7 +166,7 @@ pub fn record_allocation(
 /// Takes a block out of the live map before its release call (case 3 in
 /// events.rs); `None` when `addr` is not a live block of an accepted kind.
 pub fn remove_block(addr: u64, accepts: &[MemoryKind]) -> Option<Block> {
-    LIVE.remove_if(addr, |b| kind_of(b).is_none_or(|k| accepts.contains(&k)))
+    LIVE.remove_if(addr, |b| accepts.contains(&b.kind()))
 }
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
@@ -478,9 +475,15 @@ pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
     let mut out = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
-        map.for_each_shard(None, |it, _| out.extend(it.filter(|(_, b)| b.epoch >= epoch)));
+        map.for_each_shard(None, |it, _| out.extend(it.filter(|(_, b)| b.epoch() >= epoch)));
     }
-    out.extend(TORN_DOWN.lock().iter().filter(|(_, b)| b.epoch >= epoch).copied());
+    out.extend(
+        TORN_DOWN
+            .lock()
+            .iter()
+            .filter(|(_, b)| b.epoch() >= epoch)
+            .copied(),
+    );
     out
 }
 
