@@ -115,7 +115,7 @@ fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
         "{:?}",
         r.python
     );
-    assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 18);
+    assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 24);
     let malloc_line = line_of(
         "tests/python/sim.py",
         "rc = lib.cudaMalloc(ctypes.byref(p), nbytes)",
@@ -214,6 +214,21 @@ fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
         assert_eq!(g.bytes, g.blocks * 1009);
     }
     assert_eq!(init.iter().map(|g| g.blocks).sum::<u64>(), 10);
+    // Alternating lines of one function, three times each.
+    for (marker, size) in [("# LEAK line_a", 1010), ("# LEAK line_b", 1011)] {
+        let at: Vec<&Group> = r
+            .leaks
+            .iter()
+            .filter(|g| py_frames(g).get(1).is_some_and(|f| f.2 == l(marker)))
+            .collect();
+        assert_eq!(
+            at.iter()
+                .map(|g| (g.blocks, g.bytes))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+            (3, 3 * size),
+            "{marker}"
+        );
+    }
     // The thread's stack is its own: Thread.run, not all_kinds.
     let g = group_with_py_line(&r, "stacks.py", l("# LEAK thread"));
     let names: Vec<String> = py_frames(g).into_iter().map(|f| f.0).collect();
@@ -320,7 +335,7 @@ fn cudaleak_python_zero_turns_capture_off() {
         .iter()
         .all(|g| g.python_stack.is_empty() && g.merged_stack.is_empty()));
     assert_eq!(r.python.as_deref(), Some("off (CUDALEAK_PYTHON=0)"));
-    assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 18);
+    assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 24);
 }
 
 // ---- the cudaleak module ----

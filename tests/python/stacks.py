@@ -61,6 +61,15 @@ def make_buffers():
         Buffer(1009)  # CALL init
 
 
+def two_lines():
+    # The same frames but for the line in this one: each allocation must
+    # get its own line (a capture that reused the previous one's frames
+    # would not).
+    for _ in range(3):
+        KEPT.append(sim.malloc(1010))  # LEAK line_a
+        KEPT.append(sim.malloc(1011))  # LEAK line_b
+
+
 def all_kinds():
     leak_gil_released()  # CALL cdll
     leak_gil_held()
@@ -72,6 +81,7 @@ def all_kinds():
     Model().step()
     Model.build()
     make_buffers()  # CALL make_buffers
+    two_lines()
 
 
 def clean():

@@ -42,7 +42,7 @@ impl Stack {
             std::ptr::addr_of_mut!((*p).n_native).write(n);
             std::ptr::addr_of_mut!((*p).replayed).write(replayed);
             let python = &mut *std::ptr::addr_of_mut!((*p).python);
-            std::ptr::addr_of_mut!((*p).n_python).write(python::capture(python));
+            std::ptr::addr_of_mut!((*p).n_python).write(python::capture(python, thread));
             slot.assume_init_ref()
         }
     }

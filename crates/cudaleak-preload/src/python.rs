@@ -23,6 +23,7 @@
 
 use crate::python_layouts::{layout_for, FrameModel, PyLayout};
 use crate::resolve::real_dlsym;
+use crate::thread::ThreadState;
 use crate::tracker;
 use cudaleak_core::python::{CodeInfo, PyRawFrame, PY_FRAME_ENTRY};
 use std::ffi::{c_char, CStr};
@@ -188,7 +189,7 @@ unsafe fn this_thread_state() -> usize {
 
 /// Fills `out` with the calling thread's Python frames, innermost first.
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadState) -> usize {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         UNPROBED => {
@@ -200,10 +201,10 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
     }
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use.
-    unsafe { capture_active(out) }
+    unsafe { capture_active(out, thread) }
 }
 
-unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
+unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadState) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
         let f: FinalizingFn = std::mem::transmute(fin);
@@ -224,11 +225,13 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>]) -> usize {
         }
         frame = read(frame + cur);
     }
+    // SAFETY: this thread's own log; captures do not nest on a thread.
+    let log = &mut *thread.python_replay.get();
     match l.frames {
-        FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out),
-        FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out),
-        FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out),
-        FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out),
+        FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
+        FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
+        FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
+        FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
     }
 }
 
@@ -238,11 +241,132 @@ const INTERPRETER_311: u8 = 1;
 const INTERPRETER_312: u8 = 2;
 const INTERPRETER_313: u8 = 3;
 
+/// What the last full frame walk on a thread saw, for replay.
+///
+/// A walk's result is a function of its first frame, the frame words it
+/// reads (`previous`, code, instruction, owner and entry bytes) and facts
+/// of the code objects it meets, which do not change while the object
+/// lives: its type, its `_co_firsttraceable`, and the guard words
+/// (`guard`). So when a capture starts at the same frame and every logged
+/// frame word and guard still holds, the walk would produce the same
+/// frames: they are copied from the log. The checks are independent
+/// loads, where the walk is a chain of dependent ones and a dozen tests a
+/// frame: a loop that allocates from the same Python line (a training
+/// step) pays a fraction of a walk. Only walks of up to `PY_REPLAY_FRAMES`
+/// frames that ended at the end of the chain are logged.
+pub struct PyReplayLog {
+    /// frames visited; 0 when the log is not usable
+    visited: usize,
+    visits: [Visit; PY_REPLAY_FRAMES],
+    recorded: usize,
+    out: [PyRawFrame; PY_REPLAY_FRAMES],
+}
+
+const PY_REPLAY_FRAMES: usize = 32;
+
+#[derive(Clone, Copy)]
+struct Visit {
+    frame: usize,
+    next: usize,
+    code: usize,
+    instr: usize,
+    /// owner | is_entry << 8 (interpreter frames)
+    bytes: u16,
+    /// what the walk made of the frame, and so what else replay checks
+    fate: Fate,
+    /// the guard, for frames whose code object the walk used
+    guard: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// a C-stack shim frame: owner byte only
+    Shim,
+    /// 3.13: not a code object: still not one
+    NotCode,
+    /// recorded, or skipped as not started or incomplete: same code object
+    UsedCode,
+}
+
+impl PyReplayLog {
+    pub const EMPTY: PyReplayLog = PyReplayLog {
+        visited: 0,
+        visits: [Visit {
+            frame: 0,
+            next: 0,
+            code: 0,
+            instr: 0,
+            bytes: 0,
+            fate: Fate::Shim,
+            guard: 0,
+        }; PY_REPLAY_FRAMES],
+        recorded: 0,
+        out: [PyRawFrame {
+            code: 0,
+            guard: 0,
+            offset: 0,
+            flags: 0,
+        }; PY_REPLAY_FRAMES],
+    };
+}
+
+/// The words of a frame that decide what the walk makes of it.
+#[inline(always)]
+unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, usize, usize, u16) {
+    let next: usize = read(frame + l.frame_back);
+    let code: usize = read(frame + l.frame_code);
+    if MODEL == FRAME_OBJECTS {
+        let lasti: i32 = read(frame + l.frame_instr);
+        return (next, code, lasti as usize, 0);
+    }
+    let instr: usize = read(frame + l.frame_instr);
+    let owner: u8 = read(frame + l.frame_owner.unwrap_or(0));
+    let entry: u8 = if MODEL == INTERPRETER_311 {
+        read(frame + l.frame_is_entry.unwrap_or(0))
+    } else {
+        0
+    };
+    (next, code, instr, owner as u16 | (entry as u16) << 8)
+}
+
+/// Replays the log if the chain is unchanged (see [`PyReplayLog`]).
+#[inline(always)]
+unsafe fn replay<const MODEL: u8>(
+    l: &PyLayout,
+    code_type: usize,
+    log: &PyReplayLog,
+    frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+) -> Option<usize> {
+    if log.visited == 0 || log.visits[0].frame != frame || log.recorded > out.len() {
+        return None;
+    }
+    for v in &log.visits[..log.visited] {
+        // Each visit's frame is the previous visit's `next`, checked.
+        if frame_words::<MODEL>(l, v.frame) != (v.next, v.code, v.instr, v.bytes) {
+            return None;
+        }
+        let holds = match v.fate {
+            Fate::Shim => true,
+            Fate::NotCode => read::<usize>(v.code + l.ob_type) != code_type,
+            Fate::UsedCode => guard(l, v.code) == v.guard,
+        };
+        if !holds {
+            return None;
+        }
+    }
+    for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
+        slot.write(*f);
+    }
+    Some(log.recorded)
+}
+
 /// The frame walk proper, compiled once per frame model (`MODEL`) so that
 /// each version's walk carries only its own tests, with the layout's
 /// offsets copied into locals (registers) first. One generic walk that
 /// asked the layout at every frame cost about 100 instructions a frame
-/// (callgrind over bench/py_pairs.py).
+/// (callgrind over bench/py_pairs.py). An unchanged chain is replayed
+/// from the thread's log instead ([`PyReplayLog`]).
 ///
 /// Frames are skipped, as CPython's own tracebacks skip them:
 /// 1. 3.12+: the shim frame (FRAME_OWNED_BY_CSTACK) a C call into Python
@@ -266,13 +390,12 @@ unsafe fn walk_frames<const MODEL: u8>(
     code_type: usize,
     mut frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
+    log: &mut PyReplayLog,
 ) -> usize {
+    if let Some(n) = replay::<MODEL>(l, code_type, log, frame, out) {
+        return n;
+    }
     let interpreter_frames = MODEL != FRAME_OBJECTS;
-    let frame_back = l.frame_back;
-    let frame_code = l.frame_code;
-    let frame_instr = l.frame_instr;
-    let frame_owner = l.frame_owner.unwrap_or(0);
-    let frame_is_entry = l.frame_is_entry.unwrap_or(0);
     let owner_cstack = l.owner_cstack.unwrap_or(u8::MAX);
     let owner_generator = l.owner_generator.unwrap_or(u8::MAX);
     let ob_type = l.ob_type;
@@ -281,42 +404,68 @@ unsafe fn walk_frames<const MODEL: u8>(
     let lasti_unit_bytes = l.lasti_unit_bytes;
 
     let mut n = 0;
+    let mut visited = 0;
+    // The walk is logged only if it ends where the chain ends.
+    let mut loggable = true;
     // A chain longer than this is corrupt (or a recursion we cut).
     let mut budget = 4096;
     // The first code object is checked by type: a wrong layout stops here.
     let mut checked = false;
-    while plausible(frame, 8) && n < out.len() && budget > 0 {
+    while plausible(frame, 8) && budget > 0 {
+        if n == out.len() {
+            loggable = false;
+            break;
+        }
         budget -= 1;
-        let next: usize = read(frame + frame_back);
-        let owner: u8 = if interpreter_frames {
-            read(frame + frame_owner)
-        } else {
-            0
+        let (next, code, instr, bytes) = frame_words::<MODEL>(l, frame);
+        let owner = bytes as u8;
+        let mut visit = Visit {
+            frame,
+            next,
+            code,
+            instr,
+            bytes,
+            fate: Fate::Shim,
+            guard: 0,
+        };
+        let mut log_visit = |visit: Visit| {
+            if visited < PY_REPLAY_FRAMES {
+                log.visits[visited] = visit;
+            } else {
+                loggable = false;
+            }
+            visited += 1;
         };
         if MODEL >= INTERPRETER_312 && owner == owner_cstack {
             // (1)
             if n > 0 {
                 out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
             }
+            log_visit(visit);
             frame = next;
             continue;
         }
-        let code: usize = read(frame + frame_code);
         if !plausible(code, 8) {
+            loggable = false;
             break;
         }
         if MODEL == INTERPRETER_313 || !checked {
             if read::<usize>(code + ob_type) != code_type {
                 if MODEL == INTERPRETER_313 {
+                    visit.fate = Fate::NotCode;
+                    log_visit(visit);
                     frame = next; // (2)
                     continue;
                 }
+                loggable = false;
                 break;
             }
             checked = true;
         }
+        visit.fate = Fate::UsedCode;
+        visit.guard = guard(l, code);
+        log_visit(visit);
         let offset = if interpreter_frames {
-            let instr: usize = read(frame + frame_instr);
             let Some(offset) = instr.checked_sub(code + code_start).filter(|&o| o < 1 << 30) else {
                 frame = next; // (3)
                 continue;
@@ -330,20 +479,19 @@ unsafe fn walk_frames<const MODEL: u8>(
             }
             offset as u32 & !1
         } else {
-            let lasti: i32 = read(frame + frame_instr);
-            (lasti.max(0) as u32).saturating_mul(lasti_unit_bytes)
+            ((instr as i32).max(0) as u32).saturating_mul(lasti_unit_bytes)
         };
         let flags = if !interpreter_frames {
             // Each frame object ran in its own eval-loop invocation.
             PY_FRAME_ENTRY
-        } else if MODEL == INTERPRETER_311 && read::<u8>(frame + frame_is_entry) != 0 {
+        } else if MODEL == INTERPRETER_311 && bytes >> 8 != 0 {
             PY_FRAME_ENTRY
         } else {
             0
         };
         out[n].write(PyRawFrame {
             code: code as u64,
-            guard: guard(l, code),
+            guard: visit.guard,
             offset,
             flags,
         });
@@ -353,6 +501,15 @@ unsafe fn walk_frames<const MODEL: u8>(
     if n > 0 {
         // The outermost frame was entered from C (the interpreter's main).
         out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
+    }
+    if loggable && budget > 0 && visited > 0 && n <= PY_REPLAY_FRAMES {
+        log.visited = visited;
+        log.recorded = n;
+        for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
+            *slot = f.assume_init();
+        }
+    } else {
+        log.visited = 0;
     }
     n
 }

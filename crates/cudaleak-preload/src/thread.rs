@@ -4,6 +4,7 @@
 //! once per call (a `__tls_get_addr` call in a shared library) and pass
 //! the reference down.
 
+use crate::python::PyReplayLog;
 use crate::unwind::ReplayLog;
 use cudaleak_core::python::PyRawFrame;
 use std::cell::{Cell, UnsafeCell};
@@ -22,6 +23,8 @@ pub struct ThreadState {
     pub stack_bounds: Cell<(usize, usize)>,
     /// What the last full stack walk read (`unwind.rs`, replay).
     pub replay: UnsafeCell<ReplayLog>,
+    /// What the last Python frame walk saw (`python.rs`, replay).
+    pub python_replay: UnsafeCell<PyReplayLog>,
     /// (trace id, api, kind) of the last trace interned here; id 0: none.
     pub last_trace: Cell<(u32, u8, u8)>,
     /// and its Python frames (count; u32::MAX when more than fit)
@@ -37,6 +40,7 @@ thread_local! {
             last_context: Cell::new((0, 0)),
             stack_bounds: Cell::new((0, 0)),
             replay: UnsafeCell::new(ReplayLog::EMPTY),
+            python_replay: UnsafeCell::new(PyReplayLog::EMPTY),
             last_trace: Cell::new((0, 0, 0)),
             last_python: UnsafeCell::new([PyRawFrame { code: 0, guard: 0, offset: 0, flags: 0 }; LAST_PYTHON]),
             last_python_len: Cell::new(u32::MAX),
