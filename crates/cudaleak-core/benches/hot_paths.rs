@@ -20,10 +20,16 @@ fn main() {
     divan::main();
 }
 
-/// Addresses spaced like a device allocator's (256-byte aligned), and
-/// distinct per thread so threads never collide on a key.
-fn next_address(counter: &AtomicU64) -> u64 {
-    0x7f00_0000_0000 + counter.fetch_add(1, Ordering::Relaxed) * 256
+/// One allocation and its release, at an address spaced like a device
+/// allocator's (256-byte aligned) and distinct per call, so that threads
+/// never collide on a key.
+fn alloc_free_pair(map: &LiveMap, counter: &AtomicU64) -> Option<Block> {
+    let key = 0x7f00_0000_0000 + counter.fetch_add(1, Ordering::Relaxed) * 256;
+    map.insert(
+        key,
+        Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
+    );
+    map.remove(divan::black_box(key))
 }
 
 /// One allocation and its release, with `live` other blocks in the map.
@@ -37,14 +43,7 @@ fn live_map_pair(bencher: divan::Bencher, live: u64) {
         );
     }
     let counter = AtomicU64::new(0);
-    bencher.bench(|| {
-        let key = next_address(&counter);
-        map.insert(
-            key,
-            Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
-        );
-        divan::black_box(map.remove(divan::black_box(key)))
-    });
+    bencher.bench(|| alloc_free_pair(&map, &counter));
 }
 
 /// The same pair from several threads at once: shard contention. (The
@@ -53,14 +52,7 @@ fn live_map_pair(bencher: divan::Bencher, live: u64) {
 fn live_map_pair_threads(bencher: divan::Bencher) {
     static MAP: LiveMap = LiveMap::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    bencher.bench(|| {
-        let key = next_address(&COUNTER);
-        MAP.insert(
-            key,
-            Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
-        );
-        divan::black_box(MAP.remove(divan::black_box(key)))
-    });
+    bencher.bench(|| alloc_free_pair(&MAP, &COUNTER));
 }
 
 fn native_stack(depth: usize, salt: u64) -> Vec<u64> {
