@@ -18,6 +18,7 @@ pub mod python;
 pub mod record;
 pub mod render;
 pub mod report;
+pub mod safe_read;
 pub mod suppress;
 pub mod symbolize;
 pub mod timeline;
