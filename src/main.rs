@@ -85,6 +85,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if !matches!(args.command, Command::Run(_)) {
+        // Stop quietly when the reader goes away, as Unix tools do:
+        // `cudaleak report --format json | head -1` panicked with "failed
+        // printing to stdout: Broken pipe" and exit 101 (issue 12). `run`
+        // keeps SIGPIPE ignored: it must live to pass on the command's
+        // status, and writes its own lines without panicking.
+        // SAFETY: setting a disposition before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match args.command {
         Command::Run(a) => cli::run::run(a),
         Command::Report { paths, format, top } => cli::reports::report(&paths, format, top),

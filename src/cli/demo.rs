@@ -2,8 +2,9 @@
 //! bundled simulated CUDA driver, so that a machine without a GPU shows a
 //! real report.
 
-use super::{find_library, CliResult};
-use std::os::unix::fs::PermissionsExt;
+use super::{create_new_file, find_library, CliResult};
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,21 +21,47 @@ const FILES: [(&str, &[u8]); 3] = [
 ];
 
 fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", p.display()))
+    create_new_file(&dir.join(name), 0o700, bytes)
+}
+
+/// A new directory only we can enter (`mkdtemp`: a fresh random name, mode
+/// 0700). The demo used `/tmp/cudaleak-demo-<pid>` even when another user
+/// had made it, and wrote through their symlinks: a planted
+/// `libcuda.so.1 -> victim` got a root-owned file overwritten (issue 15).
+fn private_dir() -> Result<PathBuf, String> {
+    let template = std::env::temp_dir().join("cudaleak-demo-XXXXXX");
+    let mut bytes = CString::new(template.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: NUL in the path", template.display()))?
+        .into_bytes_with_nul();
+    // SAFETY: a writable NUL-terminated buffer ending in XXXXXX.
+    if unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) }.is_null() {
+        return Err(format!(
+            "cannot create a directory like {}: {}",
+            template.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    bytes.pop();
+    Ok(PathBuf::from(OsString::from_vec(bytes)))
 }
 
 pub fn demo(dir: Option<PathBuf>) -> CliResult {
     let lib = find_library()?;
-    let work = std::env::temp_dir().join(format!("cudaleak-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let work = private_dir()?;
     for (name, bytes) in FILES {
         write_exe(&work, name, bytes)?;
     }
-    let reports = dir.unwrap_or_else(|| work.join("reports"));
-    std::fs::create_dir_all(&reports).map_err(|e| format!("{}: {e}", reports.display()))?;
+    let reports = match dir {
+        Some(d) => {
+            std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            d
+        }
+        None => {
+            let d = work.join("reports");
+            std::fs::create_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            d
+        }
+    };
     println!("cudaleak demo: a small training loop with three planted leaks (sim/demo.c),");
     println!(
         "running on cudaleak's simulated CUDA driver under LD_PRELOAD={}\n",

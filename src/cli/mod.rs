@@ -6,7 +6,7 @@ pub mod dump;
 pub mod reports;
 pub mod run;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub type CliResult = Result<u8, String>;
 
@@ -36,6 +36,25 @@ pub fn find_library() -> Result<PathBuf, String> {
         "cannot find libcudaleak.so; looked in: {} (build it with `cargo build --release`, or set CUDALEAK_LIBRARY)",
         tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     ))
+}
+
+/// Creates `path` as a new file holding `bytes`: `O_CREAT|O_EXCL|
+/// O_NOFOLLOW`, so an existing file or a planted symbolic link is never
+/// written through; removed again if writing fails.
+pub fn create_new_file(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    f.write_all(bytes).map_err(|e| {
+        let _ = std::fs::remove_file(path);
+        format!("cannot write {}: {e}", path.display())
+    })
 }
 
 pub fn env() -> CliResult {

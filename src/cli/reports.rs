@@ -4,7 +4,7 @@
 use super::CliResult;
 use crate::Format;
 use cudaleak_core::combine::{self, Change};
-use cudaleak_core::render::{self, TextOptions};
+use cudaleak_core::render::{self, escape, TextOptions};
 use cudaleak_core::report::Report;
 use std::path::{Path, PathBuf};
 
@@ -12,13 +12,18 @@ fn is_report_name(name: &str) -> bool {
     name.starts_with("cudaleak.") && name.ends_with(".json") && !name.ends_with(".timeline.json")
 }
 
+/// Searches `dir` and its subdirectories. Symbolic links to directories
+/// are not followed: a directory holding `a -> .` and `b -> .` made the
+/// walk visit about 2^40 paths (issue 15). `DirEntry::file_type` does not
+/// follow links, so a link is never taken for a directory here.
 fn collect_dir(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for e in entries {
         let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if p.is_dir() && !name.starts_with('.') {
+        let is_real_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_real_dir && !name.starts_with('.') {
             collect_dir(&p, out)?;
         } else if is_report_name(&name) {
             out.push(p);
@@ -32,7 +37,7 @@ fn collect_dir(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
 pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Report)>, String> {
     let mut files = Vec::new();
     for p in paths {
-        let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", escape(&p.display().to_string())))?;
         if meta.is_dir() {
             let before = files.len();
             collect_dir(p, &mut files)?;
@@ -52,7 +57,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Report)>, String> {
         .map(|f| {
             Report::read(&f)
                 .map(|r| (f.clone(), r))
-                .map_err(|e| format!("{}: {e}", f.display()))
+                .map_err(|e| format!("{}: {e}", escape(&f.display().to_string())))
         })
         .collect()
 }
@@ -111,7 +116,7 @@ pub fn diff(old: &Path, new: &Path, format: Format, top: Option<usize>) -> CliRe
         Format::Json => print_json(&serde_json::json!({
             "old": old.display().to_string(),
             "new": new.display().to_string(),
-            "bytes_delta": b.leaked_bytes() as i64 - a.leaked_bytes() as i64,
+            "bytes_delta": combine::delta(b.leaked_bytes(), a.leaked_bytes()),
             "changes": changes,
         })),
         Format::Folded => {
@@ -128,7 +133,11 @@ pub fn diff(old: &Path, new: &Path, format: Format, top: Option<usize>) -> CliRe
             Ok(0)
         }
         Format::Text => {
-            println!("cudaleak diff: {} -> {}", old.display(), new.display());
+            println!(
+                "cudaleak diff: {} -> {}",
+                escape(&old.display().to_string()),
+                escape(&new.display().to_string())
+            );
             if changes.is_empty() {
                 println!("  no change");
             }
@@ -145,7 +154,7 @@ pub fn diff(old: &Path, new: &Path, format: Format, top: Option<usize>) -> CliRe
                     c.bytes_delta,
                     c.blocks_delta,
                     what,
-                    c.group.api,
+                    escape(&c.group.api),
                     c.group.memory.name(),
                     c.group.top_frame_label()
                 );
@@ -155,7 +164,7 @@ pub fn diff(old: &Path, new: &Path, format: Format, top: Option<usize>) -> CliRe
             }
             println!(
                 "cudaleak: {:+} bytes leaked ({} -> {})",
-                b.leaked_bytes() as i64 - a.leaked_bytes() as i64,
+                b.leaked_bytes() as i128 - a.leaked_bytes() as i128,
                 a.leaked_bytes(),
                 b.leaked_bytes()
             );
@@ -180,7 +189,7 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
             println!(
                 "cudaleak merge: {} process(es) in {}",
                 reports.len(),
-                dir.display()
+                escape(&dir.display().to_string())
             );
             println!(
                 "  {:<22} {:<16} {:>8} {:>14} {:>8} {:>7}",
@@ -189,8 +198,8 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
             for r in &view.ranks {
                 println!(
                     "  {:<22} {:<16} {:>8} {:>14} {:>8} {:>7}{}",
-                    r.label,
-                    r.hostname.as_deref().unwrap_or("?"),
+                    escape(&r.label),
+                    escape(r.hostname.as_deref().unwrap_or("?")),
                     r.pid,
                     r.leaked_bytes,
                     r.leaked_blocks,
@@ -217,9 +226,9 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
                         "  {} bytes in {} blocks by {} at {} -- on {}",
                         g.group.bytes,
                         g.group.blocks,
-                        g.group.api,
+                        escape(&g.group.api),
                         g.group.top_frame_label(),
-                        g.ranks.join(", ")
+                        escape(&g.ranks.join(", "))
                     );
                 }
             }

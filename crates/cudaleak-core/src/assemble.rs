@@ -368,6 +368,7 @@ impl Assembler<'_> {
             python: meta.python,
             incomplete_shards: snap.incomplete_shards,
             merged_from: vec![],
+            run_id: None,
         }
     }
 }

@@ -82,13 +82,13 @@ fn merge_groups(lists: impl Iterator<Item = Group>) -> Vec<Group> {
         let key = GroupKey::of(&g);
         match merged.get_mut(&key) {
             Some(m) => {
-                m.blocks += g.blocks;
-                m.bytes += g.bytes;
+                m.blocks = m.blocks.saturating_add(g.blocks);
+                m.bytes = m.bytes.saturating_add(g.bytes);
                 if let (Some(a), Some(b)) = (m.blocks_delta.as_mut(), g.blocks_delta) {
-                    *a += b;
+                    *a = a.saturating_add(b);
                 }
                 if let (Some(a), Some(b)) = (m.bytes_delta.as_mut(), g.bytes_delta) {
-                    *a += b;
+                    *a = a.saturating_add(b);
                 }
                 for e in g.examples {
                     if m.examples.len() < crate::assemble::EXAMPLES_PER_GROUP {
@@ -137,19 +137,31 @@ pub fn sort_groups(groups: &mut [Group]) {
     });
 }
 
+/// Sums saturate at `u64::MAX` (issue 15: two groups of `u64::MAX` bytes
+/// wrapped to 18446744073709551614).
+fn add(a: &mut u64, b: u64) {
+    *a = a.saturating_add(b);
+}
+
 fn add_totals(a: &mut Totals, b: &Totals) {
-    a.live_blocks += b.live_blocks;
-    a.live_bytes += b.live_bytes;
-    a.peak_bytes += b.peak_bytes;
-    a.allocations += b.allocations;
-    a.frees += b.frees;
-    a.failed_allocations += b.failed_allocations;
-    a.invalid_frees += b.invalid_frees;
+    add(&mut a.live_blocks, b.live_blocks);
+    add(&mut a.live_bytes, b.live_bytes);
+    add(&mut a.peak_bytes, b.peak_bytes);
+    add(&mut a.allocations, b.allocations);
+    add(&mut a.frees, b.frees);
+    add(&mut a.failed_allocations, b.failed_allocations);
+    add(&mut a.invalid_frees, b.invalid_frees);
     for (k, v) in &b.by_memory {
         let e: &mut KindTotals = a.by_memory.entry(*k).or_default();
-        e.blocks += v.blocks;
-        e.bytes += v.bytes;
+        add(&mut e.blocks, v.blocks);
+        add(&mut e.bytes, v.bytes);
     }
+}
+
+/// `new - old` for two counters, clamped to the range of i64 (an `as i64`
+/// cast made `diff` print -3005 for a growth to `u64::MAX`).
+pub fn delta(new: u64, old: u64) -> i64 {
+    (new as i128 - old as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 /// One report over several (one per process; see [`latest_per_process`]).
@@ -168,9 +180,9 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         for u in &r.suppressions_used {
             match uses.iter_mut().find(|x| x.pattern == u.pattern) {
                 Some(x) => {
-                    x.groups += u.groups;
-                    x.blocks += u.blocks;
-                    x.bytes += u.bytes;
+                    add(&mut x.groups, u.groups);
+                    add(&mut x.blocks, u.blocks);
+                    add(&mut x.bytes, u.bytes);
                 }
                 None => uses.push(u.clone()),
             }
@@ -206,8 +218,9 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         signal: None,
         suppressions_used: uses,
         python: None,
-        incomplete_shards: reports.iter().map(|(_, r)| r.incomplete_shards).sum(),
+        incomplete_shards: crate::report::saturating_sum(reports.iter().map(|(_, r)| r.incomplete_shards)),
         merged_from: reports.iter().map(|(p, _)| p.display().to_string()).collect(),
+        run_id: same(|r| r.run_id.clone()),
     })
 }
 
@@ -250,8 +263,8 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
         };
         out.push(GroupDelta {
             change,
-            blocks_delta: g.blocks as i64 - oblocks as i64,
-            bytes_delta: g.bytes as i64 - ob as i64,
+            blocks_delta: delta(g.blocks, oblocks),
+            bytes_delta: delta(g.bytes, ob),
             old_bytes: ob,
             new_bytes: g.bytes,
             group: g.clone(),
@@ -260,8 +273,8 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
     for g in old.leaks.iter().filter(|g| olds.contains_key(&GroupKey::of(g))) {
         out.push(GroupDelta {
             change: Change::Gone,
-            blocks_delta: -(g.blocks as i64),
-            bytes_delta: -(g.bytes as i64),
+            blocks_delta: delta(0, g.blocks),
+            bytes_delta: delta(0, g.bytes),
             old_bytes: g.bytes,
             new_bytes: 0,
             group: g.clone(),
@@ -353,8 +366,8 @@ pub fn rank_view(reports: &[(PathBuf, Report)]) -> RankView {
                     Vec::new(),
                 )
             });
-            e.0.blocks += g.blocks;
-            e.0.bytes += g.bytes;
+            add(&mut e.0.blocks, g.blocks);
+            add(&mut e.0.bytes, g.bytes);
             if !e.1.contains(&label) {
                 e.1.push(label.clone());
             }

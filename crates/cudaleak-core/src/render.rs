@@ -3,8 +3,41 @@
 //! JSON is the report model itself (serde).
 
 use crate::python::PythonFrame;
-use crate::report::{Group, MergedFrame, NativeFrame, Report, SuppressionUse, Trend};
+use crate::report::{saturating_sum, Group, MergedFrame, NativeFrame, Report, SuppressionUse, Trend};
+use std::borrow::Cow;
 use std::fmt::Write;
+
+/// `s` with every control character (C0, DEL, C1) and bidirectional
+/// override written as an escape (`\n`, `\x1b`, `\u{202e}`), and `\`
+/// doubled when there is something to escape. Every string from a report
+/// goes through it before it reaches text output: a report whose fields
+/// held an ANSI escape and a newline could otherwise forge a
+/// "cudaleak: 0 bytes leaked" line on the terminal (issue 15).
+pub fn escape(s: &str) -> Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !s.chars().any(unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 && unsafe_char(c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if unsafe_char(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 pub struct TextOptions {
     /// groups shown; the rest are counted in one line
@@ -31,34 +64,34 @@ fn basename(path: &str) -> &str {
 
 pub fn native_label(f: &NativeFrame) -> String {
     match (&f.function, &f.module) {
-        (Some(func), _) => func.clone(),
-        (None, Some(m)) => format!("{}+{}", basename(m), f.address),
-        (None, None) => f.address.clone(),
+        (Some(func), _) => escape(func).into_owned(),
+        (None, Some(m)) => format!("{}+{}", escape(basename(m)), escape(&f.address)),
+        (None, None) => escape(&f.address).into_owned(),
     }
 }
 
 pub fn python_label(f: &PythonFrame) -> String {
     match f.line {
-        Some(l) => format!("{} {}:{}", f.function, f.file, l),
-        None => format!("{} {}", f.function, f.file),
+        Some(l) => format!("{} {}:{}", escape(&f.function), escape(&f.file), l),
+        None => format!("{} {}", escape(&f.function), escape(&f.file)),
     }
 }
 
 fn native_line(i: usize, f: &NativeFrame) -> String {
-    let mut s = format!("    #{i} {}", f.address);
+    let mut s = format!("    #{i} {}", escape(&f.address));
     if let Some(func) = &f.function {
-        let _ = write!(s, " in {func}");
+        let _ = write!(s, " in {}", escape(func));
     }
     match (&f.file, f.line) {
         (Some(file), Some(line)) => {
-            let _ = write!(s, " {file}:{line}");
+            let _ = write!(s, " {}:{line}", escape(file));
         }
         (Some(file), None) => {
-            let _ = write!(s, " {file}");
+            let _ = write!(s, " {}", escape(file));
         }
         _ => {
             if let Some(m) = &f.module {
-                let _ = write!(s, " ({m})");
+                let _ = write!(s, " ({})", escape(m));
             }
         }
     }
@@ -66,10 +99,7 @@ fn native_line(i: usize, f: &NativeFrame) -> String {
 }
 
 fn python_line(i: usize, f: &PythonFrame) -> String {
-    match f.line {
-        Some(l) => format!("    #{i} in {} {}:{} [python]", f.function, f.file, l),
-        None => format!("    #{i} in {} {} [python]", f.function, f.file),
-    }
+    format!("    #{i} in {} [python]", python_label(f))
 }
 
 /// The frames of a group for display: the merged stack when there is one,
@@ -130,7 +160,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         "{verb} of {} byte(s) in {} block(s) allocated by {} ({} memory){}:",
         g.bytes,
         g.blocks,
-        g.api,
+        escape(&g.api),
         g.memory.name(),
         trend_note(g.trend)
     );
@@ -151,7 +181,7 @@ fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
     let _ = writeln!(out, "Suppressions used:");
     let _ = writeln!(out, "  count      bytes template");
     for u in uses {
-        let _ = writeln!(out, "{:>7} {:>10} {}", u.groups, u.bytes, u.pattern);
+        let _ = writeln!(out, "{:>7} {:>10} {}", u.groups, u.bytes, escape(&u.pattern));
     }
     let _ = writeln!(out, "{THIN_RULE}");
     out.push('\n');
@@ -167,8 +197,8 @@ fn by_kind(groups: &[Group]) -> String {
     for g in groups {
         match kinds.iter_mut().find(|k| k.0 == g.memory) {
             Some(k) => {
-                k.1 += g.bytes;
-                k.2 += g.blocks;
+                k.1 = k.1.saturating_add(g.bytes);
+                k.2 = k.2.saturating_add(g.blocks);
             }
             None => kinds.push((g.memory, g.bytes, g.blocks)),
         }
@@ -202,8 +232,8 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
             out,
             "... and {} more group(s), {} byte(s) in {} block(s): see the report.\n",
             rest.len(),
-            rest.iter().map(|g| g.bytes).sum::<u64>(),
-            rest.iter().map(|g| g.blocks).sum::<u64>()
+            saturating_sum(rest.iter().map(|g| g.bytes)),
+            saturating_sum(rest.iter().map(|g| g.blocks))
         );
     }
     suppressions_table(&mut out, &r.suppressions_used);
@@ -215,7 +245,7 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     );
     let mut last = summary_line(bytes, blocks);
     if let Some(p) = report_path {
-        let _ = write!(last, "; report: {p}");
+        let _ = write!(last, "; report: {}", escape(p));
     }
     let _ = writeln!(out, "{last}");
     out
@@ -225,7 +255,7 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
 pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{RULE}");
-    let cmd = r.command.join(" ");
+    let cmd = escape(&r.command.join(" ")).into_owned();
     let _ = write!(
         out,
         "cudaleak report: pid {}, {} dump #{}",
@@ -237,17 +267,17 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         let _ = write!(out, ", rank {rank}");
     }
     if let Some(h) = &r.hostname {
-        let _ = write!(out, ", host {h}");
+        let _ = write!(out, ", host {}", escape(h));
     }
     out.push('\n');
     if !cmd.is_empty() {
         let _ = writeln!(out, "command: {cmd}");
     }
     if let Some(s) = source {
-        let _ = writeln!(out, "file: {s}");
+        let _ = writeln!(out, "file: {}", escape(s));
     }
     if let Some(reason) = &r.reason {
-        let _ = writeln!(out, "reason: {reason}");
+        let _ = writeln!(out, "reason: {}", escape(reason));
     }
     let t = &r.totals;
     let _ = writeln!(
@@ -276,7 +306,7 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
                 "  {:+} byte(s) {:+} block(s) {} at {}{}",
                 g.bytes_delta.unwrap_or(0),
                 g.blocks_delta.unwrap_or(0),
-                g.api,
+                escape(&g.api),
                 g.top_frame_label(),
                 trend_note(g.trend)
             );
@@ -288,8 +318,8 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
             out,
             "Suppressed: {} group(s), {} byte(s) in {} block(s).",
             r.suppressed.len(),
-            r.suppressed.iter().map(|g| g.bytes).sum::<u64>(),
-            r.suppressed.iter().map(|g| g.blocks).sum::<u64>()
+            saturating_sum(r.suppressed.iter().map(|g| g.bytes)),
+            saturating_sum(r.suppressed.iter().map(|g| g.blocks))
         );
     }
     suppressions_table(&mut out, &r.suppressions_used);
@@ -306,8 +336,8 @@ fn folded_frame(f: &MergedFrame) -> String {
     let s = match f {
         MergedFrame::Native(n) => native_label(n),
         MergedFrame::Python(p) => match p.line {
-            Some(l) => format!("{} [{}:{}]", p.function, basename(&p.file), l),
-            None => format!("{} [{}]", p.function, basename(&p.file)),
+            Some(l) => format!("{} [{}:{}]", escape(&p.function), escape(basename(&p.file)), l),
+            None => format!("{} [{}]", escape(&p.function), escape(basename(&p.file))),
         },
     };
     // ';' separates frames and a trailing number is the weight.
@@ -329,7 +359,7 @@ pub fn folded(groups: &[Group]) -> String {
                 .collect()
         };
         let mut parts: Vec<String> = frames.iter().rev().map(folded_frame).collect();
-        parts.push(g.api.clone());
+        parts.push(escape(&g.api).replace(';', ":"));
         let _ = writeln!(out, "{} {}", parts.join(";"), g.bytes);
     }
     out

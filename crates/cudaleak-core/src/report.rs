@@ -178,6 +178,19 @@ pub struct Report {
     /// extension: the files a merged report was made from
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<String>,
+    /// extension: the `cudaleak run` this process ran under
+    /// (`CUDALEAK_RUN_ID`); the gate selects its reports by it
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// The largest report file the CLI reads (the error names it): 256 MiB.
+/// Reading takes several times the file's size in memory.
+pub const MAX_REPORT_BYTES: u64 = 256 << 20;
+
+/// A sum of counters that stops at `u64::MAX` instead of wrapping.
+pub fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0u64, u64::saturating_add)
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -188,6 +201,8 @@ fn is_zero(v: &u64) -> bool {
 #[derive(Debug)]
 pub enum ReadError {
     Io(std::io::Error),
+    /// not a regular file, or larger than [`MAX_REPORT_BYTES`]
+    Unreadable(crate::safe_read::SafeReadError),
     NotJson(String),
     Foreign,
     NewerVersion(u64),
@@ -198,6 +213,7 @@ impl std::fmt::Display for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Unreadable(e) => write!(f, "{e}"),
             ReadError::NotJson(e) => write!(f, "not a JSON report (truncated or corrupt?): {e}"),
             ReadError::Foreign => write!(f, "not a cudaleak report (no \"format\": \"cudaleak\")"),
             ReadError::NewerVersion(v) => write!(
@@ -224,22 +240,32 @@ impl Report {
         serde_json::from_value(v).map_err(|e| ReadError::Invalid(e.to_string()))
     }
 
+    /// Reads a report file: only a regular file of at most
+    /// [`MAX_REPORT_BYTES`] (a FIFO named like a report hung the CLI, and
+    /// `report /dev/zero` read until it was OOM-killed).
     pub fn read(path: &std::path::Path) -> Result<Report, ReadError> {
-        let text = std::fs::read_to_string(path).map_err(ReadError::Io)?;
+        let bytes = crate::safe_read::read_regular_file(path, MAX_REPORT_BYTES).map_err(|e| match e {
+            crate::safe_read::SafeReadError::Io(io) => ReadError::Io(io),
+            other => ReadError::Unreadable(other),
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| ReadError::NotJson(e.to_string()))?;
         Report::parse(&text)
     }
 
-    /// Bytes of memory in `leaks` (reserved address space not counted).
+    /// Bytes of memory in `leaks` (reserved address space not counted),
+    /// saturating: a crafted report with two groups of `u64::MAX` bytes
+    /// printed 18446744073709551614.
     pub fn leaked_bytes(&self) -> u64 {
-        self.leaks
-            .iter()
-            .filter(|g| !g.memory.is_address_space())
-            .map(|g| g.bytes)
-            .sum()
+        saturating_sum(
+            self.leaks
+                .iter()
+                .filter(|g| !g.memory.is_address_space())
+                .map(|g| g.bytes),
+        )
     }
 
     pub fn leaked_blocks(&self) -> u64 {
-        self.leaks.iter().map(|g| g.blocks).sum()
+        saturating_sum(self.leaks.iter().map(|g| g.blocks))
     }
 }
 
