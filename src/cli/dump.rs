@@ -119,9 +119,15 @@ pub enum Requested {
 /// (issue 15).
 pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, String> {
     let shown = || dir.display().to_string();
-    let cdir = CString::new(dir.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL in the path", shown()))?;
+    let cdir =
+        CString::new(dir.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL in the path", shown()))?;
     // SAFETY: valid C string; the descriptor is closed by OwnedFd.
-    let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            cdir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(format!("{}: {}", shown(), std::io::Error::last_os_error()));
     }
@@ -213,7 +219,10 @@ pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
                     &TextOptions::default()
                 )
             );
-            println!("cudaleak: report written to {}", escape(&path.display().to_string()));
+            println!(
+                "cudaleak: report written to {}",
+                escape(&path.display().to_string())
+            );
             return Ok(0);
         }
     }

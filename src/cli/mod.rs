@@ -13,6 +13,11 @@ pub type CliResult = Result<u8, String>;
 /// LeakSanitizer's exit status for "leaks found".
 pub const LEAK_EXIT_STATUS: u8 = 23;
 
+/// `run --fail-on-leak` when the command exited 0 but a process that made
+/// CUDA calls wrote no final report (killed by SIGKILL, a full disk): the
+/// gate fails closed, with a status of its own.
+pub const MISSING_REPORT_EXIT_STATUS: u8 = 24;
+
 /// libcudaleak.so: next to this binary (cargo's target/release), in
 /// ../lib (an installed tree), or where CUDALEAK_LIBRARY says.
 pub fn find_library() -> Result<PathBuf, String> {

@@ -2,10 +2,11 @@
 //! under the library (LD_PRELOAD is inherited); afterwards, one summary
 //! over every report they wrote.
 
-use super::{find_library, CliResult, LEAK_EXIT_STATUS};
+use super::{find_library, CliResult, LEAK_EXIT_STATUS, MISSING_REPORT_EXIT_STATUS};
 use cudaleak_core::combine;
-use cudaleak_core::render;
-use cudaleak_core::report::{Report, Trigger};
+use cudaleak_core::render::{self, escape};
+use cudaleak_core::report::{saturating_sum, Report, Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
+use cudaleak_core::safe_read;
 use cudaleak_core::suppress::Suppressions;
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -50,6 +51,9 @@ pub struct RunArgs {
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// Write end of the pipe through which the signal handler hands the dump
+/// signal to the thread that asks for dumps (-1: none).
+static DUMP_SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
 
 /// Signals passed on to the command (and reset to default in it).
 const FORWARDED: [libc::c_int; 6] = [
@@ -61,27 +65,42 @@ const FORWARDED: [libc::c_int; 6] = [
     libc::SIGUSR2,
 ];
 
+/// Signals that ask for something rather than stop the command: sent on
+/// only to a child that catches them (a bash wrapper dies of SIGUSR1, rc
+/// 138, and left the real worker running orphaned: issue 15).
+fn is_request_signal(sig: libc::c_int) -> bool {
+    sig == libc::SIGUSR1 || sig == libc::SIGUSR2
+}
+
 /// Passes signals sent to us (by a scheduler, `kill`) on to the command.
 /// A terminal's Ctrl-C already reaches the whole process group, so only
-/// signals sent by a process (SI_USER, SI_QUEUE) are forwarded.
+/// signals sent by a process (SI_USER, SI_QUEUE) are forwarded. SIGUSR1
+/// and SIGUSR2 go to the dump thread instead (see [`ask_for_dumps`]).
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let child = CHILD.load(Ordering::Acquire);
-    // SAFETY: reading the kernel's siginfo; kill is async-signal-safe.
+    // SAFETY: reading the kernel's siginfo; kill and write are
+    // async-signal-safe; errno is restored for the interrupted code.
     unsafe {
+        let errno = *libc::__errno_location();
         let code = if info.is_null() {
             libc::SI_USER
         } else {
             (*info).si_code
         };
-        if child > 0 && (code == libc::SI_USER || code == libc::SI_QUEUE || sig != libc::SIGINT) {
+        let pipe = DUMP_SIGNAL_PIPE.load(Ordering::Acquire);
+        if is_request_signal(sig) && pipe >= 0 {
+            let byte = sig as u8;
+            libc::write(pipe, (&byte as *const u8).cast(), 1);
+        } else if child > 0 && (code == libc::SI_USER || code == libc::SI_QUEUE || sig != libc::SIGINT) {
             libc::kill(child, sig);
         }
+        *libc::__errno_location() = errno;
     }
 }
 
 fn install_forwarding() {
     for sig in FORWARDED {
-        // SAFETY: installing a handler that only calls kill().
+        // SAFETY: installing a handler that only calls kill() and write().
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = forward as *const () as usize;
@@ -89,6 +108,131 @@ fn install_forwarding() {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
+}
+
+/// A line on stderr that never panics: `run` must live to pass on the
+/// command's status even when its stderr is a closed pipe.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// Whether `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
+fn catches(pid: i32, sig: libc::c_int) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|mask| sig >= 1 && mask & (1u64 << (sig - 1)) != 0)
+}
+
+/// The processes of this run that have made a CUDA call and have not yet
+/// written their final report: their markers in the report directory.
+struct Active {
+    pid: i32,
+    instance: String,
+    marker: PathBuf,
+}
+
+fn active_processes(dir: &Path, run_id: &str) -> Vec<Active> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(RUN_MARKER_PREFIX) else {
+            continue;
+        };
+        let Some((pid, instance)) = rest.split_once('.') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        // Markers are a line; anything else is not one of ours.
+        let Ok(text) = safe_read::read_regular_text(&e.path(), 4096) else {
+            continue;
+        };
+        if text.trim_end() == run_id {
+            out.push(Active {
+                pid,
+                instance: instance.to_string(),
+                marker: e.path(),
+            });
+        }
+    }
+    out
+}
+
+/// The dump signal reached `cudaleak run`: every process of the run that
+/// runs the library is asked for a live dump through the same request file
+/// `cudaleak dump` creates, whatever its signal dispositions; the child
+/// gets the signal itself only when it catches it and was not asked.
+fn ask_for_dumps(dir: &Path, run_id: &str, sig: libc::c_int, dump_signal: Option<libc::c_int>) {
+    // SAFETY: plain system call.
+    let me = unsafe { libc::geteuid() };
+    let mut asked = Vec::new();
+    for a in active_processes(dir, run_id) {
+        if Some(sig) == dump_signal {
+            match super::dump::request_dump(dir, a.pid, me) {
+                Ok(_) => asked.push(a.pid),
+                Err(e) => note!("cudaleak: cannot ask process {} for a dump: {e}", a.pid),
+            }
+        }
+    }
+    let child = CHILD.load(Ordering::Acquire);
+    if child > 0 && !asked.contains(&child) && catches(child, sig) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child, sig) };
+    }
+}
+
+/// Starts the thread that turns SIGUSR1/SIGUSR2 sent to us into dump
+/// requests (a signal handler may not touch files).
+fn start_dump_signal_thread(dir: PathBuf, run_id: String, dump_signal: Option<libc::c_int>) {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    let read_end = fds[0];
+    let spawned = std::thread::Builder::new()
+        .name("cudaleak-run-signals".into())
+        .spawn(move || loop {
+            let mut byte = 0u8;
+            // SAFETY: reading one byte into a local.
+            let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+            if n == 1 {
+                ask_for_dumps(&dir, &run_id, byte as libc::c_int, dump_signal);
+            } else if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+        });
+    if spawned.is_ok() {
+        DUMP_SIGNAL_PIPE.store(fds[1], Ordering::Release);
+    }
+}
+
+/// A fresh id for this run, passed to every process as CUDALEAK_RUN_ID:
+/// reports and markers carry it, and the summary selects by it, never by
+/// timestamp (two jobs sharing a directory read each other's reports, so
+/// a clean job exited 23 beside a leaky one: issue 15).
+fn new_run_id() -> String {
+    let mut r = [0u8; 8];
+    // SAFETY: getrandom fills the buffer it is given.
+    let n = unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
+    let random = if n == r.len() as isize {
+        u64::from_ne_bytes(r)
+    } else {
+        now_ms() as u64 ^ ((std::process::id() as u64) << 32)
+    };
+    format!("{}-{}-{random:016x}", now_ms(), std::process::id())
 }
 
 fn now_ms() -> i64 {
@@ -136,7 +280,7 @@ pub fn run(a: RunArgs) -> CliResult {
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));
     cmd.env("CUDALEAK_DIR", &dir);
     if let Some(s) = &a.suppressions {
-        let text = std::fs::read_to_string(s)
+        let text = safe_read::read_regular_text(s, cudaleak_core::report::MAX_REPORT_BYTES)
             .map_err(|e| format!("cannot read suppressions file {}: {e}", s.display()))?;
         Suppressions::parse(&text, &s.display().to_string())?;
         cmd.env(
@@ -151,8 +295,13 @@ pub fn run(a: RunArgs) -> CliResult {
         cmd.env("XLA_PYTHON_CLIENT_PREALLOCATE", "false");
         cmd.env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform");
     }
+    // The library's dump signal (its default when CUDALEAK_SIGNAL is bad).
+    let mut dump_signal = std::env::var("CUDALEAK_SIGNAL")
+        .ok()
+        .and_then(|v| cudaleak_core::config::parse_signal(&v).ok())
+        .unwrap_or(Some(libc::SIGUSR1));
     if let Some(s) = &a.signal {
-        cudaleak_core::config::parse_signal(s).map_err(|e| format!("--signal: {e}"))?;
+        dump_signal = cudaleak_core::config::parse_signal(s).map_err(|e| format!("--signal: {e}"))?;
         cmd.env("CUDALEAK_SIGNAL", s);
     }
     if let Some(i) = a.interval {
@@ -180,11 +329,13 @@ pub fn run(a: RunArgs) -> CliResult {
         });
     }
 
-    let start = now_ms();
+    let run_id = new_run_id();
+    cmd.env(RUN_ID_ENV, &run_id);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", a.command[0].to_string_lossy()))?;
     CHILD.store(child.id() as i32, Ordering::Release);
+    start_dump_signal_thread(dir.clone(), run_id.clone(), dump_signal);
     install_forwarding();
     let status = loop {
         match child.wait() {
@@ -199,17 +350,44 @@ pub fn run(a: RunArgs) -> CliResult {
         _ => 1,
     };
 
-    let leaked = summarize(&dir, start)?;
-    Ok(if a.fail_on_leak && code == 0 && leaked {
-        LEAK_EXIT_STATUS
-    } else {
-        code
-    })
+    let outcome = summarize(&dir, &run_id);
+    Ok(gate_status(a.fail_on_leak, code, &outcome))
 }
 
-/// Prints one line per process that wrote reports during this run; true
-/// when an exit report has unsuppressed leaks.
-fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
+/// What the reports of one run say.
+#[derive(Debug, Default)]
+struct RunOutcome {
+    /// an exit report has unsuppressed leaks
+    leaked: bool,
+    /// processes that used CUDA and wrote no final report
+    missing: usize,
+}
+
+/// `run`'s exit status (CONTRACT.md, "The gate"). With --fail-on-leak, a
+/// report missing fails the run (the command's status when that is not 0,
+/// else [`MISSING_REPORT_EXIT_STATUS`]) before leaks are considered: the
+/// gate cannot vouch for what it did not see.
+fn gate_status(fail_on_leak: bool, code: u8, outcome: &RunOutcome) -> u8 {
+    if !fail_on_leak || code != 0 {
+        return code;
+    }
+    if outcome.missing > 0 {
+        MISSING_REPORT_EXIT_STATUS
+    } else if outcome.leaked {
+        LEAK_EXIT_STATUS
+    } else {
+        0
+    }
+}
+
+fn is_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+/// Prints one line per process of this run (reports carrying `run_id`),
+/// and one per process whose report is missing (a marker left behind).
+fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
     let mut reports: Vec<(PathBuf, Report)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
@@ -219,29 +397,61 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
                 continue;
             }
             match Report::read(&e.path()) {
-                Ok(r) if r.timestamp_ms >= since_ms => reports.push((e.path(), r)),
+                Ok(r) if r.run_id.as_deref() == Some(run_id) => reports.push((e.path(), r)),
                 Ok(_) => {}
-                Err(err) => eprintln!("cudaleak: skipping {}: {err}", e.path().display()),
+                Err(err) => note!(
+                    "cudaleak: skipping {}: {err}",
+                    escape(&e.path().display().to_string())
+                ),
             }
         }
     }
     let latest = combine::latest_per_process(reports);
+    let shown_dir = escape(&dir.display().to_string()).into_owned();
+    let mut outcome = RunOutcome::default();
+    for a in active_processes(dir, run_id) {
+        // The process may have died between writing its final report and
+        // removing its marker.
+        let finished = latest.iter().any(|(_, r)| {
+            r.pid == a.pid as i64
+                && r.instance.as_deref() == Some(a.instance.as_str())
+                && !matches!(
+                    r.trigger,
+                    Trigger::Signal | Trigger::Api | Trigger::Interval | Trigger::ContextTeardown
+                )
+        });
+        if finished {
+            let _ = std::fs::remove_file(&a.marker);
+            continue;
+        }
+        outcome.missing += 1;
+        if is_alive(a.pid) {
+            note!(
+                "cudaleak: process {} made CUDA calls and is still running: no exit report yet, its leaks are unknown",
+                a.pid
+            );
+        } else {
+            note!(
+                "cudaleak: process {} made CUDA calls but wrote no exit report (killed by SIGKILL, or the report could not be written: see its warnings); its leaks are unknown",
+                a.pid
+            );
+            let _ = std::fs::remove_file(&a.marker);
+        }
+    }
     if latest.is_empty() {
-        eprintln!(
-            "cudaleak: no process made a CUDA allocation; no reports in {}",
-            dir.display()
-        );
-        return Ok(false);
+        if outcome.missing == 0 {
+            note!("cudaleak: no process made a CUDA allocation; no reports in {shown_dir}");
+        }
+        return outcome;
     }
     let exits: Vec<&(PathBuf, Report)> = latest
         .iter()
         .filter(|(_, r)| r.trigger == Trigger::Exit)
         .collect();
     let leaking = exits.iter().filter(|(_, r)| !r.leaks.is_empty()).count();
-    eprintln!(
-        "cudaleak: {} process(es) reported in {}; {} leaked at exit",
+    note!(
+        "cudaleak: {} process(es) reported in {shown_dir}; {} leaked at exit",
         latest.len(),
-        dir.display(),
         leaking
     );
     for (p, r) in &latest {
@@ -262,17 +472,17 @@ fn summarize(dir: &Path, since_ms: i64) -> Result<bool, String> {
                 r.totals.live_bytes
             )
         };
-        eprintln!(
+        note!(
             "  {} {}: {} ({})",
-            combine::rank_label(r),
-            r.command.first().map(String::as_str).unwrap_or("?"),
+            escape(&combine::rank_label(r)),
+            escape(r.command.first().map(String::as_str).unwrap_or("?")),
             what,
-            p.display()
+            escape(&p.display().to_string())
         );
     }
-    let (bytes, blocks) = exits.iter().fold((0, 0), |(b, n), (_, r)| {
-        (b + r.leaked_bytes(), n + r.leaked_blocks())
-    });
-    eprintln!("{}", render::summary_line(bytes, blocks));
-    Ok(leaking > 0)
+    let bytes = saturating_sum(exits.iter().map(|(_, r)| r.leaked_bytes()));
+    let blocks = saturating_sum(exits.iter().map(|(_, r)| r.leaked_blocks()));
+    note!("{}", render::summary_line(bytes, blocks));
+    outcome.leaked = leaking > 0;
+    outcome
 }

@@ -184,6 +184,15 @@ pub struct Report {
     pub run_id: Option<String>,
 }
 
+/// The environment variable by which `cudaleak run` passes its run id to
+/// the library, which writes it into each report (`run_id`) and its marker.
+pub const RUN_ID_ENV: &str = "CUDALEAK_RUN_ID";
+
+/// Name prefix of the marker a process under `cudaleak run` leaves in the
+/// report directory from its first CUDA call until its final report is
+/// written: `.cudaleak-active.<pid>.<instance>`, holding the run id.
+pub const RUN_MARKER_PREFIX: &str = ".cudaleak-active.";
+
 /// The largest report file the CLI reads (the error names it): 256 MiB.
 /// Reading takes several times the file's size in memory.
 pub const MAX_REPORT_BYTES: u64 = 256 << 20;

@@ -147,14 +147,16 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
 pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
     let mut scratch = GrowthTracker::default();
     let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
-    Assembler {
+    let mut report = Assembler {
         depot: &tracker::DEPOT,
         codes: &tracker::CODES,
         symbols: &mut state.symbols,
         suppressions: lifecycle::suppressions(),
         growth: growth_tracker,
     }
-    .assemble(snap, meta)
+    .assemble(snap, meta);
+    report.run_id = crate::run_marker::run_id();
+    report
 }
 
 /// Runs `f` with the dump state, creating it on first use.
@@ -181,6 +183,7 @@ pub fn dump(req: Request) -> Option<Outcome> {
             state.timeline.record(&report);
         }
         let path = write(&report);
+        crate::run_marker::on_report_written(req.trigger, path.is_some());
         if req.trigger == Trigger::Interval {
             if let Some(p) = &path {
                 state.interval_files.push_back(p.clone());

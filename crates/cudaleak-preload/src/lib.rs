@@ -9,6 +9,7 @@
 //! - `capture`, `unwind`, `python`: stacks, captured raw in the hook;
 //! - `dump`: snapshot → report → file;
 //! - `lifecycle`: start, fork, dumper thread, signals, exit paths;
+//! - `run_marker`: tells `cudaleak run` a process's report went missing;
 //! - `api`: the in-process C API.
 
 // The unit-test build exports nothing (no_mangle is off under cfg(test) so
@@ -26,6 +27,7 @@ mod lifecycle;
 mod python;
 mod python_layouts;
 mod resolve;
+mod run_marker;
 mod thread;
 mod tracker;
 mod unwind;
