@@ -140,7 +140,7 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
     let me = unsafe { libc::geteuid() };
     if meta.uid() != owner && meta.uid() != me {
         return Err(format!(
-            "refusing the report directory {}: it belongs to uid {}, neither to the process's user (uid {owner}) nor to this command's (uid {me}); pass --dir",
+            "refusing the report directory {}: it belongs to uid {}, neither to the process's user (uid {owner}) nor to this command's (uid {me})",
             shown(),
             meta.uid()
         ));
@@ -148,7 +148,7 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
     let mode = meta.mode();
     if mode & 0o002 != 0 && mode & libc::S_ISVTX == 0 {
         return Err(format!(
-            "refusing the report directory {}: anyone can write to it (mode {:o}, no sticky bit); pass --dir",
+            "refusing the report directory {}: anyone can write to it (mode {:o}, no sticky bit)",
             shown(),
             mode & 0o7777
         ));

@@ -414,3 +414,15 @@ impl Running {
         (status, self.dir, rest)
     }
 }
+
+/// `cudaleak ARGS` run from `cwd`, outside any traced environment.
+pub fn cli_command(args: &[&str], cwd: &Path) -> Command {
+    let mut cmd = Command::new(cli());
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env_remove("CUDALEAK_DIR")
+        .env_remove("CUDALEAK_SIGNAL")
+        .env_remove("LD_PRELOAD");
+    cmd
+}
