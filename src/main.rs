@@ -2,7 +2,8 @@
 //!
 //! Exit statuses (CONTRACT.md, "Command line"): `run` exits with the
 //! command's own status (128 + N when a signal N killed it), or 23 with
-//! `--fail-on-leak` when the command exited 0 but left unsuppressed leaks;
+//! `--fail-on-leak` when the command exited 0 but left unsuppressed leaks
+//! (24 when a process that used CUDA wrote no final report);
 //! every subcommand exits 2 on bad input, with one line on stderr.
 
 mod cli;

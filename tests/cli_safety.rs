@@ -400,7 +400,10 @@ struct StopFile(PathBuf);
 
 impl Drop for StopFile {
     fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, "");
+        if std::fs::write(&self.0, "").is_ok() && std::thread::panicking() {
+            // Give the worker time to see it before the directory goes.
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }
 
@@ -428,8 +431,9 @@ fn sigusr1_to_run_asks_the_worker_for_a_dump_and_spares_the_wrapper() {
     .stderr(out)
     .spawn()
     .unwrap();
+    // "ready" comes after the worker's first CUDA call.
     wait_until("the worker's first CUDA call", DEADLINE, || {
-        !hidden_markers(&reports).is_empty()
+        std::fs::read_to_string(d.path().join("run.out")).is_ok_and(|t| t.contains("ready"))
     });
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGUSR1) }, 0);
@@ -439,7 +443,13 @@ fn sigusr1_to_run_asks_the_worker_for_a_dump_and_spares_the_wrapper() {
             .filter(|r| r.trigger == cudaleak_core::report::Trigger::Api)
             .count()
     };
-    wait_until("a live dump from the worker", DEADLINE, || live_dumps() == 1);
+    wait_until("a live dump from the worker", DEADLINE, || {
+        if let Some(status) = run.try_wait().unwrap() {
+            let text = std::fs::read_to_string(d.path().join("run.out")).unwrap();
+            panic!("cudaleak run ended on SIGUSR1 ({status:?}): {text}");
+        }
+        live_dumps() == 1
+    });
     drop(stop);
     let start = Instant::now();
     let status = loop {

@@ -76,6 +76,8 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
     for (name, _) in FILES {
         let _ = std::fs::remove_file(work.join(name));
     }
+    // Empty unless the reports are in it.
+    let _ = std::fs::remove_dir(&work);
     if !status.success() {
         return Err(format!("the demo program failed: {status}"));
     }

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Exit 23 (LeakSanitizer's status) when COMMAND exits 0 but a process left unsuppressed leaks at exit
+    /// Exit 23 (LeakSanitizer's status) when COMMAND exits 0 but a process left unsuppressed leaks at exit,
+    /// and 24 when a process that made CUDA calls wrote no final report (killed, disk full)
     #[arg(long)]
     fail_on_leak: bool,
     /// Report directory (CUDALEAK_DIR); default ./cudaleak-reports

@@ -424,6 +424,20 @@ mod tests {
     }
 
     #[test]
+    fn sums_and_deltas_saturate() {
+        let max = u64::MAX;
+        let a = report(1, None, 1, vec![group("f", 1, "0x1", max)]);
+        let b = report(2, None, 1, vec![group("f", 1, "0x2", max)]);
+        let merged = merge(&[("a".into(), a.clone()), ("b".into(), b)]).unwrap();
+        assert_eq!(merged.leaks[0].bytes, max);
+        assert_eq!(merged.leaked_bytes(), max);
+        let empty = report(1, None, 1, vec![]);
+        assert_eq!(diff(&empty, &a)[0].bytes_delta, i64::MAX);
+        assert_eq!(diff(&a, &empty)[0].bytes_delta, i64::MIN);
+        assert_eq!(delta(5, 3), 2);
+    }
+
+    #[test]
     fn groups_match_by_symbols_not_addresses() {
         let a = group("step", 10, "0x1000", 100);
         let b = group("step", 10, "0x7000", 50);

@@ -372,6 +372,16 @@ mod tests {
     use crate::record::MemoryKind;
 
     #[test]
+    fn escape_writes_control_characters_visibly() {
+        assert!(matches!(escape("plain name"), Cow::Borrowed(_)));
+        assert_eq!(escape("a\\b"), "a\\b", "nothing to escape: unchanged");
+        assert_eq!(
+            escape("x\n\x1b[2K\r\t\u{7f}\u{9b}\u{202e}\\"),
+            "x\\n\\x1b[2K\\r\\t\\x7f\\x9b\\u{202e}\\\\"
+        );
+    }
+
+    #[test]
     fn python_frames_survive_truncation() {
         let native = |i: usize| NativeFrame {
             address: format!("{i:#x}"),
