@@ -176,7 +176,7 @@ pub fn on_first_allocation_call() {
         install_signal_handlers();
     }
     start_dumper();
-    crate::run_marker::on_first_allocation_call();
+    crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
 }
 
 // ---- the dumper thread ----

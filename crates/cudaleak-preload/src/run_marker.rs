@@ -11,7 +11,6 @@
 //! has been written. A marker left behind is a report missing, and the gate
 //! fails closed on it. Outside `cudaleak run` no marker is made.
 
-use crate::lifecycle;
 use cudaleak_core::report::{Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -66,8 +65,15 @@ fn create_marker(dir: &Path, name: &str, run_id: &str) -> std::io::Result<PathBu
 }
 
 /// At the first allocation call of a process (or fork child) under
-/// `cudaleak run`: leaves the marker.
-pub fn on_first_allocation_call() {
+/// `cudaleak run`: leaves the marker. The lifecycle passes in its report
+/// directory, instance and warning functions, so that this module stays
+/// below it (no import circle); the directory is only asked for under
+/// `cudaleak run`.
+pub fn on_first_allocation_call(
+    report_dir: fn() -> Option<PathBuf>,
+    instance: fn() -> String,
+    warn: fn(&str),
+) {
     let pid = this_pid();
     if MARKER_PID.load(Ordering::Acquire) == pid {
         return;
@@ -75,10 +81,10 @@ pub fn on_first_allocation_call() {
     let Some(id) = run_id() else {
         return;
     };
-    let Some(dir) = lifecycle::report_dir() else {
+    let Some(dir) = report_dir() else {
         return;
     };
-    let name = format!("{RUN_MARKER_PREFIX}{pid}.{}", lifecycle::instance());
+    let name = format!("{RUN_MARKER_PREFIX}{pid}.{}", instance());
     match create_marker(&dir, &name, &id) {
         Ok(path) => {
             // A fork child replaces its parent's path; the old box is
@@ -86,7 +92,7 @@ pub fn on_first_allocation_call() {
             MARKER_PATH.store(Box::into_raw(Box::new(path)), Ordering::Release);
             MARKER_PID.store(pid, Ordering::Release);
         }
-        Err(e) => lifecycle::warn(&format!(
+        Err(e) => warn(&format!(
             "cudaleak: cannot create the run marker {}: {e}; `cudaleak run` will not know if this process's report goes missing",
             dir.join(&name).display()
         )),
