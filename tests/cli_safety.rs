@@ -181,6 +181,25 @@ fn dump_refuses_a_report_directory_anyone_can_write_to() {
 }
 
 #[test]
+fn dump_refuses_a_report_directory_of_a_third_user() {
+    let d = TempDir::new("dump-foreign-owner");
+    let foreign = d.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    // The target and this test run as one user; the directory belongs to
+    // neither.
+    // SAFETY: plain system call.
+    assert_ne!(unsafe { libc::geteuid() }, 65534);
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    let mut target = idle_traced(&foreign);
+    let pid = target.id().to_string();
+    let (status, _, stderr) = cudaleak(&["dump", &pid, "--timeout", "1"], d.path());
+    let _ = target.kill();
+    let _ = target.wait();
+    one_error_line(status, &stderr, "it belongs to uid 65534");
+    assert!(!foreign.join(format!(".cudaleak-dump-request.{pid}")).exists());
+}
+
+#[test]
 fn dump_of_an_unreadable_process_says_it_exists_and_why() {
     let d = TempDir::new("dump-unreadable");
     let mut cmd = cli_command(&["dump", "1"], d.path());
