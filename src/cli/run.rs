@@ -89,9 +89,11 @@ extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
             (*info).si_code
         };
         let pipe = DUMP_SIGNAL_PIPE.load(Ordering::Acquire);
-        if is_request_signal(sig) && pipe >= 0 {
-            let byte = sig as u8;
-            libc::write(pipe, (&byte as *const u8).cast(), 1);
+        if is_request_signal(sig) {
+            if pipe >= 0 {
+                let byte = sig as u8;
+                libc::write(pipe, (&byte as *const u8).cast(), 1);
+            }
         } else if child > 0 && (code == libc::SI_USER || code == libc::SI_QUEUE || sig != libc::SIGINT) {
             libc::kill(child, sig);
         }
@@ -180,7 +182,7 @@ fn ask_for_dumps(dir: &Path, run_id: &str, sig: libc::c_int, dump_signal: Option
     let me = unsafe { libc::geteuid() };
     let mut asked = Vec::new();
     for a in active_processes(dir, run_id) {
-        if Some(sig) == dump_signal {
+        if Some(sig) == dump_signal && is_alive(a.pid) {
             match super::dump::request_dump(dir, a.pid, me) {
                 Ok(_) => asked.push(a.pid),
                 Err(e) => note!("cudaleak: cannot ask process {} for a dump: {e}", a.pid),
