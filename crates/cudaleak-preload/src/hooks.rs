@@ -51,23 +51,125 @@ macro_rules! cuda_hooks {
             match id { $(HookId::$name => exports::$name as *const () as usize),* }
         }
 
+        /// What each hook does once its real function is known.
+        pub mod bodies {
+            #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+            use super::*;
+            $(
+                hook_body!($layer fn $name($($arg: $ty),*) -> $ret => $event);
+            )*
+        }
+
+        /// The exported symbols: a driver hook is its body; a runtime hook
+        /// is an entry stub that notes its caller first (`resolve.rs`).
         pub mod exports {
             #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
             use super::*;
             $(
-                #[cfg_attr(not(test), no_mangle)]
-                pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                    type Real = unsafe extern "C" fn($($ty),*) -> $ret;
-                    let Some(real) = crate::resolve::real::<Real>(HookId::$name) else {
-                        return crate::resolve::missing_result(HookId::$name);
-                    };
-                    crate::events::intercept(
-                        Layer::$layer,
-                        || $event,
-                        || real($($arg),*),
-                    )
-                }
+                hook_export!($layer fn $name($($arg: $ty),*) -> $ret);
             )*
+        }
+    };
+}
+
+/// The body of one hook: find the real function, let the event watch the
+/// call. A runtime hook takes the real function its caller's own scope
+/// binds (two libcudart copies each keep theirs, an RTLD_LOCAL plugin's
+/// libcudart is found), which its entry stub looked up.
+macro_rules! hook_body {
+    (Driver fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+            let Some(real) = crate::resolve::real::<Real>(HookId::$name) else {
+                return crate::resolve::missing_result(HookId::$name, 0);
+            };
+            crate::events::intercept(Layer::Driver, || $event, || real($($arg),*))
+        }
+    };
+    (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+            let real = match crate::resolve::runtime_real::<Real>() {
+                Ok(real) => real,
+                Err(caller) => return crate::resolve::missing_result(HookId::$name, caller),
+            };
+            crate::events::intercept(Layer::Runtime, || $event, || real($($arg),*))
+        }
+    };
+}
+
+/// The exported symbol of one hook.
+macro_rules! hook_export {
+    (Driver fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        pub use super::bodies::$name;
+    };
+    // The stub reads the return address (the caller's), has the real
+    // function for that caller looked up, restores the argument registers
+    // and jumps to the body: the stack is as the caller left it, so
+    // arguments passed in memory (cudaMalloc3D's cudaExtent) stay in place.
+    (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        #[cfg(all(target_arch = "x86_64"))]
+        #[cfg_attr(not(test), no_mangle)]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            std::arch::naked_asm!(
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "push r9",
+                "sub rsp, 8",
+                "mov rdi, [rsp + 56]",
+                "mov esi, {id}",
+                "call {enter}",
+                "add rsp, 8",
+                "pop r9",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "jmp {body}",
+                id = const HookId::$name as u32,
+                enter = sym crate::resolve::cudaleak_enter_runtime,
+                body = sym super::bodies::$name,
+            )
+        }
+
+        #[cfg(all(target_arch = "aarch64"))]
+        #[cfg_attr(not(test), no_mangle)]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            std::arch::naked_asm!(
+                "stp x29, x30, [sp, #-80]!",
+                "mov x29, sp",
+                "stp x0, x1, [sp, #16]",
+                "stp x2, x3, [sp, #32]",
+                "stp x4, x5, [sp, #48]",
+                "stp x6, x7, [sp, #64]",
+                "mov x0, x30",
+                "mov x1, #{id}",
+                "bl {enter}",
+                "ldp x0, x1, [sp, #16]",
+                "ldp x2, x3, [sp, #32]",
+                "ldp x4, x5, [sp, #48]",
+                "ldp x6, x7, [sp, #64]",
+                "ldp x29, x30, [sp], #80",
+                "b {body}",
+                id = const HookId::$name as u32,
+                enter = sym crate::resolve::cudaleak_enter_runtime,
+                body = sym super::bodies::$name,
+            )
+        }
+
+        /// Elsewhere the caller is unknown: the global lookup answers.
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            crate::resolve::cudaleak_enter_runtime(0, HookId::$name as u32);
+            super::bodies::$name($($arg),*)
         }
     };
 }
