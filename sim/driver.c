@@ -229,12 +229,17 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+/* SIMCUDA_NO_CTX_QUERIES builds a driver without cuCtxGetCurrent and
+ * cuCtxGetDevice, as an old or partial driver may be: cudaleak must still
+ * work on it, without paying a failed lookup per call (issue 11). */
+#ifndef SIMCUDA_NO_CTX_QUERIES
 CUresult cuCtxGetCurrent(CUcontext *pctx) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     *pctx = current;
     return CUDA_SUCCESS;
 }
+#endif
 
 CUresult cuCtxSetCurrent(CUcontext ctx) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -242,12 +247,14 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+#ifndef SIMCUDA_NO_CTX_QUERIES
 CUresult cuCtxGetDevice(CUdevice *device) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!current) return CUDA_ERROR_INVALID_CONTEXT;
     *device = current->device;
     return CUDA_SUCCESS;
 }
+#endif
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -524,8 +531,11 @@ CUresult cuGetErrorName(CUresult error, const char **pstr) {
 #define SYM(f) {#f, (void *)f}
 static const struct { const char *name; void *fn; } symbols[] = {
     SYM(cuInit), SYM(cuDriverGetVersion), SYM(cuDeviceGet), SYM(cuDeviceGetCount),
-    SYM(cuCtxCreate_v2), SYM(cuCtxDestroy_v2), SYM(cuCtxGetCurrent), SYM(cuCtxSetCurrent),
-    SYM(cuCtxGetDevice), SYM(cuDevicePrimaryCtxRetain), SYM(cuDevicePrimaryCtxRelease_v2),
+    SYM(cuCtxCreate_v2), SYM(cuCtxDestroy_v2), SYM(cuCtxSetCurrent),
+#ifndef SIMCUDA_NO_CTX_QUERIES
+    SYM(cuCtxGetCurrent), SYM(cuCtxGetDevice),
+#endif
+    SYM(cuDevicePrimaryCtxRetain), SYM(cuDevicePrimaryCtxRelease_v2),
     SYM(cuDevicePrimaryCtxReset_v2), SYM(cuMemAlloc), SYM(cuMemAlloc_v2),
     SYM(cuMemAllocPitch_v2), SYM(cuMemAllocManaged), SYM(cuMemAllocAsync),
     SYM(cuMemAllocAsync_ptsz), SYM(cuMemAllocFromPoolAsync), SYM(cuMemAllocFromPoolAsync_ptsz),

@@ -65,7 +65,14 @@ static void load_driver(void) {
     GET(Init, "cuInit", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(CtxGetCurrent, "cuCtxGetCurrent", CU_GET_PROC_ADDRESS_DEFAULT);
+    {
+        /* Optional: a driver built with SIMCUDA_NO_CTX_QUERIES lacks it, as
+         * some old or partial drivers do; then the context is set each time. */
+        CUdriverProcAddressQueryResult st;
+        if (drv.GetProcAddress("cuCtxGetCurrent", (void **)&drv.CtxGetCurrent, CUDART_VERSION,
+                               CU_GET_PROC_ADDRESS_DEFAULT, &st))
+            drv.CtxGetCurrent = NULL;
+    }
     GET(CtxSetCurrent, "cuCtxSetCurrent", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(MemAlloc, "cuMemAlloc", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(MemAllocPitch, "cuMemAllocPitch", CU_GET_PROC_ADDRESS_DEFAULT);
@@ -98,7 +105,7 @@ static cudaError_t lazy_init(void) {
     pthread_once(&once, load_driver);
     if (init_error) return init_error;
     CUcontext cur = NULL;
-    drv.CtxGetCurrent(&cur);
+    if (drv.CtxGetCurrent) drv.CtxGetCurrent(&cur);
     pthread_mutex_lock(&ctx_lock);
     CUresult r = CUDA_SUCCESS;
     if (!primary_ctx) r = drv.DevicePrimaryCtxRetain(&primary_ctx, 0);
@@ -115,7 +122,13 @@ static cudaError_t lazy_init(void) {
         if (e_ != cudaSuccess) return e_;  \
     } while (0)
 
+/* How many cudaMalloc calls this copy of the runtime served: tests that
+ * load two copies check that each program call reached its own copy. */
+static int malloc_calls;
+int simcudart_malloc_calls(void) { return __atomic_load_n(&malloc_calls, __ATOMIC_RELAXED); }
+
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
+    __atomic_fetch_add(&malloc_calls, 1, __ATOMIC_RELAXED);
     INIT_OR_RETURN();
     if (!devPtr) return cudaErrorInvalidValue;
     if (size == 0) {
