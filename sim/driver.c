@@ -39,7 +39,7 @@ struct CUctx_st {
 
 /* ---- a small open-addressing table: key 0 is empty, ~0 a tombstone ---- */
 
-enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING };
+enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING, K_ARRAY, K_MIPMAPPED };
 
 struct entry {
     uint64_t key;
@@ -312,12 +312,13 @@ static CUresult allocate(void **out, size_t size, int kind) {
     return CUDA_SUCCESS;
 }
 
-static CUresult release(uint64_t addr, int host) {
+/* Frees a block of `kind`; K_DEVICE also frees managed memory. */
+static CUresult release(uint64_t addr, int kind) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!addr) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     struct entry *e = table_find(&memory, addr);
-    if (!e || (e->kind == K_HOST) != host) {
+    if (!e || !(e->kind == kind || (kind == K_DEVICE && e->kind == K_MANAGED))) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -381,15 +382,65 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
     return allocate(pp, bytesize, K_HOST);
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) { return release(dptr, 0); }
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return release(dptr, K_DEVICE); }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     (void)stream;
-    return release(dptr, 0);
+    return release(dptr, K_DEVICE);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
     return cuMemFreeAsync(dptr, stream);
 }
-CUresult cuMemFreeHost(void *p) { return release((uint64_t)(uintptr_t)p, 1); }
+CUresult cuMemFreeHost(void *p) { return release((uint64_t)(uintptr_t)p, K_HOST); }
+
+/* ---- CUDA arrays: the handle is the address of the array's memory ---- */
+
+static size_t format_bytes(CUarray_format f) {
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 0;
+    }
+}
+
+static size_t at_least_1(size_t v) { return v ? v : 1; }
+
+static CUresult create_array(void **out, size_t w, size_t h, size_t d, CUarray_format f,
+                             unsigned int channels, unsigned int levels, int kind) {
+    size_t elem = format_bytes(f) * channels;
+    if (!out || !w || !elem || (channels != 1 && channels != 2 && channels != 4) || !levels)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = 0;
+    for (unsigned int l = 0; l < levels; l++) {
+        bytes += w * at_least_1(h) * at_least_1(d) * elem;
+        w = at_least_1(w / 2), h /= 2, d /= 2;
+    }
+    return allocate(out, bytes, kind);
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, 0, a->Format, a->NumChannels, 1,
+                        K_ARRAY);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *a) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, a->Depth, a->Format,
+                        a->NumChannels, 1, K_ARRAY);
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *a,
+                                unsigned int levels) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, a->Depth, a->Format,
+                        a->NumChannels, levels, K_MIPMAPPED);
+}
+
+CUresult cuArrayDestroy(CUarray a) { return release((uint64_t)(uintptr_t)a, K_ARRAY); }
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
+    return release((uint64_t)(uintptr_t)a, K_MIPMAPPED);
+}
 
 /* ---- virtual memory management ---- */
 
@@ -543,6 +594,8 @@ static const struct { const char *name; void *fn; } symbols[] = {
     SYM(cuMemFreeAsync_ptsz), SYM(cuMemFreeHost), SYM(cuMemCreate), SYM(cuMemRelease),
     SYM(cuMemMap), SYM(cuMemUnmap), SYM(cuMemAddressReserve), SYM(cuMemAddressFree),
     SYM(cuMemGetAllocationGranularity), SYM(cuGetProcAddress), SYM(cuGetProcAddress_v2),
+    SYM(cuArrayCreate_v2), SYM(cuArray3DCreate_v2), SYM(cuArrayDestroy),
+    SYM(cuMipmappedArrayCreate), SYM(cuMipmappedArrayDestroy),
     SYM(cuGetErrorName),
 };
 
@@ -559,6 +612,8 @@ static const struct { const char *base; int since; const char *suffix; } version
     {"cuDevicePrimaryCtxRelease", 11000, "_v2"},
     {"cuDevicePrimaryCtxReset", 11000, "_v2"},
     {"cuGetProcAddress", 12000, "_v2"},
+    {"cuArrayCreate", 3020, "_v2"},
+    {"cuArray3DCreate", 3020, "_v2"},
 };
 static const char *per_thread[] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync"};
 

@@ -338,3 +338,80 @@ fn a_runtime_unloaded_and_loaded_again_is_called_and_attributed_anew() {
     assert_eq!(r.leaks.len(), 2);
     assert_eq!((r.totals.allocations, r.totals.frees), (4, 2));
 }
+
+const ARRAYS: &str = "tests/c/arrays.c";
+
+/// (marker, function, api, bytes) of each planted array leak.
+const ARRAY_LEAKS: &[(&str, &str, &str, u64)] = &[
+    // 100 x 10 elements of 2 floats
+    (
+        "/* LEAK cuArrayCreate_v2 */",
+        "driver_array",
+        "cuArrayCreate_v2",
+        8000,
+    ),
+    // 16 x 8 x 4 elements of one 16-bit channel
+    (
+        "/* LEAK cuArray3DCreate_v2 */",
+        "driver_array_3d",
+        "cuArray3DCreate_v2",
+        1024,
+    ),
+    // 3 levels of 64x64, 32x32, 16x16 elements of 4 bytes
+    (
+        "/* LEAK cuMipmappedArrayCreate */",
+        "driver_mipmapped",
+        "cuMipmappedArrayCreate",
+        21504,
+    ),
+    // 50 x 2 float4
+    (
+        "/* LEAK cudaMallocArray */",
+        "runtime_array",
+        "cudaMallocArray",
+        1600,
+    ),
+    // 10 x 10 x 10 bytes
+    (
+        "/* LEAK cudaMalloc3DArray */",
+        "runtime_array_3d",
+        "cudaMalloc3DArray",
+        1000,
+    ),
+    // 2 levels of 32x32, 16x16 float4
+    (
+        "/* LEAK cudaMallocMipmappedArray */",
+        "runtime_mipmapped",
+        "cudaMallocMipmappedArray",
+        20480,
+    ),
+];
+
+#[test]
+fn cuda_arrays_are_recorded_as_arrays_leaked_clean_and_badly_released() {
+    use cudaleak_core::record::MemoryKind;
+    let program = program("arrays");
+    let out = run_both(&program, &["leak"], &[]);
+    let r = out.report();
+    assert_eq!(r.leaks.len(), ARRAY_LEAKS.len(), "{:#?}", r.leaks);
+    for &(marker, function, api, bytes) in ARRAY_LEAKS {
+        let g = group_at(&r, function, "arrays.c", line_of(ARRAYS, marker));
+        assert_eq!(
+            (g.api.as_str(), g.memory, g.blocks, g.bytes),
+            (api, MemoryKind::Array, 1, bytes),
+            "{marker}"
+        );
+    }
+    let total: u64 = ARRAY_LEAKS.iter().map(|l| l.3).sum();
+    assert_eq!(r.totals.by_memory[&MemoryKind::Array].bytes, total);
+    assert_eq!((r.totals.allocations, r.totals.frees), (7, 1));
+
+    let out = run_both(&program, &["clean"], &[]);
+    assert!(out.reports().iter().all(|r| r.leaks.is_empty()), "{}", out.stderr);
+
+    let out = run_both(&program, &["bad"], &[]);
+    let r = out.report();
+    assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
+    assert_eq!(r.totals.invalid_frees, 3);
+    assert_eq!(r.totals.frees, 3);
+}

@@ -101,6 +101,12 @@ api_list! {
     cudaMallocManaged,
     cudaMallocPitch,
     cudaMalloc3D,
+    cuArrayCreate_v2,
+    cuArray3DCreate_v2,
+    cuMipmappedArrayCreate,
+    cudaMallocArray,
+    cudaMalloc3DArray,
+    cudaMallocMipmappedArray,
 }
 
 impl Api {

@@ -139,6 +139,7 @@ pub type KindSet = &'static [MemoryKind];
 pub const FREES_DEVICE: KindSet = &[MemoryKind::Device, MemoryKind::Managed];
 pub const FREES_HOST: KindSet = &[MemoryKind::Host];
 pub const FREES_RESERVATION: KindSet = &[MemoryKind::Reservation];
+pub const FREES_ARRAY: KindSet = &[MemoryKind::Array];
 
 // ---- runtime calls (case 1) ----
 
@@ -235,6 +236,40 @@ impl Alloc {
             ..Alloc::new(id, Api::cuMemCreate, MemoryKind::Physical, handle, size)
         }
     }
+}
+
+/// Bytes of a CUDA array from its descriptor (0 when there is none).
+pub fn array_2d_bytes(desc: *const CUDA_ARRAY_DESCRIPTOR) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let element = array_element_bytes(d.format, d.num_channels);
+    array_bytes(d.width, d.height, 0, element, 1) as usize
+}
+
+/// Bytes of a 3D or mipmapped CUDA array from its descriptor.
+pub fn array_3d_bytes(desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: u32) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let element = array_element_bytes(d.format, d.num_channels);
+    array_bytes(d.width, d.height, d.depth, element, levels) as usize
+}
+
+/// Bytes of a runtime array of a channel description and extent.
+pub fn runtime_array_bytes(desc: *const cudaChannelFormatDesc, extent: cudaExtent, levels: u32) -> RtSize {
+    if desc.is_null() {
+        return RtSize::Bytes(0);
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let bits = [d.x, d.y, d.z, d.w].iter().map(|&b| b.max(0) as u64).sum::<u64>();
+    let bytes = array_bytes(extent.width, extent.height, extent.depth, bits / 8, levels);
+    RtSize::Bytes(bytes as usize)
 }
 
 impl Event for Alloc {

@@ -226,6 +226,22 @@ cuda_hooks! {
     Driver fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult
         => Free::new(HookId::cuMemAddressFree, ptr, FREES_RESERVATION);
 
+    // ---- driver: CUDA arrays (textures, surfaces) ----
+    Driver fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult
+        => Alloc::new(HookId::cuArrayCreate_v2, Api::cuArrayCreate_v2, Array, handle.cast(),
+                      array_2d_bytes(desc));
+    Driver fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult
+        => Alloc::new(HookId::cuArray3DCreate_v2, Api::cuArray3DCreate_v2, Array, handle.cast(),
+                      array_3d_bytes(desc, 1));
+    Driver fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+                                     levels: c_uint) -> CUresult
+        => Alloc::new(HookId::cuMipmappedArrayCreate, Api::cuMipmappedArrayCreate, Array,
+                      handle.cast(), array_3d_bytes(desc, levels));
+    Driver fn cuArrayDestroy(array: CUarray) -> CUresult
+        => Free::new(HookId::cuArrayDestroy, array as u64, FREES_ARRAY);
+    Driver fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult
+        => Free::new(HookId::cuMipmappedArrayDestroy, array as u64, FREES_ARRAY);
+
     // ---- driver: context teardown ----
     Driver fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult
         => ContextEvent::destroy(ctx);
@@ -284,6 +300,22 @@ cuda_hooks! {
         => RuntimeFree::new(ptr as u64, RUNTIME_FREE_ASYNC, FREES_DEVICE);
     Runtime fn cudaFreeHost(ptr: *mut c_void) -> cudaError_t
         => RuntimeFree::new(ptr as u64, RUNTIME_FREE_HOST, FREES_HOST);
+    Runtime fn cudaMallocArray(array: *mut CUarray, desc: *const cudaChannelFormatDesc, width: usize,
+                               height: usize, flags: c_uint) -> cudaError_t
+        => RuntimeAlloc::new(Api::cudaMallocArray, Array, RUNTIME_MALLOC_ARRAY, array.cast(),
+                             runtime_array_bytes(desc, cudaExtent { width, height, depth: 0 }, 1));
+    Runtime fn cudaMalloc3DArray(array: *mut CUarray, desc: *const cudaChannelFormatDesc,
+                                 extent: cudaExtent, flags: c_uint) -> cudaError_t
+        => RuntimeAlloc::new(Api::cudaMalloc3DArray, Array, RUNTIME_MALLOC_ARRAY, array.cast(),
+                             runtime_array_bytes(desc, extent, 1));
+    Runtime fn cudaMallocMipmappedArray(array: *mut CUmipmappedArray, desc: *const cudaChannelFormatDesc,
+                                        extent: cudaExtent, levels: c_uint, flags: c_uint) -> cudaError_t
+        => RuntimeAlloc::new(Api::cudaMallocMipmappedArray, Array, RUNTIME_MALLOC_MIPMAPPED,
+                             array.cast(), runtime_array_bytes(desc, extent, levels));
+    Runtime fn cudaFreeArray(array: CUarray) -> cudaError_t
+        => RuntimeFree::new(array as u64, RUNTIME_FREE_ARRAY, FREES_ARRAY);
+    Runtime fn cudaFreeMipmappedArray(array: CUmipmappedArray) -> cudaError_t
+        => RuntimeFree::new(array as u64, RUNTIME_FREE_MIPMAPPED, FREES_ARRAY);
     Runtime fn cudaDeviceReset() -> cudaError_t
         => RuntimeReset;
     Runtime fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void,
@@ -318,6 +350,10 @@ pub const RUNTIME_FREE_ASYNC: &[HookId] = &[
     HookId::cuMemFree_v2,
 ];
 pub const RUNTIME_FREE_HOST: &[HookId] = &[HookId::cuMemFreeHost];
+pub const RUNTIME_MALLOC_ARRAY: &[HookId] = &[HookId::cuArrayCreate_v2, HookId::cuArray3DCreate_v2];
+pub const RUNTIME_MALLOC_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayCreate];
+pub const RUNTIME_FREE_ARRAY: &[HookId] = &[HookId::cuArrayDestroy];
+pub const RUNTIME_FREE_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayDestroy];
 
 impl HookId {
     pub fn name(self) -> &'static str {
@@ -362,7 +398,8 @@ mod tests {
             "curl_easy_init",
             "cuMemcpy",
             "cuMemAlloc",
-            "cudaMallocArray",
+            "cudaMallocArrayX",
+            "cuArrayCreate",
             "cuInit",
             "cu",
             "",
