@@ -39,7 +39,8 @@ struct CUctx_st {
 
 /* ---- a small open-addressing table: key 0 is empty, ~0 a tombstone ---- */
 
-enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING, K_ARRAY, K_MIPMAPPED };
+enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING, K_ARRAY, K_MIPMAPPED,
+           K_IMPORTED, K_POOL };
 
 struct entry {
     uint64_t key;
@@ -442,6 +443,85 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
     return release((uint64_t)(uintptr_t)a, K_MIPMAPPED);
 }
 
+/* ---- memory shared between processes ----
+ * The simulation lets a process open its own handles (the real driver
+ * refuses that, and tests have one process): opening maps a new block of
+ * the exported block's size, as a second process would see it. */
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct entry *e = table_find(&memory, dptr);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (e && e->kind != K_POOL) {
+        if (pbase) *pbase = e->key;
+        if (psize) *psize = e->size;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
+    size_t size = 0;
+    CUresult r = cuMemGetAddressRange_v2(NULL, &size, dptr);
+    if (r || !pHandle) return r ? r : CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle->reserved, &dptr, sizeof dptr);
+    memcpy(pHandle->reserved + 8, &size, sizeof size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags) {
+    size_t size;
+    (void)flags;
+    memcpy(&size, handle.reserved + 8, sizeof size);
+    if (!size) return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)pdptr, size, K_IMPORTED);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return release(dptr, K_IMPORTED); }
+
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!shareableHandle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int live = table_find(&handles, handle) != NULL;
+    pthread_mutex_unlock(&lock);
+    if (!live) return CUDA_ERROR_INVALID_VALUE;
+    *(int *)shareableHandle = (int)handle; /* the "file descriptor" */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType type) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct entry *src = table_find(&handles, (uint64_t)(uintptr_t)osHandle);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (src) {
+        struct entry e = {.key = next_handle++, .size = src->size, .kind = K_HANDLE};
+        if (table_put(&handles, e) == 0) {
+            *handle = e.key;
+            r = CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* ---- stream-ordered memory pools: a pool is a small block of its own ---- */
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    if (!props) return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)pool, 64, K_POOL);
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) { return release((uint64_t)(uintptr_t)pool, K_POOL); }
+
 /* ---- virtual memory management ---- */
 
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
@@ -596,6 +676,9 @@ static const struct { const char *name; void *fn; } symbols[] = {
     SYM(cuMemGetAllocationGranularity), SYM(cuGetProcAddress), SYM(cuGetProcAddress_v2),
     SYM(cuArrayCreate_v2), SYM(cuArray3DCreate_v2), SYM(cuArrayDestroy),
     SYM(cuMipmappedArrayCreate), SYM(cuMipmappedArrayDestroy),
+    SYM(cuMemGetAddressRange_v2), SYM(cuIpcGetMemHandle), SYM(cuIpcOpenMemHandle_v2),
+    SYM(cuIpcCloseMemHandle), SYM(cuMemExportToShareableHandle),
+    SYM(cuMemImportFromShareableHandle), SYM(cuMemPoolCreate), SYM(cuMemPoolDestroy),
     SYM(cuGetErrorName),
 };
 
@@ -613,6 +696,8 @@ static const struct { const char *base; int since; const char *suffix; } version
     {"cuDevicePrimaryCtxReset", 11000, "_v2"},
     {"cuGetProcAddress", 12000, "_v2"},
     {"cuArrayCreate", 3020, "_v2"},
+    {"cuIpcOpenMemHandle", 11000, "_v2"},
+    {"cuMemGetAddressRange", 3020, "_v2"},
     {"cuArray3DCreate", 3020, "_v2"},
 };
 static const char *per_thread[] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync"};

@@ -45,6 +45,11 @@ const EXPORTS: &[&str] = &[
     "cuMipmappedArrayCreate",
     "cuArrayDestroy",
     "cuMipmappedArrayDestroy",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuMemImportFromShareableHandle",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
     // runtime
     "cudaMalloc",
     "cudaMallocAsync",

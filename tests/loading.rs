@@ -415,3 +415,72 @@ fn cuda_arrays_are_recorded_as_arrays_leaked_clean_and_badly_released() {
     assert_eq!(r.totals.invalid_frees, 3);
     assert_eq!(r.totals.frees, 3);
 }
+
+const IMPORTED: &str = "tests/c/imported.c";
+
+#[test]
+fn imported_memory_and_pools_are_reported_apart_leaked_clean_and_badly_released() {
+    use cudaleak_core::record::MemoryKind;
+    let program = program("imported");
+    let out = run_both(&program, &["leak"], &[]);
+    let r = out.report();
+    assert_eq!(r.leaks.len(), 3, "{:#?}", r.leaks);
+    for (marker, function, api, shared, kind, bytes) in [
+        (
+            "/* LEAK ipc */",
+            "open_ipc",
+            "cuIpcOpenMemHandle_v2",
+            MemoryKind::Device,
+            MemoryKind::Imported,
+            3000,
+        ),
+        (
+            "/* LEAK import */",
+            "import_handle",
+            "cuMemImportFromShareableHandle",
+            MemoryKind::Device,
+            MemoryKind::Imported,
+            0,
+        ),
+        (
+            "/* LEAK pool */",
+            "make_pool",
+            "cuMemPoolCreate",
+            MemoryKind::Reservation,
+            MemoryKind::Pool,
+            0,
+        ),
+    ] {
+        let g = group_at(&r, function, "imported.c", line_of(IMPORTED, marker));
+        assert_eq!(
+            (g.api.as_str(), g.memory, g.memory_kind, g.blocks, g.bytes),
+            (api, shared, Some(kind), 1, bytes),
+            "{marker}"
+        );
+    }
+    // Apart from what the process allocated: not in live bytes.
+    assert_eq!(r.totals.live_bytes, 0);
+    assert_eq!(r.leaked_bytes(), 0);
+    assert_eq!(
+        (
+            r.totals.by_memory[&MemoryKind::Imported].blocks,
+            r.totals.by_memory[&MemoryKind::Imported].bytes
+        ),
+        (2, 3000)
+    );
+    assert_eq!(r.totals.by_memory[&MemoryKind::Pool].blocks, 1);
+    assert!(
+        out.stderr
+            .contains("imported 3000 in 2, opened from another process"),
+        "{}",
+        out.stderr
+    );
+
+    let out = run_both(&program, &["clean"], &[]);
+    assert!(out.reports().iter().all(|r| r.leaks.is_empty()), "{}", out.stderr);
+
+    let out = run_both(&program, &["bad"], &[]);
+    let r = out.report();
+    assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
+    assert_eq!(r.totals.invalid_frees, 4);
+}

@@ -140,6 +140,8 @@ pub const FREES_DEVICE: KindSet = &[MemoryKind::Device, MemoryKind::Managed];
 pub const FREES_HOST: KindSet = &[MemoryKind::Host];
 pub const FREES_RESERVATION: KindSet = &[MemoryKind::Reservation];
 pub const FREES_ARRAY: KindSet = &[MemoryKind::Array];
+pub const FREES_IMPORTED: KindSet = &[MemoryKind::Imported];
+pub const FREES_POOL: KindSet = &[MemoryKind::Pool];
 
 // ---- runtime calls (case 1) ----
 
@@ -195,6 +197,8 @@ enum Size {
     Bytes(u64),
     /// cuMemAllocPitch: pitch (written by the call) × height
     Pitch(*mut usize, usize),
+    /// asked from the driver after the call (cuMemGetAddressRange_v2)
+    OfAddress,
 }
 
 pub struct Alloc {
@@ -222,6 +226,15 @@ impl Alloc {
         Alloc {
             size: Size::Pitch(pitch, height),
             ..Alloc::new(id, api, MemoryKind::Device, out, 0)
+        }
+    }
+
+    /// cuIpcOpenMemHandle_v2: memory another process allocated; its size
+    /// is asked from the driver once opened.
+    pub fn imported(id: HookId, out: *mut u64) -> Alloc {
+        Alloc {
+            size: Size::OfAddress,
+            ..Alloc::new(id, Api::cuIpcOpenMemHandle_v2, MemoryKind::Imported, out, 0)
         }
     }
 
@@ -302,6 +315,7 @@ impl Event for Alloc {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
             }
             Size::Pitch(..) => 0,
+            Size::OfAddress => size_of_address(key),
         };
         let thread = cx.thread;
         let (api, stack) = match runtime.and_then(|(outer, rc)| Some((rc.api, outer.captured()?))) {
@@ -310,6 +324,20 @@ impl Event for Alloc {
         };
         tracker::record_allocation(key, size, api, self.kind, stack, self.device, thread);
     }
+}
+
+/// The size of the allocation at `addr`, from the driver (0 if it cannot
+/// say). The driver hook guard is up: the helper is not a hook anyway.
+fn size_of_address(addr: u64) -> u64 {
+    let Some(get) = resolve::CU_MEM_GET_ADDRESS_RANGE_V2.get::<MemGetAddressRangeFn>() else {
+        return 0;
+    };
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: real driver call with valid out pointers.
+    if unsafe { get(&mut base, &mut size, addr) } != CUDA_SUCCESS {
+        return 0;
+    }
+    size as u64
 }
 
 // ---- releases (case 3) ----

@@ -125,3 +125,12 @@ pub fn array_bytes(width: usize, height: usize, depth: usize, element: u64, leve
     }
     total
 }
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUipcMemHandle {
+    pub reserved: [c_char; 64],
+}
+
+pub type MemGetAddressRangeFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;

@@ -242,6 +242,24 @@ cuda_hooks! {
     Driver fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult
         => Free::new(HookId::cuMipmappedArrayDestroy, array as u64, FREES_ARRAY);
 
+    // ---- driver: memory opened from another process (DDP, NCCL, torch IPC) ----
+    Driver fn cuIpcOpenMemHandle_v2(dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult
+        => Alloc::imported(HookId::cuIpcOpenMemHandle_v2, dptr);
+    Driver fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult
+        => Free::new(HookId::cuIpcCloseMemHandle, dptr, FREES_IMPORTED);
+    // Its size is not known (no query takes a bare handle): recorded as 0
+    // bytes; released by cuMemRelease like a cuMemCreate handle.
+    Driver fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle,
+                                             os_handle: *mut c_void, handle_type: c_int) -> CUresult
+        => Alloc::new(HookId::cuMemImportFromShareableHandle, Api::cuMemImportFromShareableHandle,
+                      Imported, handle, 0);
+
+    // ---- driver: stream-ordered memory pools (the pool itself) ----
+    Driver fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const c_void) -> CUresult
+        => Alloc::new(HookId::cuMemPoolCreate, Api::cuMemPoolCreate, Pool, pool.cast(), 0);
+    Driver fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult
+        => Free::new(HookId::cuMemPoolDestroy, pool as u64, FREES_POOL);
+
     // ---- driver: context teardown ----
     Driver fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult
         => ContextEvent::destroy(ctx);

@@ -507,6 +507,8 @@ impl Helper {
 pub static CU_CTX_GET_CURRENT: Helper = Helper::new(c"cuCtxGetCurrent");
 pub static CU_CTX_GET_DEVICE: Helper = Helper::new(c"cuCtxGetDevice");
 pub static CU_GET_PROC_ADDRESS_V2: Helper = Helper::new(c"cuGetProcAddress_v2");
+/// The size of memory opened from another process (cuIpcOpenMemHandle_v2).
+pub static CU_MEM_GET_ADDRESS_RANGE_V2: Helper = Helper::new(c"cuMemGetAddressRange_v2");
 
 /// Newest CUDA version whose entry-point names this table was checked
 /// against. Lookups at a newer version are substituted only if the driver
@@ -545,6 +547,11 @@ pub fn hook_for_entry_point(name: &[u8], version: c_int, flags: u64) -> Option<H
         b"cuArrayDestroy" => HookId::cuArrayDestroy,
         b"cuMipmappedArrayCreate" => HookId::cuMipmappedArrayCreate,
         b"cuMipmappedArrayDestroy" => HookId::cuMipmappedArrayDestroy,
+        b"cuIpcOpenMemHandle" if since(11000) => HookId::cuIpcOpenMemHandle_v2,
+        b"cuIpcCloseMemHandle" => HookId::cuIpcCloseMemHandle,
+        b"cuMemImportFromShareableHandle" => HookId::cuMemImportFromShareableHandle,
+        b"cuMemPoolCreate" => HookId::cuMemPoolCreate,
+        b"cuMemPoolDestroy" => HookId::cuMemPoolDestroy,
         b"cuCtxDestroy" if since(4000) => HookId::cuCtxDestroy_v2,
         b"cuDevicePrimaryCtxRetain" => HookId::cuDevicePrimaryCtxRetain,
         b"cuDevicePrimaryCtxRelease" if since(11000) => HookId::cuDevicePrimaryCtxRelease_v2,
@@ -753,7 +760,12 @@ fn forget_unloaded(before: &LoadedSnapshot) {
             let _ = slot.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
-    for helper in [&CU_CTX_GET_CURRENT, &CU_CTX_GET_DEVICE, &CU_GET_PROC_ADDRESS_V2] {
+    for helper in [
+        &CU_CTX_GET_CURRENT,
+        &CU_CTX_GET_DEVICE,
+        &CU_GET_PROC_ADDRESS_V2,
+        &CU_MEM_GET_ADDRESS_RANGE_V2,
+    ] {
         helper.forget_if_unloaded();
     }
     LIBCUDA.store(0, Ordering::Release);
