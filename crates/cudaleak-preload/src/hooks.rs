@@ -82,18 +82,20 @@ macro_rules! hook_body {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             type Real = unsafe extern "C" fn($($ty),*) -> $ret;
             let Some(real) = crate::resolve::real::<Real>(HookId::$name) else {
-                return crate::resolve::missing_result(HookId::$name, 0);
+                return crate::resolve::missing_result(HookId::$name);
             };
             crate::events::intercept(Layer::Driver, || $event, || real($($arg),*))
         }
     };
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        /// `real`: what the entry stub found for the caller (0: nothing).
+        pub unsafe extern "C" fn $name(real: usize, $($arg: $ty),*) -> $ret {
             type Real = unsafe extern "C" fn($($ty),*) -> $ret;
-            let real = match crate::resolve::runtime_real::<Real>() {
-                Ok(real) => real,
-                Err(caller) => return crate::resolve::missing_result(HookId::$name, caller),
-            };
+            if real == 0 {
+                return crate::resolve::missing_code(HookId::$name);
+            }
+            // SAFETY: a function of the hooked signature, from the loader.
+            let real = unsafe { std::mem::transmute::<usize, Real>(real) };
             crate::events::intercept(Layer::Runtime, || $event, || real($($arg),*))
         }
     };
@@ -105,11 +107,18 @@ macro_rules! hook_export {
         pub use super::bodies::$name;
     };
     // The stub reads the return address (the caller's), has the real
-    // function for that caller looked up, restores the argument registers
-    // and jumps to the body: the stack is as the caller left it, so
-    // arguments passed in memory (cudaMalloc3D's cudaExtent) stay in place.
+    // function for that caller looked up, restores the argument registers,
+    // shifts them by one to pass the real function first, and jumps to the
+    // body: the stack is as the caller left it, so arguments passed in
+    // memory (cudaMalloc3D's cudaExtent) stay in place. Hence at most 5
+    // arguments (x86-64 has 6 argument registers), checked below.
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        #[cfg(all(target_arch = "x86_64"))]
+        const _: () = {
+            let args: &[&str] = &[$(stringify!($arg)),*];
+            assert!(args.len() <= 5, "a runtime hook takes at most 5 arguments");
+        };
+
+        #[cfg(target_arch = "x86_64")]
         #[cfg_attr(not(test), no_mangle)]
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
@@ -131,6 +140,12 @@ macro_rules! hook_export {
                 "pop rdx",
                 "pop rsi",
                 "pop rdi",
+                "mov r9, r8",
+                "mov r8, rcx",
+                "mov rcx, rdx",
+                "mov rdx, rsi",
+                "mov rsi, rdi",
+                "mov rdi, rax",
                 "jmp {body}",
                 id = const HookId::$name as u32,
                 enter = sym crate::resolve::cudaleak_enter_runtime,
@@ -138,7 +153,7 @@ macro_rules! hook_export {
             )
         }
 
-        #[cfg(all(target_arch = "aarch64"))]
+        #[cfg(target_arch = "aarch64")]
         #[cfg_attr(not(test), no_mangle)]
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
@@ -152,10 +167,12 @@ macro_rules! hook_export {
                 "mov x0, x30",
                 "mov x1, #{id}",
                 "bl {enter}",
-                "ldp x0, x1, [sp, #16]",
-                "ldp x2, x3, [sp, #32]",
-                "ldp x4, x5, [sp, #48]",
-                "ldp x6, x7, [sp, #64]",
+                "mov x9, x0",
+                "ldp x1, x2, [sp, #16]",
+                "ldp x3, x4, [sp, #32]",
+                "ldp x5, x6, [sp, #48]",
+                "ldr x7, [sp, #64]",
+                "mov x0, x9",
                 "ldp x29, x30, [sp], #80",
                 "b {body}",
                 id = const HookId::$name as u32,
@@ -164,12 +181,12 @@ macro_rules! hook_export {
             )
         }
 
-        /// Elsewhere the caller is unknown: the global lookup answers.
+/// Elsewhere the caller is unknown: the global lookup answers.
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            crate::resolve::cudaleak_enter_runtime(0, HookId::$name as u32);
-            super::bodies::$name($($arg),*)
+            let real = crate::resolve::cudaleak_enter_runtime(0, HookId::$name as u32);
+            super::bodies::$name(real, $($arg),*)
         }
     };
 }

@@ -24,7 +24,6 @@
 use crate::ffi::*;
 use crate::hooks::{hook_address, HookId, Layer, ALL_HOOKS, HOOK_COUNT};
 use cudaleak_core::lock::FutexMutex;
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -224,36 +223,21 @@ static CALLERS_CLAIM: FutexMutex<()> = FutexMutex::new(());
 /// global lookup answers for it without asking the loader again.
 static LAST_UNKNOWN_CALLER: AtomicUsize = AtomicUsize::new(0);
 
-thread_local! {
-    /// (caller's return address, its real function) for the runtime hook
-    /// being entered on this thread: written by the entry stub, read
-    /// first thing by the hook body.
-    static ENTERING: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-}
-
-/// Called by each runtime hook's entry stub with its return address.
-/// Must not unwind (it is called from assembly).
-pub extern "C" fn cudaleak_enter_runtime(caller: usize, id: u32) {
-    let real = std::panic::catch_unwind(|| {
+/// Called by each runtime hook's entry stub with its return address:
+/// the real function for that caller, or 0 (after one warning per name
+/// that says which object asked). Must not unwind (called from assembly).
+pub extern "C" fn cudaleak_enter_runtime(caller: usize, id: u32) -> usize {
+    std::panic::catch_unwind(|| {
         let id = ALL_HOOKS.get(id as usize).copied()?;
-        Some(real_for_caller(id, caller))
+        let real = real_for_caller(id, caller);
+        if real == 0 {
+            warn_missing(id, caller);
+        }
+        Some(real)
     })
     .ok()
     .flatten()
-    .unwrap_or(0);
-    let _ = ENTERING.try_with(|e| e.set((caller, real)));
-}
-
-/// The real function the entry stub found for this call, or the caller's
-/// return address when there is none.
-#[inline]
-pub fn runtime_real<F: Copy>() -> Result<F, usize> {
-    let (caller, p) = ENTERING.try_with(|e| e.get()).unwrap_or((0, 0));
-    if p == 0 {
-        return Err(caller);
-    }
-    // SAFETY: F is the function-pointer type of the hooked signature.
-    Ok(unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+    .unwrap_or(0)
 }
 
 /// The real runtime function `id` for a call returning to `caller`.
@@ -279,18 +263,28 @@ fn real_for_caller(id: HookId, caller: usize) -> usize {
         // We called it: a runtime function our hook called tail-called
         // another exported one (the simulated cudaGetDriverEntryPoint
         // ends in `jmp cudaGetDriverEntryPointByVersion@plt`), so the
-        // return address is ours. The scope is that of the runtime our
-        // hook called, whose function is still noted on this thread.
-        let outer = ENTERING.try_with(|e| e.get().1).unwrap_or(0);
-        if outer != 0 && !(own_lo <= outer && outer < own_hi) {
-            return real_for_caller(id, outer);
-        }
-        return global_real(id);
+        // return address is ours. The global definition answers, else
+        // the first runtime scope that has one.
+        return match global_real(id) {
+            0 => any_scope_real(id),
+            p => p,
+        };
     }
     match claim_caller(caller) {
         Some(obj) => resolve_in_scope(obj, id),
         None => global_real(id),
     }
+}
+
+/// The definition of `id` some known caller's scope resolved.
+#[cold]
+fn any_scope_real(id: HookId) -> usize {
+    let used = CALLERS_USED.load(Ordering::Acquire);
+    CALLERS[..used]
+        .iter()
+        .map(|o| o.real[id as usize].load(Ordering::Acquire))
+        .find(|&p| p > USE_GLOBAL)
+        .unwrap_or(0)
 }
 
 /// A slot for the object holding `caller`. The loader is asked without
@@ -392,33 +386,41 @@ fn resolve_in_scope(obj: &CallerObject, id: HookId) -> usize {
     }
 }
 
-/// Result when the real function cannot be found: the error a program
-/// gets from CUDA without a usable driver/runtime, and one warning per
-/// name that says which object asked for it.
-pub fn missing_result(id: HookId, caller: usize) -> c_int {
-    static WARNED: [AtomicBool; HOOK_COUNT] = [const { AtomicBool::new(false) }; HOOK_COUNT];
-    if caller == 0 {
-        // A driver hook: no caller is known, only the name.
-        crate::lifecycle::warn_once_about_missing(id);
-    } else if !WARNED[id as usize].swap(true, Ordering::Relaxed) {
-        let asker = cudaleak_core::symbolize::module_of(caller as u64)
-            .unwrap_or_else(|| format!("code at {caller:#x}"));
-        crate::lifecycle::warn(&format!(
-            "cudaleak: {asker} called {}, but no real {} is loaded in its scope or globally; \
-             passing error {} back (is the CUDA {} installed?)",
-            id.name(),
-            id.name(),
-            missing_code(id),
-            match id.layer() {
-                Layer::Driver => "driver",
-                Layer::Runtime => "runtime",
-            }
-        ));
-    }
+/// Result when the real driver function cannot be found: the error a
+/// program gets from CUDA without a usable driver, and one warning.
+pub fn missing_result(id: HookId) -> c_int {
+    crate::lifecycle::warn_once_about_missing(id);
     missing_code(id)
 }
 
-fn missing_code(id: HookId) -> c_int {
+/// One warning per name that says which object asked for it.
+#[cold]
+fn warn_missing(id: HookId, caller: usize) {
+    static WARNED: [AtomicBool; HOOK_COUNT] = [const { AtomicBool::new(false) }; HOOK_COUNT];
+    if caller == 0 {
+        crate::lifecycle::warn_once_about_missing(id);
+        return;
+    }
+    if WARNED[id as usize].swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let asker =
+        cudaleak_core::symbolize::module_of(caller as u64).unwrap_or_else(|| format!("code at {caller:#x}"));
+    crate::lifecycle::warn(&format!(
+        "cudaleak: {asker} called {}, but no real {} is loaded in its scope or globally; \
+         passing error {} back (is the CUDA {} installed?)",
+        id.name(),
+        id.name(),
+        missing_code(id),
+        match id.layer() {
+            Layer::Driver => "driver",
+            Layer::Runtime => "runtime",
+        }
+    ));
+}
+
+/// The error a hook returns when its real function is missing.
+pub fn missing_code(id: HookId) -> c_int {
     match id.layer() {
         Layer::Driver => CUDA_ERROR_NOT_FOUND,
         Layer::Runtime => CUDA_ERROR_INSUFFICIENT_DRIVER,
