@@ -69,9 +69,11 @@ fn find_module(addr: usize) -> Option<Module> {
         if !inside {
             return 0;
         }
-        let Some((lo, hi)) = load_range(info) else {
-            return 0;
-        };
+        let (mut lo, mut hi) = (usize::MAX, 0);
+        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
+            lo = lo.min(base + p.p_vaddr as usize);
+            hi = hi.max(base + (p.p_vaddr + p.p_memsz) as usize);
+        }
         let hdr = phdrs
             .iter()
             .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
@@ -98,7 +100,9 @@ fn find_module(addr: usize) -> Option<Module> {
     s.found
 }
 
-/// The lowest and highest address of an object's loaded segments.
+/// The lowest and highest address of an object's loaded segments, as
+/// `find_module` computes them for the one object it finds (`dlclose`
+/// snapshots every object).
 ///
 /// # Safety
 /// `info` is what `dl_iterate_phdr` passes its callback.
