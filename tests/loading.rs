@@ -484,3 +484,52 @@ fn imported_memory_and_pools_are_reported_apart_leaked_clean_and_badly_released(
     assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
     assert_eq!(r.totals.invalid_frees, 4);
 }
+
+#[test]
+fn a_driver_unloaded_and_loaded_again_elsewhere_is_called_there() {
+    // Without the dlclose handling the second cuMemAlloc_v2 hook calls the
+    // first copy's function, which is no longer mapped.
+    let program = build("driver_reload", &["tests/c/driver_reload.c"], &["-ldl"]);
+    let out = run_both(&program, &[], &[]);
+    assert!(out.stdout.contains("unloaded"), "{}", out.stdout);
+    let r = out.report();
+    let line = line_of("tests/c/driver_reload.c", "/* LEAK reloaded driver */");
+    for bytes in [3333, 4444] {
+        let g = group_of(&r, bytes);
+        assert_eq!((g.api.as_str(), g.blocks), ("cuMemAlloc_v2", 1), "{bytes}");
+        innermost_is(g, "round_trip", "driver_reload.c", line);
+    }
+    assert_eq!(r.leaks.len(), 2);
+    assert_eq!((r.totals.allocations, r.totals.frees), (4, 2));
+}
+
+#[test]
+fn a_runtime_call_with_no_runtime_anywhere_gets_an_error_and_a_warning_naming_the_caller() {
+    // A plugin whose cudaMalloc is undefined (it does not link libcudart),
+    // bound lazily: under the library the call reaches our export, which
+    // finds no runtime in the plugin's scope or globally. (Without the
+    // library the loader kills the process: "undefined symbol".)
+    let plugin = build(
+        "libplugin_none.so",
+        &[PLUGIN],
+        &["-shared", "-fPIC", "-DPLUGIN_BYTES=99", "-ldl"],
+    );
+    let out = run_traced(&host(false), &["lazy", plugin.to_str().unwrap()], &[]);
+    // plugin_leak returns 100 + the error of its first cudaMalloc.
+    assert_eq!(out.status.code(), Some(135), "stderr:\n{}", out.stderr);
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("no real cudaMalloc"))
+        .unwrap_or_else(|| panic!("no warning:\n{}", out.stderr));
+    assert!(
+        warning.contains("libplugin_none.so called cudaMalloc"),
+        "{warning}"
+    );
+    assert_eq!(
+        out.stderr.matches("no real cudaMalloc").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
