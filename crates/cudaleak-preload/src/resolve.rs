@@ -2,7 +2,10 @@
 //! their place on every path a program can take to a CUDA function:
 //!
 //! 1. direct symbol binding: the loader binds to our exports (we are
-//!    preloaded); the real function is `dlsym(RTLD_NEXT, name)`;
+//!    preloaded); the real function of a driver hook is
+//!    `dlsym(RTLD_NEXT, name)` (or libcuda's, loaded privately); that of a
+//!    runtime hook is the one the *calling object's* own scope holds (an
+//!    RTLD_LOCAL plugin's libcudart; see "runtime hooks" below);
 //! 2. `dlsym(handle, name)` on a dlopen'ed libcuda/libcudart (JAX/XLA, and
 //!    every runtime: it dlopens libcuda.so.1 with RTLD_LOCAL, so RTLD_NEXT
 //!    from here cannot see it). Our `dlsym` override looks the name up for
@@ -20,6 +23,8 @@
 //! - A hook never records itself as its own real function (that would
 //!   recurse forever when a lookup returns the hook, e.g. a second
 //!   `cuGetProcAddress` through our own hook).
+//! - Objects go: our `dlclose` forgets every cached pointer into an object
+//!   it unloaded, so no later call jumps into unmapped memory.
 
 use crate::ffi::*;
 use crate::hooks::{hook_address, HookId, Layer, ALL_HOOKS, HOOK_COUNT};
