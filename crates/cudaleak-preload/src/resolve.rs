@@ -28,7 +28,6 @@
 
 use crate::ffi::*;
 use crate::hooks::{hook_address, HookId, Layer, ALL_HOOKS, HOOK_COUNT};
-use cudaleak_core::lock::FutexMutex;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -221,9 +220,10 @@ static CALLERS: [CallerObject; MAX_CALLERS] = [const {
         real: [const { AtomicUsize::new(0) }; HOOK_COUNT],
     }
 }; MAX_CALLERS];
-/// Slots handed out so far (a prefix of CALLERS).
+/// Slots handed out so far (a prefix of CALLERS; may pass MAX_CALLERS).
+/// Claimed without a lock (a child forked while a parent thread claimed
+/// must not wait for it): a slot is readable once its `lo` is nonzero.
 static CALLERS_USED: AtomicUsize = AtomicUsize::new(0);
-static CALLERS_CLAIM: FutexMutex<()> = FutexMutex::new(());
 /// The last return address that lay in no loaded object (JIT code): the
 /// global lookup answers for it without asking the loader again.
 static LAST_UNKNOWN_CALLER: AtomicUsize = AtomicUsize::new(0);
@@ -250,9 +250,10 @@ pub extern "C" fn cudaleak_enter_runtime(caller: usize, id: u32) -> usize {
 /// (one compare each), then a load.
 #[inline]
 fn real_for_caller(id: HookId, caller: usize) -> usize {
-    let used = CALLERS_USED.load(Ordering::Acquire);
+    let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
     for obj in &CALLERS[..used] {
-        if obj.lo.load(Ordering::Relaxed) <= caller && caller < obj.hi.load(Ordering::Relaxed) {
+        let lo = obj.lo.load(Ordering::Acquire);
+        if lo != 0 && lo <= caller && caller < obj.hi.load(Ordering::Relaxed) {
             return match obj.real[id as usize].load(Ordering::Acquire) {
                 0 => resolve_in_scope(obj, id),
                 USE_GLOBAL => global_real(id),
@@ -284,7 +285,7 @@ fn real_for_caller(id: HookId, caller: usize) -> usize {
 /// The definition of `id` some known caller's scope resolved.
 #[cold]
 fn any_scope_real(id: HookId) -> usize {
-    let used = CALLERS_USED.load(Ordering::Acquire);
+    let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
     CALLERS[..used]
         .iter()
         .map(|o| o.real[id as usize].load(Ordering::Acquire))
@@ -304,19 +305,12 @@ fn claim_caller(caller: usize) -> Option<&'static CallerObject> {
     // No handle (the program itself, or no loader name): the slot answers
     // with the global lookup for every name.
     let map = scope_handle_of(caller).unwrap_or(0);
-    let _g = CALLERS_CLAIM.lock();
-    let used = CALLERS_USED.load(Ordering::Acquire);
-    if let Some(obj) = CALLERS[..used]
-        .iter()
-        .find(|o| o.lo.load(Ordering::Relaxed) == lo && o.hi.load(Ordering::Relaxed) == hi)
-    {
-        return Some(obj);
-    }
-    let obj = CALLERS.get(used)?;
+    // Two threads claiming for one object at once get a slot each, both
+    // valid; the scan takes the first.
+    let obj = CALLERS.get(CALLERS_USED.fetch_add(1, Ordering::AcqRel))?;
     obj.map.store(map, Ordering::Relaxed);
-    obj.lo.store(lo, Ordering::Relaxed);
     obj.hi.store(hi, Ordering::Relaxed);
-    CALLERS_USED.store(used + 1, Ordering::Release);
+    obj.lo.store(lo, Ordering::Release);
     Some(obj)
 }
 
@@ -752,10 +746,10 @@ fn forget_unloaded(before: &LoadedSnapshot) {
         cudaleak_core::symbolize::note_unloaded(lo as u64, hi as u64, name);
     }
     // Callers whose object is gone: their slots die (never reused).
-    let used = CALLERS_USED.load(Ordering::Acquire);
+    let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
     for obj in &CALLERS[..used] {
         let (lo, hi) = (obj.lo.load(Ordering::Relaxed), obj.hi.load(Ordering::Relaxed));
-        if lo < hi && crate::unwind::module_range(lo) != Some((lo, hi)) {
+        if lo != 0 && lo < hi && crate::unwind::module_range(lo) != Some((lo, hi)) {
             obj.lo.store(usize::MAX, Ordering::Relaxed);
             obj.hi.store(0, Ordering::Relaxed);
         }
