@@ -123,18 +123,15 @@ macro_rules! hook_export {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             std::arch::naked_asm!(
+                // r9 is no argument (at most 5); 5 pushes realign the stack.
                 "push rdi",
                 "push rsi",
                 "push rdx",
                 "push rcx",
                 "push r8",
-                "push r9",
-                "sub rsp, 8",
-                "mov rdi, [rsp + 56]",
+                "mov rdi, [rsp + 40]",
                 "mov esi, {id}",
                 "call {enter}",
-                "add rsp, 8",
-                "pop r9",
                 "pop r8",
                 "pop rcx",
                 "pop rdx",
