@@ -1,12 +1,31 @@
 #!/usr/bin/env bash
-# The project's test command (README.md). `cargo test` does not build the
-# cdylib, so the preload library and the CLI are built first; the
-# integration tests then run real processes under target/release/libcudaleak.so.
+# The project's test command (README.md). It needs cargo, a C compiler,
+# binutils and python3 (3.8 or newer, with venv), and installs the Python
+# packages the tests use (requirements-dev.txt) into its own virtual
+# environment, target/test-venv, from PyPI: nothing comes first.
+#
+# `cargo test` does not build the cdylib, so the preload library and the CLI
+# are built first; the integration tests then run real processes under
+# target/release/libcudaleak.so. Then the wheel is built (a second, zig-linked
+# release build: scripts/build-wheel.sh) and tests/wheel.rs installs it into
+# fresh virtual environments, offline, and uses it as a person would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python3 -c 'import pytest' 2>/dev/null; then
-    echo "scripts/test.sh: python3 lacks pytest; run: python3 -m pip install -r requirements-dev.txt" >&2
-    exit 1
+
+venv=target/test-venv
+stamp="$venv/requirements-dev.txt"
+if ! cmp -s requirements-dev.txt "$stamp"; then
+    rm -rf "$venv" target/wheelhouse
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+    # pytest's wheels, for the offline installs in tests/wheel.rs.
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
+        --dest target/wheelhouse pytest
+    cp requirements-dev.txt "$stamp"
 fi
+export PATH="$PWD/$venv/bin:$PATH"
+
 cargo build --release --workspace
 cargo test --release --workspace "$@"
+scripts/build-wheel.sh
+cargo test --release --test wheel -- --ignored
