@@ -2,7 +2,7 @@
 # Builds the wheel target/wheels/cudaleak-VERSION-py3-none-manylinux_2_28_ARCH.whl
 # (README.md, "Installing"). Needs maturin, ziglang and cargo-zigbuild on
 # PATH: scripts/test.sh installs them into target/test-venv, or
-# `python3 -m pip install -r requirements-dev.txt`.
+# `python3 -m pip install -r requirements-wheel.txt`.
 #
 # maturin builds one crate per wheel (the command line, bindings = "bin"),
 # so the preload library is built first and handed to it as a file of the
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in maturin cargo-zigbuild; do
     command -v "$tool" >/dev/null || {
-        echo "scripts/build-wheel.sh needs $tool: python3 -m pip install -r requirements-dev.txt" >&2
+        echo "scripts/build-wheel.sh needs $tool: python3 -m pip install -r requirements-wheel.txt" >&2
         exit 1
     }
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README.md). It needs cargo, a C compiler,
-# binutils and python3 (3.8 or newer, with venv), and installs the Python
-# packages the tests use (requirements-dev.txt) into its own virtual
-# environment, target/test-venv, from PyPI: nothing comes first.
+# binutils and python3 (3.9 or newer, with venv), and installs the Python
+# packages the tests use (requirements-dev.txt, requirements-wheel.txt) into
+# its own virtual environment, target/test-venv, from PyPI: nothing comes
+# first.
 #
 # `cargo test` does not build the cdylib, so the preload library and the CLI
 # are built first; the integration tests then run real processes under
@@ -13,15 +14,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/test-venv
-stamp="$venv/requirements-dev.txt"
-if ! cmp -s requirements-dev.txt "$stamp"; then
+stamp="$venv/requirements.stamp"
+if ! cat requirements-dev.txt requirements-wheel.txt | cmp -s - "$stamp"; then
     rm -rf "$venv" target/wheelhouse
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r requirements-dev.txt -r requirements-wheel.txt
     # pytest's wheels, for the offline installs in tests/wheel.rs.
     "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
         --dest target/wheelhouse pytest
-    cp requirements-dev.txt "$stamp"
+    cat requirements-dev.txt requirements-wheel.txt >"$stamp"
 fi
 export PATH="$PWD/$venv/bin:$PATH"
 
