@@ -9,7 +9,9 @@
 # are built first; the integration tests then run real processes under
 # target/release/libcudaleak.so. Then the wheel is built (a second, zig-linked
 # release build: scripts/build-wheel.sh) and tests/wheel.rs installs it into
-# fresh virtual environments, offline, and uses it as a person would.
+# fresh virtual environments, offline, and uses it as a person would; the
+# suites that run processes under the library run once more on the wheel's
+# own libcudaleak.so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,5 +31,11 @@ export PATH="$PWD/$venv/bin:$PATH"
 
 cargo build --release --workspace
 cargo test --release --workspace "$@"
+wheel_start=$SECONDS
 scripts/build-wheel.sh
+echo "scripts/test.sh: the wheel took $((SECONDS - wheel_start)) s to build"
 cargo test --release --test wheel -- --ignored
+# The processes-under-LD_PRELOAD suites once more, on the library the wheel
+# ships (zig-linked against glibc 2.28, without debug info).
+CUDALEAK_TEST_LIBRARY=python/cudaleak/_lib/libcudaleak.so \
+    cargo test --release --test interception --test python --test live
