@@ -24,8 +24,11 @@ glibc=${tag#manylinux_}
 glibc=${glibc/_/.}
 target="$(uname -m)-unknown-linux-gnu"
 
-cargo zigbuild --profile wheel --target "$target.$glibc" -p cudaleak-preload
-install -D -m 0755 "target/$target/wheel/libcudaleak.so" python/cudaleak/_lib/libcudaleak.so
+# A target directory of its own: cargo-zigbuild and maturin --zig set the
+# compiler environment differently, and in one directory each would
+# rebuild every crate the other built, on every run.
+cargo zigbuild --profile wheel --target "$target.$glibc" --target-dir target/wheel-lib -p cudaleak-preload
+install -D -m 0755 "target/wheel-lib/$target/wheel/libcudaleak.so" python/cudaleak/_lib/libcudaleak.so
 rm -f target/wheels/cudaleak-*.whl
 maturin build --zig --target "$target" --out target/wheels
 ls -l target/wheels/cudaleak-*.whl
