@@ -13,6 +13,9 @@ pub type CliResult = Result<u8, String>;
 /// LeakSanitizer's exit status for "leaks found".
 pub const LEAK_EXIT_STATUS: u8 = 23;
 
+/// The library's place inside the installed Python package (pyproject.toml).
+const PYTHON_PACKAGE_LIBRARY: &str = "cudaleak/_lib/libcudaleak.so";
+
 /// Where `pip install cudaleak` puts the library, seen from the directory
 /// of the installed command (a venv's or prefix's bin/, ~/.local/bin): the
 /// wheel's package in ../lib/python3.X/site-packages (dist-packages on
@@ -37,9 +40,6 @@ fn python_package_candidates(bin_dir: &std::path::Path) -> Vec<PathBuf> {
     }
     found
 }
-
-/// The library's place inside the installed Python package.
-pub const PYTHON_PACKAGE_LIBRARY: &str = "cudaleak/_lib/libcudaleak.so";
 
 /// (3, 11) for .../python3.11, so that 3.10 sorts above 3.9.
 fn python_version(dir: &std::path::Path) -> (u32, u32) {
