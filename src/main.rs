@@ -82,6 +82,8 @@ enum Command {
     },
     /// List the environment variables the library reads
     Env,
+    /// Print the path of libcudaleak.so, for LD_PRELOAD=$(cudaleak lib) COMMAND
+    Lib,
 }
 
 fn main() -> ExitCode {
@@ -108,6 +110,7 @@ fn main() -> ExitCode {
         Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
         Command::Demo { dir } => cli::demo::demo(dir),
         Command::Env => cli::env(),
+        Command::Lib => cli::lib(),
     };
     match result {
         Ok(code) => ExitCode::from(code),
