@@ -211,17 +211,29 @@ fn report_name(r: &Report) -> ReportName {
     }
 }
 
+/// Streams the report into its file: the dump's extra memory does not grow
+/// with the size of the JSON (issue 15: a 1 GB report was built in memory
+/// first).
 fn write(report: &Report) -> Option<PathBuf> {
     let dir = lifecycle::report_dir()?;
-    let bytes = match serde_json::to_vec_pretty(report) {
-        Ok(b) => b,
-        Err(e) => {
-            lifecycle::warn(&format!("cudaleak: cannot encode the report: {e}"));
-            return None;
-        }
-    };
-    match writer::write_new_file(&dir, &report_name(report).file_name(), &bytes) {
+    let mut encode_error = None;
+    let written = writer::write_report_file(&dir, &report_name(report).file_name(), &mut |w| {
+        serde_json::to_writer_pretty(w, report).map_err(|e| {
+            if !e.is_io() {
+                encode_error = Some(e.to_string());
+            }
+            std::io::Error::other(e)
+        })
+    });
+    match written {
         Ok(p) => Some(p),
+        Err(_) if encode_error.is_some() => {
+            lifecycle::warn(&format!(
+                "cudaleak: cannot encode the report: {}",
+                encode_error.unwrap_or_default()
+            ));
+            None
+        }
         Err(e) => {
             lifecycle::warn(&format!(
                 "cudaleak: cannot write the report into {}: {e} (set CUDALEAK_DIR to a writable directory)",
