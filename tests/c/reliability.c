@@ -10,8 +10,9 @@
  *                 soon as the exit report's temporary file appears.
  *   planted_link  a live dump, then a symbolic link planted at the name the
  *                 exit report will take; leaks one block.
- *   small_stack   a thread with a 16 KiB stack calls cudaMalloc (a leak)
- *                 and cudaMalloc/cudaFree; main makes no CUDA call.
+ *   small_stack [BYTES]  a thread with a 16 KiB (or BYTES) stack calls
+ *                 cudaMalloc (a leak) and cudaMalloc/cudaFree; main makes
+ *                 no CUDA call.
  *   stacks BITS   leaks 2^BITS blocks of 1 byte, each from its own stack.
  */
 #include "common.h"
@@ -127,7 +128,8 @@ int main(int argc, char **argv) {
         pthread_attr_t attr;
         pthread_t t;
         pthread_attr_init(&attr);
-        if (pthread_attr_setstacksize(&attr, 16384) != 0) return 8;
+        size_t bytes = argc > 2 ? (size_t)atol(argv[2]) : 16384;
+        if (pthread_attr_setstacksize(&attr, bytes) != 0) return 8;
         if (pthread_create(&t, &attr, small_stack_thread, NULL) != 0) return 9;
         pthread_join(t, NULL);
     } else if (!strcmp(mode, "stacks")) {

@@ -201,24 +201,38 @@ pub fn on_first_allocation_call() {
 
 // ---- the dumper thread ----
 
+/// Starts the dumper thread with `pthread_create` rather than
+/// `std::thread::spawn`: this runs inside the first allocation hook, on
+/// whatever stack the program gave that thread, and std's spawn needs
+/// kilobytes of it (issue 15: a first cudaMalloc on a 16 KiB thread stack
+/// crashed in it).
 fn start_dumper() {
     if DUMPER_STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
+    extern "C" fn dumper_main(_: *mut c_void) -> *mut c_void {
+        let _ = std::panic::catch_unwind(dumper_loop);
+        std::ptr::null_mut()
+    }
     // The thread inherits this mask: it must never run a signal handler.
-    // SAFETY: sigset manipulation on local storage.
+    // SAFETY: sigset and attribute manipulation on local storage.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let spawned = std::thread::Builder::new()
-            .name("cudaleak-dump".into())
-            .stack_size(1 << 20)
-            .spawn(dumper_loop);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, 1 << 20);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut thread: libc::pthread_t = std::mem::zeroed();
+        let rc = libc::pthread_create(&mut thread, &attr, dumper_main, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if spawned.is_err() {
+        if rc != 0 {
             DUMPER_STARTED.store(false, Ordering::Release);
+        } else {
+            libc::pthread_setname_np(thread, c"cudaleak-dump".as_ptr());
         }
     }
 }

@@ -323,7 +323,7 @@ fn remember_rule(pc: u64, rule: Rule) {
 }
 
 #[inline]
-fn stack_bounds(sp: usize, thread: &ThreadState) -> Option<(usize, usize)> {
+pub(crate) fn stack_bounds(sp: usize, thread: &ThreadState) -> Option<(usize, usize)> {
     let (lo, hi) = thread.stack_bounds.get();
     if lo <= sp && sp < hi {
         return Some((lo, hi));
@@ -511,7 +511,7 @@ fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &Th
         return (dwarf_skipping(out, skip), false);
     };
     // SAFETY: the log is this thread's, and captures do not nest.
-    let log = unsafe { &mut *thread.replay.get() };
+    let log = unsafe { &mut *thread.replay_log() };
     let start = [pc, sp, fp];
     if let Some(n) = replay(log, start, out) {
         return (n, true);
@@ -654,7 +654,10 @@ mod tests {
     fn replay_only_when_the_stack_is_unchanged() {
         let thread = crate::thread::current();
         let mut results = Vec::new();
-        for i in 0..6 {
+        // Capture 0 is a warm-up, not checked: what the test function
+        // leaves in rbp (no frame pointers here; rbp is part of a capture's
+        // start) differs between its first iteration and the others.
+        for i in 0..7 {
             let mut fast = [MaybeUninit::uninit(); 64];
             let mut reference = [MaybeUninit::uninit(); 64];
             let (mut nf, mut replayed, mut nr) = (0, false, 0);
@@ -662,8 +665,8 @@ mod tests {
                 (nf, replayed) = fast_skipping(&mut fast, (0, 0), thread);
                 nr = dwarf_skipping(&mut reference, (0, 0));
             };
-            // a a b b a a: the second of each pair replays
-            if (i / 2) % 2 == 0 {
+            // (b) a a b b a a: the second of each pair replays
+            if i > 0 && ((i - 1) / 2) % 2 == 0 {
                 recurse(10, &mut || path_a(&mut f));
             } else {
                 recurse(10, &mut || path_b(&mut f));
@@ -678,6 +681,7 @@ mod tests {
             assert_eq!(&f[start..], &r[rs..rs + (nf - start)], "capture {i}");
             results.push((replayed, f));
         }
+        results.remove(0);
         assert_eq!(
             results.iter().map(|r| r.0).collect::<Vec<_>>(),
             [false, true, false, true, false, true]
