@@ -35,7 +35,12 @@ fn functions(r: &Report) -> Vec<(String, u64, u64)> {
 
 #[test]
 fn sigterm_during_the_exit_report_still_writes_it() {
-    let out = run_traced(&program(), &["term_at_exit"], &[]);
+    // All 4096 groups written: a report that takes a while to write.
+    let out = run_traced(
+        &program(),
+        &["term_at_exit"],
+        &[("CUDALEAK_MAX_GROUPS", "100000")],
+    );
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGTERM),
@@ -251,4 +256,52 @@ fn a_thread_with_a_16_kib_stack_can_call_cuda_malloc() {
             [(1, 4096)]
         );
     }
+}
+
+#[test]
+fn past_cudaleak_max_stacks_new_stacks_are_dropped_and_counted() {
+    let out = run_traced(&program(), &["stacks", "6"], &[("CUDALEAK_MAX_STACKS", "10")]);
+    out.assert_success();
+    let r = out.report();
+    assert_eq!(r.totals.stacks_dropped, 64 - 10);
+    assert_eq!(r.leaks.len(), 11, "10 stacks and the unknown group");
+    let unknown = r
+        .leaks
+        .iter()
+        .find(|g| g.api == "unknown")
+        .expect("the unknown group");
+    assert_eq!((unknown.blocks, unknown.native_stack.len()), (54, 0));
+    assert!(out.stderr.contains("stacks dropped: 54 "), "{}", out.stderr);
+    let file = std::fs::read_dir(out.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap();
+    let text = std::process::Command::new(cli())
+        .arg("report")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("stacks dropped: 54 "));
+}
+
+#[test]
+fn past_cudaleak_max_groups_the_rest_is_counted_not_written() {
+    let out = run_traced(&program(), &["stacks", "6"], &[("CUDALEAK_MAX_GROUPS", "5")]);
+    out.assert_success();
+    let r = out.report();
+    assert_eq!(r.leaks.len(), 5);
+    let left = r.totals.groups_left_out.expect("groups_left_out");
+    assert_eq!((left.groups, left.blocks, left.bytes), (59, 59, 59));
+    assert_eq!((r.leaked_blocks(), r.leaked_bytes()), (64, 64));
+    assert!(
+        out.stderr
+            .contains("SUMMARY: cudaleak: 64 byte(s) leaked in 64 block(s)"),
+        "{}",
+        out.stderr
+    );
+    assert!(out
+        .stderr
+        .contains("groups left out: 59 more group(s), 59 byte(s) in 59 block(s)"));
 }

@@ -357,6 +357,8 @@ impl Assembler<'_> {
                 failed_allocations: snap.failed_allocations,
                 invalid_frees: snap.invalid_frees,
                 by_memory,
+                stacks_dropped: self.depot.dropped(),
+                groups_left_out: None,
             },
             leaks,
             growth,
@@ -370,6 +372,27 @@ impl Assembler<'_> {
             merged_from: vec![],
         }
     }
+}
+
+/// Keeps the `max` largest groups of each list (`leaks`, `suppressed`,
+/// `growth`; each list is sorted largest first) for writing; what `leaks`
+/// leaves out is counted in `totals.groups_left_out` (issue 15: 100,000
+/// leaked groups made a 1 GB report that took 13 s and 2.4 GB to write,
+/// and the CLI 29 s and 6.9 GB to read).
+pub fn cap_groups(r: &mut Report, max: usize) {
+    if r.leaks.len() > max {
+        let mut left = crate::report::LeftOut::default();
+        for g in r.leaks.drain(max..) {
+            left.groups += 1;
+            left.blocks = left.blocks.saturating_add(g.blocks);
+            if !g.memory.is_address_space() {
+                left.bytes = left.bytes.saturating_add(g.bytes);
+            }
+        }
+        r.totals.groups_left_out = Some(left);
+    }
+    r.suppressed.truncate(max);
+    r.growth.truncate(max);
 }
 
 #[cfg(test)]

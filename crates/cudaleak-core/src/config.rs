@@ -65,6 +65,16 @@ pub const FLAGS: &[Flag] = &[
         help: "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)",
     },
     Flag {
+        name: "CUDALEAK_MAX_GROUPS",
+        default: "1000",
+        help: "leak groups (and suppressed, and growth groups) written per report, largest first; the rest are counted in totals.groups_left_out",
+    },
+    Flag {
+        name: "CUDALEAK_MAX_STACKS",
+        default: "4194303",
+        help: "distinct stacks stored per process (at most 67108863); blocks from new stacks past it have none, counted in totals.stacks_dropped",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -100,7 +110,13 @@ pub struct Config {
     pub interval_keep: usize,
     pub unwinder: Unwinder,
     pub summary: bool,
+    /// groups written per list of a report (CUDALEAK_MAX_GROUPS)
+    pub max_groups: usize,
+    /// distinct stacks stored (CUDALEAK_MAX_STACKS)
+    pub max_stacks: u32,
 }
+
+pub const DEFAULT_MAX_GROUPS: usize = 1000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -116,6 +132,8 @@ impl Default for Config {
             interval_keep: 10,
             unwinder: Unwinder::Fast,
             summary: true,
+            max_groups: DEFAULT_MAX_GROUPS,
+            max_stacks: crate::depot::DEFAULT_MAX_TRACES,
         }
     }
 }
@@ -281,6 +299,18 @@ impl Config {
             match v.trim().parse::<usize>() {
                 Ok(n) => c.interval_keep = n,
                 _ => bad("CUDALEAK_INTERVAL_KEEP", &v, "expected a count", "10"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_MAX_GROUPS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => c.max_groups = n,
+                _ => bad("CUDALEAK_MAX_GROUPS", &v, "expected a count, at least 1", "1000"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_MAX_STACKS") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=crate::depot::MAX_TRACES).contains(&n) => c.max_stacks = n,
+                _ => bad("CUDALEAK_MAX_STACKS", &v, "expected 1 to 67108863", "4194303"),
             }
         }
         if let Some(v) = get("CUDALEAK_UNWINDER") {

@@ -50,6 +50,25 @@ pub struct Totals {
     /// extension: live blocks and bytes per memory kind
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_memory: BTreeMap<MemoryKind, KindTotals>,
+    /// extension: allocations whose new stack was not stored because the
+    /// process reached CUDALEAK_MAX_STACKS distinct stacks (their blocks
+    /// are in the "unknown" group)
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stacks_dropped: u64,
+    /// extension: groups left out of `leaks` by CUDALEAK_MAX_GROUPS (the
+    /// smallest ones)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_left_out: Option<LeftOut>,
+}
+
+/// extension: what a list of groups left out past its cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub groups: u64,
+    pub blocks: u64,
+    /// bytes of memory (reserved address space not counted, as in
+    /// `live_bytes`)
+    pub bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,16 +249,24 @@ impl Report {
     }
 
     /// Bytes of memory in `leaks` (reserved address space not counted).
+    /// Bytes of the leak groups, those left out by CUDALEAK_MAX_GROUPS
+    /// included.
     pub fn leaked_bytes(&self) -> u64 {
+        let left_out = self.totals.groups_left_out.map_or(0, |l| l.bytes);
         self.leaks
             .iter()
             .filter(|g| !g.memory.is_address_space())
             .map(|g| g.bytes)
-            .sum()
+            .fold(left_out, u64::saturating_add)
     }
 
+    /// Blocks of the leak groups, those left out included.
     pub fn leaked_blocks(&self) -> u64 {
-        self.leaks.iter().map(|g| g.blocks).sum()
+        let left_out = self.totals.groups_left_out.map_or(0, |l| l.blocks);
+        self.leaks
+            .iter()
+            .map(|g| g.blocks)
+            .fold(left_out, u64::saturating_add)
     }
 }
 

@@ -176,7 +176,8 @@ pub fn dump(req: Request) -> Option<Outcome> {
         let snap = tracker::snapshot(req.lock_timeout)?;
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
-        let report = assemble(state, &snap, meta, true);
+        let mut report = assemble(state, &snap, meta, true);
+        cudaleak_core::assemble::cap_groups(&mut report, tracker::config().max_groups);
         if tracker::config().interval.is_some() {
             state.timeline.record(&report);
         }
