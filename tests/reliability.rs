@@ -305,3 +305,24 @@ fn past_cudaleak_max_groups_the_rest_is_counted_not_written() {
         .stderr
         .contains("groups left out: 59 more group(s), 59 byte(s) in 59 block(s)"));
 }
+
+#[test]
+fn a_suppressions_file_that_is_a_fifo_or_a_device_is_refused_with_a_warning() {
+    let dir = TempDir::new("supp");
+    let fifo = dir.path().join("supp.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: creating a FIFO at a path of our own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let out = run_traced(&program(), &["usr1_early"], &[("CUDALEAK_SUPPRESSIONS", path)]);
+        out.assert_success();
+        let warnings: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("CUDALEAK_SUPPRESSIONS"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{path}: {}", out.stderr);
+        assert!(warnings[0].contains("not a regular file"), "{}", warnings[0]);
+        assert_eq!(functions(&out.report()), [("leak_once".into(), 1, 1000)]);
+    }
+}

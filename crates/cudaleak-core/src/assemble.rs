@@ -311,9 +311,10 @@ impl Assembler<'_> {
             leaks.push((g, change));
         }
         let mut kept = Vec::new();
+        let mut suppress = self.suppressions.matcher();
         for (g, change) in leaks {
             if let Some(c) = change.filter(|c| c.bytes_delta > 0) {
-                if self.suppressions.match_group(&g).is_none() {
+                if suppress.match_group(&g).is_none() {
                     let mut gg = g.clone();
                     gg.blocks_delta = Some(c.blocks_delta);
                     gg.bytes_delta = Some(c.bytes_delta);
@@ -333,7 +334,7 @@ impl Assembler<'_> {
         leaks.sort_by(order);
         growth.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));
         let mut suppressed = Vec::new();
-        let suppressions_used = self.suppressions.apply(&mut leaks, &mut suppressed);
+        let suppressions_used = suppress.apply(&mut leaks, &mut suppressed);
 
         let live_blocks = snap.blocks.len() as u64;
         Report {

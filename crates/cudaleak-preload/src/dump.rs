@@ -263,6 +263,9 @@ fn write_timeline(state: &DumpState) {
     }
 }
 
+/// The largest suppressions file read (about a million rules).
+pub const SUPPRESSIONS_CAP: u64 = 64 << 20;
+
 /// Suppressions from CUDALEAK_SUPPRESSIONS plus the built-in defaults.
 pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     let mut s = Suppressions::default();
@@ -272,7 +275,9 @@ pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions
         }
     }
     if let Some(path) = &config.suppressions {
-        match std::fs::read_to_string(path) {
+        // Only a regular file, and a bounded one: a FIFO hung the program
+        // before main, /dev/zero read until memory ran out (issue 15).
+        match cudaleak_core::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
                 Err(e) => lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),

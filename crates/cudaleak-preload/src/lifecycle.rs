@@ -119,7 +119,7 @@ fn new_instance() {
 }
 
 pub fn suppressions() -> &'static Suppressions {
-    static EMPTY: Suppressions = Suppressions { rules: Vec::new() };
+    static EMPTY: Suppressions = Suppressions::none();
     let p = SUPPRESSIONS.load(Ordering::Acquire);
     if p.is_null() {
         &EMPTY
