@@ -14,6 +14,8 @@
  *                 cudaMalloc (a leak) and cudaMalloc/cudaFree; main makes
  *                 no CUDA call.
  *   stacks BITS   leaks 2^BITS blocks of 1 byte, each from its own stack.
+ *   churn_stacks BITS  the same, each block freed at once (no leak): for
+ *                 measuring the trace depot (docs/performance.md).
  */
 #include "common.h"
 
@@ -31,9 +33,11 @@ void leak_once(void) { void *p; CHECK(cudaMalloc(&p, 1000)); /* LEAK once */ }
 
 /* Each path through the recursion is a distinct native stack: bit i of
  * `path` picks one of two call sites at depth i. */
+static int free_at_once; /* churn_stacks: free each block at once */
 static void __attribute__((noinline)) leak_at(void) {
     void *p;
     CHECK(cudaMalloc(&p, 1));
+    if (free_at_once) CHECK(cudaFree(p));
 }
 static void __attribute__((noinline)) branch(unsigned path, int depth);
 static void __attribute__((noinline)) branch_a(unsigned path, int depth) { branch(path >> 1, depth - 1); }
@@ -132,6 +136,9 @@ int main(int argc, char **argv) {
         if (pthread_attr_setstacksize(&attr, bytes) != 0) return 8;
         if (pthread_create(&t, &attr, small_stack_thread, NULL) != 0) return 9;
         pthread_join(t, NULL);
+    } else if (!strcmp(mode, "churn_stacks")) {
+        free_at_once = 1;
+        leak_distinct_stacks(argc > 2 ? atoi(argv[2]) : 10);
     } else if (!strcmp(mode, "stacks")) {
         leak_distinct_stacks(argc > 2 ? atoi(argv[2]) : 10);
     } else {

@@ -225,7 +225,7 @@ impl Depot {
         let size = if table.is_null() {
             0
         } else {
-            unsafe { (&(*table).buckets).len() }
+            unsafe { &*table }.buckets.len()
         };
         if size == 0 || count > size * LOAD {
             let grown = Table::new(if size == 0 { FIRST_BUCKETS } else { size * 4 });
@@ -413,7 +413,7 @@ mod tests {
             assert_eq!(d.get(*id).unwrap().native, &[i, !i]);
         }
         // SAFETY: the test's own depot.
-        let buckets = unsafe { (&(*d.table.load(Ordering::Acquire)).buckets).len() };
+        let buckets = unsafe { &*d.table.load(Ordering::Acquire) }.buckets.len();
         assert_eq!(buckets, FIRST_BUCKETS * 16);
         assert_eq!(d.dropped(), 0);
     }

@@ -76,7 +76,7 @@ pub struct ThreadState {
     buffers: Cell<*mut ThreadBuffers>,
 }
 
-const GONE: *mut ThreadBuffers = 1 as *mut ThreadBuffers;
+const GONE: *mut ThreadBuffers = std::ptr::dangling_mut();
 
 thread_local! {
     static THREAD: ThreadState = const {
