@@ -118,6 +118,35 @@ fn exec_writes_the_old_images_report_and_the_new_image_its_own() {
 }
 
 #[test]
+fn a_failed_exec_goes_on_and_the_exit_report_is_written_again() {
+    let out = run_traced(&program(), &["exec_fails"], &[]);
+    out.assert_success();
+    let reports = out.reports();
+    let got: Vec<_> = reports
+        .iter()
+        .map(|r| (r.reason.clone(), r.exit_status, functions(r)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                Some("exec".into()),
+                None,
+                vec![("leak_before_exec".into(), 1, 1000)]
+            ),
+            (
+                None,
+                Some(0),
+                vec![
+                    ("leak_before_exec".into(), 1, 1000),
+                    ("leak_once".into(), 1, 1000)
+                ]
+            ),
+        ]
+    );
+}
+
+#[test]
 fn a_link_planted_at_the_next_report_name_does_not_lose_the_report() {
     let out = run_traced(&program(), &["planted_link"], &[]);
     out.assert_success();

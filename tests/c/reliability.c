@@ -3,6 +3,7 @@
  * must hold (issue 15). Modes (argv[1]):
  *   exec_parent   leaks one block, then execv()s itself as exec_child.
  *   exec_child    leaks two blocks (the new image's own).
+ *   exec_fails    leaks one block, an execv that fails, then one more.
  *   usr1_early    sends itself SIGUSR1 before any CUDA call, then leaks one
  *                 block and returns 0.
  *   term_at_exit  leaks 2^12 blocks from distinct stacks (a slow exit
@@ -99,6 +100,11 @@ int main(int argc, char **argv) {
         execv("/proc/self/exe", args);
         perror("execv");
         return 5;
+    } else if (!strcmp(mode, "exec_fails")) {
+        leak_before_exec();
+        char *args[] = {"nothing", NULL};
+        if (execv("/nonexistent/cudaleak-test", args) == 0) return 5;
+        leak_once(); /* the process goes on after a failed exec */
     } else if (!strcmp(mode, "exec_child")) {
         for (int i = 0; i < 2; i++) leak_after_exec();
     } else if (!strcmp(mode, "usr1_early")) {
