@@ -406,6 +406,15 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
 }
 
 extern "C" fn on_fatal_signal(sig: c_int, _info: *mut libc::siginfo_t, _uctx: *mut c_void) {
+    report_fatal_signal(sig);
+    die_by_default_action(sig);
+}
+
+/// Has the fatal-signal report written (or the exit report being written
+/// finished) before `sig` ends the process, waiting at most
+/// [`FATAL_DUMP_WAIT`]. Async-signal-safe: the dumper thread does the work,
+/// this thread only sleeps.
+fn report_fatal_signal(sig: c_int) {
     if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_WRITING {
         // Another thread is writing the exit report (the writer blocks
         // this signal): let it finish, then die as the signal asks. The
@@ -421,7 +430,6 @@ extern "C" fn on_fatal_signal(sig: c_int, _info: *mut libc::siginfo_t, _uctx: *m
         wake_dumper();
         sleep_until(|| FATAL_DONE.load(Ordering::Acquire));
     }
-    die_by_default_action(sig);
 }
 
 /// Polls `done` every 5 ms for at most [`FATAL_DUMP_WAIT`]; async-signal-safe
@@ -749,10 +757,12 @@ fn dies_of(sig: c_int) -> bool {
 /// no destructor of ours runs (issue 15: Ctrl-C, the usual end of a
 /// training run, wrote no report). So a SIGINT or SIGTERM that a process
 /// sends itself with the default action writes the fatal-signal report
-/// first.
+/// first. The dumper thread writes it, as for a signal we handle: C
+/// programs send themselves the signal from their own handlers too, where
+/// this thread may have been interrupted inside malloc.
 fn before_signal_to_self(sig: c_int) {
     if is_our_process() && tracker::saw_allocation_call() && dies_of(sig) {
-        let _ = std::panic::catch_unwind(|| exit_report(None, Some(sig)));
+        report_fatal_signal(sig);
     }
 }
 
