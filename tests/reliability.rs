@@ -248,7 +248,7 @@ fn reserved_signals_and_huge_intervals_warn_and_change_nothing_else() {
     ] {
         let out = run_traced(&program(), &["usr1_early"], &[(name, value)]);
         out.assert_success();
-        let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains(name)).collect();
+        let warnings = out.stderr_lines_with(name);
         assert_eq!(warnings.len(), 1, "{name}={value}: {}", out.stderr);
         let r = out.report();
         assert_eq!(functions(&r), [("leak_once".into(), 1, 1000)], "{name}={value}");
@@ -345,11 +345,7 @@ fn a_suppressions_file_that_is_a_fifo_or_a_device_is_refused_with_a_warning() {
     for path in [fifo.to_str().unwrap(), "/dev/zero"] {
         let out = run_traced(&program(), &["usr1_early"], &[("CUDALEAK_SUPPRESSIONS", path)]);
         out.assert_success();
-        let warnings: Vec<&str> = out
-            .stderr
-            .lines()
-            .filter(|l| l.contains("CUDALEAK_SUPPRESSIONS"))
-            .collect();
+        let warnings = out.stderr_lines_with("CUDALEAK_SUPPRESSIONS");
         assert_eq!(warnings.len(), 1, "{path}: {}", out.stderr);
         assert!(warnings[0].contains("not a regular file"), "{}", warnings[0]);
         assert_eq!(functions(&out.report()), [("leak_once".into(), 1, 1000)]);

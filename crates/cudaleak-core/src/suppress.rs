@@ -100,6 +100,20 @@ impl Compiled {
     }
 }
 
+/// The names a rule is matched against, innermost frame first: function,
+/// file and module of native frames, then function and file of Python ones.
+fn frame_names(group: &Group) -> impl Iterator<Item = &str> {
+    let native = group
+        .native_stack
+        .iter()
+        .flat_map(|f| [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]);
+    let python = group
+        .python_stack
+        .iter()
+        .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
+    native.chain(python).flatten()
+}
+
 /// Matches groups against the rules, each distinct frame name once (for
 /// one dump).
 pub struct Matcher<'a> {
@@ -124,23 +138,9 @@ impl Matcher<'_> {
         if self.rules.is_empty() {
             return None;
         }
-        let native = group
-            .native_stack
-            .iter()
-            .flat_map(|f| [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]);
-        let python = group
-            .python_stack
-            .iter()
-            .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
-        for name in native.chain(python).flatten() {
-            if name.is_empty() {
-                continue;
-            }
-            if let Some(i) = self.name_match(name) {
-                return Some(i);
-            }
-        }
-        None
+        frame_names(group)
+            .filter(|name| !name.is_empty())
+            .find_map(|name| self.name_match(name))
     }
 
     /// Moves matching groups from `leaks` to `suppressed` (with the pattern
@@ -391,18 +391,7 @@ mod tests {
 
     /// The rule the pre-index code picked: every rule against every name.
     fn first_match_by_scan(s: &Suppressions, g: &Group) -> Option<usize> {
-        let native = g
-            .native_stack
-            .iter()
-            .flat_map(|f| [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]);
-        let python = g
-            .python_stack
-            .iter()
-            .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
-        native
-            .chain(python)
-            .flatten()
-            .find_map(|name| s.rules.iter().position(|r| pattern_matches(&r.pattern, name)))
+        frame_names(g).find_map(|name| s.rules.iter().position(|r| pattern_matches(&r.pattern, name)))
     }
 
     #[test]
