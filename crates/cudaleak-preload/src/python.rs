@@ -21,7 +21,7 @@
 //!    line table are copied (`remember_code_objects`), so the exit report
 //!    can name them after the interpreter is gone.
 
-use crate::python_layouts::{layout_for, FrameModel, PyLayout};
+use crate::python_layouts::{self, layout_for, FrameModel, PyLayout};
 use crate::resolve::real_dlsym;
 use crate::thread::ThreadState;
 use crate::tracker;
@@ -122,17 +122,9 @@ fn probe() -> bool {
         turn_off(format!("Python {major}.{minor} is a free-threaded build"), true);
         return false;
     }
-    let Some(layout) = layout_for(major, minor) else {
-        turn_off(
-            format!("Python {major}.{minor} is not supported (3.8 to 3.13 are)"),
-            true,
-        );
+    let Some((layout, how)) = choose_layout(major, minor) else {
         return false;
     };
-    if let Err(why) = crate::python_layouts::check_against_runtime(layout, sym(c"_PyRuntime")) {
-        turn_off(format!("Python {major}.{minor}: {why}"), true);
-        return false;
-    }
     let unchecked = if minor >= 13 {
         sym(c"PyThreadState_GetUnchecked")
     } else {
@@ -153,9 +145,56 @@ fn probe() -> bool {
     IS_FINALIZING.store(finalizing, Ordering::Release);
     CODE_TYPE.store(code_type, Ordering::Release);
     LAYOUT.store(layout as *const PyLayout as *mut PyLayout, Ordering::Release);
-    set_status(format!("CPython {major}.{minor}"));
+    set_status(format!("CPython {major}.{minor}{how}"));
     STATE.store(ACTIVE, Ordering::Release);
     true
+}
+
+/// The frame model for the running interpreter, and how it was found (for
+/// the status), or None after turning capture off with a notice.
+///
+/// 3.8-3.12 (and 3.13 by default): the version's table, which on 3.13 must
+/// agree with the interpreter's `_Py_DebugOffsets`. 3.14 and later (and
+/// 3.13 with CUDALEAK_PYTHON_OFFSETS=1): a model built from
+/// `_Py_DebugOffsets` itself, the layout that out-of-process debuggers of
+/// those versions rely on (`python_layouts::layout_from_debug_offsets`).
+fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static str)> {
+    let runtime = sym(c"_PyRuntime");
+    let has_offsets = major == 3 && minor >= 13;
+    match layout_for(major, minor) {
+        Some(table) if !(has_offsets && tracker::config().python_offsets) => {
+            if let Err(why) = python_layouts::check_against_runtime(table, runtime) {
+                turn_off(format!("Python {major}.{minor}: {why}"), true);
+                return None;
+            }
+            Some((table, ""))
+        }
+        _ if has_offsets => {
+            // SAFETY: `_PyRuntime` of this interpreter, or 0.
+            match unsafe { python_layouts::layout_from_runtime(runtime, major, minor) } {
+                // Leaked once per process, like the tables are static.
+                Ok(l) => Some((
+                    Box::leak(Box::new(l)),
+                    if minor > python_layouts::NEWEST_KNOWN_MINOR {
+                        " (frame layout from _Py_DebugOffsets; newer than the newest known, 3.14)"
+                    } else {
+                        " (frame layout from _Py_DebugOffsets)"
+                    },
+                )),
+                Err(why) => {
+                    turn_off(format!("Python {major}.{minor}: {why}"), true);
+                    None
+                }
+            }
+        }
+        _ => {
+            turn_off(
+                format!("Python {major}.{minor} is not supported (3.8 and later are)"),
+                true,
+            );
+            None
+        }
+    }
 }
 
 #[inline(always)]
@@ -319,6 +358,10 @@ unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, us
         let lasti: i32 = read(frame + l.frame_instr);
         return (next, code, lasti as usize, 0);
     }
+    // 3.14+: a tagged stack reference; all tag bits set is a tagged int,
+    // not an object (0: the walk ends there). A mask of 0 changes nothing.
+    let tags = l.executable_tag_mask;
+    let code = if tags != 0 && code & tags == tags { 0 } else { code & !tags };
     let instr: usize = read(frame + l.frame_instr);
     let owner: u8 = read(frame + l.frame_owner.unwrap_or(0));
     let entry: u8 = if MODEL == INTERPRETER_311 {
@@ -369,9 +412,10 @@ unsafe fn replay<const MODEL: u8>(
 /// from the thread's log instead ([`PyReplayLog`]).
 ///
 /// Frames are skipped, as CPython's own tracebacks skip them:
-/// 1. 3.12+: the shim frame (FRAME_OWNED_BY_CSTACK) a C call into Python
-///    pushes; the Python frame just inside it was entered from C.
-/// 2. 3.13: frames whose `f_executable` is not a code object (C code).
+/// 1. 3.12+: the shim frame a C call into Python pushes (3.12, 3.13:
+///    FRAME_OWNED_BY_CSTACK; 3.14: FRAME_OWNED_BY_INTERPRETER, and CSTACK
+///    above it); the Python frame just inside it was entered from C.
+/// 2. 3.13+: frames whose `f_executable` is not a code object (C code).
 /// 3. 3.11+: frames not started yet (instruction before the code).
 /// 4. 3.11+: incomplete frames, as `_PyFrame_IsIncomplete`
 ///    (Include/internal/pycore_frame.h) defines them: not owned by a
@@ -396,7 +440,7 @@ unsafe fn walk_frames<const MODEL: u8>(
         return n;
     }
     let interpreter_frames = MODEL != FRAME_OBJECTS;
-    let owner_cstack = l.owner_cstack.unwrap_or(u8::MAX);
+    let owner_c_entry = l.owner_c_entry.unwrap_or(u8::MAX);
     let owner_generator = l.owner_generator.unwrap_or(u8::MAX);
     let ob_type = l.ob_type;
     let code_start = l.code_code_adaptive.unwrap_or(0);
@@ -436,7 +480,7 @@ unsafe fn walk_frames<const MODEL: u8>(
             }
             visited += 1;
         };
-        if MODEL >= INTERPRETER_312 && owner == owner_cstack {
+        if MODEL >= INTERPRETER_312 && owner >= owner_c_entry {
             // (1)
             if n > 0 {
                 out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
