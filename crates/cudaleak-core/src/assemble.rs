@@ -6,11 +6,12 @@
 //! crate feeds real snapshots, the unit tests feed fake ones.
 
 use crate::depot::{Depot, TraceRef};
+use crate::group_key::GroupKey;
 use crate::python::{eval_groups, CodeTable, PyRawFrame};
 use crate::record::{Block, MemoryKind, TraceId};
 use crate::report::{
-    BlockExample, Group, KindTotals, MergedFrame, NativeFrame, Report, Totals, Trend, Trigger, FORMAT,
-    VERSION,
+    BlockExample, Group, KindTotals, MergedFrame, NativeFrame, RawStack, Report, Totals, Trend, Trigger,
+    FORMAT, VERSION,
 };
 use crate::suppress::Suppressions;
 use crate::symbolize::{hex, SymbolSource};
@@ -49,11 +50,21 @@ pub struct Snapshot {
     pub incomplete_shards: u64,
 }
 
-/// Per-trace history across the dumps of one process.
-#[derive(Default)]
-pub struct GrowthTracker {
+/// Per-group history across the dumps of one process, by the key that
+/// groups a dump ([`GroupKey`]): a group cannot "grow" by moving between
+/// two interpreter call sites.
+pub struct GrowthTracker<K = GroupKey> {
     dumps: u32,
-    history: HashMap<TraceId, History>,
+    history: HashMap<K, History>,
+}
+
+impl<K> Default for GrowthTracker<K> {
+    fn default() -> Self {
+        GrowthTracker {
+            dumps: 0,
+            history: HashMap::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -76,15 +87,15 @@ pub struct Change {
     pub trend: Option<Trend>,
 }
 
-impl GrowthTracker {
-    /// Records one dump (trace → (blocks, bytes)) and returns each present
-    /// trace's change since the previous dump (since process start for the
+impl<K: Clone + Eq + std::hash::Hash> GrowthTracker<K> {
+    /// Records one dump (group → (blocks, bytes)) and returns each present
+    /// group's change since the previous dump (since process start for the
     /// first).
-    pub fn observe(&mut self, current: &HashMap<TraceId, (u64, u64)>) -> HashMap<TraceId, Change> {
+    pub fn observe(&mut self, current: &HashMap<K, (u64, u64)>) -> HashMap<K, Change> {
         self.dumps += 1;
         let mut out = HashMap::with_capacity(current.len());
-        for (&id, &(blocks, bytes)) in current {
-            let h = self.history.entry(id).or_default();
+        for (id, &(blocks, bytes)) in current {
+            let h = self.history.entry(id.clone()).or_default();
             let grew = bytes > h.bytes;
             h.streak = if grew { h.streak + 1 } else { 0 };
             h.ever_grew |= grew;
@@ -98,7 +109,7 @@ impl GrowthTracker {
                 None
             };
             out.insert(
-                id,
+                id.clone(),
                 Change {
                     blocks_delta: blocks as i64 - h.blocks as i64,
                     bytes_delta: bytes as i64 - h.bytes as i64,
@@ -108,7 +119,7 @@ impl GrowthTracker {
             h.blocks = blocks;
             h.bytes = bytes;
         }
-        // A trace with nothing live starts over if it comes back.
+        // A group with nothing live starts over if it comes back.
         self.history.retain(|id, _| current.contains_key(id));
         out
     }
@@ -211,6 +222,36 @@ pub fn merge_stacks(
     out
 }
 
+/// Adds group `g`, made by another raw stack with the same key, to `m`:
+/// counts, examples, and both raw stacks in `raw_stacks`, largest first;
+/// the group shows the largest one's stacks.
+fn add_raw_stack(m: &mut Group, g: Group) {
+    if m.raw_stacks.is_empty() {
+        m.raw_stacks.push(RawStack {
+            blocks: m.blocks,
+            bytes: m.bytes,
+            native_stack: m.native_stack.clone(),
+        });
+    }
+    let largest = (m.raw_stacks[0].bytes, m.raw_stacks[0].blocks);
+    if (g.bytes, g.blocks) > largest {
+        m.native_stack = g.native_stack.clone();
+        m.merged_stack = g.merged_stack;
+        m.python_stack = g.python_stack;
+    }
+    m.raw_stacks.push(RawStack {
+        blocks: g.blocks,
+        bytes: g.bytes,
+        native_stack: g.native_stack,
+    });
+    // Stable: of equal ones, the first seen stays first.
+    m.raw_stacks.sort_by(|a, b| (b.bytes, b.blocks).cmp(&(a.bytes, a.blocks)));
+    m.blocks += g.blocks;
+    m.bytes += g.bytes;
+    let room = EXAMPLES_PER_GROUP.saturating_sub(m.examples.len());
+    m.examples.extend(g.examples.into_iter().take(room));
+}
+
 struct Acc {
     blocks: u64,
     bytes: u64,
@@ -278,20 +319,15 @@ impl Assembler<'_> {
             k.blocks += 1;
             k.bytes += b.size();
         }
-        let current: HashMap<TraceId, (u64, u64)> = by_trace
-            .iter()
-            .map(|(id, a)| (*id, (a.blocks, a.bytes)))
-            .collect();
-        let changes = self.growth.observe(&current);
-
+        // One group per merged stack (`group_key.rs`), not per raw trace:
+        // traces are symbolized first, then merged by key, in trace order.
         let mut ids: Vec<TraceId> = by_trace.keys().copied().collect();
         ids.sort();
-        let mut leaks = Vec::with_capacity(ids.len());
-        let mut growth = Vec::new();
-        let mut trace_of_group = Vec::with_capacity(ids.len());
+        let mut keys: Vec<GroupKey> = Vec::new();
+        let mut by_key: HashMap<GroupKey, Group> = HashMap::new();
         for id in ids {
             let acc = by_trace.remove(&id).expect("key from this map");
-            let mut g = match self.depot.get(id) {
+            let g = match self.depot.get(id) {
                 Some(t) => self.group_for(t, acc),
                 None => Group {
                     examples: acc.examples,
@@ -305,11 +341,26 @@ impl Assembler<'_> {
                     )
                 },
             };
-            let change = changes.get(&id).copied();
+            let key = GroupKey::of(&g);
+            match by_key.get_mut(&key) {
+                Some(m) => add_raw_stack(m, g),
+                None => {
+                    keys.push(key.clone());
+                    by_key.insert(key, g);
+                }
+            }
+        }
+        let current: HashMap<GroupKey, (u64, u64)> =
+            by_key.iter().map(|(k, g)| (k.clone(), (g.blocks, g.bytes))).collect();
+        let changes = self.growth.observe(&current);
+        let mut leaks = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut g = by_key.remove(&key).expect("key from this map");
+            let change = changes.get(&key).copied();
             g.trend = change.and_then(|c| c.trend);
-            trace_of_group.push(id);
             leaks.push((g, change));
         }
+        let mut growth = Vec::new();
         let mut kept = Vec::new();
         for (g, change) in leaks {
             if let Some(c) = change.filter(|c| c.bytes_delta > 0) {
@@ -434,6 +485,7 @@ mod tests {
             (0x401, vec![("cudaMalloc", "cudart.c", 5)]),
             (0x501, vec![("internal_alloc", "cudart.c", 2)]),
             (0x601, vec![("_PyEval_EvalFrameDefault", "ceval.c", 1)]),
+            (0x611, vec![("_PyEval_EvalFrameDefault", "ceval.c", 2)]),
             (0x701, vec![("ffi_call", "ffi.c", 1)]),
             (
                 0x801,
@@ -632,6 +684,79 @@ mod tests {
         );
     }
 
+    /// CPython 3.13 reached one Python line through two call sites in
+    /// the eval loop (specialized and generic): one group, both raw
+    /// stacks kept, and blocks moving between them is not growth.
+    #[test]
+    fn one_python_line_is_one_group_whatever_the_eval_loop_call_site() {
+        let depot = Box::new(Depot::new());
+        let codes = CodeTable::new();
+        codes.insert(
+            1,
+            0,
+            CodeInfo {
+                filename: "train.py".into(),
+                qualname: "allocate".into(),
+                firstlineno: 13,
+                format: LineFormat::Lnotab,
+                linetable: vec![],
+            },
+        );
+        let py = [PyRawFrame {
+            code: 1,
+            guard: 0,
+            offset: 0,
+            flags: PY_FRAME_ENTRY,
+        }];
+        static SPECIALIZED: [u64; 3] = [0x701, 0x601, 0x301];
+        static GENERIC: [u64; 3] = [0x701, 0x611, 0x301];
+        let trace = |native: &'static [u64]| {
+            depot.intern(
+                &TraceKey {
+                    api: Api::cudaMalloc,
+                    kind: MemoryKind::Device,
+                    native,
+                    python: &py,
+                },
+                |_| {},
+            )
+        };
+        let (a, b) = (trace(&SPECIALIZED), trace(&GENERIC));
+        assert_ne!(a, b);
+        let block = |t| Block::new(100, t, MemoryKind::Device, 0, None, 0);
+        let mut growth = GrowthTracker::default();
+        let mut dump = |blocks: Vec<(u64, Block)>, seq| {
+            Assembler {
+                depot: &depot,
+                codes: &codes,
+                symbols: &mut symbols(),
+                suppressions: &Suppressions::default(),
+                growth: &mut growth,
+            }
+            .assemble(
+                &Snapshot {
+                    blocks,
+                    ..Default::default()
+                },
+                meta(seq),
+            )
+        };
+        let r = dump(vec![(0x1000, block(a)), (0x2000, block(a)), (0x3000, block(b))], 1);
+        assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
+        let g = &r.leaks[0];
+        assert_eq!((g.blocks, g.bytes), (3, 300));
+        assert_eq!(g.raw_stacks.len(), 2);
+        assert_eq!((g.raw_stacks[0].blocks, g.raw_stacks[1].blocks), (2, 1));
+        assert_eq!(g.native_stack[1].line, Some(1), "the largest raw stack shows");
+        assert_eq!(g.raw_stacks[1].native_stack[1].line, Some(2));
+        assert_eq!(g.examples.len(), 3);
+        // Same blocks, moved to the other call site: no growth.
+        let r = dump(vec![(0x1000, block(b)), (0x2000, block(b)), (0x3000, block(a))], 2);
+        assert_eq!(r.leaks.len(), 1);
+        assert!(r.growth.is_empty(), "{:#?}", r.growth);
+        assert_eq!(r.leaks[0].native_stack[1].line, Some(2));
+    }
+
     #[test]
     fn suppressed_groups_leave_leaks_and_growth() {
         let depot = Box::new(Depot::new());
@@ -664,9 +789,9 @@ mod tests {
 
     #[test]
     fn growth_and_trends_over_dumps() {
-        let mut g = GrowthTracker::default();
+        let mut g = GrowthTracker::<TraceId>::default();
         let (leak, cache, steady) = (TraceId(1), TraceId(2), TraceId(3));
-        let dump = |g: &mut GrowthTracker, l: u64, c: u64| {
+        let dump = |g: &mut GrowthTracker<TraceId>, l: u64, c: u64| {
             g.observe(&HashMap::from([
                 (leak, (l, l * 10)),
                 (cache, (c, c * 10)),
