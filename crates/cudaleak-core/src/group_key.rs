@@ -53,8 +53,11 @@ pub struct GroupKey {
 pub fn is_call_machinery(f: &NativeFrame) -> bool {
     let module = f.module.as_deref().map(basename).unwrap_or("");
     let function = f.function.as_deref().unwrap_or("");
+    let python_executable = module
+        .strip_prefix("python")
+        .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'd' | 'm' | 't')));
     module.starts_with("libpython")
-        || module.starts_with("python")
+        || python_executable
         || module.starts_with("libffi")
         || module.starts_with("_ctypes")
         || function.starts_with("pybind11::")
@@ -123,10 +126,15 @@ mod tests {
                 MergedFrame::Native(native("PyObject_Vectorcall", "/lib/libpython3.13.so.1.0", eval_line, "0x4")),
                 py("train_step", 26),
                 MergedFrame::Native(native("Py_RunMain", "/usr/bin/python3.13", 775, "0x5")),
+                MergedFrame::Native(native("_start", "/usr/bin/python3", 0, "0x5")),
                 MergedFrame::Native(native("__libc_start_main", "/lib/libc.so.6", 360, "0x6")),
             ])
         };
         assert_eq!(GroupKey::of(&site(242, "0x1")), GroupKey::of(&site(250, "0x9")));
+        assert_eq!(GroupKey::of(&site(242, "0x1")).frames.len(), 3, "two Python lines and libc");
+        // A module that is not the interpreter, whatever its name.
+        let ext = native("step", "/lib/python_ext.so", 1, "0x1");
+        assert!(!is_call_machinery(&ext));
         let pybind = group(vec![
             MergedFrame::Native(native("c10::alloc", "/lib/libc10.so", 5, "0x7")),
             MergedFrame::Native(native(

@@ -359,9 +359,18 @@ unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, us
         return (next, code, lasti as usize, 0);
     }
     // 3.14+: a tagged stack reference; all tag bits set is a tagged int,
-    // not an object (0: the walk ends there). A mask of 0 changes nothing.
-    let tags = l.executable_tag_mask;
-    let code = if tags != 0 && code & tags == tags { 0 } else { code & !tags };
+    // not an object (0: the walk ends there). A mask of 0 (3.13) changes
+    // nothing; the walks of older models do not carry the test.
+    let code = if MODEL == INTERPRETER_313 {
+        let tags = l.executable_tag_mask;
+        if tags != 0 && code & tags == tags {
+            0
+        } else {
+            code & !tags
+        }
+    } else {
+        code
+    };
     let instr: usize = read(frame + l.frame_instr);
     let owner: u8 = read(frame + l.frame_owner.unwrap_or(0));
     let entry: u8 = if MODEL == INTERPRETER_311 {
