@@ -118,7 +118,11 @@ fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
     // scripts/test-python-versions.sh runs every test here a second time
     // with the offsets path forced on 3.13 and later: make sure it was.
     if std::env::var("CUDALEAK_PYTHON_OFFSETS").as_deref() == Ok("1") && python_minor(&python3()) >= 13 {
-        assert!(r.python.as_deref().unwrap().contains("_Py_DebugOffsets"), "{:?}", r.python);
+        assert!(
+            r.python.as_deref().unwrap().contains("_Py_DebugOffsets"),
+            "{:?}",
+            r.python
+        );
     }
     assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 24);
     let malloc_line = line_of(
@@ -246,7 +250,10 @@ fn python_minor(python: &std::path::Path) -> u32 {
         .args(["-c", "import sys; print(sys.version_info[1])"])
         .output()
         .expect("python runs");
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("a minor version")
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a minor version")
 }
 
 /// An interpreter that publishes `_Py_DebugOffsets` (3.13+): the one under
@@ -281,7 +288,10 @@ fn leaks_without_addresses(r: &Report) -> Vec<String> {
                     MergedFrame::Python(p) => format!("{p:?}"),
                 })
                 .collect();
-            format!("{} {} {} {:?} {merged:?}", g.api, g.blocks, g.bytes, g.python_stack)
+            format!(
+                "{} {} {} {:?} {merged:?}",
+                g.api, g.blocks, g.bytes, g.python_stack
+            )
         })
         .collect();
     out.sort();
@@ -309,7 +319,11 @@ fn the_debug_offsets_model_gives_what_the_table_gives() {
     let (table, offsets) = (run("0"), run("1"));
     let status = |r: &Report| r.python.clone().unwrap_or_default();
     assert!(!status(&table).contains("_Py_DebugOffsets"), "{}", status(&table));
-    assert!(status(&offsets).contains("_Py_DebugOffsets"), "{}", status(&offsets));
+    assert!(
+        status(&offsets).contains("_Py_DebugOffsets"),
+        "{}",
+        status(&offsets)
+    );
     assert_eq!(table.leaks.iter().map(|g| g.blocks).sum::<u64>(), 24);
     assert_eq!(leaks_without_addresses(&table), leaks_without_addresses(&offsets));
 }
@@ -334,14 +348,21 @@ fn one_python_line_is_one_group_after_specialization() {
         let groups: Vec<&Group> = r
             .leaks
             .iter()
-            .filter(|g| g.python_stack.iter().any(|f| f.line == Some(l("# LEAK one_line"))))
+            .filter(|g| {
+                g.python_stack
+                    .iter()
+                    .any(|f| f.line == Some(l("# LEAK one_line")))
+            })
             .collect();
         assert_eq!(
             groups.len(),
             1,
             "{}: {:#?}",
             python.display(),
-            r.leaks.iter().map(|g| (g.blocks, py_frames(g))).collect::<Vec<_>>()
+            r.leaks
+                .iter()
+                .map(|g| (g.blocks, py_frames(g)))
+                .collect::<Vec<_>>()
         );
         let g = groups[0];
         assert_eq!((g.blocks, g.bytes), (300, 300 * 1012), "{}", python.display());

@@ -245,7 +245,8 @@ fn add_raw_stack(m: &mut Group, g: Group) {
         native_stack: g.native_stack,
     });
     // Stable: of equal ones, the first seen stays first.
-    m.raw_stacks.sort_by(|a, b| (b.bytes, b.blocks).cmp(&(a.bytes, a.blocks)));
+    m.raw_stacks
+        .sort_by_key(|r| std::cmp::Reverse((r.bytes, r.blocks)));
     m.blocks += g.blocks;
     m.bytes += g.bytes;
     let room = EXAMPLES_PER_GROUP.saturating_sub(m.examples.len());
@@ -350,8 +351,10 @@ impl Assembler<'_> {
                 }
             }
         }
-        let current: HashMap<GroupKey, (u64, u64)> =
-            by_key.iter().map(|(k, g)| (k.clone(), (g.blocks, g.bytes))).collect();
+        let current: HashMap<GroupKey, (u64, u64)> = by_key
+            .iter()
+            .map(|(k, g)| (k.clone(), (g.blocks, g.bytes)))
+            .collect();
         let changes = self.growth.observe(&current);
         let mut leaks = Vec::with_capacity(keys.len());
         for key in keys {
@@ -741,7 +744,10 @@ mod tests {
                 meta(seq),
             )
         };
-        let r = dump(vec![(0x1000, block(a)), (0x2000, block(a)), (0x3000, block(b))], 1);
+        let r = dump(
+            vec![(0x1000, block(a)), (0x2000, block(a)), (0x3000, block(b))],
+            1,
+        );
         assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
         let g = &r.leaks[0];
         assert_eq!((g.blocks, g.bytes), (3, 300));
@@ -751,7 +757,10 @@ mod tests {
         assert_eq!(g.raw_stacks[1].native_stack[1].line, Some(2));
         assert_eq!(g.examples.len(), 3);
         // Same blocks, moved to the other call site: no growth.
-        let r = dump(vec![(0x1000, block(b)), (0x2000, block(b)), (0x3000, block(a))], 2);
+        let r = dump(
+            vec![(0x1000, block(b)), (0x2000, block(b)), (0x3000, block(a))],
+            2,
+        );
         assert_eq!(r.leaks.len(), 1);
         assert!(r.growth.is_empty(), "{:#?}", r.growth);
         assert_eq!(r.leaks[0].native_stack[1].line, Some(2));

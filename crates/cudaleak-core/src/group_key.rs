@@ -53,9 +53,10 @@ pub struct GroupKey {
 pub fn is_call_machinery(f: &NativeFrame) -> bool {
     let module = f.module.as_deref().map(basename).unwrap_or("");
     let function = f.function.as_deref().unwrap_or("");
-    let python_executable = module
-        .strip_prefix("python")
-        .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'd' | 'm' | 't')));
+    let python_executable = module.strip_prefix("python").is_some_and(|v| {
+        v.chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'd' | 'm' | 't'))
+    });
     module.starts_with("libpython")
         || python_executable
         || module.starts_with("libffi")
@@ -66,7 +67,10 @@ pub fn is_call_machinery(f: &NativeFrame) -> bool {
 impl GroupKey {
     pub fn of(g: &Group) -> GroupKey {
         let frames = if g.merged_stack.is_empty() {
-            g.native_stack.iter().map(|f| KeyFrame::Native(frame_id(f))).collect()
+            g.native_stack
+                .iter()
+                .map(|f| KeyFrame::Native(frame_id(f)))
+                .collect()
         } else {
             g.merged_stack
                 .iter()
@@ -120,10 +124,25 @@ mod tests {
         let site = |eval_line: i64, ffi: &str| {
             group(vec![
                 MergedFrame::Native(native("ffi_call_unix64", "/usr/lib/libffi.so.8", 1, ffi)),
-                MergedFrame::Native(native("_ctypes_callproc", "/lib/_ctypes.cpython-313.so", 1300, "0x2")),
-                MergedFrame::Native(native("_PyObject_MakeTpCall", "/lib/libpython3.13.so.1.0", eval_line, "0x3")),
+                MergedFrame::Native(native(
+                    "_ctypes_callproc",
+                    "/lib/_ctypes.cpython-313.so",
+                    1300,
+                    "0x2",
+                )),
+                MergedFrame::Native(native(
+                    "_PyObject_MakeTpCall",
+                    "/lib/libpython3.13.so.1.0",
+                    eval_line,
+                    "0x3",
+                )),
                 py("allocate", 13),
-                MergedFrame::Native(native("PyObject_Vectorcall", "/lib/libpython3.13.so.1.0", eval_line, "0x4")),
+                MergedFrame::Native(native(
+                    "PyObject_Vectorcall",
+                    "/lib/libpython3.13.so.1.0",
+                    eval_line,
+                    "0x4",
+                )),
                 py("train_step", 26),
                 MergedFrame::Native(native("Py_RunMain", "/usr/bin/python3.13", 775, "0x5")),
                 MergedFrame::Native(native("_start", "/usr/bin/python3", 0, "0x5")),
@@ -131,7 +150,11 @@ mod tests {
             ])
         };
         assert_eq!(GroupKey::of(&site(242, "0x1")), GroupKey::of(&site(250, "0x9")));
-        assert_eq!(GroupKey::of(&site(242, "0x1")).frames.len(), 3, "two Python lines and libc");
+        assert_eq!(
+            GroupKey::of(&site(242, "0x1")).frames.len(),
+            3,
+            "two Python lines and libc"
+        );
         // A module that is not the interpreter, whatever its name.
         let ext = native("step", "/lib/python_ext.so", 1, "0x1");
         assert!(!is_call_machinery(&ext));

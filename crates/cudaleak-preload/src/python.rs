@@ -271,6 +271,7 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadSta
         FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
         FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
         FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
+        FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log),
     }
 }
 
@@ -279,6 +280,7 @@ const FRAME_OBJECTS: u8 = 0;
 const INTERPRETER_311: u8 = 1;
 const INTERPRETER_312: u8 = 2;
 const INTERPRETER_313: u8 = 3;
+const INTERPRETER_314: u8 = 4;
 
 /// What the last full frame walk on a thread saw, for replay.
 ///
@@ -359,11 +361,11 @@ unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, us
         return (next, code, lasti as usize, 0);
     }
     // 3.14+: a tagged stack reference; all tag bits set is a tagged int,
-    // not an object (0: the walk ends there). A mask of 0 (3.13) changes
-    // nothing; the walks of older models do not carry the test.
-    let code = if MODEL == INTERPRETER_313 {
+    // not an object (0: the walk ends there). Only that model's walk
+    // carries the test: 3.13's costs what it did.
+    let code = if MODEL == INTERPRETER_314 {
         let tags = l.executable_tag_mask;
-        if tags != 0 && code & tags == tags {
+        if code & tags == tags {
             0
         } else {
             code & !tags
@@ -502,9 +504,9 @@ unsafe fn walk_frames<const MODEL: u8>(
             loggable = false;
             break;
         }
-        if MODEL == INTERPRETER_313 || !checked {
+        if MODEL >= INTERPRETER_313 || !checked {
             if read::<usize>(code + ob_type) != code_type {
-                if MODEL == INTERPRETER_313 {
+                if MODEL >= INTERPRETER_313 {
                     visit.fate = Fate::NotCode;
                     log_visit(visit);
                     frame = next; // (2)
@@ -659,5 +661,79 @@ pub fn remember_code_objects(frames: &[PyRawFrame]) {
             }
         };
         tracker::CODES.insert(f.code, f.guard, info);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python_layouts::PY313;
+
+    /// A 3.14 frame chain in memory, laid out as the v3.14.0 headers give
+    /// it (x86-64, GIL build): `f_executable` a tagged `_PyStackRef`, owner
+    /// at 74, the C entry frame owned by FRAME_OWNED_BY_INTERPRETER (3),
+    /// `_co_firsttraceable` 16 bytes before `co_code_adaptive` (208). No
+    /// 3.14 interpreter can be installed here; this is the walk's check.
+    #[test]
+    fn the_3_14_walk_untags_executables_and_skips_entry_and_incomplete_frames() {
+        let l = PyLayout {
+            minor: 14,
+            frames: FrameModel::Interpreter314,
+            executable_tag_mask: 3,
+            frame_owner: Some(74),
+            code_code_adaptive: Some(208),
+            code_first_traceable: Some(192),
+            ..PY313
+        };
+        static CODE_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        // Code objects: type, qualname and line table (the guard), first
+        // traceable instruction (in code units).
+        let mut codes = vec![[0u64; 40]; 3];
+        for (i, c) in codes.iter_mut().enumerate() {
+            c[1] = code_type as u64;
+            c[128 / 8] = 0x1000 + i as u64;
+            c[136 / 8] = 0x2000 + i as u64;
+        }
+        codes[2][192 / 8] = 2; // the __init__ shim: parked before its RESUME
+        let code = |i: usize| codes[i].as_ptr() as usize;
+        let mut frames = vec![[0u64; 11]; 5];
+        let frame = |frames: &Vec<[u64; 11]>, i: usize| frames[i].as_ptr() as usize;
+        // (executable stack ref, instruction offset in bytes, owner)
+        let chain: [(usize, usize, u8); 5] = [
+            (code(0) | 1, 4, 0),    // innermost, a borrowed (tagged) reference
+            (code(2), 0, 0),        // incomplete: skipped
+            (0x4000 | 1, 0, 3),     // C entry frame: skipped, marks entry
+            (code(1), 6, 1),        // a generator's frame, untagged
+            (0x5000 | 1, 0, 3),     // the outermost entry frame
+        ];
+        for (i, &(exe, offset, owner)) in chain.iter().enumerate() {
+            let next = if i + 1 < chain.len() { frame(&frames, i + 1) } else { 0 };
+            let code_addr = exe & !3;
+            let f = &mut frames[i];
+            f[0] = exe as u64;
+            f[1] = next as u64;
+            f[56 / 8] = (code_addr + 208 + offset) as u64;
+            f[72 / 8] = (owner as u64) << 16;
+        }
+        let mut out = [MaybeUninit::<PyRawFrame>::uninit(); 8];
+        let mut log = PyReplayLog::EMPTY;
+        let walk = |out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, frames: &Vec<[u64; 11]>| {
+            // SAFETY: every address is in `codes` or `frames`, alive.
+            let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log) };
+            out[..n]
+                .iter()
+                .map(|f| unsafe { f.assume_init() })
+                .map(|f| (f.code as usize, f.offset, f.flags))
+                .collect::<Vec<_>>()
+        };
+        let expected = vec![(code(0), 4, PY_FRAME_ENTRY), (code(1), 6, PY_FRAME_ENTRY)];
+        assert_eq!(walk(&mut out, &mut log, &frames), expected);
+        // Unchanged: replayed from the log, the same frames.
+        assert!(log.visited > 0);
+        assert_eq!(walk(&mut out, &mut log, &frames), expected);
+        // A tagged int where the executable should be ends the walk there.
+        frames[3][0] = 0x7003;
+        assert_eq!(walk(&mut out, &mut log, &frames), vec![(code(0), 4, PY_FRAME_ENTRY)]);
     }
 }

@@ -25,9 +25,10 @@ pub enum FrameModel {
     Interpreter311,
     /// 3.12: _PyInterpreterFrame; C calls push a shim frame (FRAME_OWNED_BY_CSTACK)
     Interpreter312,
-    /// 3.13 and later: like 3.12; `f_executable` instead of `f_code`,
-    /// `instr_ptr` (3.14: `f_executable` a tagged stack reference)
+    /// 3.13: like 3.12; `f_executable` instead of `f_code`, `instr_ptr`
     Interpreter313,
+    /// 3.14 and later: 3.13's, with `f_executable` a tagged stack reference
+    Interpreter314,
 }
 
 #[derive(Debug)]
@@ -222,7 +223,6 @@ pub fn layout_for(major: u32, minor: u32) -> Option<&'static PyLayout> {
         .find(|l| l.major == major && l.minor == minor)
 }
 
-
 /// One section of `_Py_DebugOffsets`: a struct of u64 fields, named as in
 /// the header, in declaration order. A section's `size` field, where it
 /// has one, is the sizeof of the CPython struct it describes.
@@ -240,6 +240,7 @@ pub struct DebugOffsetsLayout {
     pub sections: &'static [Section],
     /// `f_executable` tag bits (a known layout fact, not in the offsets)
     executable_tag_mask: usize,
+    frames: FrameModel,
 }
 
 const COOKIE: &[u8; 8] = b"xdebugpy";
@@ -254,6 +255,7 @@ const fn section(name: &'static str, fields: &'static [&'static str]) -> Section
 pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
     minor: 13,
     executable_tag_mask: 0,
+    frames: FrameModel::Interpreter313,
     sections: &[
         section("runtime_state", &["size", "finalizing", "interpreters_head"]),
         section(
@@ -290,7 +292,14 @@ pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
         ),
         section(
             "interpreter_frame",
-            &["size", "previous", "executable", "instr_ptr", "localsplus", "owner"],
+            &[
+                "size",
+                "previous",
+                "executable",
+                "instr_ptr",
+                "localsplus",
+                "owner",
+            ],
         ),
         section(
             "code_object",
@@ -329,6 +338,7 @@ pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
 pub static DEBUG_OFFSETS_314: DebugOffsetsLayout = DebugOffsetsLayout {
     minor: 14,
     executable_tag_mask: 3,
+    frames: FrameModel::Interpreter314,
     sections: &[
         section("runtime_state", &["size", "finalizing", "interpreters_head"]),
         section(
@@ -543,7 +553,7 @@ pub fn layout_from_debug_offsets(blob: &[u8], major: u32, minor: u32) -> Result<
     Ok(PyLayout {
         major,
         minor,
-        frames: FrameModel::Interpreter313,
+        frames: d.frames,
         tstate_frame,
         cframe_current_frame: None,
         attached_is_thread_local: true,
@@ -598,7 +608,8 @@ pub unsafe fn debug_offsets_blob(runtime: usize, minor: u32) -> Option<&'static 
 /// # Safety
 /// As [`debug_offsets_blob`].
 pub unsafe fn layout_from_runtime(runtime: usize, major: u32, minor: u32) -> Result<PyLayout, String> {
-    let blob = debug_offsets_blob(runtime, minor).ok_or("no _PyRuntime, or no _Py_DebugOffsets layout for it")?;
+    let blob =
+        debug_offsets_blob(runtime, minor).ok_or("no _PyRuntime, or no _Py_DebugOffsets layout for it")?;
     layout_from_debug_offsets(blob, major, minor)
 }
 
@@ -697,7 +708,14 @@ mod tests {
     /// 74; code objects: co_code_adaptive at 208 after `_co_unique_id`)
     /// and plausible ones elsewhere.
     const PY314_OFFSETS: &[(&str, Fields)] = &[
-        ("runtime_state", &[("size", 220_000), ("finalizing", 1056), ("interpreters_head", 1064)]),
+        (
+            "runtime_state",
+            &[
+                ("size", 220_000),
+                ("finalizing", 1056),
+                ("interpreters_head", 1064),
+            ],
+        ),
         (
             "interpreter_state",
             &[
@@ -763,17 +781,39 @@ mod tests {
             ],
         ),
         ("pyobject", &[("size", 16), ("ob_type", 8)]),
-        ("type_object", &[("size", 416), ("tp_name", 24), ("tp_repr", 88), ("tp_flags", 168)]),
+        (
+            "type_object",
+            &[("size", 416), ("tp_name", 24), ("tp_repr", 88), ("tp_flags", 168)],
+        ),
         ("tuple_object", &[("size", 32), ("ob_item", 24), ("ob_size", 16)]),
         ("list_object", &[("size", 40), ("ob_item", 24), ("ob_size", 16)]),
-        ("set_object", &[("size", 200), ("used", 24), ("table", 40), ("mask", 32)]),
+        (
+            "set_object",
+            &[("size", 200), ("used", 24), ("table", 40), ("mask", 32)],
+        ),
         ("dict_object", &[("size", 48), ("ma_keys", 32), ("ma_values", 40)]),
         ("float_object", &[("size", 24), ("ob_fval", 16)]),
         ("long_object", &[("size", 32), ("lv_tag", 16), ("ob_digit", 24)]),
         ("bytes_object", &[("size", 40), ("ob_size", 16), ("ob_sval", 32)]),
-        ("unicode_object", &[("size", 64), ("state", 32), ("length", 16), ("asciiobject_size", 40)]),
+        (
+            "unicode_object",
+            &[
+                ("size", 64),
+                ("state", 32),
+                ("length", 16),
+                ("asciiobject_size", 40),
+            ],
+        ),
         ("gc", &[("size", 400), ("collecting", 12)]),
-        ("gen_object", &[("size", 160), ("gi_name", 24), ("gi_iframe", 72), ("gi_frame_state", 67)]),
+        (
+            "gen_object",
+            &[
+                ("size", 160),
+                ("gi_name", 24),
+                ("gi_iframe", 72),
+                ("gi_frame_state", 67),
+            ],
+        ),
         ("llist_node", &[("next", 0), ("prev", 8)]),
         (
             "debugger_support",
@@ -808,11 +848,14 @@ mod tests {
         assert_eq!(b.len(), 760);
 
         let l = layout_from_debug_offsets(&b, 3, 14).expect("a 3.14 blob reads");
-        assert_eq!((l.major, l.minor, l.frames), (3, 14, FrameModel::Interpreter313));
+        assert_eq!((l.major, l.minor, l.frames), (3, 14, FrameModel::Interpreter314));
         assert_eq!(l.tstate_frame, 72);
         assert_eq!((l.frame_code, l.frame_back, l.frame_instr), (0, 8, 56));
         assert_eq!(l.frame_owner, Some(74));
-        assert_eq!((l.code_filename, l.code_name, l.code_qualname), (112, 120, Some(128)));
+        assert_eq!(
+            (l.code_filename, l.code_name, l.code_qualname),
+            (112, 120, Some(128))
+        );
         assert_eq!((l.code_linetable, l.code_firstlineno), (136, 68));
         assert_eq!(l.code_code_adaptive, Some(208));
         assert_eq!(l.ob_type, 8);
