@@ -701,14 +701,18 @@ mod tests {
         let frame = |frames: &Vec<[u64; 11]>, i: usize| frames[i].as_ptr() as usize;
         // (executable stack ref, instruction offset in bytes, owner)
         let chain: [(usize, usize, u8); 5] = [
-            (code(0) | 1, 4, 0),    // innermost, a borrowed (tagged) reference
-            (code(2), 0, 0),        // incomplete: skipped
-            (0x4000 | 1, 0, 3),     // C entry frame: skipped, marks entry
-            (code(1), 6, 1),        // a generator's frame, untagged
-            (0x5000 | 1, 0, 3),     // the outermost entry frame
+            (code(0) | 1, 4, 0), // innermost, a borrowed (tagged) reference
+            (code(2), 0, 0),     // incomplete: skipped
+            (0x4000 | 1, 0, 3),  // C entry frame: skipped, marks entry
+            (code(1), 6, 1),     // a generator's frame, untagged
+            (0x5000 | 1, 0, 3),  // the outermost entry frame
         ];
         for (i, &(exe, offset, owner)) in chain.iter().enumerate() {
-            let next = if i + 1 < chain.len() { frame(&frames, i + 1) } else { 0 };
+            let next = if i + 1 < chain.len() {
+                frame(&frames, i + 1)
+            } else {
+                0
+            };
             let code_addr = exe & !3;
             let f = &mut frames[i];
             f[0] = exe as u64;
@@ -734,6 +738,9 @@ mod tests {
         assert_eq!(walk(&mut out, &mut log, &frames), expected);
         // A tagged int where the executable should be ends the walk there.
         frames[3][0] = 0x7003;
-        assert_eq!(walk(&mut out, &mut log, &frames), vec![(code(0), 4, PY_FRAME_ENTRY)]);
+        assert_eq!(
+            walk(&mut out, &mut log, &frames),
+            vec![(code(0), 4, PY_FRAME_ENTRY)]
+        );
     }
 }

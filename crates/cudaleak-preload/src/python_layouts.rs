@@ -250,6 +250,33 @@ const fn section(name: &'static str, fields: &'static [&'static str]) -> Section
     Section { name, fields }
 }
 
+// Sections the same in 3.13 and 3.14.
+const RUNTIME_STATE: Section = section("runtime_state", &["size", "finalizing", "interpreters_head"]);
+const THREAD_STATE: Section = section(
+    "thread_state",
+    &[
+        "size",
+        "prev",
+        "next",
+        "interp",
+        "current_frame",
+        "thread_id",
+        "native_thread_id",
+        "datastack_chunk",
+        "status",
+    ],
+);
+const PYOBJECT: Section = section("pyobject", &["size", "ob_type"]);
+const TYPE_OBJECT: Section = section("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]);
+const TUPLE_OBJECT: Section = section("tuple_object", &["size", "ob_item", "ob_size"]);
+const LIST_OBJECT: Section = section("list_object", &["size", "ob_item", "ob_size"]);
+const DICT_OBJECT: Section = section("dict_object", &["size", "ma_keys", "ma_values"]);
+const FLOAT_OBJECT: Section = section("float_object", &["size", "ob_fval"]);
+const LONG_OBJECT: Section = section("long_object", &["size", "lv_tag", "ob_digit"]);
+const BYTES_OBJECT: Section = section("bytes_object", &["size", "ob_size", "ob_sval"]);
+const UNICODE_OBJECT: Section = section("unicode_object", &["size", "state", "length", "asciiobject_size"]);
+const GC: Section = section("gc", &["size", "collecting"]);
+
 /// v3.13.0 (Include/internal/pycore_runtime.h there; the struct moved to
 /// pycore_debug_offsets.h later in the 3.13 branch, unchanged).
 pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
@@ -257,7 +284,7 @@ pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
     executable_tag_mask: 0,
     frames: FrameModel::Interpreter313,
     sections: &[
-        section("runtime_state", &["size", "finalizing", "interpreters_head"]),
+        RUNTIME_STATE,
         section(
             "interpreter_state",
             &[
@@ -276,20 +303,7 @@ pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
                 "gil_runtime_state_holder",
             ],
         ),
-        section(
-            "thread_state",
-            &[
-                "size",
-                "prev",
-                "next",
-                "interp",
-                "current_frame",
-                "thread_id",
-                "native_thread_id",
-                "datastack_chunk",
-                "status",
-            ],
-        ),
+        THREAD_STATE,
         section(
             "interpreter_frame",
             &[
@@ -316,16 +330,16 @@ pub static DEBUG_OFFSETS_313: DebugOffsetsLayout = DebugOffsetsLayout {
                 "co_code_adaptive",
             ],
         ),
-        section("pyobject", &["size", "ob_type"]),
-        section("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
-        section("tuple_object", &["size", "ob_item", "ob_size"]),
-        section("list_object", &["size", "ob_item", "ob_size"]),
-        section("dict_object", &["size", "ma_keys", "ma_values"]),
-        section("float_object", &["size", "ob_fval"]),
-        section("long_object", &["size", "lv_tag", "ob_digit"]),
-        section("bytes_object", &["size", "ob_size", "ob_sval"]),
-        section("unicode_object", &["size", "state", "length", "asciiobject_size"]),
-        section("gc", &["size", "collecting"]),
+        PYOBJECT,
+        TYPE_OBJECT,
+        TUPLE_OBJECT,
+        LIST_OBJECT,
+        DICT_OBJECT,
+        FLOAT_OBJECT,
+        LONG_OBJECT,
+        BYTES_OBJECT,
+        UNICODE_OBJECT,
+        GC,
     ],
 };
 
@@ -340,7 +354,7 @@ pub static DEBUG_OFFSETS_314: DebugOffsetsLayout = DebugOffsetsLayout {
     executable_tag_mask: 3,
     frames: FrameModel::Interpreter314,
     sections: &[
-        section("runtime_state", &["size", "finalizing", "interpreters_head"]),
+        RUNTIME_STATE,
         section(
             "interpreter_state",
             &[
@@ -362,20 +376,7 @@ pub static DEBUG_OFFSETS_314: DebugOffsetsLayout = DebugOffsetsLayout {
                 "tlbc_generation",
             ],
         ),
-        section(
-            "thread_state",
-            &[
-                "size",
-                "prev",
-                "next",
-                "interp",
-                "current_frame",
-                "thread_id",
-                "native_thread_id",
-                "datastack_chunk",
-                "status",
-            ],
-        ),
+        THREAD_STATE,
         section(
             "interpreter_frame",
             &[
@@ -405,17 +406,17 @@ pub static DEBUG_OFFSETS_314: DebugOffsetsLayout = DebugOffsetsLayout {
                 "co_tlbc",
             ],
         ),
-        section("pyobject", &["size", "ob_type"]),
-        section("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
-        section("tuple_object", &["size", "ob_item", "ob_size"]),
-        section("list_object", &["size", "ob_item", "ob_size"]),
+        PYOBJECT,
+        TYPE_OBJECT,
+        TUPLE_OBJECT,
+        LIST_OBJECT,
         section("set_object", &["size", "used", "table", "mask"]),
-        section("dict_object", &["size", "ma_keys", "ma_values"]),
-        section("float_object", &["size", "ob_fval"]),
-        section("long_object", &["size", "lv_tag", "ob_digit"]),
-        section("bytes_object", &["size", "ob_size", "ob_sval"]),
-        section("unicode_object", &["size", "state", "length", "asciiobject_size"]),
-        section("gc", &["size", "collecting"]),
+        DICT_OBJECT,
+        FLOAT_OBJECT,
+        LONG_OBJECT,
+        BYTES_OBJECT,
+        UNICODE_OBJECT,
+        GC,
         section("gen_object", &["size", "gi_name", "gi_iframe", "gi_frame_state"]),
         section("llist_node", &["next", "prev"]),
         section(
