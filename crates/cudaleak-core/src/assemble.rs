@@ -15,6 +15,7 @@ use crate::report::{
 };
 use crate::suppress::Suppressions;
 use crate::symbolize::{hex, SymbolSource};
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 /// Examples kept per group.
@@ -74,6 +75,8 @@ struct History {
     /// consecutive dumps, ending with the latest, at which bytes grew
     streak: u32,
     ever_grew: bool,
+    /// the dump that last saw the group
+    seen_at: u32,
 }
 
 /// Dumps needed before trend flags are given.
@@ -88,18 +91,28 @@ pub struct Change {
 }
 
 impl<K: Clone + Eq + std::hash::Hash> GrowthTracker<K> {
-    /// Records one dump (group → (blocks, bytes)) and returns each present
-    /// group's change since the previous dump (since process start for the
-    /// first).
-    pub fn observe(&mut self, current: &HashMap<K, (u64, u64)>) -> HashMap<K, Change> {
+    /// Records one dump ((group, blocks, bytes) for each group present)
+    /// and returns each group's change since the previous dump (since
+    /// process start for the first), in the order given. A key is hashed
+    /// once per dump and cloned only the first time it is seen: keys are
+    /// whole symbolized stacks.
+    pub fn observe<'a>(&mut self, current: impl IntoIterator<Item = (&'a K, u64, u64)>) -> Vec<Change>
+    where
+        K: 'a,
+    {
         self.dumps += 1;
-        let mut out = HashMap::with_capacity(current.len());
-        for (id, &(blocks, bytes)) in current {
-            let h = self.history.entry(id.clone()).or_default();
+        let dump = self.dumps;
+        let mut out = Vec::new();
+        for (id, blocks, bytes) in current {
+            let h = match self.history.get_mut(id) {
+                Some(h) => h,
+                None => self.history.entry(id.clone()).or_default(),
+            };
+            h.seen_at = dump;
             let grew = bytes > h.bytes;
             h.streak = if grew { h.streak + 1 } else { 0 };
             h.ever_grew |= grew;
-            let trend = if self.dumps < TREND_MIN_DUMPS {
+            let trend = if dump < TREND_MIN_DUMPS {
                 None
             } else if h.streak >= TREND_MIN_DUMPS {
                 Some(Trend::Growing)
@@ -108,19 +121,16 @@ impl<K: Clone + Eq + std::hash::Hash> GrowthTracker<K> {
             } else {
                 None
             };
-            out.insert(
-                id.clone(),
-                Change {
-                    blocks_delta: blocks as i64 - h.blocks as i64,
-                    bytes_delta: bytes as i64 - h.bytes as i64,
-                    trend,
-                },
-            );
+            out.push(Change {
+                blocks_delta: blocks as i64 - h.blocks as i64,
+                bytes_delta: bytes as i64 - h.bytes as i64,
+                trend,
+            });
             h.blocks = blocks;
             h.bytes = bytes;
         }
         // A group with nothing live starts over if it comes back.
-        self.history.retain(|id, _| current.contains_key(id));
+        self.history.retain(|_, h| h.seen_at == dump);
         out
     }
 
@@ -324,8 +334,8 @@ impl Assembler<'_> {
         // traces are symbolized first, then merged by key, in trace order.
         let mut ids: Vec<TraceId> = by_trace.keys().copied().collect();
         ids.sort();
-        let mut keys: Vec<GroupKey> = Vec::new();
-        let mut by_key: HashMap<GroupKey, Group> = HashMap::new();
+        let mut groups: Vec<Group> = Vec::with_capacity(ids.len());
+        let mut index: HashMap<GroupKey, usize> = HashMap::with_capacity(ids.len());
         for id in ids {
             let acc = by_trace.remove(&id).expect("key from this map");
             let g = match self.depot.get(id) {
@@ -342,26 +352,23 @@ impl Assembler<'_> {
                     )
                 },
             };
-            let key = GroupKey::of(&g);
-            match by_key.get_mut(&key) {
-                Some(m) => add_raw_stack(m, g),
-                None => {
-                    keys.push(key.clone());
-                    by_key.insert(key, g);
+            match index.entry(GroupKey::of(&g)) {
+                Entry::Occupied(e) => add_raw_stack(&mut groups[*e.get()], g),
+                Entry::Vacant(e) => {
+                    e.insert(groups.len());
+                    groups.push(g);
                 }
             }
         }
-        let current: HashMap<GroupKey, (u64, u64)> = by_key
-            .iter()
-            .map(|(k, g)| (k.clone(), (g.blocks, g.bytes)))
-            .collect();
-        let changes = self.growth.observe(&current);
-        let mut leaks = Vec::with_capacity(keys.len());
-        for key in keys {
-            let mut g = by_key.remove(&key).expect("key from this map");
-            let change = changes.get(&key).copied();
-            g.trend = change.and_then(|c| c.trend);
-            leaks.push((g, change));
+        let mut keys: Vec<(&GroupKey, usize)> = index.iter().map(|(k, &i)| (k, i)).collect();
+        keys.sort_unstable_by_key(|&(_, i)| i);
+        let changes = self
+            .growth
+            .observe(keys.iter().map(|&(k, i)| (k, groups[i].blocks, groups[i].bytes)));
+        let mut leaks = Vec::with_capacity(groups.len());
+        for (mut g, change) in groups.into_iter().zip(changes) {
+            g.trend = change.trend;
+            leaks.push((g, Some(change)));
         }
         let mut growth = Vec::new();
         let mut kept = Vec::new();
@@ -800,26 +807,27 @@ mod tests {
     fn growth_and_trends_over_dumps() {
         let mut g = GrowthTracker::<TraceId>::default();
         let (leak, cache, steady) = (TraceId(1), TraceId(2), TraceId(3));
+        // Changes of (leak, cache, steady), in that order.
         let dump = |g: &mut GrowthTracker<TraceId>, l: u64, c: u64| {
-            g.observe(&HashMap::from([
-                (leak, (l, l * 10)),
-                (cache, (c, c * 10)),
-                (steady, (1, 5)),
-            ]))
+            g.observe([(&leak, l, l * 10), (&cache, c, c * 10), (&steady, 1, 5)])
         };
         let d1 = dump(&mut g, 1, 4);
-        assert_eq!(d1[&leak].bytes_delta, 10);
-        assert_eq!(d1[&steady].bytes_delta, 5);
-        assert_eq!(d1[&leak].trend, None);
+        assert_eq!(d1[0].bytes_delta, 10);
+        assert_eq!(d1[2].bytes_delta, 5);
+        assert_eq!(d1[0].trend, None);
         let d2 = dump(&mut g, 2, 8);
-        assert_eq!(d2[&steady].bytes_delta, 0, "unchanged group is not growth");
+        assert_eq!(d2[2].bytes_delta, 0, "unchanged group is not growth");
         let d3 = dump(&mut g, 3, 8);
-        assert_eq!(d3[&leak].trend, Some(Trend::Growing));
-        assert_eq!(d3[&cache].trend, Some(Trend::Bounded));
-        assert_eq!(d3[&steady].trend, Some(Trend::Bounded));
-        assert_eq!(d3[&cache].bytes_delta, 0);
+        assert_eq!(d3[0].trend, Some(Trend::Growing));
+        assert_eq!(d3[1].trend, Some(Trend::Bounded));
+        assert_eq!(d3[2].trend, Some(Trend::Bounded));
+        assert_eq!(d3[1].bytes_delta, 0);
         let d4 = dump(&mut g, 4, 8);
-        assert_eq!(d4[&leak].trend, Some(Trend::Growing));
-        assert_eq!(d4[&leak].blocks_delta, 1);
+        assert_eq!(d4[0].trend, Some(Trend::Growing));
+        assert_eq!(d4[0].blocks_delta, 1);
+        // A group absent from a dump starts over when it comes back.
+        g.observe([(&leak, 4, 40)]);
+        let d6 = g.observe([(&leak, 4, 40), (&cache, 8, 80)]);
+        assert_eq!(d6[1].bytes_delta, 80);
     }
 }

@@ -16,6 +16,8 @@
 use crate::python::PythonFrame;
 use crate::record::MemoryKind;
 use crate::report::{Group, MergedFrame, NativeFrame};
+use std::cmp::Ordering;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
@@ -40,11 +42,37 @@ enum KeyFrame {
 }
 
 /// A group's identity, within a process and across processes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Keys are whole symbolized stacks (often 60 frames of strings): the
+/// hash is computed once, when the key is made, and is all that hashing
+/// a key then reads (a dump of 1024 groups spent more in SipHash over
+/// keys than in symbolizing them); equal keys have equal hashes, so
+/// comparing the hash first only makes unequal keys differ sooner.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupKey {
+    hash: u64,
     api: String,
     memory: MemoryKind,
     frames: Vec<KeyFrame>,
+}
+
+impl Hash for GroupKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Ord for GroupKey {
+    /// By content, not by hash: reports list groups in this order.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.api, self.memory, &self.frames).cmp(&(&other.api, other.memory, &other.frames))
+    }
+}
+
+impl PartialOrd for GroupKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// A frame of the machinery that carries a call into or out of Python:
@@ -81,7 +109,10 @@ impl GroupKey {
                 })
                 .collect()
         };
+        let mut h = DefaultHasher::new();
+        (&g.api, g.memory, &frames).hash(&mut h);
         GroupKey {
+            hash: h.finish(),
             api: g.api.clone(),
             memory: g.memory,
             frames,
