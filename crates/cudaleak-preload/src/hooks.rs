@@ -42,6 +42,14 @@ macro_rules! cuda_hooks {
 
         pub static HOOK_NAMES: [&str; HOOK_COUNT] = [$(stringify!($name)),*];
 
+        /// The same names as C strings, for the loader's lookups.
+        pub static HOOK_C_NAMES: [&std::ffi::CStr; HOOK_COUNT] = [$(
+            match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("a hook name with a NUL byte"),
+            }
+        ),*];
+
         pub static HOOK_LAYERS: [Layer; HOOK_COUNT] = [$(Layer::$layer),*];
 
         pub static ALL_HOOKS: [HookId; HOOK_COUNT] = [$(HookId::$name),*];
@@ -111,32 +119,46 @@ macro_rules! hook_export {
     // shifts them by one to pass the real function first, and jumps to the
     // body: the stack is as the caller left it, so arguments passed in
     // memory (cudaMalloc3D's cudaExtent) stay in place. Hence at most 5
-    // arguments (x86-64 has 6 argument registers), checked below.
+    // integer argument registers (x86-64 has 6), counted per type by
+    // [`RegisterArgument`] below, checked at compile time.
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        const _: () = {
-            let args: &[&str] = &[$(stringify!($arg)),*];
-            assert!(args.len() <= 5, "a runtime hook takes at most 5 arguments");
-        };
+        const _: () = assert!(
+            0 $(+ <$ty as RegisterArgument>::INTEGER_REGISTERS)* <= 5,
+            "a runtime hook's arguments take at most 5 integer registers"
+        );
 
         #[cfg(target_arch = "x86_64")]
         #[cfg_attr(not(test), no_mangle)]
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             std::arch::naked_asm!(
+                // CFI, so that debuggers, profilers and backtrace() walk
+                // through the stub.
+                ".cfi_startproc",
                 // r9 is no argument (at most 5); 5 pushes realign the stack.
                 "push rdi",
+                ".cfi_adjust_cfa_offset 8",
                 "push rsi",
+                ".cfi_adjust_cfa_offset 8",
                 "push rdx",
+                ".cfi_adjust_cfa_offset 8",
                 "push rcx",
+                ".cfi_adjust_cfa_offset 8",
                 "push r8",
+                ".cfi_adjust_cfa_offset 8",
                 "mov rdi, [rsp + 40]",
                 "mov esi, {id}",
                 "call {enter}",
                 "pop r8",
+                ".cfi_adjust_cfa_offset -8",
                 "pop rcx",
+                ".cfi_adjust_cfa_offset -8",
                 "pop rdx",
+                ".cfi_adjust_cfa_offset -8",
                 "pop rsi",
+                ".cfi_adjust_cfa_offset -8",
                 "pop rdi",
+                ".cfi_adjust_cfa_offset -8",
                 "mov r9, r8",
                 "mov r8, rcx",
                 "mov rcx, rdx",
@@ -144,6 +166,7 @@ macro_rules! hook_export {
                 "mov rsi, rdi",
                 "mov rdi, rax",
                 "jmp {body}",
+                ".cfi_endproc",
                 id = const HookId::$name as u32,
                 enter = sym crate::resolve::cudaleak_enter_runtime,
                 body = sym super::bodies::$name,
@@ -155,7 +178,11 @@ macro_rules! hook_export {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             std::arch::naked_asm!(
+                ".cfi_startproc",
                 "stp x29, x30, [sp, #-80]!",
+                ".cfi_def_cfa_offset 80",
+                ".cfi_offset x29, -80",
+                ".cfi_offset x30, -72",
                 "mov x29, sp",
                 "stp x0, x1, [sp, #16]",
                 "stp x2, x3, [sp, #32]",
@@ -171,7 +198,11 @@ macro_rules! hook_export {
                 "ldr x7, [sp, #64]",
                 "mov x0, x9",
                 "ldp x29, x30, [sp], #80",
+                ".cfi_def_cfa_offset 0",
+                ".cfi_restore x29",
+                ".cfi_restore x30",
                 "b {body}",
+                ".cfi_endproc",
                 id = const HookId::$name as u32,
                 enter = sym crate::resolve::cudaleak_enter_runtime,
                 body = sym super::bodies::$name,
@@ -187,6 +218,39 @@ macro_rules! hook_export {
         }
     };
 }
+
+/// A type a runtime hook may take as an argument, with the number of
+/// integer argument registers it takes (x86-64 SysV, AAPCS64). Only the
+/// types listed here compile: a float travels in an xmm/v register, which
+/// the entry stub's call into Rust may clobber, and a by-value struct of
+/// 9 to 16 bytes takes two registers; neither may be added without
+/// changing the stubs. Larger structs travel in memory on x86-64 (0
+/// registers) and by reference on aarch64 (1).
+pub trait RegisterArgument {
+    const INTEGER_REGISTERS: usize;
+}
+
+macro_rules! one_register {
+    ($($t:ty),*) => {
+        $(impl RegisterArgument for $t {
+            const INTEGER_REGISTERS: usize = 1;
+        })*
+    };
+}
+one_register!(usize, c_int, c_uint, c_ulonglong);
+
+impl<T> RegisterArgument for *mut T {
+    const INTEGER_REGISTERS: usize = 1;
+}
+
+impl<T> RegisterArgument for *const T {
+    const INTEGER_REGISTERS: usize = 1;
+}
+
+impl RegisterArgument for cudaExtent {
+    const INTEGER_REGISTERS: usize = if cfg!(target_arch = "x86_64") { 0 } else { 1 };
+}
+const _: () = assert!(std::mem::size_of::<cudaExtent>() > 16);
 
 cuda_hooks! {
     // ---- driver: allocations (recorded here, once per program call) ----
@@ -390,6 +454,10 @@ pub const RUNTIME_FREE_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayDestroy]
 impl HookId {
     pub fn name(self) -> &'static str {
         HOOK_NAMES[self as usize]
+    }
+
+    pub fn c_name(self) -> &'static std::ffi::CStr {
+        HOOK_C_NAMES[self as usize]
     }
 
     pub fn layer(self) -> Layer {

@@ -38,26 +38,33 @@ static CUDALEAK_REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
-/// Looks up the real `dlsym` with `dlvsym`, which we do not override.
-fn real_dlsym_fn() -> Option<DlsymFn> {
-    let mut p = CUDALEAK_REAL_DLSYM.load(Ordering::Acquire);
-    if p == 0 {
-        // glibc >= 2.34 versions dlsym as GLIBC_2.34 in libc; older ones as
-        // GLIBC_2.2.5 (x86-64) / GLIBC_2.17 (aarch64) in libdl.
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            // SAFETY: plain loader lookup with valid C strings.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
-            if p != 0 {
-                break;
-            }
-        }
-        if p == 0 {
-            return None;
-        }
-        CUDALEAK_REAL_DLSYM.store(p, Ordering::Release);
+/// glibc's own `name` (a function we override, such as `dlsym` or
+/// `dlclose`), found with `dlvsym`, which we do not override, and cached
+/// in `slot`; 0 when there is none. glibc >= 2.34 versions dlsym and
+/// dlclose as GLIBC_2.34 in libc; older ones as GLIBC_2.2.5 (x86-64) /
+/// GLIBC_2.17 (aarch64) in libdl.
+pub fn glibc_next(slot: &AtomicUsize, name: &CStr) -> usize {
+    let p = slot.load(Ordering::Acquire);
+    if p != 0 {
+        return p;
     }
-    // SAFETY: p is the address of glibc's dlsym.
-    Some(unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+        // SAFETY: plain loader lookup with valid C strings.
+        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) } as usize;
+        if p != 0 {
+            slot.store(p, Ordering::Release);
+            return p;
+        }
+    }
+    0
+}
+
+fn real_dlsym_fn() -> Option<DlsymFn> {
+    match glibc_next(&CUDALEAK_REAL_DLSYM, c"dlsym") {
+        0 => None,
+        // SAFETY: p is the address of glibc's dlsym.
+        p => Some(unsafe { std::mem::transmute::<usize, DlsymFn>(p) }),
+    }
 }
 
 /// `dlsym` without our override in the way.
@@ -67,13 +74,6 @@ pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
         Some(f) => unsafe { f(handle, name.as_ptr()) },
         None => std::ptr::null_mut(),
     }
-}
-
-fn hook_name_c(id: HookId) -> [u8; 64] {
-    let mut buf = [0u8; 64];
-    let n = id.name().as_bytes();
-    buf[..n.len()].copy_from_slice(n);
-    buf
 }
 
 // ---- the set of loaded objects ----
@@ -168,11 +168,7 @@ fn resolve_slow(id: HookId) -> usize {
     if failed_at == generation {
         return 0;
     }
-    let name = hook_name_c(id);
-    let Ok(cname) = CStr::from_bytes_until_nul(&name) else {
-        return 0;
-    };
-    let p = lookup_next(cname, id.layer());
+    let p = lookup_next(id.c_name(), id.layer());
     if p == 0 || p == hook_address(id) {
         REAL_MISSING_AT[id as usize].store(generation, Ordering::Relaxed);
         return 0;
@@ -198,10 +194,19 @@ fn resolve_slow(id: HookId) -> usize {
 
 /// One object that has called a runtime hook: its address range, its link
 /// map (glibc's `dlopen` handle for it), and the real function of each
-/// runtime hook in its scope. A slot is filled once and never reused: an
-/// unload marks every slot dead (range emptied) and callers take new ones,
-/// so a reader never sees one object's functions under another's range.
+/// runtime hook in its scope.
+///
+/// Slots are reused once their object is unloaded (a program that loads
+/// and unloads plugins in a loop would otherwise run out of them and its
+/// 257th plugin would fail its cudaMalloc). `seq` is a sequence lock: odd
+/// while a slot is (re)claimed, dies, or has a lookup cached, and bumped
+/// by each of these, so a reader that saw the same even `seq` before and
+/// after reading never mixes one object's functions with another's range.
+/// A lookup that is being cached also holds `users`, so the slot is not
+/// reused under it (see [`cache_in_slot`]).
 struct CallerObject {
+    seq: AtomicUsize,
+    users: AtomicUsize,
     lo: AtomicUsize,
     hi: AtomicUsize,
     map: AtomicUsize,
@@ -210,23 +215,65 @@ struct CallerObject {
 
 /// `real` entry: this object's scope has no definition of its own.
 const USE_GLOBAL: usize = 1;
+/// `lo` of a slot whose object was unloaded: no address matches it, and
+/// it may be claimed again.
+const DEAD: usize = usize::MAX;
 const MAX_CALLERS: usize = 256;
 
 static CALLERS: [CallerObject; MAX_CALLERS] = [const {
     CallerObject {
+        seq: AtomicUsize::new(0),
+        users: AtomicUsize::new(0),
         lo: AtomicUsize::new(0),
         hi: AtomicUsize::new(0),
         map: AtomicUsize::new(0),
         real: [const { AtomicUsize::new(0) }; HOOK_COUNT],
     }
 }; MAX_CALLERS];
-/// Slots handed out so far (a prefix of CALLERS; may pass MAX_CALLERS).
+/// Slots handed out so far (a prefix of CALLERS; at most MAX_CALLERS).
 /// Claimed without a lock (a child forked while a parent thread claimed
-/// must not wait for it): a slot is readable once its `lo` is nonzero.
+/// must not wait for it).
 static CALLERS_USED: AtomicUsize = AtomicUsize::new(0);
 /// The last return address that lay in no loaded object (JIT code): the
 /// global lookup answers for it without asking the loader again.
 static LAST_UNKNOWN_CALLER: AtomicUsize = AtomicUsize::new(0);
+
+std::thread_local! {
+    /// The slot (index, seq) this thread's last runtime call came from:
+    /// checked first (most threads call from one object), and the scope
+    /// of a runtime function that our own hook's real function called
+    /// (see [`real_for_caller`]).
+    static LAST_HIT: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((usize::MAX, 0)) };
+}
+
+/// A consistent view of one slot: (seq, lo, hi, real[id]); None while it
+/// is being written.
+#[inline]
+fn read_slot(obj: &CallerObject, id: HookId) -> Option<(usize, usize, usize, usize)> {
+    let seq = obj.seq.load(Ordering::Acquire);
+    if seq & 1 != 0 {
+        return None;
+    }
+    let lo = obj.lo.load(Ordering::Relaxed);
+    let hi = obj.hi.load(Ordering::Relaxed);
+    let real = obj.real[id as usize].load(Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Acquire);
+    (obj.seq.load(Ordering::Relaxed) == seq).then_some((seq, lo, hi, real))
+}
+
+/// Takes a slot's sequence lock (even -> odd); false when someone else
+/// holds it.
+fn lock_slot(obj: &CallerObject, seq: usize) -> bool {
+    seq & 1 == 0
+        && obj
+            .seq
+            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        && {
+            std::sync::atomic::fence(Ordering::Release);
+            true
+        }
+}
 
 /// Called by each runtime hook's entry stub with its return address:
 /// the real function for that caller, or 0 (after one warning per name
@@ -246,19 +293,27 @@ pub extern "C" fn cudaleak_enter_runtime(caller: usize, id: u32) -> usize {
 }
 
 /// The real runtime function `id` for a call returning to `caller`.
-/// After the first call from an object: a short scan of the known objects
-/// (one compare each), then a load.
+/// After the first call from an object: this thread's last slot is
+/// checked (a few loads and compares), else a short scan of the known
+/// objects, then a load.
 #[inline]
 fn real_for_caller(id: HookId, caller: usize) -> usize {
+    let (last, last_seq) = LAST_HIT.get();
+    if let Some(obj) = CALLERS.get(last) {
+        if let Some((seq, lo, hi, real)) = read_slot(obj, id) {
+            if seq == last_seq && lo <= caller && caller < hi {
+                return slot_answer(obj, seq, id, real);
+            }
+        }
+    }
     let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
-    for obj in &CALLERS[..used] {
-        let lo = obj.lo.load(Ordering::Acquire);
-        if lo != 0 && lo <= caller && caller < obj.hi.load(Ordering::Relaxed) {
-            return match obj.real[id as usize].load(Ordering::Acquire) {
-                0 => resolve_in_scope(obj, id),
-                USE_GLOBAL => global_real(id),
-                p => p,
-            };
+    for (i, obj) in CALLERS[..used].iter().enumerate() {
+        if let Some((seq, lo, hi, real)) = read_slot(obj, id) {
+            // A dead slot's lo (DEAD) is above every address.
+            if lo != 0 && lo <= caller && caller < hi {
+                LAST_HIT.set((i, seq));
+                return slot_answer(obj, seq, id, real);
+            }
         }
     }
     if caller == 0 || caller == LAST_UNKNOWN_CALLER.load(Ordering::Relaxed) {
@@ -266,38 +321,100 @@ fn real_for_caller(id: HookId, caller: usize) -> usize {
     }
     let (own_lo, own_hi) = crate::unwind::own_range();
     if own_lo <= caller && caller < own_hi {
-        // We called it: a runtime function our hook called tail-called
-        // another exported one (the simulated cudaGetDriverEntryPoint
-        // ends in `jmp cudaGetDriverEntryPointByVersion@plt`), so the
-        // return address is ours. The global definition answers, else
-        // the first runtime scope that has one.
-        return match global_real(id) {
-            0 => any_scope_real(id),
-            p => p,
-        };
+        return real_for_our_own_call(id);
     }
     match claim_caller(caller) {
-        Some(obj) => resolve_in_scope(obj, id),
-        None => global_real(id),
+        Some((i, seq)) => {
+            LAST_HIT.set((i, seq));
+            slot_answer(&CALLERS[i], seq, id, 0)
+        }
+        // Every slot holds a loaded object: correct, uncached.
+        None => match module_scope_lookup(caller, id) {
+            USE_GLOBAL => global_real(id),
+            p => p,
+        },
     }
 }
 
-/// The definition of `id` some known caller's scope resolved.
+/// We called it: a runtime function our hook called tail-called another
+/// exported one (the simulated cudaGetDriverEntryPoint ends in
+/// `jmp cudaGetDriverEntryPointByVersion@plt`), so the return address is
+/// ours. The scope is that of the outer hook's caller on this thread (the
+/// libcudart copy that made the call is in it), else the global one.
 #[cold]
-fn any_scope_real(id: HookId) -> usize {
-    let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
-    CALLERS[..used]
-        .iter()
-        .map(|o| o.real[id as usize].load(Ordering::Acquire))
-        .find(|&p| p > USE_GLOBAL)
-        .unwrap_or(0)
+fn real_for_our_own_call(id: HookId) -> usize {
+    let (last, last_seq) = LAST_HIT.get();
+    if let Some(obj) = CALLERS.get(last) {
+        if let Some((seq, lo, _, real)) = read_slot(obj, id) {
+            if seq == last_seq && lo != 0 && lo != DEAD {
+                return slot_answer(obj, seq, id, real);
+            }
+        }
+    }
+    global_real(id)
 }
 
-/// A slot for the object holding `caller`. The loader is asked without
-/// any lock of ours held (a loader lock is taken inside, and a hook may
-/// run under the loader lock, from a constructor).
+/// What slot `obj` (seen at `seq`) answers for `id`, `real` being its
+/// cached entry.
+#[inline]
+fn slot_answer(obj: &CallerObject, seq: usize, id: HookId, real: usize) -> usize {
+    match real {
+        0 => {
+            let found = match obj.map.load(Ordering::Relaxed) {
+                0 => USE_GLOBAL,
+                map => scope_lookup(map, id),
+            };
+            cache_in_slot(obj, seq, id, 0, found);
+            match found {
+                USE_GLOBAL => global_real(id),
+                p => p,
+            }
+        }
+        USE_GLOBAL => global_real(id),
+        p => p,
+    }
+}
+
+/// Replaces `real[id]` of slot `obj` (seen at `seq`) from `expected` by
+/// `value`, unless the slot changed owner meanwhile; whether it did.
+/// `users` and `seq` form a handshake with [`claim_caller`]: either the
+/// claimer sees a user and leaves the slot alone, or this sees the new
+/// `seq` and stores nothing.
+fn cache_in_slot(obj: &CallerObject, seq: usize, id: HookId, expected: usize, value: usize) -> bool {
+    obj.users.fetch_add(1, Ordering::SeqCst);
+    let stored = obj.seq.load(Ordering::SeqCst) == seq
+        && obj.real[id as usize]
+            .compare_exchange(expected, value, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+    obj.users.fetch_sub(1, Ordering::SeqCst);
+    stored
+}
+
+/// `id` in the dependency scope of the object whose `dlopen` handle is
+/// `map`: its own definition, or [`USE_GLOBAL`] when it has none or the
+/// first is ours (the main program's scope starts with us, preloaded).
+fn scope_lookup(map: usize, id: HookId) -> usize {
+    let p = real_dlsym(map as *mut c_void, id.c_name()) as usize;
+    if p == 0 || is_hook_address(p) {
+        USE_GLOBAL
+    } else {
+        p
+    }
+}
+
+/// [`scope_lookup`] for the object holding `caller`, without a slot.
+fn module_scope_lookup(caller: usize, id: HookId) -> usize {
+    match scope_handle_of(caller) {
+        Some(map) => scope_lookup(map, id),
+        None => USE_GLOBAL,
+    }
+}
+
+/// A slot for the object holding `caller`: (index, seq). The loader is
+/// asked without any lock of ours held (a loader lock is taken inside,
+/// and a hook may run under the loader lock, from a constructor).
 #[cold]
-fn claim_caller(caller: usize) -> Option<&'static CallerObject> {
+fn claim_caller(caller: usize) -> Option<(usize, usize)> {
     let Some((lo, hi)) = crate::unwind::module_range(caller) else {
         LAST_UNKNOWN_CALLER.store(caller, Ordering::Relaxed);
         return None;
@@ -307,11 +424,40 @@ fn claim_caller(caller: usize) -> Option<&'static CallerObject> {
     let map = scope_handle_of(caller).unwrap_or(0);
     // Two threads claiming for one object at once get a slot each, both
     // valid; the scan takes the first.
-    let obj = CALLERS.get(CALLERS_USED.fetch_add(1, Ordering::AcqRel))?;
-    obj.map.store(map, Ordering::Relaxed);
-    obj.hi.store(hi, Ordering::Relaxed);
-    obj.lo.store(lo, Ordering::Release);
-    Some(obj)
+    let fill = |obj: &CallerObject, seq: usize| {
+        for r in &obj.real {
+            r.store(0, Ordering::Relaxed);
+        }
+        obj.map.store(map, Ordering::Relaxed);
+        obj.hi.store(hi, Ordering::Relaxed);
+        obj.lo.store(lo, Ordering::Relaxed);
+        obj.seq.store(seq + 2, Ordering::Release);
+        seq + 2
+    };
+    let fresh = CALLERS_USED
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_CALLERS).then_some(n + 1)
+        })
+        .ok();
+    if let Some(i) = fresh {
+        let obj = &CALLERS[i];
+        let seq = obj.seq.load(Ordering::Acquire);
+        if lock_slot(obj, seq) {
+            return Some((i, fill(obj, seq)));
+        }
+    }
+    // Reuse a dead slot, one that no lookup is caching into.
+    for (i, obj) in CALLERS.iter().enumerate() {
+        let seq = obj.seq.load(Ordering::Acquire);
+        if obj.lo.load(Ordering::Relaxed) != DEAD || !lock_slot(obj, seq) {
+            continue;
+        }
+        if obj.lo.load(Ordering::Relaxed) == DEAD && obj.users.load(Ordering::SeqCst) == 0 {
+            return Some((i, fill(obj, seq)));
+        }
+        obj.seq.store(seq + 2, Ordering::Release);
+    }
+    None
 }
 
 /// glibc's `dladdr1` flag for the link map (dlfcn.h), absent from libc.
@@ -357,64 +503,71 @@ fn scope_handle_of(addr: usize) -> Option<usize> {
     Some(h as usize)
 }
 
-#[cold]
-fn resolve_in_scope(obj: &CallerObject, id: HookId) -> usize {
-    let name = hook_name_c(id);
-    let Ok(cname) = CStr::from_bytes_until_nul(&name) else {
-        return 0;
+/// A runtime function `p` that the object holding `caller` looked up by
+/// handle (`dlsym(dlopen("libcudart.so", RTLD_LOCAL), "cudaMalloc")`):
+/// whether the hook may be handed out in its place. It may when the hook,
+/// called from that object, reaches `p`: `p` is what its scope binds
+/// anyway, or its scope binds nothing and `p` is recorded as its own.
+/// Never into the global table: another object (the main program) must
+/// not start calling a private copy, nor one that is unloaded later.
+fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
+    let now = real_for_caller(id, caller);
+    if now == p {
+        return true;
+    }
+    if now != 0 {
+        return false;
+    }
+    let (last, last_seq) = LAST_HIT.get();
+    let Some(obj) = CALLERS.get(last) else {
+        return false;
     };
-    let map = obj.map.load(Ordering::Relaxed);
-    let p = if map == 0 {
-        0
-    } else {
-        real_dlsym(map as *mut c_void, cname) as usize
-    };
-    let found = if p == 0 || is_hook_address(p) {
-        USE_GLOBAL
-    } else {
-        p
-    };
-    let found = match obj.real[id as usize].compare_exchange(0, found, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => found,
-        Err(existing) => existing,
-    };
-    if found == USE_GLOBAL {
-        global_real(id)
-    } else {
-        found
+    match read_slot(obj, id) {
+        Some((seq, lo, hi, USE_GLOBAL)) if seq == last_seq && lo <= caller && caller < hi => {
+            cache_in_slot(obj, seq, id, USE_GLOBAL, p)
+        }
+        _ => false,
     }
 }
 
 /// Result when the real driver function cannot be found: the error a
 /// program gets from CUDA without a usable driver, and one warning.
 pub fn missing_result(id: HookId) -> c_int {
-    crate::lifecycle::warn_once_about_missing(id);
+    warn_missing(id, 0);
     missing_code(id)
 }
 
-/// One warning per name that says which object asked for it.
+// lifecycle::warn_once_about_missing (one flag for every hook) is
+// replaced by `warn_missing`; this keeps it referenced until lifecycle.rs
+// (another branch) deletes it.
+const _: fn(HookId) = crate::lifecycle::warn_once_about_missing;
+
+/// One warning per name; it says which object asked, when known.
 #[cold]
 fn warn_missing(id: HookId, caller: usize) {
     static WARNED: [AtomicBool; HOOK_COUNT] = [const { AtomicBool::new(false) }; HOOK_COUNT];
-    if caller == 0 {
-        crate::lifecycle::warn_once_about_missing(id);
+    if WARNED[id as usize].swap(true, Ordering::Relaxed) {
         return;
     }
-    if WARNED[id as usize].swap(true, Ordering::Relaxed) {
+    let kind = match id.layer() {
+        Layer::Driver => "driver",
+        Layer::Runtime => "runtime",
+    };
+    if caller == 0 {
+        crate::lifecycle::warn(&format!(
+            "cudaleak: the real {} was not found; passing an error back (is the CUDA {kind} installed?)",
+            id.name()
+        ));
         return;
     }
     let asker =
         cudaleak_core::symbolize::module_of(caller as u64).unwrap_or_else(|| format!("code at {caller:#x}"));
     crate::lifecycle::warn(&format!(
         "cudaleak: {asker} called {}, but no real {} is loaded in its scope or globally; \
-         passing error {} back (is the CUDA {} installed?)",
+         passing error {} back (is the CUDA {kind} installed?)",
         id.name(),
         id.name(),
         missing_code(id),
-        match id.layer() {
-            Layer::Driver => "driver",
-            Layer::Runtime => "runtime",
-        }
     ));
 }
 
@@ -427,23 +580,24 @@ pub fn missing_code(id: HookId) -> c_int {
 }
 
 /// Someone looked up `id` and got `p`. Returns whether the hook may be
-/// handed out in its place (and records `p` as the real function).
+/// handed out in its place (recording `p` as the driver's function).
 pub fn offer(id: HookId, p: usize) -> bool {
     if p == 0 {
         return false;
     }
-    if ALL_HOOKS.iter().any(|h| hook_address(*h) == p) {
+    if is_hook_address(p) {
         // Already one of ours (the lookup went through a hook).
         return p == hook_address(id);
     }
-    match REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => true,
-        // Driver: one libcuda per process, every address it gives for a
-        // name is the same function. Runtime: a second, different libcudart
-        // copy keeps its own function (the driver hooks still see its
-        // allocations, without runtime attribution).
-        Err(existing) => existing == p || id.layer() == Layer::Driver,
+    if id.layer() == Layer::Runtime {
+        // A runtime copy is per caller scope (see `adopt_for_caller`);
+        // the global table holds only what the global lookup finds.
+        return p == global_real(id);
     }
+    // Driver: one libcuda per process, every address it gives for a name
+    // is the same function.
+    let _ = REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+    true
 }
 
 pub fn is_hook_address(p: usize) -> bool {
@@ -497,9 +651,9 @@ impl Helper {
     }
 
     /// Forgets the address when its object is gone.
-    fn forget_if_unloaded(&self) {
+    fn forget_if_unloaded(&self, is_gone: &dyn Fn(usize) -> bool) {
         let p = self.addr.load(Ordering::Acquire);
-        if p != 0 && !is_loaded_address(p) {
+        if p != 0 && is_gone(p) {
             self.addr.store(0, Ordering::Release);
         }
     }
@@ -613,22 +767,11 @@ type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 
 fn real_dlclose_fn() -> Option<DlcloseFn> {
-    let mut p = REAL_DLCLOSE.load(Ordering::Acquire);
-    if p == 0 {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            // SAFETY: plain loader lookup with valid C strings.
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlclose".as_ptr(), version.as_ptr()) } as usize;
-            if p != 0 {
-                break;
-            }
-        }
-        if p == 0 {
-            return None;
-        }
-        REAL_DLCLOSE.store(p, Ordering::Release);
+    match glibc_next(&REAL_DLCLOSE, c"dlclose") {
+        0 => None,
+        // SAFETY: p is the address of glibc's dlclose.
+        p => Some(unsafe { std::mem::transmute::<usize, DlcloseFn>(p) }),
     }
-    // SAFETY: p is the address of glibc's dlclose.
-    Some(unsafe { std::mem::transmute::<usize, DlcloseFn>(p) })
 }
 
 /// `dlclose` without our override in the way.
@@ -640,43 +783,81 @@ fn real_dlclose(handle: *mut c_void) -> c_int {
     }
 }
 
-/// Objects loaded just before a `dlclose`, on the caller's stack (the
-/// override neither allocates nor locks): their ranges, and whether
-/// their names were kept in [`NAMES`].
-struct LoadedSnapshot {
-    ranges: [(usize, usize); SNAPSHOT_MAX],
-    n: usize,
-    named: bool,
-}
 const SNAPSHOT_MAX: usize = 256;
 const NAME_MAX: usize = 256;
 
-/// Names of the snapshot's objects, copied before the real `dlclose`
-/// frees them. Taken with a try-flag: a second thread closing at the same
-/// moment skips the names (its unloaded objects are then reported by
-/// address only), it never waits.
-static NAMES_BUSY: AtomicBool = AtomicBool::new(false);
-static NAMES: NameTable = NameTable(std::cell::UnsafeCell::new([[0; NAME_MAX]; SNAPSHOT_MAX]));
-struct NameTable(std::cell::UnsafeCell<[[u8; NAME_MAX]; SNAPSHOT_MAX]>);
-// SAFETY: accessed only by the thread holding NAMES_BUSY.
-unsafe impl Sync for NameTable {}
+/// The loaded objects (ranges and names) before a `dlclose`, and their
+/// ranges after it: static (the override neither allocates nor locks, and
+/// 70 KiB do not belong on a small thread stack), taken with a try-flag:
+/// a second thread closing at the same moment never waits, it checks
+/// every cached pointer against the loader instead (slower, and its
+/// unloaded objects are not named).
+struct Snapshot {
+    before: Objects,
+    after: Objects,
+    names: [[u8; NAME_MAX]; SNAPSHOT_MAX],
+    gone: Objects,
+}
 
-fn snapshot_loaded(snap: &mut LoadedSnapshot) {
+/// Up to SNAPSHOT_MAX ranges: the newest ones (the loader lists objects
+/// in load order, and the newest are the likeliest to be closed).
+struct Objects {
+    ranges: [(usize, usize); SNAPSHOT_MAX],
+    /// how many were visited; the kept ones are the last
+    /// min(seen, SNAPSHOT_MAX), in a ring
+    seen: usize,
+}
+
+impl Objects {
+    const EMPTY: Objects = Objects {
+        ranges: [(0, 0); SNAPSHOT_MAX],
+        seen: 0,
+    };
+
+    fn kept(&self) -> &[(usize, usize)] {
+        &self.ranges[..self.seen.min(SNAPSHOT_MAX)]
+    }
+
+    fn contains(&self, p: usize) -> bool {
+        self.kept().iter().any(|&(lo, hi)| lo <= p && p < hi)
+    }
+}
+
+static SNAPSHOT_BUSY: AtomicBool = AtomicBool::new(false);
+static SNAPSHOT: SnapshotCell = SnapshotCell(std::cell::UnsafeCell::new(Snapshot {
+    before: Objects::EMPTY,
+    after: Objects::EMPTY,
+    names: [[0; NAME_MAX]; SNAPSHOT_MAX],
+    gone: Objects::EMPTY,
+}));
+struct SnapshotCell(std::cell::UnsafeCell<Snapshot>);
+// SAFETY: accessed only by the thread holding SNAPSHOT_BUSY.
+unsafe impl Sync for SnapshotCell {}
+
+/// For the lifecycle's fork child handler: a parent thread may have been
+/// inside `dlclose` at the fork, holding the snapshot, which no thread of
+/// the child will ever give back.
+#[allow(dead_code)] // until lifecycle's fork_child calls it (other branch)
+pub fn reset_after_fork() {
+    SNAPSHOT_BUSY.store(false, Ordering::Release);
+}
+
+/// Records the loaded objects' ranges in `objects` (and their names in
+/// `names`, when given).
+fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>) {
     struct Walk<'a> {
-        snap: &'a mut LoadedSnapshot,
+        objects: &'a mut Objects,
         names: Option<&'a mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>,
     }
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
         let w = &mut *(data as *mut Walk);
-        if w.snap.n >= SNAPSHOT_MAX {
-            return 1;
-        }
         let info = &*info;
-        let Some((lo, hi)) = crate::unwind::load_range(info) else {
+        let Some(range) = crate::unwind::load_range(info) else {
             return 0;
         };
+        let at = w.objects.seen % SNAPSHOT_MAX;
         if let Some(names) = w.names.as_deref_mut() {
-            let slot = &mut names[w.snap.n];
+            let slot = &mut names[at];
             slot[0] = 0;
             if !info.dlpi_name.is_null() {
                 let name = CStr::from_ptr(info.dlpi_name).to_bytes();
@@ -685,13 +866,12 @@ fn snapshot_loaded(snap: &mut LoadedSnapshot) {
                 slot[k] = 0;
             }
         }
-        w.snap.ranges[w.snap.n] = (lo, hi);
-        w.snap.n += 1;
+        w.objects.ranges[at] = range;
+        w.objects.seen += 1;
         0
     }
-    // SAFETY: NAMES is ours while NAMES_BUSY is held.
-    let names = snap.named.then(|| unsafe { &mut *NAMES.0.get() });
-    let mut w = Walk { snap, names };
+    objects.seen = 0;
+    let mut w = Walk { objects, names };
     // SAFETY: the callback only reads the loader's program headers.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut w as *mut Walk as *mut c_void) };
 }
@@ -702,6 +882,15 @@ fn snapshot_loaded(snap: &mut LoadedSnapshot) {
 /// unwind rules; and their names are kept so that blocks they allocated
 /// still name their module (`symbolize.rs`).
 ///
+/// The forgetting comes after the unmapping: which objects a `dlclose`
+/// unloads (dependencies whose last reference goes, or none when another
+/// handle holds them) only the loader knows. A thread that calls into an
+/// object while another thread unloads it races in the program already
+/// (without us, the same call would jump into the unmapped object). The
+/// global table holds no private runtime copy (see `adopt_for_caller`),
+/// so a call that does not use the closing object never meets its
+/// pointers.
+///
 /// # Safety
 /// Called as `dlclose` by the program.
 #[cfg(not(test))]
@@ -711,53 +900,102 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         return -1;
     };
     let generation = loaded_generation();
-    let mut snap = LoadedSnapshot {
-        ranges: [(0, 0); SNAPSHOT_MAX],
-        n: 0,
-        named: !NAMES_BUSY.swap(true, Ordering::Acquire),
-    };
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| snapshot_loaded(&mut snap))).is_err() {
-        snap.n = 0;
-    }
+    let owned = !SNAPSHOT_BUSY.swap(true, Ordering::Acquire);
+    // SAFETY: the snapshot is ours while SNAPSHOT_BUSY is held (owned).
+    let snap = owned.then(|| &mut *SNAPSHOT.0.get());
+    let mut snap = snap.and_then(|s| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            list_loaded(&mut s.before, Some(&mut s.names));
+        }))
+        .ok()
+        .map(|_| s)
+    });
     let result = real(handle);
     if loaded_generation() != generation {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forget_unloaded(&snap)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match snap.as_deref_mut() {
+            Some(s) => forget_unloaded_since(s),
+            None => forget_unloaded(&|p| !is_loaded_address(p)),
+        }));
     }
-    if snap.named {
-        NAMES_BUSY.store(false, Ordering::Release);
+    if owned {
+        SNAPSHOT_BUSY.store(false, Ordering::Release);
     }
     result
 }
 
-/// Drops what pointed into objects of `before` that are no longer loaded.
-fn forget_unloaded(before: &LoadedSnapshot) {
-    for (i, &(lo, hi)) in before.ranges[..before.n].iter().enumerate() {
-        if crate::unwind::module_range(lo) == Some((lo, hi)) {
+/// Compares the objects before and after: the gone ones are named for
+/// the report and every cached pointer is checked against their list
+/// (one loader walk, whatever the number of cached pointers).
+fn forget_unloaded_since(s: &mut Snapshot) {
+    list_loaded(&mut s.after, None);
+    s.gone.seen = 0;
+    for (i, &(lo, hi)) in s.before.kept().iter().enumerate() {
+        if s.after.kept().contains(&(lo, hi)) {
             continue;
         }
-        let name: &[u8] = if before.named {
-            // SAFETY: NAMES_BUSY is held by this thread (before.named).
-            let slot = unsafe { &(*NAMES.0.get())[i] };
-            let len = slot.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
-            &slot[..len]
-        } else {
-            b""
-        };
-        cudaleak_core::symbolize::note_unloaded(lo as u64, hi as u64, name);
+        let slot = &s.names[i];
+        let len = slot.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
+        cudaleak_core::symbolize::note_unloaded(lo as u64, hi as u64, &slot[..len]);
+        s.gone.ranges[s.gone.seen] = (lo, hi);
+        s.gone.seen += 1;
     }
-    // Callers whose object is gone: their slots die (never reused).
+    if s.gone.seen == 0 {
+        return;
+    }
+    let gone = &s.gone;
+    forget_unloaded(&|p| gone.contains(p));
+}
+
+/// Drops what pointed into objects that `is_gone` says are no longer
+/// loaded.
+fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
     let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
     for obj in &CALLERS[..used] {
-        let (lo, hi) = (obj.lo.load(Ordering::Relaxed), obj.hi.load(Ordering::Relaxed));
-        if lo != 0 && lo < hi && crate::unwind::module_range(lo) != Some((lo, hi)) {
-            obj.lo.store(usize::MAX, Ordering::Relaxed);
+        let lo = obj.lo.load(Ordering::Relaxed);
+        if lo == 0 || lo == DEAD {
+            continue;
+        }
+        let dies = is_gone(lo);
+        let stale = |r: &AtomicUsize| {
+            let p = r.load(Ordering::Relaxed);
+            p > USE_GLOBAL && is_gone(p)
+        };
+        if !dies && !obj.real.iter().any(stale) {
+            continue;
+        }
+        // Wait out a claim or a caching lookup (a few loader calls), but
+        // not forever: a signal handler of this thread may hold it.
+        let mut tries = 0u32;
+        let seq = loop {
+            let seq = obj.seq.load(Ordering::Acquire);
+            if lock_slot(obj, seq) {
+                break Some(seq);
+            }
+            tries += 1;
+            if tries > 1_000_000 {
+                break None;
+            }
+            std::hint::spin_loop();
+        };
+        // A dead slot's functions are cleared too: nothing may find a
+        // pointer into an unloaded object through it.
+        for r in &obj.real {
+            if dies || stale(r) {
+                r.store(0, Ordering::Relaxed);
+            }
+        }
+        if dies {
             obj.hi.store(0, Ordering::Relaxed);
+            obj.lo.store(DEAD, Ordering::Relaxed);
+        }
+        if let Some(seq) = seq {
+            obj.seq.store(seq + 2, Ordering::Release);
         }
     }
     LAST_UNKNOWN_CALLER.store(0, Ordering::Relaxed);
     for slot in &REAL {
         let p = slot.load(Ordering::Acquire);
-        if p != 0 && !is_loaded_address(p) {
+        if p != 0 && is_gone(p) {
             let _ = slot.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
@@ -767,50 +1005,102 @@ fn forget_unloaded(before: &LoadedSnapshot) {
         &CU_GET_PROC_ADDRESS_V2,
         &CU_MEM_GET_ADDRESS_RANGE_V2,
     ] {
-        helper.forget_if_unloaded();
+        helper.forget_if_unloaded(is_gone);
     }
     LIBCUDA.store(0, Ordering::Release);
-    crate::unwind::forget_unloaded_rules();
+    crate::unwind::forget_unloaded_rules(is_gone);
 }
 
 // ---- the dlsym override ----
 
-/// Decides what our `dlsym` returns: 0 = let the real `dlsym` answer (the
-/// override jumps to it with the caller's return address intact);
-/// 1 = return NULL; anything else is returned as is (a hook).
-extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char) -> usize {
-    // Make sure the jump target exists before deciding anything.
-    if real_dlsym_fn().is_none() || name.is_null() {
-        return 0;
+/// `decide` result: let the real `dlsym` answer (the override jumps to
+/// it with the caller's return address intact).
+const PASS: usize = 0;
+/// `decide` result: return NULL (dlerror was set).
+const NOT_FOUND: usize = 1;
+
+/// Decides what our `dlsym` returns for a call from `caller` (its return
+/// address): [`PASS`], [`NOT_FOUND`], or anything else is returned as is
+/// (a hook).
+extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, caller: usize) -> usize {
+    // Make sure the jump target exists before deciding anything (issue:
+    // without it the override jumped to address 0).
+    if real_dlsym_fn().is_none() {
+        return NOT_FOUND;
+    }
+    if name.is_null() {
+        return PASS;
     }
     std::panic::catch_unwind(|| {
         // SAFETY: dlsym's contract: name is a C string.
-        let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
-        let Some(id) = HookId::by_name(bytes) else {
-            return 0;
+        let name = unsafe { CStr::from_ptr(name) };
+        let Some(id) = HookId::by_name(name.to_bytes()) else {
+            return PASS;
         };
-        // SAFETY: the caller's handle, passed on unchanged.
-        let p = real_dlsym(handle, unsafe { CStr::from_ptr(name) }) as usize;
+        if handle == libc::RTLD_NEXT {
+            // What comes after the *caller*: only the real dlsym, jumped
+            // to, knows. A wrapper library that defines cudaMalloc and
+            // forwards to dlsym(RTLD_NEXT, "cudaMalloc") must get the next
+            // definition, not our hook (whose real function, looked up in
+            // the wrapper's scope, is the wrapper: endless recursion).
+            return PASS;
+        }
+        let p = real_dlsym(handle, name) as usize;
         if p == 0 {
-            return 0; // not there: the real dlsym says so, and sets dlerror
+            return PASS; // not there: the real dlsym says so, and sets dlerror
         }
-        if p == hook_address(id) {
-            // The lookup found our own export first (RTLD_DEFAULT): the
-            // hook stands in only if a real function exists behind it.
-            return if real::<usize>(id).is_some() { p } else { 1 };
+        let hook = hook_address(id);
+        if p == hook {
+            // The lookup found our own export first (RTLD_DEFAULT, or the
+            // program's handle): the hook stands in only if a real
+            // function exists behind it, for this caller. (RTLD_DEFAULT
+            // searches the caller's scope too: an RTLD_LOCAL plugin finds
+            // its own libcudart; tests/loading.rs checks it without us.)
+            let behind = match id.layer() {
+                Layer::Driver => global_real(id),
+                Layer::Runtime => real_for_caller(id, caller),
+            };
+            return if behind != 0 { hook } else { not_found(name) };
         }
-        if offer(id, p) {
-            hook_address(id)
+        let substitute = match id.layer() {
+            Layer::Driver => offer(id, p),
+            Layer::Runtime => !is_hook_address(p) && adopt_for_caller(id, p, caller),
+        };
+        if substitute {
+            hook
         } else {
-            0
+            PASS
         }
     })
-    .unwrap_or(0)
+    .unwrap_or(PASS)
+}
+
+/// NULL for a lookup of `name` that, without us, finds nothing: a lookup
+/// of it in libc's scope (which has no CUDA function) sets dlerror as the
+/// program expects ("libc.so.6: undefined symbol: cudaMalloc").
+#[cold]
+fn not_found(name: &CStr) -> usize {
+    static LIBC: AtomicUsize = AtomicUsize::new(0);
+    let mut h = LIBC.load(Ordering::Acquire);
+    if h == 0 {
+        // SAFETY: NOLOAD lookup of a loaded library name.
+        h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) } as usize;
+        if h != 0 {
+            real_dlclose(h as *mut c_void);
+            LIBC.store(h, Ordering::Release);
+        }
+    }
+    if h != 0 {
+        // Its result is NULL: libc defines no CUDA name.
+        let _ = real_dlsym(h as *mut c_void, name);
+    }
+    NOT_FOUND
 }
 
 /// Our `dlsym`. A naked function: it must not have a frame of its own when
 /// it jumps to the real `dlsym`, which reads its caller from the return
-/// address (glibc's `RETURN_ADDRESS (0)` for RTLD_NEXT).
+/// address (glibc's `RETURN_ADDRESS (0)` for RTLD_NEXT). The CFI lines
+/// let debuggers, profilers and `backtrace()` unwind through it.
 ///
 /// # Safety
 /// Called as `dlsym` by the program.
@@ -819,14 +1109,23 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char) ->
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *mut c_void {
     std::arch::naked_asm!(
+        ".cfi_startproc",
         // Keep the arguments for the jump; realign the stack for the call.
         "push rdi",
+        ".cfi_adjust_cfa_offset 8",
         "push rsi",
+        ".cfi_adjust_cfa_offset 8",
         "sub rsp, 8",
+        ".cfi_adjust_cfa_offset 8",
+        // The caller's return address, for the decision.
+        "mov rdx, [rsp + 24]",
         "call {decide}",
         "add rsp, 8",
+        ".cfi_adjust_cfa_offset -8",
         "pop rsi",
+        ".cfi_adjust_cfa_offset -8",
         "pop rdi",
+        ".cfi_adjust_cfa_offset -8",
         "test rax, rax",
         "jz 2f",
         "cmp rax, 1",
@@ -837,6 +1136,7 @@ pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *m
         // Tail jump: the real dlsym sees our caller's return address.
         "2:",
         "jmp qword ptr [rip + {real}]",
+        ".cfi_endproc",
         decide = sym cudaleak_dlsym_decide,
         real = sym CUDALEAK_REAL_DLSYM,
     )
@@ -851,20 +1151,34 @@ pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *mut c_void {
     std::arch::naked_asm!(
+        ".cfi_startproc",
         "stp x29, x30, [sp, #-32]!",
+        ".cfi_def_cfa_offset 32",
+        ".cfi_offset x29, -32",
+        ".cfi_offset x30, -24",
         "stp x0, x1, [sp, #16]",
+        // The caller's return address, for the decision.
+        "mov x2, x30",
         "bl {decide}",
-        "mov x9, x0",
+        "mov x16, x0",
         "ldp x0, x1, [sp, #16]",
         "ldp x29, x30, [sp], #32",
-        "cbz x9, 2f",
-        "cmp x9, #1",
-        "csel x0, xzr, x9, eq",
+        ".cfi_def_cfa_offset 0",
+        ".cfi_restore x29",
+        ".cfi_restore x30",
+        "cbz x16, 2f",
+        "cmp x16, #1",
+        "csel x0, xzr, x16, eq",
         "ret",
         "2:",
-        "adrp x9, {real}",
-        "ldr x9, [x9, :lo12:{real}]",
-        "br x9",
+        // x16 (or x17), not any other register: with BTI, glibc's dlsym
+        // starts with `bti c` (or `paciasp`), which an indirect `br`
+        // reaches only through x16/x17 (else SIGILL at startup on
+        // Grace/GH200). No aarch64 machine here to test it on.
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "br x16",
+        ".cfi_endproc",
         decide = sym cudaleak_dlsym_decide,
         real = sym CUDALEAK_REAL_DLSYM,
     )

@@ -69,11 +69,9 @@ fn find_module(addr: usize) -> Option<Module> {
         if !inside {
             return 0;
         }
-        let (mut lo, mut hi) = (usize::MAX, 0);
-        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
-            lo = lo.min(base + p.p_vaddr as usize);
-            hi = hi.max(base + (p.p_vaddr + p.p_memsz) as usize);
-        }
+        let Some((lo, hi)) = load_range(info) else {
+            return 0;
+        };
         let hdr = phdrs
             .iter()
             .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
@@ -126,10 +124,10 @@ pub fn module_range(addr: usize) -> Option<(usize, usize)> {
 /// addresses that no longer lie in a loaded object are retired (their key
 /// becomes [`RETIRED`], which no address equals and lookups probe past),
 /// so code loaded later at the same address gets its own rules.
-pub fn forget_unloaded_rules() {
+pub fn forget_unloaded_rules(is_gone: &dyn Fn(usize) -> bool) {
     for key in &CACHE_KEYS {
         let pc = key.load(Ordering::Acquire);
-        if pc != 0 && pc != RETIRED && find_module(pc as usize - 1).is_none() {
+        if pc != 0 && pc != RETIRED && is_gone(pc as usize - 1) {
             key.store(RETIRED, Ordering::Release);
         }
     }
