@@ -533,3 +533,69 @@ fn a_runtime_call_with_no_runtime_anywhere_gets_an_error_and_a_warning_naming_th
         out.stderr
     );
 }
+
+/// A wrapper library that defines cudaMalloc and forwards with
+/// dlsym(RTLD_NEXT): the lookup is the wrapper's, so it gets libcudart's
+/// function, not our hook (which called the wrapper back, forever).
+#[test]
+fn a_wrapper_that_forwards_with_rtld_next_is_not_called_back() {
+    let rt = sim_dir().join("libcudart.so.12").display().to_string();
+    let wrapper = build(
+        "libwrapper.so",
+        &["tests/c/wrapper.c"],
+        &["-shared", "-fPIC", "-Wl,--no-as-needed", &rt, "-ldl"],
+    );
+    let program = build(
+        "wrapped",
+        &["tests/c/wrapped.c"],
+        &[&wrapper.display().to_string(), "-Wl,--no-as-needed", &rt, "-ldl"],
+    );
+    let out = run_both(&program, &[], &[]);
+    let r = out.report();
+    assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
+    let g = group_of(&r, 2121);
+    assert_eq!((g.api.as_str(), g.blocks), ("cudaMalloc", 1));
+    innermost_is(
+        g,
+        "leak",
+        "wrapped.c",
+        line_of("tests/c/wrapped.c", "/* LEAK wrapped */"),
+    );
+}
+
+/// dlsym(RTLD_DEFAULT) from an RTLD_LOCAL plugin searches the plugin's
+/// scope too: it finds the plugin's libcudart (our hook, which calls it;
+/// it was NULL, decided for our scope instead of the caller's).
+#[test]
+fn a_local_plugin_finds_its_runtime_with_rtld_default() {
+    let rt = sim_dir().join("libcudart.so.12").display().to_string();
+    let plugin = build(
+        "libdefault_lookup.so",
+        &["tests/c/default_lookup.c"],
+        &["-shared", "-fPIC", "-Wl,--no-as-needed", &rt, "-ldl"],
+    );
+    let out = run_both(&host(false), &["now", plugin.to_str().unwrap()], &[]);
+    let r = out.report();
+    assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
+    let g = group_of(&r, 3131);
+    assert_eq!((g.api.as_str(), g.blocks), ("cudaMalloc", 1));
+    let line = line_of("tests/c/default_lookup.c", "/* LEAK default lookup */");
+    innermost_is(g, "plugin_leak", "default_lookup.c", line);
+}
+
+/// A plugin loaded, called and unloaded 300 times: every load allocates
+/// through its own libcudart. Callers' slots of unloaded objects are
+/// reused; the 257th load used to find no slot and fail its cudaMalloc.
+#[test]
+fn a_plugin_loaded_three_hundred_times_allocates_every_time() {
+    let a = plugin('a');
+    let program = build("plugin_cycle", &["tests/c/plugin_cycle.c"], &["-ldl"]);
+    let out = run_both(&program, &["300", a.to_str().unwrap()], &[]);
+    let r = out.report();
+    assert_eq!(r.totals.live_bytes, 300 * 4242);
+    assert_eq!((r.totals.allocations, r.totals.frees), (600, 300));
+    assert!(r
+        .leaks
+        .iter()
+        .all(|g| g.api == "cudaMalloc" && g.bytes == 4242 * g.blocks));
+}
