@@ -356,20 +356,25 @@ fn real_for_our_own_call(id: HookId) -> usize {
 
 /// What slot `obj` (seen at `seq`) answers for `id`, `real` being its
 /// cached entry.
-#[inline]
+#[inline(always)]
 fn slot_answer(obj: &CallerObject, seq: usize, id: HookId, real: usize) -> usize {
     match real {
-        0 => {
-            let found = match obj.map.load(Ordering::Relaxed) {
-                0 => USE_GLOBAL,
-                map => scope_lookup(map, id),
-            };
-            cache_in_slot(obj, seq, id, 0, found);
-            match found {
-                USE_GLOBAL => global_real(id),
-                p => p,
-            }
-        }
+        0 => resolve_into_slot(obj, seq, id),
+        USE_GLOBAL => global_real(id),
+        p => p,
+    }
+}
+
+/// The first lookup of `id` for a slot's object, cached in the slot.
+#[cold]
+#[inline(never)]
+fn resolve_into_slot(obj: &CallerObject, seq: usize, id: HookId) -> usize {
+    let found = match obj.map.load(Ordering::Relaxed) {
+        0 => USE_GLOBAL,
+        map => scope_lookup(map, id),
+    };
+    cache_in_slot(obj, seq, id, 0, found);
+    match found {
         USE_GLOBAL => global_real(id),
         p => p,
     }
