@@ -327,7 +327,8 @@ impl Event for Alloc {
 }
 
 /// The size of the allocation at `addr`, from the driver (0 if it cannot
-/// say). The driver hook guard is up: the helper is not a hook anyway.
+/// say). Called from `after()`, once the driver hook guard is down again;
+/// the helper is not a hook anyway, so nothing is recorded twice.
 fn size_of_address(addr: u64) -> u64 {
     let Some(get) = resolve::CU_MEM_GET_ADDRESS_RANGE_V2.get::<MemGetAddressRangeFn>() else {
         return 0;
