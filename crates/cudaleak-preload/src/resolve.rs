@@ -317,7 +317,7 @@ fn real_for_caller(id: HookId, caller: usize) -> usize {
         }
     }
     if caller == 0 || caller == LAST_UNKNOWN_CALLER.load(Ordering::Relaxed) {
-        return global_real(id);
+        return global_or_adopted(id);
     }
     let (own_lo, own_hi) = crate::unwind::own_range();
     if own_lo <= caller && caller < own_hi {
@@ -330,7 +330,7 @@ fn real_for_caller(id: HookId, caller: usize) -> usize {
         }
         // Every slot holds a loaded object: correct, uncached.
         None => match module_scope_lookup(caller, id) {
-            USE_GLOBAL => global_real(id),
+            USE_GLOBAL => global_or_adopted(id),
             p => p,
         },
     }
@@ -351,7 +351,7 @@ fn real_for_our_own_call(id: HookId) -> usize {
             }
         }
     }
-    global_real(id)
+    global_or_adopted(id)
 }
 
 /// What slot `obj` (seen at `seq`) answers for `id`, `real` being its
@@ -360,7 +360,7 @@ fn real_for_our_own_call(id: HookId) -> usize {
 fn slot_answer(obj: &CallerObject, seq: usize, id: HookId, real: usize) -> usize {
     match real {
         0 => resolve_into_slot(obj, seq, id),
-        USE_GLOBAL => global_real(id),
+        USE_GLOBAL => global_or_adopted(id),
         p => p,
     }
 }
@@ -375,7 +375,7 @@ fn resolve_into_slot(obj: &CallerObject, seq: usize, id: HookId) -> usize {
     };
     cache_in_slot(obj, seq, id, 0, found);
     match found {
-        USE_GLOBAL => global_real(id),
+        USE_GLOBAL => global_or_adopted(id),
         p => p,
     }
 }
@@ -508,30 +508,37 @@ fn scope_handle_of(addr: usize) -> Option<usize> {
     Some(h as usize)
 }
 
+/// Runtime functions handed out for a private libcudart handle
+/// (`dlsym(dlopen("libcudart.so", RTLD_LOCAL), "cudaMalloc")`, Python's
+/// ctypes.CDLL) that no caller's scope nor the global one has: the
+/// function pointer may be called from anywhere (ctypes calls it from
+/// libffi, not from the object that looked it up), so it answers for
+/// every caller that finds nothing else. Kept apart from [`REAL`]: a
+/// caller whose scope or the global one has a runtime keeps calling that
+/// one, never a private copy.
+static ADOPTED: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
+
+/// The global definition of runtime function `id`, else the adopted one.
+#[inline]
+fn global_or_adopted(id: HookId) -> usize {
+    match global_real(id) {
+        0 => ADOPTED[id as usize].load(Ordering::Acquire),
+        p => p,
+    }
+}
+
 /// A runtime function `p` that the object holding `caller` looked up by
-/// handle (`dlsym(dlopen("libcudart.so", RTLD_LOCAL), "cudaMalloc")`):
-/// whether the hook may be handed out in its place. It may when the hook,
-/// called from that object, reaches `p`: `p` is what its scope binds
-/// anyway, or its scope binds nothing and `p` is recorded as its own.
-/// Never into the global table: another object (the main program) must
-/// not start calling a private copy, nor one that is unloaded later.
+/// handle: whether the hook may be handed out in its place. It may when
+/// the hook, called from that object, reaches `p` (what its scope binds
+/// anyway), or when nothing answers for it and `p` becomes the adopted
+/// fallback (see [`ADOPTED`]).
 fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
-    let now = real_for_caller(id, caller);
-    if now == p {
-        return true;
-    }
-    if now != 0 {
-        return false;
-    }
-    let (last, last_seq) = LAST_HIT.get();
-    let Some(obj) = CALLERS.get(last) else {
-        return false;
-    };
-    match read_slot(obj, id) {
-        Some((seq, lo, hi, USE_GLOBAL)) if seq == last_seq && lo <= caller && caller < hi => {
-            cache_in_slot(obj, seq, id, USE_GLOBAL, p)
-        }
-        _ => false,
+    match real_for_caller(id, caller) {
+        0 => match ADOPTED[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(existing) => existing == p,
+        },
+        now => now == p,
     }
 }
 
@@ -595,7 +602,7 @@ pub fn offer(id: HookId, p: usize) -> bool {
         return p == hook_address(id);
     }
     if id.layer() == Layer::Runtime {
-        // A runtime copy is per caller scope (see `adopt_for_caller`);
+        // A runtime copy is per caller scope (see [`ADOPTED`]);
         // the global table holds only what the global lookup finds.
         return p == global_real(id);
     }
@@ -892,9 +899,9 @@ fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSH
 /// handle holds them) only the loader knows. A thread that calls into an
 /// object while another thread unloads it races in the program already
 /// (without us, the same call would jump into the unmapped object). The
-/// global table holds no private runtime copy (see `adopt_for_caller`),
-/// so a call that does not use the closing object never meets its
-/// pointers.
+/// global table holds no private runtime copy (see [`ADOPTED`]), so a
+/// call from an object with a runtime of its own, or a global one, never
+/// meets a closing plugin's pointers.
 ///
 /// # Safety
 /// Called as `dlclose` by the program.
@@ -998,7 +1005,7 @@ fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
         }
     }
     LAST_UNKNOWN_CALLER.store(0, Ordering::Relaxed);
-    for slot in &REAL {
+    for slot in REAL.iter().chain(&ADOPTED) {
         let p = slot.load(Ordering::Acquire);
         if p != 0 && is_gone(p) {
             let _ = slot.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed);
