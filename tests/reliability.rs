@@ -5,10 +5,10 @@
 mod support;
 
 use cudaleak_core::report::{Report, Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
+use cudaleak_core::writer::STALE_TEMPORARY_AGE;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
-use cudaleak_core::writer::STALE_TEMPORARY_AGE;
 use support::*;
 
 const SRC: &str = "tests/c/reliability.c";
@@ -165,10 +165,7 @@ fn exec_tried_along_a_path_writes_one_report_and_keeps_the_run_marker() {
         out.stdout
     );
     let reports = out.reports();
-    let mut got: Vec<_> = reports
-        .iter()
-        .map(|r| (r.reason.clone(), functions(r)))
-        .collect();
+    let mut got: Vec<_> = reports.iter().map(|r| (r.reason.clone(), functions(r))).collect();
     got.sort();
     assert_eq!(
         got,
@@ -203,7 +200,11 @@ fn an_ignored_dump_signal_stays_ignored_across_exec() {
     );
     assert_eq!(out.status.signal(), None, "stderr:\n{}", out.stderr);
     out.assert_success();
-    assert!(out.stdout.contains("the child survived SIGUSR1\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("the child survived SIGUSR1\n"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -264,7 +265,10 @@ fn stale_temporaries_of_killed_processes_are_removed_and_no_others() {
     let long_ago = std::time::SystemTime::now() - STALE_TEMPORARY_AGE - Duration::from_secs(60);
     for n in [&dead, &alive, &other_host] {
         std::fs::write(dir.path().join(n), vec![b'x'; 4096]).unwrap();
-        let f = std::fs::File::options().write(true).open(dir.path().join(n)).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join(n))
+            .unwrap();
         f.set_modified(long_ago).unwrap();
     }
     let out = run_traced(

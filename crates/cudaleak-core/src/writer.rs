@@ -321,7 +321,8 @@ mod tests {
         // Written a moment ago: perhaps by a process of another pid
         // namespace, to which our kill(pid, 0) answers ESRCH.
         let fresh = ".cudaleak.h1.99999997.17-ab.1.exit.json.0badf00d.tmp";
-        let long_ago = std::time::SystemTime::now() - STALE_TEMPORARY_AGE - std::time::Duration::from_secs(60);
+        let long_ago =
+            std::time::SystemTime::now() - STALE_TEMPORARY_AGE - std::time::Duration::from_secs(60);
         for n in [dead, dead_rank, &alive, other_host, not_ours, fresh] {
             let f = std::fs::File::create(d.join(n)).unwrap();
             (&f).write_all(b"x").unwrap();

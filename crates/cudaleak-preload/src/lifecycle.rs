@@ -518,6 +518,11 @@ fn die_by_default_action(sig: c_int) -> ! {
 
 // ---- fork ----
 
+/// Waits for a dump in progress, fsync of its report included: a fork in
+/// the middle of one would give the child a half-built dump state. The
+/// fsync could move out of the state the fork waits on only by splitting
+/// the write (render under the lock, sync and link after, bookkeeping
+/// under the lock again); not done yet: the wait is one report's fsync.
 extern "C" fn fork_prepare() {
     dump::DUMP_STATE.raw_lock();
     tracker::lock_all_for_fork();
@@ -849,7 +854,10 @@ fn resolve_real_functions() {
         (&REAL.execveat, c"execveat"),
     ];
     for (slot, name) in slots {
-        slot.store(resolve::real_dlsym(libc::RTLD_NEXT, name) as usize, Ordering::Release);
+        slot.store(
+            resolve::real_dlsym(libc::RTLD_NEXT, name) as usize,
+            Ordering::Release,
+        );
     }
 }
 
