@@ -207,6 +207,22 @@ fn an_ignored_dump_signal_stays_ignored_across_exec() {
     );
 }
 
+/// kill(0, SIGTERM) ends the sender too: it wrote no report, as only a
+/// signal sent to its own pid counted as one to itself.
+#[test]
+fn sigterm_to_our_own_process_group_writes_the_report() {
+    let out = run_traced(&program(), &["term_own_group"], &[]);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGTERM),
+        "stderr:\n{}",
+        out.stderr
+    );
+    let r = out.report();
+    assert_eq!((r.trigger, r.signal), (Trigger::FatalSignal, Some(libc::SIGTERM)));
+    assert_eq!(functions(&r), [("leak_once".into(), 1, 1000)]);
+}
+
 #[test]
 fn a_link_planted_at_the_next_report_name_does_not_lose_the_report() {
     let out = run_traced(&program(), &["planted_link"], &[]);

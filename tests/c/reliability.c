@@ -13,6 +13,10 @@
  *                 SIGUSR1 is still ignored, then execs itself without
  *                 LD_PRELOAD as usr1_plain_child.
  *   usr1_plain_child  sends itself SIGUSR1 and prints that it survived.
+ *   term_own_group  moves into a process group of its own, leaks one
+ *                 block, restores SIGTERM's default action, then
+ *                 kill(0, SIGTERM): the whole group, itself included (a
+ *                 launcher stopping its workers).
  *   exec_fails    leaks one block, an execv that fails, then one more.
  *   usr1_early    sends itself SIGUSR1 before any CUDA call, then leaks one
  *                 block and returns 0.
@@ -165,6 +169,12 @@ int main(int argc, char **argv) {
         execve("/proc/self/exe", args, env);
         perror("execve");
         return 5;
+    } else if (!strcmp(mode, "term_own_group")) {
+        if (setpgid(0, 0) != 0) return 5;
+        leak_once();
+        signal(SIGTERM, SIG_DFL); /* as CPython does before re-raising */
+        kill(0, SIGTERM);
+        return 6; /* not reached */
     } else if (!strcmp(mode, "usr1_plain_child")) {
         kill(getpid(), SIGUSR1);
         printf("the child survived SIGUSR1\n");
