@@ -4,7 +4,8 @@
 
 mod support;
 
-use cudaleak_core::report::{Report, Trigger};
+use cudaleak_core::report::{Report, Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
+use cudaleak_core::writer::STALE_TEMPORARY_AGE;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
@@ -146,6 +147,82 @@ fn a_failed_exec_goes_on_and_the_exit_report_is_written_again() {
     );
 }
 
+/// Python's os.execvp tries execv once per PATH entry: each failed try
+/// wrote another full, fsynced exec report, and the first one removed the
+/// run marker for good, so the gate missed a report lost later.
+#[test]
+fn exec_tried_along_a_path_writes_one_report_and_keeps_the_run_marker() {
+    let out = run_traced(&program(), &["execv_path"], &[(RUN_ID_ENV, "execv-path")]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains("markers after a failed exec: 1\n"),
+        "the marker is made again after a failed exec; stdout:\n{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("markers in the new image: 1\n"),
+        "the new image has its own marker only; stdout:\n{}",
+        out.stdout
+    );
+    let reports = out.reports();
+    let mut got: Vec<_> = reports.iter().map(|r| (r.reason.clone(), functions(r))).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (None, vec![("leak_after_exec".into(), 2, 4000)]),
+            (Some("exec".into()), vec![("leak_before_exec".into(), 1, 1000)]),
+        ],
+        "stderr:\n{}",
+        out.stderr
+    );
+    let left: Vec<_> = std::fs::read_dir(out.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(RUN_MARKER_PREFIX))
+        .collect();
+    assert!(left.is_empty(), "no marker left behind: {left:?}");
+}
+
+/// The dump handler installed at load replaced SIG_IGN: the program no
+/// longer ignored SIGUSR1, and a child it exec'd (where a handled signal
+/// goes back to its default action, an ignored one stays ignored) died of
+/// it.
+#[test]
+fn an_ignored_dump_signal_stays_ignored_across_exec() {
+    let out = run_traced(&program(), &["usr1_ignored_exec"], &[]);
+    assert!(
+        out.stdout.contains("SIGUSR1 still ignored: 1\n"),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(out.status.signal(), None, "stderr:\n{}", out.stderr);
+    out.assert_success();
+    assert!(
+        out.stdout.contains("the child survived SIGUSR1\n"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// kill(0, SIGTERM) ends the sender too: it wrote no report, as only a
+/// signal sent to its own pid counted as one to itself.
+#[test]
+fn sigterm_to_our_own_process_group_writes_the_report() {
+    let out = run_traced(&program(), &["term_own_group"], &[]);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGTERM),
+        "stderr:\n{}",
+        out.stderr
+    );
+    let r = out.report();
+    assert_eq!((r.trigger, r.signal), (Trigger::FatalSignal, Some(libc::SIGTERM)));
+    assert_eq!(functions(&r), [("leak_once".into(), 1, 1000)]);
+}
+
 #[test]
 fn a_link_planted_at_the_next_report_name_does_not_lose_the_report() {
     let out = run_traced(&program(), &["planted_link"], &[]);
@@ -199,8 +276,16 @@ fn stale_temporaries_of_killed_processes_are_removed_and_no_others() {
         std::process::id()
     );
     let other_host = ".cudaleak.elsewhere.4999999.1-ab.1.signal.json.0123abcd.tmp".to_string();
+    // Left long ago: a temporary written within the last hour may belong to
+    // a writer in another pid namespace, and stays.
+    let long_ago = std::time::SystemTime::now() - STALE_TEMPORARY_AGE - Duration::from_secs(60);
     for n in [&dead, &alive, &other_host] {
         std::fs::write(dir.path().join(n), vec![b'x'; 4096]).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join(n))
+            .unwrap();
+        f.set_modified(long_ago).unwrap();
     }
     let out = run_traced(
         &program(),

@@ -3,6 +3,20 @@
  * must hold (issue 15). Modes (argv[1]):
  *   exec_parent   leaks one block, then execv()s itself as exec_child.
  *   exec_child    leaks two blocks (the new image's own).
+ *   execv_path    leaks one block, then tries execv() once per entry of a
+ *                 PATH whose first two directories do not exist (as
+ *                 Python's os.execvp does), the last one its own: the new
+ *                 image is exec_child_marker. Prints the run markers of
+ *                 this pid after the first failure.
+ *   exec_child_marker  exec_child, then prints this pid's run markers.
+ *   usr1_ignored_exec  ignores SIGUSR1, leaks one block, prints whether
+ *                 SIGUSR1 is still ignored, then execs itself without
+ *                 LD_PRELOAD as usr1_plain_child.
+ *   usr1_plain_child  sends itself SIGUSR1 and prints that it survived.
+ *   term_own_group  moves into a process group of its own, leaks one
+ *                 block, restores SIGTERM's default action, then
+ *                 kill(0, SIGTERM): the whole group, itself included (a
+ *                 launcher stopping its workers).
  *   exec_fails    leaks one block, an execv that fails, then one more.
  *   usr1_early    sends itself SIGUSR1 before any CUDA call, then leaks one
  *                 block and returns 0.
@@ -82,6 +96,18 @@ static void *term_when_report_starts(void *arg) {
     }
 }
 
+/* The run markers of this pid in the working directory. */
+static int markers_of_this_pid(void) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, ".cudaleak-active.%d.", (int)getpid());
+    int n = 0;
+    DIR *d = opendir(".");
+    struct dirent *e;
+    while (d && (e = readdir(d))) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
+}
+
 static void *small_stack_thread(void *arg) {
     (void)arg;
     void *keep, *tmp;
@@ -107,6 +133,51 @@ int main(int argc, char **argv) {
         leak_once(); /* the process goes on after a failed exec */
     } else if (!strcmp(mode, "exec_child")) {
         for (int i = 0; i < 2; i++) leak_after_exec();
+    } else if (!strcmp(mode, "execv_path")) {
+        leak_before_exec();
+        char self[PATH_MAX], dir[PATH_MAX];
+        if (!realpath("/proc/self/exe", self)) return 5;
+        strcpy(dir, self);
+        *strrchr(dir, '/') = 0;
+        const char *name = strrchr(self, '/') + 1;
+        const char *path[] = {"/nonexistent/cudaleak-a", "/nonexistent/cudaleak-b", dir};
+        char *args[] = {argv[0], "exec_child_marker", NULL};
+        for (int i = 0; i < 3; i++) {
+            char file[PATH_MAX];
+            snprintf(file, sizeof file, "%s/%s", path[i], name);
+            execv(file, args);
+            if (i == 0) printf("markers after a failed exec: %d\n", markers_of_this_pid());
+        }
+        perror("execv");
+        return 5;
+    } else if (!strcmp(mode, "exec_child_marker")) {
+        for (int i = 0; i < 2; i++) leak_after_exec();
+        printf("markers in the new image: %d\n", markers_of_this_pid());
+    } else if (!strcmp(mode, "usr1_ignored_exec")) {
+        extern char **environ;
+        signal(SIGUSR1, SIG_IGN);
+        leak_once();
+        struct sigaction cur;
+        sigaction(SIGUSR1, NULL, &cur);
+        printf("SIGUSR1 still ignored: %d\n", cur.sa_handler == SIG_IGN);
+        char *env[256];
+        int n = 0;
+        for (char **e = environ; *e && n < 255; e++)
+            if (strncmp(*e, "LD_PRELOAD=", 11)) env[n++] = *e;
+        env[n] = NULL;
+        char *args[] = {argv[0], "usr1_plain_child", NULL};
+        execve("/proc/self/exe", args, env);
+        perror("execve");
+        return 5;
+    } else if (!strcmp(mode, "term_own_group")) {
+        if (setpgid(0, 0) != 0) return 5;
+        leak_once();
+        signal(SIGTERM, SIG_DFL); /* as CPython does before re-raising */
+        kill(0, SIGTERM);
+        return 6; /* not reached */
+    } else if (!strcmp(mode, "usr1_plain_child")) {
+        kill(getpid(), SIGUSR1);
+        printf("the child survived SIGUSR1\n");
     } else if (!strcmp(mode, "usr1_early")) {
         kill(getpid(), SIGUSR1);
         leak_once();

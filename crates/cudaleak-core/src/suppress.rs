@@ -11,7 +11,6 @@
 use crate::report::{Group, SuppressionUse};
 use aho_corasick::AhoCorasick;
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 /// Built-in suppressions for one-time allocations of CUDA libraries, on by
 /// default (`CUDALEAK_DEFAULT_SUPPRESSIONS=0` turns them off). Each entry
@@ -28,9 +27,12 @@ pub struct Suppression {
 
 #[derive(Clone, Debug, Default)]
 pub struct Suppressions {
+    /// Read-only outside this module: `compiled` indexes them; add rules
+    /// with [`Suppressions::parse`] and [`Suppressions::extend`].
     pub rules: Vec<Suppression>,
-    /// built at the first match (dump time), from `rules`
-    compiled: OnceLock<Compiled>,
+    /// built from `rules` by parse and extend, when the rules are loaded:
+    /// no lazy cell shared by concurrent dumps
+    compiled: Compiled,
 }
 
 /// The rules, indexed (issue 15: 100,000 rules cost 1.1 s per leaked
@@ -39,7 +41,7 @@ pub struct Suppressions {
 /// removed), so one Aho-Corasick pass over a name finds the only rules
 /// that can match it; those are then checked in full. Patterns with no
 /// literal (`*`, `^$`) are checked for every name.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Compiled {
     literals: Option<AhoCorasick>,
     /// rules (indices, in file order) per literal of `literals`
@@ -207,22 +209,29 @@ impl Suppressions {
                 origin: format!("{origin}:{}", i + 1),
             });
         }
-        Ok(Suppressions {
-            rules,
-            compiled: OnceLock::new(),
-        })
+        let compiled = Compiled::new(&rules);
+        Ok(Suppressions { rules, compiled })
     }
 
     pub fn extend(&mut self, other: Suppressions) {
+        if self.rules.is_empty() {
+            // Its index is already built.
+            *self = other;
+            return;
+        }
         self.rules.extend(other.rules);
-        self.compiled = OnceLock::new();
+        self.compiled = Compiled::new(&self.rules);
     }
 
     /// No rules (usable in a `static`).
     pub const fn none() -> Suppressions {
         Suppressions {
             rules: Vec::new(),
-            compiled: OnceLock::new(),
+            compiled: Compiled {
+                literals: None,
+                rules_of_literal: Vec::new(),
+                always: Vec::new(),
+            },
         }
     }
 
@@ -234,7 +243,7 @@ impl Suppressions {
     pub fn matcher(&self) -> Matcher<'_> {
         Matcher {
             rules: &self.rules,
-            compiled: self.compiled.get_or_init(|| Compiled::new(&self.rules)),
+            compiled: &self.compiled,
             seen: HashMap::new(),
         }
     }

@@ -125,21 +125,11 @@ fn write_temp(
     }
 }
 
-/// Writes `bytes` as `dir/name`, atomically and without replacing anything.
-/// Returns the final path.
-pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
-    let final_path = dir.join(name);
-    let tmp = write_temp(dir, name, &mut |w| w.write_all(bytes))?;
-    let linked = std::fs::hard_link(&tmp, &final_path);
-    let _ = std::fs::remove_file(&tmp);
-    linked.map(|_| final_path)
-}
-
 /// How many other names a report tries when its own is taken.
 const OTHER_NAMES: usize = 8;
 
 /// Streams `fill` into `dir/name` for a report: atomically and without
-/// replacing anything, like [`write_new_file`], but when the name is taken
+/// replacing anything; when the name is taken
 /// (a file, or a symbolic link someone planted there) the report goes to
 /// `<name without .json>.<8 hex digits>.json` instead of being lost
 /// (issue 15). Returns the final path.
@@ -169,8 +159,13 @@ pub fn write_report_file(
 /// middle of a write left in `dir` (issue 15: SIGKILL during a dump left a
 /// 77 MB hidden file nobody removed). Only names of our own pattern
 /// (`.cudaleak.<host>[.r<rank>].<pid>.….tmp`) with this host's name, only
-/// regular files owned by us, only when no process has that pid any more.
+/// regular files owned by us, only when no process has that pid any more
+/// and the file was last written [`STALE_TEMPORARY_AGE`] ago or earlier.
 /// Returns how many were removed.
+///
+/// Why the age: a process in another pid namespace (containers sharing a
+/// volume, same hostname) is invisible to `kill(pid, 0)`, which answers
+/// ESRCH for it, and its report being written was deleted under it.
 pub fn remove_stale_temporaries(dir: &Path, hostname: &str) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -192,12 +187,20 @@ pub fn remove_stale_temporaries(dir: &Path, hostname: &str) -> usize {
         if !meta.file_type().is_file() || meta.uid() != uid || process_exists(pid) {
             continue;
         }
+        let age = meta.modified().ok().and_then(|m| m.elapsed().ok());
+        if age.is_none_or(|a| a < STALE_TEMPORARY_AGE) {
+            continue;
+        }
         if std::fs::remove_file(&path).is_ok() {
             removed += 1;
         }
     }
     removed
 }
+
+/// How long a temporary file of a process that seems gone must have been
+/// left unwritten before it is removed (CONTRACT.md, "Reports").
+pub const STALE_TEMPORARY_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The pid in a temporary file name of ours written on host `host`.
 fn temporary_of_pid(name: &str, host: &str) -> Option<i32> {
@@ -269,14 +272,14 @@ mod tests {
     #[test]
     fn never_replaces_and_never_follows_links() {
         let d = tmpdir("nolink");
-        let p = write_new_file(&d, "a.json", b"{}").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
-        let e = write_new_file(&d, "a.json", b"[]").unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        let p = write_report_file(&d, "a.json", &mut |w| w.write_all(b"{}")).unwrap();
+        assert_eq!(p, d.join("a.json"));
+        let q = write_report_file(&d, "a.json", &mut |w| w.write_all(b"[]")).unwrap();
+        assert_ne!(p, q);
         assert_eq!(std::fs::read(&p).unwrap(), b"{}");
         // A dangling symlink at the final name is not written through.
         std::os::unix::fs::symlink(d.join("target"), d.join("b.json")).unwrap();
-        assert!(write_new_file(&d, "b.json", b"x").is_err());
+        write_report_file(&d, "b.json", &mut |w| w.write_all(b"x")).unwrap();
         assert!(!d.join("target").exists());
         // No temporary files are left behind.
         let left: Vec<_> = std::fs::read_dir(&d)
@@ -315,8 +318,17 @@ mod tests {
         );
         let other_host = ".cudaleak.h2.99999999.17-ab.1.exit.json.0badf00d.tmp";
         let not_ours = ".other.h1.99999999.tmp";
-        for n in [dead, dead_rank, &alive, other_host, not_ours] {
-            std::fs::write(d.join(n), b"x").unwrap();
+        // Written a moment ago: perhaps by a process of another pid
+        // namespace, to which our kill(pid, 0) answers ESRCH.
+        let fresh = ".cudaleak.h1.99999997.17-ab.1.exit.json.0badf00d.tmp";
+        let long_ago =
+            std::time::SystemTime::now() - STALE_TEMPORARY_AGE - std::time::Duration::from_secs(60);
+        for n in [dead, dead_rank, &alive, other_host, not_ours, fresh] {
+            let f = std::fs::File::create(d.join(n)).unwrap();
+            (&f).write_all(b"x").unwrap();
+            if n != fresh {
+                f.set_modified(long_ago).unwrap();
+            }
         }
         let link = ".cudaleak.h1.99999998.17-ab.1.exit.json.0badf00d.tmp";
         std::os::unix::fs::symlink(d.join("victim"), d.join(link)).unwrap();
@@ -326,7 +338,13 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        let mut want = vec![alive.clone(), other_host.into(), not_ours.into(), link.into()];
+        let mut want = vec![
+            alive.clone(),
+            other_host.into(),
+            not_ours.into(),
+            link.into(),
+            fresh.into(),
+        ];
         want.sort();
         assert_eq!(left, want);
         std::fs::remove_dir_all(&d).unwrap();

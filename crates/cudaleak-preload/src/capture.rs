@@ -1,7 +1,7 @@
 //! What a hook records about the call stack: raw return addresses (our own
 //! frames dropped) and raw Python frames. Names and lines come at dump time.
 
-use crate::thread::{StackBuffer, ThreadState, LAST_PYTHON};
+use crate::thread::{StackBuffer, ThreadBuffers, ThreadState, LAST_PYTHON};
 use crate::{python, tracker, unwind};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::depot::TraceKey;
@@ -36,7 +36,8 @@ impl Stack {
             .then(|| thread.buffers())
             .flatten()
         {
-            Some(buffers) => Self::capture(buffers.next_stack(), thread),
+            // SAFETY: this thread's buffers, just had.
+            Some(buffers) => Self::capture(unsafe { ThreadBuffers::next_stack(buffers) }, thread),
             None => Stack {
                 buffer: std::ptr::null_mut(),
                 n_native: 0,
@@ -50,14 +51,16 @@ impl Stack {
     fn capture(buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
         let depth = tracker::config().stack_depth.min(MAX_STACK_DEPTH);
         // SAFETY: the thread's own buffer, not in use by a live capture
-        // (see `Stack`); its arrays are MaybeUninit.
-        let b = unsafe { &mut *buffer };
+        // (see `Stack`); its arrays are MaybeUninit. One field at a time:
+        // the unwinder and the Python walk reach their replay logs in the
+        // same allocation meanwhile.
         let (n_native, replayed) = if depth > 0 {
-            unwind::capture(&mut b.native[..depth], thread)
+            unwind::capture(unsafe { &mut (&mut (*buffer).native)[..depth] }, thread)
         } else {
             (0, true)
         };
-        let n_python = python::capture(&mut b.python, thread);
+        // SAFETY: as above.
+        let n_python = python::capture(unsafe { &mut (*buffer).python }, thread);
         Stack {
             buffer,
             n_native,
@@ -94,7 +97,9 @@ impl Stack {
         let Some(buffers) = thread.buffers() else {
             return self.intern_new(api, kind);
         };
-        let last_python = &mut buffers.last_python;
+        // SAFETY: this thread's buffers; `last_python` only, disjoint from
+        // the stack buffer `python` points into.
+        let last_python = unsafe { &mut *std::ptr::addr_of_mut!((*buffers).last_python) };
         if self.replayed
             && last_id != 0
             && (last_api, last_kind) == (api as u8, kind as u8)

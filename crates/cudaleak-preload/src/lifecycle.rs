@@ -50,11 +50,19 @@ static SUPPRESSIONS: AtomicPtr<Suppressions> = AtomicPtr::new(std::ptr::null_mut
 
 const STATUS_UNKNOWN: i64 = i64::MIN;
 static EXIT_STATUS: AtomicI64 = AtomicI64::new(STATUS_UNKNOWN);
-/// The exit report: not started, being written, written.
+/// The exit report: not started, being written, written; or the exec
+/// report written and the exec failed (the process goes on: its exit
+/// report is still to come, but further exec attempts write none).
 static EXIT_REPORT: AtomicU32 = AtomicU32::new(EXIT_REPORT_NOT_STARTED);
 const EXIT_REPORT_NOT_STARTED: u32 = 0;
 const EXIT_REPORT_WRITING: u32 = 1;
 const EXIT_REPORT_DONE: u32 = 2;
+const EXIT_REPORT_AFTER_FAILED_EXEC: u32 = 3;
+
+/// Whether the exit report is still to be written in `state`.
+fn exit_report_pending(state: u32) -> bool {
+    state == EXIT_REPORT_NOT_STARTED || state == EXIT_REPORT_AFTER_FAILED_EXEC
+}
 
 static DUMPER_STARTED: AtomicBool = AtomicBool::new(false);
 static HANDLERS_INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -63,8 +71,14 @@ static WAKE: AtomicU32 = AtomicU32::new(0);
 static SIGNAL_PENDING: AtomicBool = AtomicBool::new(false);
 static FATAL_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static FATAL_DONE: AtomicBool = AtomicBool::new(false);
+/// The dump signal's previous handler and whether it takes three
+/// arguments, published as one word so that the handler never pairs one
+/// handler with another's flags (it would call a one-argument handler's
+/// address with garbage info/uctx, or the reverse): the address with
+/// [`PREV_TAKES_SIGINFO`] set when the handler was installed with
+/// SA_SIGINFO. User-space code addresses never have the top bit set.
 static PREV_HANDLER: AtomicUsize = AtomicUsize::new(0);
-static PREV_FLAGS: AtomicI32 = AtomicI32::new(0);
+const PREV_TAKES_SIGINFO: usize = 1 << (usize::BITS - 1);
 static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 
 /// How often the dumper looks for a `cudaleak dump` request file.
@@ -166,6 +180,8 @@ fn env_var(name: &str) -> Option<String> {
 pub fn init() {
     // SAFETY: plain system call.
     PID.store(unsafe { libc::getpid() }, Ordering::Release);
+    resolve_real_functions();
+    crate::run_marker::read_run_id();
     new_instance();
     let config = tracker::install_config(Config::from_env(env_var, |w| warn(&w)));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -337,23 +353,45 @@ fn wake_dumper() {
 
 // ---- signals ----
 
-/// Installs the dump signal's handler unless it is already ours; a
-/// handler the program installed in between is chained to.
+/// Installs the dump signal's handler unless it is already ours or the
+/// signal is ignored; a handler the program installed in between is
+/// chained to. Never over SIG_IGN: an ignored signal stays ignored across
+/// exec while a handled one goes back to its default action, so a program
+/// that ignored SIGUSR1 and exec'd a child would have the child die of it
+/// (and would itself stop ignoring it). Such a process gets no signal
+/// dumps; `cudaleak dump PID` still works.
 fn install_dump_handler() {
-    if let Some(sig) = tracker::config().signal {
-        // SAFETY: sigaction with a handler that only touches atomics.
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_dump_signal as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, &new, &mut old) == 0
-                && old.sa_sigaction != on_dump_signal as *const () as usize
-            {
-                PREV_HANDLER.store(old.sa_sigaction, Ordering::Release);
-                PREV_FLAGS.store(old.sa_flags, Ordering::Release);
-            }
+    let Some(sig) = tracker::config().signal else {
+        return;
+    };
+    // SAFETY: sigaction with a handler that only touches atomics.
+    unsafe {
+        let ours = on_dump_signal as *const () as usize;
+        let mut cur: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0
+            || cur.sa_sigaction == libc::SIG_IGN
+            || cur.sa_sigaction == ours
+        {
+            return;
         }
+        let mut new: libc::sigaction = std::mem::zeroed();
+        new.sa_sigaction = ours;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, &new, &mut old) != 0 || old.sa_sigaction == ours {
+            return;
+        }
+        if old.sa_sigaction == libc::SIG_IGN {
+            // Ignored between the query and the install: put it back.
+            libc::sigaction(sig, &old, std::ptr::null_mut());
+            return;
+        }
+        let takes_siginfo = if old.sa_flags & libc::SA_SIGINFO != 0 {
+            PREV_TAKES_SIGINFO
+        } else {
+            0
+        };
+        PREV_HANDLER.store(old.sa_sigaction | takes_siginfo, Ordering::Release);
     }
 }
 
@@ -388,12 +426,13 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
         SIGNAL_PENDING.store(true, Ordering::Release);
         wake_dumper();
     }
-    let prev = PREV_HANDLER.load(Ordering::Acquire);
+    let packed = PREV_HANDLER.load(Ordering::Acquire);
+    let prev = packed & !PREV_TAKES_SIGINFO;
     if prev != libc::SIG_DFL && prev != libc::SIG_IGN && prev != on_dump_signal as *const () as usize {
         // SAFETY: the handler the program (or a library) installed before
         // us, called the way it asked to be called.
         unsafe {
-            if PREV_FLAGS.load(Ordering::Acquire) & libc::SA_SIGINFO != 0 {
+            if packed & PREV_TAKES_SIGINFO != 0 {
                 let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(prev);
                 f(sig, info, uctx);
             } else {
@@ -422,7 +461,7 @@ fn report_fatal_signal(sig: c_int) {
         // writer dies of it too, should it get there first.
         let _ = FATAL_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire);
         sleep_until(|| EXIT_REPORT.load(Ordering::Acquire) != EXIT_REPORT_WRITING);
-    } else if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_NOT_STARTED
+    } else if exit_report_pending(EXIT_REPORT.load(Ordering::Acquire))
         && DUMPER_STARTED.load(Ordering::Acquire)
         && FATAL_SIGNAL
             .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
@@ -469,12 +508,21 @@ fn die_by_default_action(sig: c_int) -> ! {
             libc::syscall(libc::SYS_gettid),
             sig as libc::c_long,
         );
+        // Not real_exit_immediately: this runs in a signal handler, where
+        // dlsym (loader lock, malloc) may deadlock. Nothing of glibc's
+        // _exit is needed here.
+        libc::syscall(libc::SYS_exit_group, (128 + sig) as libc::c_long);
     }
-    real_exit_immediately(128 + sig)
+    std::process::abort()
 }
 
 // ---- fork ----
 
+/// Waits for a dump in progress, fsync of its report included: a fork in
+/// the middle of one would give the child a half-built dump state. The
+/// fsync could move out of the state the fork waits on only by splitting
+/// the write (render under the lock, sync and link after, bookkeeping
+/// under the lock again); not done yet: the wait is one report's fsync.
 extern "C" fn fork_prepare() {
     dump::DUMP_STATE.raw_lock();
     tracker::lock_all_for_fork();
@@ -552,15 +600,12 @@ fn exit_report_for(status: Option<i32>, fatal_signal: Option<i32>, reason: Optio
     if !is_our_process() {
         return None;
     }
-    if EXIT_REPORT
-        .compare_exchange(
-            EXIT_REPORT_NOT_STARTED,
-            EXIT_REPORT_WRITING,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_err()
-    {
+    let start = |from| {
+        EXIT_REPORT
+            .compare_exchange(from, EXIT_REPORT_WRITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    };
+    if !start(EXIT_REPORT_NOT_STARTED) && !start(EXIT_REPORT_AFTER_FAILED_EXEC) {
         let deadline = Instant::now() + FATAL_DUMP_WAIT;
         loop {
             let now = EXIT_REPORT.load(Ordering::Acquire);
@@ -770,24 +815,88 @@ fn before_signal_to_self(sig: c_int) {
 type KillFn = unsafe extern "C" fn(libc::pid_t, c_int) -> c_int;
 type RaiseFn = unsafe extern "C" fn(c_int) -> c_int;
 
-/// The next definition of `name` (cached; 0 when absent).
-fn next_symbol(slot: &AtomicUsize, name: &CStr) -> usize {
-    let mut p = slot.load(Ordering::Acquire);
-    if p == 0 {
-        p = resolve::real_dlsym(libc::RTLD_NEXT, name) as usize;
-        slot.store(p, Ordering::Release);
+/// The C library's definitions of the functions this file wraps besides
+/// the allocation hooks, found once at load (0 when absent). Not lazily:
+/// CPython's subprocess calls execve in a vfork child, where a first
+/// dlsym would take the loader lock and malloc on the parent's heap; and
+/// kill/raise can be called from signal handlers.
+struct RealFunctions {
+    kill: AtomicUsize,
+    raise: AtomicUsize,
+    execve: AtomicUsize,
+    execv: AtomicUsize,
+    execvp: AtomicUsize,
+    execvpe: AtomicUsize,
+    fexecve: AtomicUsize,
+    execveat: AtomicUsize,
+}
+
+static REAL: RealFunctions = RealFunctions {
+    kill: AtomicUsize::new(0),
+    raise: AtomicUsize::new(0),
+    execve: AtomicUsize::new(0),
+    execv: AtomicUsize::new(0),
+    execvp: AtomicUsize::new(0),
+    execvpe: AtomicUsize::new(0),
+    fexecve: AtomicUsize::new(0),
+    execveat: AtomicUsize::new(0),
+};
+
+fn resolve_real_functions() {
+    let slots: [(&AtomicUsize, &CStr); 8] = [
+        (&REAL.kill, c"kill"),
+        (&REAL.raise, c"raise"),
+        (&REAL.execve, c"execve"),
+        (&REAL.execv, c"execv"),
+        (&REAL.execvp, c"execvp"),
+        (&REAL.execvpe, c"execvpe"),
+        (&REAL.fexecve, c"fexecve"),
+        (&REAL.execveat, c"execveat"),
+    ];
+    for (slot, name) in slots {
+        slot.store(
+            resolve::real_dlsym(libc::RTLD_NEXT, name) as usize,
+            Ordering::Release,
+        );
     }
-    p
+}
+
+/// Runs `f` with the caller's errno kept (our reporting must not change
+/// what the program reads after a call that succeeded), passing a panic
+/// by.
+fn errno_kept(f: impl FnOnce()) {
+    // SAFETY: errno is thread-local.
+    let errno = unsafe { *libc::__errno_location() };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Whether `kill(pid, _)` reaches this process: its pid, its process
+/// group (`0` or `-pgid`), or every process (`-1`, which spares only
+/// init and the sender: not us).
+fn kill_reaches_us(pid: libc::pid_t) -> bool {
+    // SAFETY: plain system calls.
+    unsafe {
+        match pid {
+            0 => true,
+            p if p > 0 => p == libc::getpid(),
+            -1 => false,
+            p => p.checked_neg() == Some(libc::getpgrp()),
+        }
+    }
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
-    // SAFETY: plain system call.
-    if pid > 0 && pid == unsafe { libc::getpid() } {
-        before_signal_to_self(sig);
-    }
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    match next_symbol(&REAL, c"kill") {
+    // A signal to our own process group ends us too (a launcher's
+    // `kill(0, SIGTERM)`): the report is written as for one to ourselves.
+    errno_kept(|| {
+        if kill_reaches_us(pid) {
+            before_signal_to_self(sig);
+        }
+    });
+    match REAL.kill.load(Ordering::Acquire) {
         // SAFETY: glibc's kill.
         p if p != 0 => unsafe { std::mem::transmute::<usize, KillFn>(p)(pid, sig) },
         // SAFETY: the system call glibc's kill makes.
@@ -797,9 +906,8 @@ pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
 
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn raise(sig: c_int) -> c_int {
-    before_signal_to_self(sig);
-    static REAL: AtomicUsize = AtomicUsize::new(0);
-    match next_symbol(&REAL, c"raise") {
+    errno_kept(|| before_signal_to_self(sig));
+    match REAL.raise.load(Ordering::Acquire) {
         // SAFETY: glibc's raise.
         p if p != 0 => unsafe { std::mem::transmute::<usize, RaiseFn>(p)(sig) },
         // SAFETY: the system call glibc's raise makes.
@@ -819,44 +927,55 @@ pub extern "C" fn raise(sig: c_int) -> c_int {
 /// loads the library afresh and reports its own blocks (issue 15: leaks of
 /// an image that called exec were never reported; issue 11). Only a
 /// process that made CUDA allocation calls writes one; a vfork child
-/// (another pid) does not touch our state. If the exec fails, the process
-/// goes on and writes its exit report again at its end.
+/// (another pid) does not touch our state. Written once per image: a
+/// failed exec goes on, and its next attempts write none (Python's
+/// os.execvp tries execv once per PATH entry: each wrote a full, fsynced
+/// report); the run marker is removed before each attempt and made again
+/// after each failure. Returns whether the failure path must run.
 fn before_exec() -> bool {
     if !is_our_process() || !tracker::saw_allocation_call() {
         return false;
     }
-    let _ = std::panic::catch_unwind(|| exit_report_for(None, None, Some("exec")));
+    errno_kept(|| {
+        if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_AFTER_FAILED_EXEC {
+            // This image's exec report stands: only the marker goes.
+            crate::run_marker::on_report_written(Trigger::Exit, true);
+        } else {
+            exit_report_for(None, None, Some("exec"));
+        }
+    });
     true
 }
 
+/// The exec failed and the process goes on: its exit report is still to
+/// come (at its end, with whatever it does until then), and the gate must
+/// again notice should it go missing.
 fn after_failed_exec(reported: bool) {
     if reported {
-        // SAFETY: errno is thread-local; kept for the caller.
-        let errno = unsafe { *libc::__errno_location() };
-        let _ = EXIT_REPORT.compare_exchange(
-            EXIT_REPORT_DONE,
-            EXIT_REPORT_NOT_STARTED,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = errno };
+        errno_kept(|| {
+            let _ = EXIT_REPORT.compare_exchange(
+                EXIT_REPORT_DONE,
+                EXIT_REPORT_AFTER_FAILED_EXEC,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
+        });
     }
 }
 
 type Argv = *const *const c_char;
 
 macro_rules! exec_hook {
-    ($name:ident, $cname:literal, ($($arg:ident: $ty:ty),*)) => {
+    ($name:ident, ($($arg:ident: $ty:ty),*)) => {
         /// Writes the old image's report, then calls the C library's function.
         ///
         /// # Safety
         /// The C library's contract for this function.
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            static REAL: AtomicUsize = AtomicUsize::new(0);
             let reported = before_exec();
-            let p = next_symbol(&REAL, $cname);
+            let p = REAL.$name.load(Ordering::Acquire);
             if p == 0 {
                 *libc::__errno_location() = libc::ENOSYS;
                 after_failed_exec(reported);
@@ -870,12 +989,12 @@ macro_rules! exec_hook {
     };
 }
 
-exec_hook!(execve, c"execve", (path: *const c_char, argv: Argv, envp: Argv));
-exec_hook!(execv, c"execv", (path: *const c_char, argv: Argv));
-exec_hook!(execvp, c"execvp", (file: *const c_char, argv: Argv));
-exec_hook!(execvpe, c"execvpe", (file: *const c_char, argv: Argv, envp: Argv));
-exec_hook!(fexecve, c"fexecve", (fd: c_int, argv: Argv, envp: Argv));
-exec_hook!(execveat, c"execveat", (dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int));
+exec_hook!(execve, (path: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(execv, (path: *const c_char, argv: Argv));
+exec_hook!(execvp, (file: *const c_char, argv: Argv));
+exec_hook!(execvpe, (file: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(fexecve, (fd: c_int, argv: Argv, envp: Argv));
+exec_hook!(execveat, (dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int));
 
 /// For the in-process API: C string argument to an owned String.
 pub fn c_str_arg(p: *const c_char) -> Option<String> {

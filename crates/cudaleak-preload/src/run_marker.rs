@@ -22,26 +22,24 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 /// parent's.
 static MARKER_PID: AtomicI32 = AtomicI32::new(0);
 static MARKER_PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
-/// `CUDALEAK_RUN_ID`, read once (0 null: not read yet).
-static RUN_ID: AtomicPtr<Option<String>> = AtomicPtr::new(std::ptr::null_mut());
+/// `CUDALEAK_RUN_ID`, read once by the library constructor (null: not
+/// read, or not set).
+static RUN_ID: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Reads `CUDALEAK_RUN_ID`; called once, from the library constructor.
+/// Never later: getenv on a hook or the dumper thread races the program's
+/// own setenv (glibc's environment is not thread-safe).
+pub fn read_run_id() {
+    if let Some(v) = std::env::var(RUN_ID_ENV).ok().filter(|v| !v.is_empty()) {
+        RUN_ID.store(Box::into_raw(Box::new(v)), Ordering::Release);
+    }
+}
 
 /// The run id this process runs under, if any: it goes into every report.
 pub fn run_id() -> Option<String> {
-    let mut p = RUN_ID.load(Ordering::Acquire);
-    if p.is_null() {
-        let v = std::env::var(RUN_ID_ENV).ok().filter(|v| !v.is_empty());
-        let new = Box::into_raw(Box::new(v));
-        p = match RUN_ID.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => new,
-            Err(winner) => {
-                // SAFETY: `new` was never shared.
-                drop(unsafe { Box::from_raw(new) });
-                winner
-            }
-        };
-    }
+    let p = RUN_ID.load(Ordering::Acquire);
     // SAFETY: leaked, never freed.
-    unsafe { (*p).clone() }
+    (!p.is_null()).then(|| unsafe { (*p).clone() })
 }
 
 fn this_pid() -> i32 {

@@ -49,11 +49,17 @@ pub struct ThreadBuffers {
 }
 
 impl ThreadBuffers {
-    /// The next stack buffer, in turn.
-    pub fn next_stack(&mut self) -> *mut StackBuffer {
-        let i = self.next_stack % STACK_SLOTS;
-        self.next_stack = i + 1;
-        &mut self.stacks[i]
+    /// The next stack buffer of `this`, in turn.
+    ///
+    /// # Safety
+    /// `this` is the calling thread's buffers ([`ThreadState::buffers`]).
+    /// Only the fields used are reached (no `&mut ThreadBuffers`): a
+    /// capture holds references into other fields meanwhile.
+    pub unsafe fn next_stack(this: *mut ThreadBuffers) -> *mut StackBuffer {
+        let next = &mut *std::ptr::addr_of_mut!((*this).next_stack);
+        let i = *next % STACK_SLOTS;
+        *next = i + 1;
+        std::ptr::addr_of_mut!((*this).stacks[i])
     }
 }
 
@@ -131,15 +137,16 @@ fn key() -> Option<libc::pthread_key_t> {
 
 impl ThreadState {
     /// This thread's buffers, allocated on first use; None when they cannot
-    /// be had (out of memory, or the thread is exiting).
+    /// be had (out of memory, or the thread is exiting). A raw pointer, not
+    /// `&mut`: a capture holds a reference into one field (a stack buffer)
+    /// while the unwinder and the Python walk reach others (their replay
+    /// logs); two live `&mut ThreadBuffers` over them would be undefined
+    /// behaviour. Fields are reached with `addr_of_mut!`.
     #[inline]
-    #[allow(clippy::mut_from_ref)]
-    pub fn buffers(&self) -> Option<&mut ThreadBuffers> {
+    pub fn buffers(&self) -> Option<*mut ThreadBuffers> {
         let p = self.buffers.get();
         if !p.is_null() && p != GONE {
-            // SAFETY: this thread's own buffers; callers do not hold two
-            // references at once (captures do not nest on a thread).
-            return Some(unsafe { &mut *p });
+            return Some(p);
         }
         if p == GONE {
             return None;
@@ -148,8 +155,7 @@ impl ThreadState {
     }
 
     #[cold]
-    #[allow(clippy::mut_from_ref)]
-    fn new_buffers(&self) -> Option<&mut ThreadBuffers> {
+    fn new_buffers(&self) -> Option<*mut ThreadBuffers> {
         let key = key()?;
         // SAFETY: a plain allocation; the fields that need more than zero
         // bits are written below before any use.
@@ -171,8 +177,7 @@ impl ThreadState {
             return None;
         }
         self.buffers.set(p);
-        // SAFETY: just allocated, this thread's own.
-        Some(unsafe { &mut *p })
+        Some(p)
     }
 
     /// The replay log of the native unwinder (`unwind.rs`). Captures reach
@@ -181,7 +186,8 @@ impl ThreadState {
     #[inline(always)]
     pub fn replay_log(&self) -> *mut ReplayLog {
         match self.buffers() {
-            Some(b) => &mut b.replay,
+            // SAFETY: this thread's live buffers; a field's address only.
+            Some(b) => unsafe { std::ptr::addr_of_mut!((*b).replay) },
             None => no_buffers(),
         }
     }
@@ -190,7 +196,8 @@ impl ThreadState {
     #[inline(always)]
     pub fn python_replay_log(&self) -> *mut PyReplayLog {
         match self.buffers() {
-            Some(b) => &mut b.python_replay,
+            // SAFETY: as above.
+            Some(b) => unsafe { std::ptr::addr_of_mut!((*b).python_replay) },
             None => no_buffers(),
         }
     }
