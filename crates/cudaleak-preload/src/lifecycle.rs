@@ -108,16 +108,6 @@ fn write_stderr(mut bytes: &[u8]) {
     }
 }
 
-pub fn warn_once_about_missing(id: crate::hooks::HookId) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    if !WARNED.swap(true, Ordering::Relaxed) {
-        warn(&format!(
-            "cudaleak: the real {} was not found; passing an error back (is the CUDA driver installed?)",
-            id.name()
-        ));
-    }
-}
-
 pub fn instance() -> String {
     let p = INSTANCE.load(Ordering::Acquire);
     if p.is_null() {
@@ -546,6 +536,7 @@ extern "C" fn fork_child() {
         dump::DUMP_STATE.raw_unlock();
         PID.store(libc::getpid(), Ordering::Release);
     }
+    crate::resolve::reset_after_fork();
     new_instance();
     DUMPER_STARTED.store(false, Ordering::Release);
     SIGNAL_PENDING.store(false, Ordering::Release);

@@ -549,11 +549,6 @@ pub fn missing_result(id: HookId) -> c_int {
     missing_code(id)
 }
 
-// lifecycle::warn_once_about_missing (one flag for every hook) is
-// replaced by `warn_missing`; this keeps it referenced until lifecycle.rs
-// (another branch) deletes it.
-const _: fn(HookId) = crate::lifecycle::warn_once_about_missing;
-
 /// One warning per name; it says which object asked, when known.
 #[cold]
 fn warn_missing(id: HookId, caller: usize) {
@@ -849,7 +844,6 @@ unsafe impl Sync for SnapshotCell {}
 /// For the lifecycle's fork child handler: a parent thread may have been
 /// inside `dlclose` at the fork, holding the snapshot, which no thread of
 /// the child will ever give back.
-#[allow(dead_code)] // until lifecycle's fork_child calls it (other branch)
 pub fn reset_after_fork() {
     SNAPSHOT_BUSY.store(false, Ordering::Release);
 }
