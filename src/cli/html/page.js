@@ -119,15 +119,10 @@
       var top = base.map(function (b, i) { return b + se.values[i]; });
       var pts = [];
       var lo = n === 1 ? [base[0], base[0]] : base, hi = n === 1 ? [top[0], top[0]] : top;
-      // step after each point: a value holds until the next sample
-      for (var i = 0; i < xs.length; i++) {
-        pts.push([xs[i], Y(hi[i])]);
-        if (i + 1 < xs.length) pts.push([xs[i + 1], Y(hi[i])]);
-      }
-      for (var j = xs.length - 1; j >= 0; j--) {
-        if (j + 1 < xs.length) pts.push([xs[j + 1], Y(lo[j])]);
-        pts.push([xs[j], Y(lo[j])]);
-      }
+      // straight lines between points: nothing is known between samples,
+      // and the last point must stay visible at the right edge
+      for (var i = 0; i < xs.length; i++) pts.push([xs[i], Y(hi[i])]);
+      for (var j = xs.length - 1; j >= 0; j--) pts.push([xs[j], Y(lo[j])]);
       var color = se.label === "other" ? OTHER_COLOR : PALETTE[si % PALETTE.length];
       var d = "M" + pts.map(function (p) { return p[0].toFixed(1) + "," + p[1].toFixed(1); }).join("L") + "Z";
       var path = sv("path", { "class": "series", d: d, fill: color, "data-label": se.label });
