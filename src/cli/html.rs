@@ -7,7 +7,9 @@
 
 use cudaleak_core::combine::{self, GroupDelta, GroupKey, RankView};
 use cudaleak_core::python::PythonFrame;
-use cudaleak_core::report::{Group, MergedFrame, NativeFrame, Report, Trend};
+use cudaleak_core::report::{
+    Group, MergedFrame, NativeFrame, Report, SampledTimeline, TimelineSample, Trend,
+};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -103,6 +105,9 @@ pub struct PageTimeline {
     /// one band per call site, largest first, "other" last
     pub series: Vec<Series>,
     pub peak: Option<Peak>,
+    /// the process's own peak (`peak_bytes`), which a spike shorter than
+    /// the sampling period can put above every sample
+    pub process_peak: u64,
     pub marks: Vec<Mark>,
 }
 
@@ -347,7 +352,7 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
     let mut series: Vec<Series> = shown
         .iter()
         .map(|&i| Series {
-            label: format!("{} at {}", key_group[i].api, key_group[i].top_frame_label()),
+            label: site_label(key_group[i]),
             stack: frames_of(key_group[i], table).0,
             values: columns.iter().map(|c| c.get(&i).copied().unwrap_or(0)).collect(),
         })
@@ -390,12 +395,114 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
         });
     Some(thin(PageTimeline {
         source: "dumps",
+        process_peak: dumps.iter().map(|r| r.totals.peak_bytes).max().unwrap_or(0),
         t_ms,
         total,
         series,
         peak,
         marks,
     }))
+}
+
+fn dump_marks(all: &[(PathBuf, Report)]) -> Vec<Mark> {
+    let mut dumps: Vec<&Report> = all.iter().map(|(_, r)| r).collect();
+    dumps.sort_by_key(|r| (r.timestamp_ms, r.sequence));
+    dumps
+        .iter()
+        .map(|r| Mark {
+            t_ms: r.timestamp_ms,
+            trigger: r.trigger.name().to_string(),
+            label: format!("{} dump #{} of pid {}", r.trigger.name(), r.sequence, r.pid),
+        })
+        .collect()
+}
+
+fn site_label(g: &Group) -> String {
+    format!("{} at {}", g.api, g.top_frame_label())
+}
+
+/// The timeline a report carries (`CUDALEAK_TIMELINE`): one point per
+/// sample, one band per call site among the largest, the rest "other".
+fn timeline_from_samples(
+    t: &SampledTimeline,
+    all: &[(PathBuf, Report)],
+    table: &mut FrameTable,
+) -> Option<PageTimeline> {
+    if t.samples.is_empty() {
+        return None;
+    }
+    let mut site_max: Vec<(u64, usize)> = t.sites.iter().enumerate().map(|(i, g)| (g.bytes, i)).collect();
+    site_max.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let shown: Vec<usize> = site_max.iter().take(TIMELINE_SITES).map(|&(_, i)| i).collect();
+    let value = |s: &TimelineSample, site: usize| {
+        s.sites
+            .iter()
+            .find(|&&(i, _)| i as usize == site)
+            .map_or(0, |&(_, b)| b)
+    };
+    let mut series: Vec<Series> = shown
+        .iter()
+        .map(|&i| Series {
+            label: site_label(&t.sites[i]),
+            stack: frames_of(&t.sites[i], table).0,
+            values: t.samples.iter().map(|s| value(s, i)).collect(),
+        })
+        .collect();
+    let other: Vec<u64> = t
+        .samples
+        .iter()
+        .map(|s| {
+            let listed = shown.iter().map(|&i| value(s, i)).fold(0u64, u64::saturating_add);
+            s.live_bytes.saturating_sub(listed)
+        })
+        .collect();
+    if other.iter().any(|&v| v > 0) {
+        series.push(Series {
+            label: "other".into(),
+            stack: Vec::new(),
+            values: other,
+        });
+    }
+    let peak = t.peak.as_ref().map(|p| Peak {
+        t_ms: p.timestamp_ms,
+        bytes: p.live_bytes,
+        sites: p
+            .sites
+            .iter()
+            .filter_map(|&(i, bytes)| {
+                t.sites.get(i as usize).map(|g| PeakSite {
+                    label: site_label(g),
+                    bytes,
+                })
+            })
+            .collect(),
+    });
+    Some(thin(PageTimeline {
+        source: "sampler",
+        process_peak: t.samples.iter().map(|s| s.peak_bytes).max().unwrap_or(0),
+        t_ms: t.samples.iter().map(|s| s.timestamp_ms).collect(),
+        total: t.samples.iter().map(|s| s.live_bytes).collect(),
+        series,
+        peak,
+        marks: dump_marks(all),
+    }))
+}
+
+/// The sampled timeline when the reports are of one process and the
+/// newest carries one; else one point per dump.
+fn page_timeline(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<PageTimeline> {
+    let first = &all.first()?.1;
+    let one_process = all
+        .iter()
+        .all(|(_, r)| combine::process_id(r) == combine::process_id(first));
+    let newest = all
+        .iter()
+        .map(|(_, r)| r)
+        .max_by_key(|r| (r.sequence, r.timestamp_ms))?;
+    match &newest.timeline {
+        Some(t) if one_process => timeline_from_samples(t, all, table),
+        _ => timeline_from_dumps(all, table),
+    }
 }
 
 /// Past [`MAX_TIMELINE_POINTS`], merges neighbouring points (keeping the
@@ -434,7 +541,7 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         .map(|g| page_group(g, &mut table))
         .collect();
     let groups_cut = merged.leaks.len().saturating_sub(MAX_PAGE_GROUPS);
-    let timeline = timeline_from_dumps(all, &mut table);
+    let timeline = page_timeline(all, &mut table);
     let (bytes, blocks) = (merged.leaked_bytes(), merged.leaked_blocks());
     let page = Page {
         kind: "report",

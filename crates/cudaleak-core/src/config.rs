@@ -65,6 +65,11 @@ pub const FLAGS: &[Flag] = &[
         help: "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)",
     },
     Flag {
+        name: "CUDALEAK_TIMELINE",
+        default: "0 (1 under `cudaleak run`)",
+        help: "sample live memory by call site for the reports' timeline: 0 off, 1 every 100ms, or a period (250ms, 2s)",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -94,6 +99,8 @@ pub struct Config {
     pub interval_keep: usize,
     pub unwinder: Unwinder,
     pub summary: bool,
+    /// None: no sampled timeline (`CUDALEAK_TIMELINE`)
+    pub timeline: Option<Duration>,
 }
 
 impl Default for Config {
@@ -110,6 +117,7 @@ impl Default for Config {
             interval_keep: 10,
             unwinder: Unwinder::Fast,
             summary: true,
+            timeline: None,
         }
     }
 }
@@ -255,6 +263,12 @@ impl Config {
             match v.trim().parse::<usize>() {
                 Ok(n) => c.interval_keep = n,
                 _ => bad("CUDALEAK_INTERVAL_KEEP", &v, "expected a count", "10"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_TIMELINE") {
+            match crate::site_timeline::parse_period(&v) {
+                Ok(p) => c.timeline = p,
+                Err(e) => bad("CUDALEAK_TIMELINE", &v, &e, "0 (off)"),
             }
         }
         if let Some(v) = get("CUDALEAK_UNWINDER") {

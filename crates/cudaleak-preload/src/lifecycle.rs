@@ -251,6 +251,9 @@ fn dumper_loop() {
             }
         }));
         let mut wait = REQUEST_POLL;
+        if let Ok(Some(next_sample)) = std::panic::catch_unwind(crate::sampler::tick) {
+            wait = wait.min(next_sample);
+        }
         if let Some(due) = next_interval {
             wait = wait.min(due.saturating_duration_since(Instant::now()));
         }

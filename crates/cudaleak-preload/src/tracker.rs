@@ -15,6 +15,7 @@ use cudaleak_core::live_map::{AddrHash, LiveMap, MapCounts};
 use cudaleak_core::lock::FutexMutex;
 use cudaleak_core::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
+use cudaleak_core::site_counters::SiteCounters;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{
     AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
@@ -26,6 +27,8 @@ pub static LIVE: LiveMap = LiveMap::new();
 /// Physical allocations (cuMemCreate), by handle: another key space.
 pub static HANDLES: LiveMap = LiveMap::new();
 pub static DEPOT: Depot = Depot::new();
+/// Live bytes and blocks per trace, for the sampled timeline (`sampler.rs`).
+pub static SITES: SiteCounters = SiteCounters::new();
 pub static CODES: CodeTable = CodeTable::new();
 /// Blocks still live when their context was destroyed: leaked by the
 /// program, kept for the reports, but out of LIVE so that the driver's
@@ -98,6 +101,10 @@ pub fn note_failed_allocation() {
     FAILED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
 }
 
+pub fn peak_bytes() -> u64 {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
 pub fn note_internal_error() {
     INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
 }
@@ -108,6 +115,7 @@ fn add_bytes(b: &Block) {
         return;
     }
     let n = b.size();
+    SITES.add(b.trace, n);
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
     if now > PEAK_BYTES.load(Ordering::Relaxed) {
         PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
@@ -116,6 +124,7 @@ fn add_bytes(b: &Block) {
 
 fn sub_bytes(b: &Block) {
     if !b.kind().is_address_space() {
+        SITES.sub(b.trace, b.size());
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
@@ -535,6 +544,7 @@ pub unsafe fn reset_in_child_and_unlock() {
     vmm.handles = HashMap::with_hasher(AddrHash);
     VMM.raw_unlock();
     SNAPSHOT_LOCK.raw_unlock();
+    SITES.reset();
     for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
         c.store(0, Ordering::Relaxed);
     }

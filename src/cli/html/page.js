@@ -92,6 +92,8 @@
       ymax = Math.max(ymax, s, t.total[i]);
     }
     if (t.peak) ymax = Math.max(ymax, t.peak.bytes);
+    var spike = t.peak && t.process_peak > t.peak.bytes ? t.process_peak : 0;
+    ymax = Math.max(ymax, spike);
     ymax *= 1.08;
     function X(ms) { return L + (ms - t0) / (t1 - t0) * (W - L - R); }
     function Y(b) { return H - B - b / ymax * (H - T - B); }
@@ -152,6 +154,15 @@
       g.addEventListener("mouseleave", hideTip);
       svg.appendChild(g);
     });
+    // the process's peak, when a short spike put it above every point
+    if (spike) {
+      var sy = Y(spike);
+      var sg = sv("g", { "class": "process-peak", "data-bytes": spike });
+      sg.appendChild(sv("line", { x1: L, x2: W - R, y1: sy, y2: sy, stroke: "#b3261e", "stroke-width": 0.8, "stroke-dasharray": "1 3" }));
+      sg.appendChild(sv("text", { x: W - R, y: sy - 4, "text-anchor": "end", fill: "#b3261e" },
+        "process peak " + bytes(spike) + " (between " + (t.source === "sampler" ? "samples" : "dumps") + ")"));
+      svg.appendChild(sg);
+    }
     // the peak
     if (t.peak) {
       var px = X(t.peak.t_ms), py = Y(t.peak.bytes);
@@ -160,7 +171,7 @@
       pg.appendChild(sv("circle", { cx: px, cy: py, r: 4, fill: "#b3261e" }));
       var right = px > W - 200;
       pg.appendChild(sv("text", { x: px + (right ? -8 : 8), y: Math.max(T + 2, py - 6), "text-anchor": right ? "end" : "start" },
-        "peak " + bytes(t.peak.bytes)));
+        (spike ? "highest " + (t.source === "sampler" ? "sample " : "dump ") : "peak ") + bytes(t.peak.bytes)));
       pg.addEventListener("mousemove", function (ev) {
         showTip(ev, "peak: " + bytes(t.peak.bytes) + " live", t.peak.sites.map(function (s) { return bytes(s.bytes) + "  " + s.label; }));
       });
@@ -287,7 +298,9 @@
     cols = cols.concat([
       { key: "api", label: "API" },
       { key: "memory", label: "memory" }]);
-    if (data.kind !== "diff") cols.push({ key: "trend", label: "trend", badge: true });
+    // Trends exist only where a process was dumped more than once.
+    var anyTrend = data.groups.some(function (g) { return g.trend; });
+    if (data.kind !== "diff" && anyTrend) cols.push({ key: "trend", label: "trend", badge: true });
     if (data.kind === "merge") cols.push({ key: "ranks", label: "on", fmt: function (v, g) { return (g.only_some ? "only " : "all: ") + v.join(", "); } });
     cols.push({ key: "site", label: "call site" });
     var rows = data.groups.map(function (g, i) {
