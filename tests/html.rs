@@ -535,3 +535,41 @@ fn svg_flame_graph_is_weighted_by_bytes() {
     let r = render(&chrome, &page, "svg");
     assert!(r.console.is_empty(), "{:?}", r.console);
 }
+
+/// A big report stays near the ~2 MB goal: 3000 groups of 40 frames, the
+/// outer 30 shared (as stacks of one program are), give a page of at most
+/// 1000 groups in which each distinct frame is stored once.
+#[test]
+fn a_large_report_makes_a_page_of_at_most_two_megabytes() {
+    let dir = TempDir::new("html-size");
+    let shared: Vec<Value> = (0..30)
+        .map(|i| {
+            native(
+                &format!("torch::autograd::engine::frame_{i}"),
+                "/src/torch/csrc/engine.cpp",
+                i,
+            )
+        })
+        .collect();
+    let leaks: Vec<Value> = (0..3000u64)
+        .map(|g| {
+            let mut stack: Vec<Value> = (0..10)
+                .map(|i| {
+                    native(
+                        &format!("at::native::kernel_{g}_{i}"),
+                        "/src/aten/native/cuda/Kernel.cu",
+                        i,
+                    )
+                })
+                .collect();
+            stack.extend(shared.iter().cloned());
+            group(1000 + g, 1, "cudaMalloc", "device", stack, vec![])
+        })
+        .collect();
+    write(dir.path(), &report(1, "exit", 9, None, leaks));
+    let page = cli_page(&["report", "--format", "html", "."], dir.path(), "big.html");
+    let size = std::fs::metadata(&page).unwrap().len();
+    assert!(size <= 2 << 20, "{size} bytes");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("\"groups_cut\":2000"), "the rest are counted");
+}
