@@ -281,6 +281,9 @@ fn process_facts(r: &Report, files: &[PathBuf]) -> Vec<(String, String)> {
     facts
 }
 
+/// A process's latest dump so far, and its groups' bytes.
+type LatestDump<'a> = (&'a Report, Vec<(GroupKey, u64)>);
+
 /// The timeline a set of dumps shows by themselves: one point per dump
 /// (of every process, summed), one band per call site. Reports that carry
 /// a sampled timeline give more points; see [`super::html_timeline`].
@@ -291,7 +294,7 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
     }
     dumps.sort_by_key(|r| (r.timestamp_ms, r.sequence));
     // Per process, the groups of its latest dump so far.
-    let mut current: HashMap<(String, i64, String), (&Report, Vec<(GroupKey, u64)>)> = HashMap::new();
+    let mut current: HashMap<(String, i64, String), LatestDump> = HashMap::new();
     let mut keys: Vec<GroupKey> = Vec::new();
     let mut key_index: HashMap<GroupKey, usize> = HashMap::new();
     let mut key_group: Vec<&Group> = Vec::new();
