@@ -155,7 +155,7 @@ pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: 
         growth: growth_tracker,
     };
     let mut report = assembler.assemble(snap, meta);
-    report.timeline = crate::sampler::for_report(&mut assembler);
+    report.timeline = crate::sampler::for_report(&tracker::sampler_sources(), &mut assembler);
     report.run_id = crate::run_marker::run_id();
     report
 }

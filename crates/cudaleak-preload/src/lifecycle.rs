@@ -251,7 +251,9 @@ fn dumper_loop() {
             }
         }));
         let mut wait = REQUEST_POLL;
-        if let Ok(Some(next_sample)) = std::panic::catch_unwind(crate::sampler::tick) {
+        if let Ok(Some(next_sample)) =
+            std::panic::catch_unwind(|| crate::sampler::tick(&tracker::sampler_sources()))
+        {
             wait = wait.min(next_sample);
         }
         if let Some(due) = next_interval {

@@ -101,8 +101,15 @@ pub fn note_failed_allocation() {
     FAILED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
 }
 
-pub fn peak_bytes() -> u64 {
-    PEAK_BYTES.load(Ordering::Relaxed)
+/// What the timeline's sampler reads (`sampler.rs`).
+pub fn sampler_sources() -> crate::sampler::Sources<'static> {
+    crate::sampler::Sources {
+        period: config().timeline,
+        sites: &SITES,
+        depot: &DEPOT,
+        peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),
+        active: saw_allocation_call(),
+    }
 }
 
 pub fn note_internal_error() {
