@@ -55,30 +55,39 @@ impl SiteCounters {
         }
     }
 
+    #[inline(always)]
     fn slot(&self, trace: TraceId) -> Option<&AtomicU64> {
         let i = trace.0 as usize;
         let holder = self.chunks.get(i / CHUNK)?;
         let mut chunk = holder.load(Ordering::Acquire);
         if chunk.is_null() {
-            // First block of a trace in this chunk: the trace was just
-            // interned, which allocated too. Zeroed atomics are valid.
-            let layout = std::alloc::Layout::new::<Chunk>();
-            // SAFETY: a non-zero-sized layout.
-            let fresh = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Chunk>();
-            if fresh.is_null() {
-                return None;
-            }
-            match holder.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => chunk = fresh,
-                Err(other) => {
-                    // SAFETY: ours, never published.
-                    unsafe { std::alloc::dealloc(fresh.cast(), layout) };
-                    chunk = other;
-                }
-            }
+            chunk = Self::first_in_chunk(holder)?;
         }
         // SAFETY: published chunks are never freed.
         Some(unsafe { &(*chunk)[i % CHUNK] })
+    }
+
+    /// The first block of a trace in a chunk without counters yet (the
+    /// trace was just interned, which allocated too): out of line, so the
+    /// hot path stays a load, a test and an add.
+    #[cold]
+    #[inline(never)]
+    fn first_in_chunk(holder: &AtomicPtr<Chunk>) -> Option<*mut Chunk> {
+        // Zeroed atomics are valid.
+        let layout = std::alloc::Layout::new::<Chunk>();
+        // SAFETY: a non-zero-sized layout.
+        let fresh = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Chunk>();
+        if fresh.is_null() {
+            return None;
+        }
+        match holder.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(fresh),
+            Err(other) => {
+                // SAFETY: ours, never published.
+                unsafe { std::alloc::dealloc(fresh.cast(), layout) };
+                Some(other)
+            }
+        }
     }
 
     #[inline]
