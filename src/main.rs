@@ -86,6 +86,8 @@ enum Command {
     },
     /// List the environment variables the library reads
     Env,
+    /// Print the path of libcudaleak.so, for LD_PRELOAD=$(cudaleak lib) COMMAND
+    Lib,
 }
 
 fn main() -> ExitCode {
@@ -112,6 +114,7 @@ fn main() -> ExitCode {
         Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
         Command::Demo { dir } => cli::demo::demo(dir),
         Command::Env => cli::env(),
+        Command::Lib => cli::lib(),
     };
     match result {
         Ok(code) => ExitCode::from(code),

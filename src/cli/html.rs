@@ -45,7 +45,9 @@ pub struct PageGroup {
     blocks: u64,
     api: String,
     memory: &'static str,
-    address_space: bool,
+    /// bytes that are not memory of this process (reserved address space,
+    /// imported memory, pools): listed, but not in sums or the flame graph
+    uncounted: bool,
     trend: Option<&'static str>,
     /// innermost first, as indices into [`Page::frames`]
     frames: Vec<u32>,
@@ -204,8 +206,8 @@ fn page_group(g: &Group, table: &mut FrameTable) -> PageGroup {
         bytes: g.bytes,
         blocks: g.blocks,
         api: g.api.clone(),
-        memory: g.memory.name(),
-        address_space: g.memory.is_address_space(),
+        memory: g.kind().name(),
+        uncounted: !g.kind().counts_in_live_bytes(),
         trend: g.trend.map(|t| match t {
             Trend::Growing => "growing",
             Trend::Bounded => "bounded",
@@ -304,7 +306,7 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
     let mut marks = Vec::new();
     for r in &dumps {
         let mut row = Vec::new();
-        for g in r.leaks.iter().filter(|g| !g.memory.is_address_space()) {
+        for g in r.leaks.iter().filter(|g| g.kind().counts_in_live_bytes()) {
             let key = GroupKey::of(g);
             if !key_index.contains_key(&key) {
                 key_index.insert(key.clone(), keys.len());

@@ -161,7 +161,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         g.bytes,
         g.blocks,
         escape(&g.api),
-        g.memory.name(),
+        g.kind().name(),
         trend_note(g.trend)
     );
     for l in display_frames(g, opts.max_frames) {
@@ -195,12 +195,12 @@ pub fn summary_line(bytes: u64, blocks: u64) -> String {
 fn by_kind(groups: &[Group]) -> String {
     let mut kinds: Vec<(crate::record::MemoryKind, u64, u64)> = Vec::new();
     for g in groups {
-        match kinds.iter_mut().find(|k| k.0 == g.memory) {
+        match kinds.iter_mut().find(|k| k.0 == g.kind()) {
             Some(k) => {
                 k.1 = k.1.saturating_add(g.bytes);
                 k.2 = k.2.saturating_add(g.blocks);
             }
-            None => kinds.push((g.memory, g.bytes, g.blocks)),
+            None => kinds.push((g.kind(), g.bytes, g.blocks)),
         }
     }
     kinds.sort();
@@ -209,6 +209,10 @@ fn by_kind(groups: &[Group]) -> String {
         .map(|(k, bytes, blocks)| {
             if k.is_address_space() {
                 format!("{} {bytes} in {blocks}, address space only", k.name())
+            } else if *k == crate::record::MemoryKind::Imported {
+                format!("{} {bytes} in {blocks}, opened from another process", k.name())
+            } else if *k == crate::record::MemoryKind::Pool {
+                format!("{} {bytes} in {blocks}, pools never destroyed", k.name())
             } else {
                 format!("{} {bytes} in {blocks}", k.name())
             }

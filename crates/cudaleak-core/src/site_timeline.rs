@@ -94,14 +94,14 @@ impl SiteHistory {
 
     /// Records one sample: `live` holds (trace, live bytes, live blocks,
     /// memory kind) for each call site with live memory; `peak_bytes` is
-    /// the process's peak so far. Reserved address space is not memory
-    /// and is left out, as in the report's totals.
+    /// the process's peak so far. What the report's totals leave out
+    /// (reserved address space, imported memory, pools) is left out.
     pub fn record(&mut self, timestamp_ms: i64, peak_bytes: u64, live: &[(TraceId, u64, u64, MemoryKind)]) {
         let mut by_memory: BTreeMap<MemoryKind, u64> = BTreeMap::new();
         let (mut live_bytes, mut live_blocks) = (0u64, 0u64);
         let mut sites: Vec<(TraceId, u64)> = Vec::with_capacity(live.len());
         for &(trace, bytes, blocks, kind) in live {
-            if kind.is_address_space() {
+            if !kind.counts_in_live_bytes() {
                 continue;
             }
             live_bytes = live_bytes.saturating_add(bytes);

@@ -189,7 +189,7 @@
     document.getElementById("flame-title").textContent = "Flame graph of " + data.weight + " (root at the top; click to zoom)";
     var root = { name: "all", loc: null, value: 0, children: [], byName: {}, depth: 0 };
     data.groups.forEach(function (g) {
-      if (!(g.bytes > 0) || g.address_space) return;
+      if (!(g.bytes > 0) || g.uncounted) return;
       root.value += g.bytes;
       var node = root;
       var path = g.frames.slice().reverse().concat([{ name: g.api + " (" + g.memory + ")", loc: null, python: false, leaf: true }]);
@@ -377,7 +377,7 @@
       var td = el("td", { "class": c.num ? "num" : "" });
       if (c.num) {
         var sum = 0;
-        data.groups.forEach(function (g) { if (!(c.key === "bytes" && g.address_space)) sum += g[c.key] || 0; });
+        data.groups.forEach(function (g) { if (!(c.key === "bytes" && g.uncounted)) sum += g[c.key] || 0; });
         td.textContent = c.fmt ? c.fmt(sum, {}) : String(sum);
         td.setAttribute("data-sum", sum);
         td.setAttribute("data-key", c.key);
