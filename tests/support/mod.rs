@@ -155,6 +155,11 @@ impl Outcome {
         r.pop().unwrap()
     }
 
+    /// The stderr lines that mention `word` (a setting's name).
+    pub fn stderr_lines_with(&self, word: &str) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.contains(word)).collect()
+    }
+
     pub fn assert_success(&self) {
         assert!(
             self.status.success(),

@@ -221,6 +221,24 @@ fn by_kind(groups: &[Group]) -> String {
         .join(", ")
 }
 
+/// The limits a dump reached (CONTRACT.md, "Limits"), one line each.
+fn limits_reached(out: &mut String, t: &crate::report::Totals) {
+    if t.stacks_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "stacks dropped: {} (CUDALEAK_MAX_STACKS distinct stacks reached; those blocks have no stack)",
+            t.stacks_dropped
+        );
+    }
+    if let Some(l) = t.groups_left_out {
+        let _ = writeln!(
+            out,
+            "groups left out: {} more group(s), {} byte(s) in {} block(s) (CUDALEAK_MAX_GROUPS)",
+            l.groups, l.bytes, l.blocks
+        );
+    }
+}
+
 /// What goes to stderr at exit when unsuppressed leaks remain.
 pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
@@ -240,6 +258,7 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
             saturating_sum(rest.iter().map(|g| g.blocks))
         );
     }
+    limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     let _ = writeln!(
@@ -289,6 +308,7 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         "totals: {} live block(s), {} live byte(s), peak {} byte(s); {} allocation(s), {} free(s), {} failed allocation(s), {} invalid free(s)",
         t.live_blocks, t.live_bytes, t.peak_bytes, t.allocations, t.frees, t.failed_allocations, t.invalid_frees
     );
+    limits_reached(&mut out, t);
     out.push('\n');
     let verb = if r.trigger == crate::report::Trigger::Exit {
         "Leak"

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 pub const BYTES_BITS: u32 = 44;
 const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
 const CHUNK: usize = 4096;
-const CHUNKS: usize = 1024;
+/// Enough for every trace id the depot can give (`depot::MAX_TRACES`).
+const CHUNKS: usize = (crate::depot::MAX_TRACES as usize + 1).div_ceil(CHUNK);
 
 type Chunk = [AtomicU64; CHUNK];
 
