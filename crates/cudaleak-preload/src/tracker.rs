@@ -29,6 +29,11 @@ pub static HANDLES: LiveMap = LiveMap::new();
 pub static DEPOT: Depot = Depot::new();
 /// Live bytes and blocks per trace, for the sampled timeline (`sampler.rs`).
 pub static SITES: SiteCounters = SiteCounters::new();
+/// Whether the hooks keep [`SITES`]: only with `CUDALEAK_TIMELINE` (set once
+/// at start), so that a process without a timeline pays one predictable
+/// branch instead of a second contended atomic per event (the 4-thread
+/// storm in tests/live.rs).
+static COUNT_SITES: AtomicBool = AtomicBool::new(false);
 pub static CODES: CodeTable = CodeTable::new();
 /// Blocks still live when their context was destroyed: leaked by the
 /// program, kept for the reports, but out of LIVE so that the driver's
@@ -69,6 +74,7 @@ pub fn config() -> &'static Config {
 
 pub fn install_config(c: Config) -> &'static Config {
     DEPOT.set_max_traces(c.max_stacks);
+    COUNT_SITES.store(c.timeline.is_some(), Ordering::Relaxed);
     let p = Box::into_raw(Box::new(c));
     match CONFIG.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: just leaked.
@@ -123,7 +129,9 @@ fn add_bytes(b: &Block) {
         return;
     }
     let n = b.size();
-    SITES.add(b.trace, n);
+    if COUNT_SITES.load(Ordering::Relaxed) {
+        SITES.add(b.trace, n);
+    }
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
     if now > PEAK_BYTES.load(Ordering::Relaxed) {
         PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
@@ -132,7 +140,9 @@ fn add_bytes(b: &Block) {
 
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
-        SITES.sub(b.trace, b.size());
+        if COUNT_SITES.load(Ordering::Relaxed) {
+            SITES.sub(b.trace, b.size());
+        }
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
