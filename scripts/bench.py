@@ -110,6 +110,25 @@ def row(label, value, unit, note=""):
     print("| %-58s | %12s | %-6s | %s" % (label, value, unit, note))
 
 
+def compare_baseline(work, reports, pairs, args):
+    """The same pair under the baseline library and this one, round-robin:
+    stacks off (the bookkeeping alone, where a few ns show most) and on,
+    and with the sampled timeline on (CUDALEAK_TIMELINE=1, its sampler
+    reading the counters every 100 ms)."""
+    env = base_env(work, reports)
+    for label, extra in (("stacks off", {"CUDALEAK_STACK_DEPTH": "0"}), ("20 frames", {})):
+        configs = {
+            "baseline": (None, dict(env, LD_PRELOAD=os.path.abspath(args.baseline_lib), **extra)),
+            "this build": (None, dict(env, LD_PRELOAD=LIB, **extra)),
+            "this build, timeline on": (None, dict(env, LD_PRELOAD=LIB, CUDALEAK_TIMELINE="1", **extra)),
+        }
+        med = side_by_side(configs, [pairs, "runtime", str(args.pairs), "20"], args.runs)
+        base = med["baseline"]
+        for name, v in med.items():
+            row("alloc/free pair, %s: %s" % (label, name), "%.1f" % v, "ns",
+                "" if name == "baseline" else "%+.1f ns vs baseline (goal <= +10)" % (v - base))
+
+
 def old_driver(work, reports, pairs, args):
     """Per-pair overhead on a driver without cuCtxGetCurrent/cuCtxGetDevice
     against the full driver's: goal within 1.5x (issue 11)."""
@@ -139,6 +158,9 @@ def main():
     ap.add_argument("--py-pairs", type=int, default=200_000)
     ap.add_argument("--live-blocks", type=int, default=1_000_000)
     ap.add_argument("--threads", default="1,2,4,8")
+    ap.add_argument("--baseline-lib", help="a libcudaleak.so built before a change, run side by side with "
+                    "target/release/libcudaleak.so (e.g. the per-call-site counters of the timeline)")
+    ap.add_argument("--only-baseline", action="store_true", help="run only the --baseline-lib comparison")
     ap.add_argument("--only", choices=["old-driver"], help="run one section only")
     args = ap.parse_args()
     if not os.path.exists(LIB):
@@ -159,6 +181,11 @@ def main():
     print()
     print("| %-58s | %12s | %-6s | %s" % ("measurement", "value", "unit", "note"))
     print("|%s|%s|%s|%s" % ("-" * 60, "-" * 14, "-" * 8, "-" * 20))
+    if args.baseline_lib:
+        compare_baseline(work, reports, pairs, args)
+        if args.only_baseline:
+            shutil.rmtree(work, ignore_errors=True)
+            return
     old_driver(work, reports, pairs, args)
     if args.only:
         shutil.rmtree(work, ignore_errors=True)

@@ -31,6 +31,10 @@ pub enum Format {
     Json,
     /// collapsed stacks for flamegraph tools, weighted by bytes
     Folded,
+    /// one self-contained HTML page: timeline, flame graph, leak table
+    Html,
+    /// an interactive flame graph (SVG), weighted by bytes
+    Svg,
 }
 
 #[derive(Subcommand)]

@@ -73,6 +73,10 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         .env("LD_PRELOAD", &lib)
         .env("LD_LIBRARY_PATH", &work)
         .env("CUDALEAK_DIR", &reports)
+        .env(
+            "CUDALEAK_TIMELINE",
+            std::env::var_os("CUDALEAK_TIMELINE").unwrap_or_else(|| "20ms".into()),
+        )
         .status()
         .map_err(|e| format!("cannot run the demo: {e}"))?;
     for (name, _) in FILES {
@@ -94,5 +98,16 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         report.display()
     );
     println!("Render it again with: cudaleak report {}", report.display());
+    let page = report.with_extension("html");
+    let loaded = super::reports::load(std::slice::from_ref(&report))?;
+    create_new_file(
+        &page,
+        0o644,
+        super::html::report_page(&loaded, &loaded[0].1).as_bytes(),
+    )?;
+    println!(
+        "The HTML report (timeline, flame graph, leak table): {}",
+        page.display()
+    );
     Ok(0)
 }

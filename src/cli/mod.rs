@@ -3,8 +3,10 @@
 
 pub mod demo;
 pub mod dump;
+pub mod html;
 pub mod reports;
 pub mod run;
+pub mod svg;
 
 use std::path::{Path, PathBuf};
 

@@ -81,8 +81,19 @@ fn print_json<T: serde::Serialize>(v: &T) -> CliResult {
     Ok(0)
 }
 
+/// A whole page (HTML, SVG) on stdout.
+fn print_page(page: &str) -> CliResult {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(page.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| format!("cannot write the page: {e}"))?;
+    Ok(0)
+}
+
 pub fn report(paths: &[PathBuf], format: Format, top: Option<usize>) -> CliResult {
-    let mut r = load_merged(paths)?;
+    let all = load(paths)?;
+    let mut r = combine::merge(&combine::latest_per_process(all.clone())).ok_or("no reports")?;
     if let Some(n) = top {
         r.leaks.truncate(n);
         r.growth.truncate(n);
@@ -93,6 +104,11 @@ pub fn report(paths: &[PathBuf], format: Format, top: Option<usize>) -> CliResul
             print!("{}", render::folded(&r.leaks));
             Ok(0)
         }
+        Format::Html => print_page(&super::html::report_page(&all, &r)),
+        Format::Svg => print_page(&super::svg::flame_graph(
+            &format!("cudaleak: bytes by stack, pid {}", r.pid),
+            &render::folded(&r.leaks),
+        )?),
         Format::Text => {
             let source = match paths {
                 [one] => Some(one.display().to_string()),
@@ -119,7 +135,7 @@ pub fn diff(old: &Path, new: &Path, format: Format, top: Option<usize>) -> CliRe
             "bytes_delta": combine::delta(b.leaked_bytes(), a.leaked_bytes()),
             "changes": changes,
         })),
-        Format::Folded => {
+        Format::Folded | Format::Svg => {
             // Only growth makes sense as a flame graph weight.
             let grown: Vec<_> = changes
                 .iter()
@@ -129,9 +145,20 @@ pub fn diff(old: &Path, new: &Path, format: Format, top: Option<usize>) -> CliRe
                     ..c.group.clone()
                 })
                 .collect();
+            if format == Format::Svg {
+                return print_page(&super::svg::flame_graph(
+                    "cudaleak diff: growth by stack",
+                    &render::folded(&grown),
+                )?);
+            }
             print!("{}", render::folded(&grown));
             Ok(0)
         }
+        Format::Html => print_page(&super::html::diff_page(
+            (&old.to_path_buf(), &a),
+            (&new.to_path_buf(), &b),
+            &changes,
+        )),
         Format::Text => {
             println!(
                 "cudaleak diff: {} -> {}",
@@ -185,6 +212,14 @@ pub fn merge(dir: &Path, format: Format, top: Option<usize>) -> CliResult {
             print!("{}", render::folded(&merged.leaks));
             Ok(0)
         }
+        Format::Svg => print_page(&super::svg::flame_graph(
+            &format!(
+                "cudaleak merge: bytes by stack over {} process(es)",
+                reports.len()
+            ),
+            &render::folded(&merged.leaks),
+        )?),
+        Format::Html => print_page(&super::html::merge_page(dir, reports.len(), &view, &merged)),
         Format::Text => {
             println!(
                 "cudaleak merge: {} process(es) in {}",

@@ -313,6 +313,11 @@ pub fn run(a: RunArgs) -> CliResult {
         }
         cmd.env("CUDALEAK_INTERVAL", i.to_string());
     }
+    // The sampled timeline is on by default under `run` (issue 13); the
+    // user's own CUDALEAK_TIMELINE (0 to turn it off, or a period) wins.
+    if std::env::var_os("CUDALEAK_TIMELINE").is_none() {
+        cmd.env("CUDALEAK_TIMELINE", "1");
+    }
     if a.no_python {
         cmd.env("CUDALEAK_PYTHON", "0");
     }

@@ -303,6 +303,21 @@ impl Assembler<'_> {
         }
     }
 
+    /// The call site of trace `id` as a group with no blocks or bytes,
+    /// symbolized as in the report (the sampled timeline names its sites
+    /// with it).
+    pub fn site_group(&mut self, id: TraceId) -> Option<Group> {
+        let t = self.depot.get(id)?;
+        Some(self.group_for(
+            t,
+            Acc {
+                blocks: 0,
+                bytes: 0,
+                examples: Vec::new(),
+            },
+        ))
+    }
+
     pub fn assemble(&mut self, snap: &Snapshot, meta: DumpMeta) -> Report {
         let mut by_trace: HashMap<TraceId, Acc> = HashMap::new();
         let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();
@@ -433,6 +448,7 @@ impl Assembler<'_> {
             incomplete_shards: snap.incomplete_shards,
             merged_from: vec![],
             run_id: None,
+            timeline: None,
         }
     }
 }

@@ -185,6 +185,7 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         incomplete_shards: crate::report::saturating_sum(reports.iter().map(|(_, r)| r.incomplete_shards)),
         merged_from: reports.iter().map(|(p, _)| p.display().to_string()).collect(),
         run_id: same(|r| r.run_id.clone()),
+        timeline: None,
     })
 }
 

@@ -70,6 +70,11 @@ pub const FLAGS: &[Flag] = &[
         help: "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)",
     },
     Flag {
+        name: "CUDALEAK_TIMELINE",
+        default: "0 (1 under `cudaleak run`)",
+        help: "sample live memory by call site for the reports' timeline: 0 off, 1 every 100ms, or a period (250ms, 2s)",
+    },
+    Flag {
         name: "CUDALEAK_MAX_GROUPS",
         default: "1000",
         help: "leak groups (and suppressed, and growth groups) written per report, largest first; the rest are counted in totals.groups_left_out",
@@ -117,6 +122,8 @@ pub struct Config {
     pub interval_keep: usize,
     pub unwinder: Unwinder,
     pub summary: bool,
+    /// None: no sampled timeline (`CUDALEAK_TIMELINE`)
+    pub timeline: Option<Duration>,
     /// groups written per list of a report (CUDALEAK_MAX_GROUPS)
     pub max_groups: usize,
     /// distinct stacks stored (CUDALEAK_MAX_STACKS)
@@ -140,6 +147,7 @@ impl Default for Config {
             interval_keep: 10,
             unwinder: Unwinder::Fast,
             summary: true,
+            timeline: None,
             max_groups: DEFAULT_MAX_GROUPS,
             max_stacks: crate::depot::DEFAULT_MAX_TRACES,
         }
@@ -308,6 +316,12 @@ impl Config {
             match v.trim().parse::<usize>() {
                 Ok(n) => c.interval_keep = n,
                 _ => bad("CUDALEAK_INTERVAL_KEEP", &v, "expected a count", "10"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_TIMELINE") {
+            match crate::site_timeline::parse_period(&v) {
+                Ok(p) => c.timeline = p,
+                Err(e) => bad("CUDALEAK_TIMELINE", &v, &e, "0 (off)"),
             }
         }
         if let Some(v) = get("CUDALEAK_MAX_GROUPS") {

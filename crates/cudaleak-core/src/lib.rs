@@ -20,6 +20,8 @@ pub mod record;
 pub mod render;
 pub mod report;
 pub mod safe_read;
+pub mod site_counters;
+pub mod site_timeline;
 pub mod suppress;
 pub mod symbolize;
 pub mod timeline;

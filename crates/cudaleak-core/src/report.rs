@@ -219,6 +219,40 @@ pub struct Report {
     /// (`CUDALEAK_RUN_ID`); the gate selects its reports by it
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// extension: live memory over time by call site, sampled up to this
+    /// report (`CUDALEAK_TIMELINE`)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<SampledTimeline>,
+}
+
+/// extension: live memory over time by call site (`CUDALEAK_TIMELINE`;
+/// see `site_timeline.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledTimeline {
+    pub period_ms: u64,
+    /// samples taken in all, including those merged away
+    pub samples_taken: u64,
+    /// the call sites the samples name; `bytes` and `blocks`: the most
+    /// bytes live at one sample, and 0
+    pub sites: Vec<Group>,
+    pub samples: Vec<TimelineSample>,
+    /// the sample with the most live bytes, with more of its call sites
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<TimelineSample>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineSample {
+    pub timestamp_ms: i64,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+    pub peak_bytes: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_memory: BTreeMap<MemoryKind, u64>,
+    /// `[index into sites, live bytes]`, most bytes first
+    pub sites: Vec<(u32, u64)>,
+    /// live bytes of the call sites not listed
+    pub other_bytes: u64,
 }
 
 /// The environment variable by which `cudaleak run` passes its run id to

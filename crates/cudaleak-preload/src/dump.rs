@@ -147,14 +147,15 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
 pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
     let mut scratch = GrowthTracker::default();
     let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
-    let mut report = Assembler {
+    let mut assembler = Assembler {
         depot: &tracker::DEPOT,
         codes: &tracker::CODES,
         symbols: &mut state.symbols,
         suppressions: lifecycle::suppressions(),
         growth: growth_tracker,
-    }
-    .assemble(snap, meta);
+    };
+    let mut report = assembler.assemble(snap, meta);
+    report.timeline = crate::sampler::for_report(&tracker::sampler_sources(), &mut assembler);
     report.run_id = crate::run_marker::run_id();
     report
 }

@@ -8,6 +8,7 @@
 //! - `tracker`: the process-wide state (live map, depot, contexts, VMM);
 //! - `capture`, `unwind`, `python`: stacks, captured raw in the hook;
 //! - `dump`: snapshot → report → file;
+//! - `sampler`: the sampled timeline, read from per-call-site counters;
 //! - `lifecycle`: start, fork, dumper thread, signals, exit paths;
 //! - `run_marker`: tells `cudaleak run` a process's report went missing;
 //! - `api`: the in-process C API.
@@ -28,6 +29,7 @@ mod python;
 mod python_layouts;
 mod resolve;
 mod run_marker;
+mod sampler;
 mod thread;
 mod tracker;
 mod unwind;

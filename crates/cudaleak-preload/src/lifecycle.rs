@@ -329,6 +329,11 @@ fn dumper_rounds() {
             std::panic::resume_unwind(Box::new("dump round"));
         }
         let mut wait = REQUEST_POLL;
+        if let Ok(Some(next_sample)) =
+            std::panic::catch_unwind(|| crate::sampler::tick(&tracker::sampler_sources()))
+        {
+            wait = wait.min(next_sample);
+        }
         if let Some(due) = next_interval {
             wait = wait.min(due.saturating_duration_since(Instant::now()));
         }

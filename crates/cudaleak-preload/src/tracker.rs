@@ -15,6 +15,7 @@ use cudaleak_core::live_map::{AddrHash, LiveMap, MapCounts};
 use cudaleak_core::lock::FutexMutex;
 use cudaleak_core::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
+use cudaleak_core::site_counters::SiteCounters;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{
     AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
@@ -26,6 +27,13 @@ pub static LIVE: LiveMap = LiveMap::new();
 /// Physical allocations (cuMemCreate), by handle: another key space.
 pub static HANDLES: LiveMap = LiveMap::new();
 pub static DEPOT: Depot = Depot::new();
+/// Live bytes and blocks per trace, for the sampled timeline (`sampler.rs`).
+pub static SITES: SiteCounters = SiteCounters::new();
+/// Whether the hooks keep [`SITES`]: only with `CUDALEAK_TIMELINE` (set once
+/// at start), so that a process without a timeline pays one predictable
+/// branch instead of a second contended atomic per event (the 4-thread
+/// storm in tests/live.rs).
+static COUNT_SITES: AtomicBool = AtomicBool::new(false);
 pub static CODES: CodeTable = CodeTable::new();
 /// Blocks still live when their context was destroyed: leaked by the
 /// program, kept for the reports, but out of LIVE so that the driver's
@@ -66,6 +74,7 @@ pub fn config() -> &'static Config {
 
 pub fn install_config(c: Config) -> &'static Config {
     DEPOT.set_max_traces(c.max_stacks);
+    COUNT_SITES.store(c.timeline.is_some(), Ordering::Relaxed);
     let p = Box::into_raw(Box::new(c));
     match CONFIG.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: just leaked.
@@ -99,6 +108,17 @@ pub fn note_failed_allocation() {
     FAILED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// What the timeline's sampler reads (`sampler.rs`).
+pub fn sampler_sources() -> crate::sampler::Sources<'static> {
+    crate::sampler::Sources {
+        period: config().timeline,
+        sites: &SITES,
+        depot: &DEPOT,
+        peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),
+        active: saw_allocation_call(),
+    }
+}
+
 pub fn note_internal_error() {
     INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
 }
@@ -109,6 +129,9 @@ fn add_bytes(b: &Block) {
         return;
     }
     let n = b.size();
+    if COUNT_SITES.load(Ordering::Relaxed) {
+        SITES.add(b.trace, n);
+    }
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
     if now > PEAK_BYTES.load(Ordering::Relaxed) {
         PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
@@ -117,6 +140,9 @@ fn add_bytes(b: &Block) {
 
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
+        if COUNT_SITES.load(Ordering::Relaxed) {
+            SITES.sub(b.trace, b.size());
+        }
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
@@ -536,6 +562,7 @@ pub unsafe fn reset_in_child_and_unlock() {
     vmm.handles = HashMap::with_hasher(AddrHash);
     VMM.raw_unlock();
     SNAPSHOT_LOCK.raw_unlock();
+    SITES.reset();
     for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
         c.store(0, Ordering::Relaxed);
     }
