@@ -396,6 +396,7 @@ mod tests {
                         file: Some(file.to_string()),
                         line: Some(*line),
                         module: Some("/bin/app".into()),
+                        ..NativeFrame::default()
                     })
                     .collect(),
                 None => vec![NativeFrame {
@@ -404,6 +405,7 @@ mod tests {
                     file: None,
                     line: None,
                     module: None,
+                    ..NativeFrame::default()
                 }],
             }
         }
