@@ -539,10 +539,16 @@ fn pytest_plugin_limits_warmups_filters_and_framework_caches() {
     assert!(summary(&p).starts_with("2 failed, 6 passed"), "{}", p.stdout);
     assert_eq!(
         failed_tests(&p),
-        ["test_over_the_limit", "test_torch_cache_without_the_option_looks_like_a_leak"]
+        [
+            "test_over_the_limit",
+            "test_torch_cache_without_the_option_looks_like_a_leak"
+        ]
     );
     let file = repo().join("tests/python/plugin_limits/test_limits.py");
-    let line = line_of("tests/python/plugin_limits/test_limits.py", "# LEAK over the limit");
+    let line = line_of(
+        "tests/python/plugin_limits/test_limits.py",
+        "# LEAK over the limit",
+    );
     let short = p
         .stdout
         .lines()
@@ -557,7 +563,9 @@ fn pytest_plugin_limits_warmups_filters_and_framework_caches() {
     );
     // The user's line comes before the helper's (sim.py) in the message.
     let body = &p.stdout[p.stdout.find("test_over_the_limit ___").unwrap()..];
-    let user = body.find(&format!("test_limits.py:{line} in test_over_the_limit")).unwrap();
+    let user = body
+        .find(&format!("test_limits.py:{line} in test_over_the_limit"))
+        .unwrap();
     let helper = body.find("sim.py:").unwrap();
     assert!(user < helper, "{body}");
     for hidden in ["pytest_plugin.py", "/_pytest/", "/pluggy/"] {

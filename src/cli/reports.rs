@@ -68,7 +68,8 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(PathBuf, Report)>, String> {
 /// The runs among `reports`: by `run_id`; reports without one (the
 /// library used without `cudaleak run`) form one set of their own.
 fn split_runs(reports: Vec<(PathBuf, Report)>) -> Vec<Vec<(PathBuf, Report)>> {
-    let mut runs: Vec<(Option<String>, Vec<(PathBuf, Report)>)> = Vec::new();
+    type Run = (Option<String>, Vec<(PathBuf, Report)>);
+    let mut runs: Vec<Run> = Vec::new();
     for (p, r) in reports {
         match runs.iter_mut().find(|(id, _)| *id == r.run_id) {
             Some((_, list)) => list.push((p, r)),
@@ -188,7 +189,6 @@ fn opts(view: &ViewArgs) -> TextOptions {
         } else {
             TextOptions::default().max_frames
         },
-        ..TextOptions::default()
     }
 }
 

@@ -21,7 +21,10 @@ pub struct Module {
 /// Build-ids per load bias and first segment: a module unloaded and another
 /// loaded at the same place has other segments, so a stale entry is only
 /// used for the same mapping.
-static CACHE: Mutex<Option<HashMap<(u64, u64), Option<String>>>> = Mutex::new(None);
+static CACHE: Mutex<Option<BuildIds>> = Mutex::new(None);
+
+/// (load bias, first segment's address) → build-id.
+type BuildIds = HashMap<(u64, u64), Option<String>>;
 
 const NT_GNU_BUILD_ID: u32 = 3;
 
@@ -128,7 +131,7 @@ mod tests {
 
     #[test]
     fn this_test_binary_has_a_module_with_a_bias() {
-        let pc = finds_the_build_id_note_among_others as usize as u64;
+        let pc = finds_the_build_id_note_among_others as *const () as usize as u64;
         let m = module_at(pc).expect("the test binary is a loaded module");
         assert!(pc >= m.bias);
     }
