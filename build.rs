@@ -47,6 +47,7 @@ fn main() {
         "-Wall",
         &inc,
         "-Wl,-soname,libcudart.so.12",
+        &format!("-Wl,--version-script={}", src("libcudart.so.12.map")),
         "-Wl,-rpath,$ORIGIN",
         "-o",
         &p("libcudart.so.12"),
@@ -82,6 +83,7 @@ fn main() {
         "driver.c",
         "runtime.c",
         "demo.c",
+        "libcudart.so.12.map",
         "include/cuda.h",
         "include/cuda_runtime_api.h",
     ] {

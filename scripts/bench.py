@@ -43,6 +43,12 @@ def build(work):
         os.path.join(work, "libcuda.so.1"), os.path.join(sim, "driver.c"), "-lpthread"])
     sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN", "-o",
         os.path.join(work, "libcudart.so.12"), os.path.join(sim, "runtime.c"), "-ldl", "-lpthread"])
+    # The same driver without cuCtxGetCurrent/cuCtxGetDevice, as an old or
+    # partial driver may be (issue 11): the library must not pay a failed
+    # lookup per call on it.
+    os.makedirs(os.path.join(work, "no-ctx-queries"), exist_ok=True)
+    sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-DSIMCUDA_NO_CTX_QUERIES", "-Wl,-soname,libcuda.so.1", "-o",
+        os.path.join(work, "no-ctx-queries", "libcuda.so.1"), os.path.join(sim, "driver.c"), "-lpthread"])
     sh(["cc", "-O2", "-g", inc, "-o", os.path.join(work, "pairs"), os.path.join(ROOT, "bench", "pairs.c"),
         os.path.join(work, "libcudart.so.12"), os.path.join(work, "libcuda.so.1"), "-lpthread", "-ldl",
         "-Wl,-rpath," + work])
@@ -104,6 +110,28 @@ def row(label, value, unit, note=""):
     print("| %-58s | %12s | %-6s | %s" % (label, value, unit, note))
 
 
+def old_driver(work, reports, pairs, args):
+    """Per-pair overhead on a driver without cuCtxGetCurrent/cuCtxGetDevice
+    against the full driver's: goal within 1.5x (issue 11)."""
+    full = base_env(work, reports)
+    old = dict(full, LD_LIBRARY_PATH=os.path.join(work, "no-ctx-queries") + ":" + work)
+    med = side_by_side({
+        "full driver, no library": (None, full),
+        "full driver, cudaleak": (None, dict(full, LD_PRELOAD=LIB)),
+        "driver without context queries, no library": (None, old),
+        "driver without context queries, cudaleak": (None, dict(old, LD_PRELOAD=LIB)),
+    }, [pairs, "runtime", str(args.pairs), "20"], args.runs)
+    costs = {}
+    for driver in ("full driver", "driver without context queries"):
+        base = med[driver + ", no library"]
+        costs[driver] = med[driver + ", cudaleak"] - base
+        row("alloc/free pair, 20 frames, %s: no library" % driver, "%.0f" % base, "ns")
+        row("alloc/free pair, 20 frames, %s: cudaleak" % driver, "%.0f" % med[driver + ", cudaleak"], "ns",
+            "+%.0f ns" % costs[driver])
+    row("overhead ratio, driver without context queries / full driver",
+        "%.2f" % (costs["driver without context queries"] / costs["full driver"]), "", "goal <= 1.5")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -111,6 +139,7 @@ def main():
     ap.add_argument("--py-pairs", type=int, default=200_000)
     ap.add_argument("--live-blocks", type=int, default=1_000_000)
     ap.add_argument("--threads", default="1,2,4,8")
+    ap.add_argument("--only", choices=["old-driver"], help="run one section only")
     args = ap.parse_args()
     if not os.path.exists(LIB):
         sys.exit("build first: cargo build --release")
@@ -130,6 +159,10 @@ def main():
     print()
     print("| %-58s | %12s | %-6s | %s" % ("measurement", "value", "unit", "note"))
     print("|%s|%s|%s|%s" % ("-" * 60, "-" * 14, "-" * 8, "-" * 20))
+    old_driver(work, reports, pairs, args)
+    if args.only:
+        shutil.rmtree(work, ignore_errors=True)
+        return
     for depth in (20, 60):
         med = side_by_side(configs_native(work, reports, heaptrack),
                            [pairs, "runtime", str(args.pairs), str(depth)], args.runs)

@@ -39,7 +39,8 @@ struct CUctx_st {
 
 /* ---- a small open-addressing table: key 0 is empty, ~0 a tombstone ---- */
 
-enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING };
+enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING, K_ARRAY, K_MIPMAPPED,
+           K_IMPORTED, K_POOL };
 
 struct entry {
     uint64_t key;
@@ -229,12 +230,17 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+/* SIMCUDA_NO_CTX_QUERIES builds a driver without cuCtxGetCurrent and
+ * cuCtxGetDevice, as an old or partial driver may be: cudaleak must still
+ * work on it, without paying a failed lookup per call (issue 11). */
+#ifndef SIMCUDA_NO_CTX_QUERIES
 CUresult cuCtxGetCurrent(CUcontext *pctx) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     *pctx = current;
     return CUDA_SUCCESS;
 }
+#endif
 
 CUresult cuCtxSetCurrent(CUcontext ctx) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -242,12 +248,14 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+#ifndef SIMCUDA_NO_CTX_QUERIES
 CUresult cuCtxGetDevice(CUdevice *device) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!current) return CUDA_ERROR_INVALID_CONTEXT;
     *device = current->device;
     return CUDA_SUCCESS;
 }
+#endif
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -305,12 +313,13 @@ static CUresult allocate(void **out, size_t size, int kind) {
     return CUDA_SUCCESS;
 }
 
-static CUresult release(uint64_t addr, int host) {
+/* Frees a block of `kind`; K_DEVICE also frees managed memory. */
+static CUresult release(uint64_t addr, int kind) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!addr) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     struct entry *e = table_find(&memory, addr);
-    if (!e || (e->kind == K_HOST) != host) {
+    if (!e || !(e->kind == kind || (kind == K_DEVICE && e->kind == K_MANAGED))) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -374,15 +383,144 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
     return allocate(pp, bytesize, K_HOST);
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) { return release(dptr, 0); }
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return release(dptr, K_DEVICE); }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     (void)stream;
-    return release(dptr, 0);
+    return release(dptr, K_DEVICE);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
     return cuMemFreeAsync(dptr, stream);
 }
-CUresult cuMemFreeHost(void *p) { return release((uint64_t)(uintptr_t)p, 1); }
+CUresult cuMemFreeHost(void *p) { return release((uint64_t)(uintptr_t)p, K_HOST); }
+
+/* ---- CUDA arrays: the handle is the address of the array's memory ---- */
+
+static size_t format_bytes(CUarray_format f) {
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 0;
+    }
+}
+
+static size_t at_least_1(size_t v) { return v ? v : 1; }
+
+static CUresult create_array(void **out, size_t w, size_t h, size_t d, CUarray_format f,
+                             unsigned int channels, unsigned int levels, int kind) {
+    size_t elem = format_bytes(f) * channels;
+    if (!out || !w || !elem || (channels != 1 && channels != 2 && channels != 4) || !levels)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = 0;
+    for (unsigned int l = 0; l < levels; l++) {
+        bytes += w * at_least_1(h) * at_least_1(d) * elem;
+        w = at_least_1(w / 2), h /= 2, d /= 2;
+    }
+    return allocate(out, bytes, kind);
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, 0, a->Format, a->NumChannels, 1,
+                        K_ARRAY);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *a) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, a->Depth, a->Format,
+                        a->NumChannels, 1, K_ARRAY);
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *a,
+                                unsigned int levels) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, a->Depth, a->Format,
+                        a->NumChannels, levels, K_MIPMAPPED);
+}
+
+CUresult cuArrayDestroy(CUarray a) { return release((uint64_t)(uintptr_t)a, K_ARRAY); }
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
+    return release((uint64_t)(uintptr_t)a, K_MIPMAPPED);
+}
+
+/* ---- memory shared between processes ----
+ * The simulation lets a process open its own handles (the real driver
+ * refuses that, and tests have one process): opening maps a new block of
+ * the exported block's size, as a second process would see it. */
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct entry *e = table_find(&memory, dptr);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (e && e->kind != K_POOL) {
+        if (pbase) *pbase = e->key;
+        if (psize) *psize = e->size;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
+    size_t size = 0;
+    CUresult r = cuMemGetAddressRange_v2(NULL, &size, dptr);
+    if (r || !pHandle) return r ? r : CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle->reserved, &dptr, sizeof dptr);
+    memcpy(pHandle->reserved + 8, &size, sizeof size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags) {
+    size_t size;
+    (void)flags;
+    memcpy(&size, handle.reserved + 8, sizeof size);
+    if (!size) return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)pdptr, size, K_IMPORTED);
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return release(dptr, K_IMPORTED); }
+
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!shareableHandle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int live = table_find(&handles, handle) != NULL;
+    pthread_mutex_unlock(&lock);
+    if (!live) return CUDA_ERROR_INVALID_VALUE;
+    *(int *)shareableHandle = (int)handle; /* the "file descriptor" */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType type) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct entry *src = table_find(&handles, (uint64_t)(uintptr_t)osHandle);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (src) {
+        struct entry e = {.key = next_handle++, .size = src->size, .kind = K_HANDLE};
+        if (table_put(&handles, e) == 0) {
+            *handle = e.key;
+            r = CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* ---- stream-ordered memory pools: a pool is a small block of its own ---- */
+
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    if (!props) return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)pool, 64, K_POOL);
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) { return release((uint64_t)(uintptr_t)pool, K_POOL); }
 
 /* ---- virtual memory management ---- */
 
@@ -524,8 +662,11 @@ CUresult cuGetErrorName(CUresult error, const char **pstr) {
 #define SYM(f) {#f, (void *)f}
 static const struct { const char *name; void *fn; } symbols[] = {
     SYM(cuInit), SYM(cuDriverGetVersion), SYM(cuDeviceGet), SYM(cuDeviceGetCount),
-    SYM(cuCtxCreate_v2), SYM(cuCtxDestroy_v2), SYM(cuCtxGetCurrent), SYM(cuCtxSetCurrent),
-    SYM(cuCtxGetDevice), SYM(cuDevicePrimaryCtxRetain), SYM(cuDevicePrimaryCtxRelease_v2),
+    SYM(cuCtxCreate_v2), SYM(cuCtxDestroy_v2), SYM(cuCtxSetCurrent),
+#ifndef SIMCUDA_NO_CTX_QUERIES
+    SYM(cuCtxGetCurrent), SYM(cuCtxGetDevice),
+#endif
+    SYM(cuDevicePrimaryCtxRetain), SYM(cuDevicePrimaryCtxRelease_v2),
     SYM(cuDevicePrimaryCtxReset_v2), SYM(cuMemAlloc), SYM(cuMemAlloc_v2),
     SYM(cuMemAllocPitch_v2), SYM(cuMemAllocManaged), SYM(cuMemAllocAsync),
     SYM(cuMemAllocAsync_ptsz), SYM(cuMemAllocFromPoolAsync), SYM(cuMemAllocFromPoolAsync_ptsz),
@@ -533,6 +674,11 @@ static const struct { const char *name; void *fn; } symbols[] = {
     SYM(cuMemFreeAsync_ptsz), SYM(cuMemFreeHost), SYM(cuMemCreate), SYM(cuMemRelease),
     SYM(cuMemMap), SYM(cuMemUnmap), SYM(cuMemAddressReserve), SYM(cuMemAddressFree),
     SYM(cuMemGetAllocationGranularity), SYM(cuGetProcAddress), SYM(cuGetProcAddress_v2),
+    SYM(cuArrayCreate_v2), SYM(cuArray3DCreate_v2), SYM(cuArrayDestroy),
+    SYM(cuMipmappedArrayCreate), SYM(cuMipmappedArrayDestroy),
+    SYM(cuMemGetAddressRange_v2), SYM(cuIpcGetMemHandle), SYM(cuIpcOpenMemHandle_v2),
+    SYM(cuIpcCloseMemHandle), SYM(cuMemExportToShareableHandle),
+    SYM(cuMemImportFromShareableHandle), SYM(cuMemPoolCreate), SYM(cuMemPoolDestroy),
     SYM(cuGetErrorName),
 };
 
@@ -549,6 +695,10 @@ static const struct { const char *base; int since; const char *suffix; } version
     {"cuDevicePrimaryCtxRelease", 11000, "_v2"},
     {"cuDevicePrimaryCtxReset", 11000, "_v2"},
     {"cuGetProcAddress", 12000, "_v2"},
+    {"cuArrayCreate", 3020, "_v2"},
+    {"cuIpcOpenMemHandle", 11000, "_v2"},
+    {"cuMemGetAddressRange", 3020, "_v2"},
+    {"cuArray3DCreate", 3020, "_v2"},
 };
 static const char *per_thread[] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync"};
 

@@ -38,6 +38,12 @@ static struct {
     CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
     CUresult (*MemFreeAsync_ptsz)(CUdeviceptr, CUstream);
     CUresult (*MemFreeHost)(void *);
+    CUresult (*ArrayCreate)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+    CUresult (*Array3DCreate)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+    CUresult (*ArrayDestroy)(CUarray);
+    CUresult (*MipmappedArrayCreate)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
+                                     unsigned int);
+    CUresult (*MipmappedArrayDestroy)(CUmipmappedArray);
     get_proc_t GetProcAddress;
 } drv;
 
@@ -65,7 +71,14 @@ static void load_driver(void) {
     GET(Init, "cuInit", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(CtxGetCurrent, "cuCtxGetCurrent", CU_GET_PROC_ADDRESS_DEFAULT);
+    {
+        /* Optional: a driver built with SIMCUDA_NO_CTX_QUERIES lacks it, as
+         * some old or partial drivers do; then the context is set each time. */
+        CUdriverProcAddressQueryResult st;
+        if (drv.GetProcAddress("cuCtxGetCurrent", (void **)&drv.CtxGetCurrent, CUDART_VERSION,
+                               CU_GET_PROC_ADDRESS_DEFAULT, &st))
+            drv.CtxGetCurrent = NULL;
+    }
     GET(CtxSetCurrent, "cuCtxSetCurrent", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(MemAlloc, "cuMemAlloc", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(MemAllocPitch, "cuMemAllocPitch", CU_GET_PROC_ADDRESS_DEFAULT);
@@ -79,6 +92,11 @@ static void load_driver(void) {
     GET(MemFreeAsync, "cuMemFreeAsync", CU_GET_PROC_ADDRESS_DEFAULT);
     GET(MemFreeAsync_ptsz, "cuMemFreeAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     GET(MemFreeHost, "cuMemFreeHost", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(ArrayCreate, "cuArrayCreate", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(Array3DCreate, "cuArray3DCreate", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(ArrayDestroy, "cuArrayDestroy", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MipmappedArrayCreate, "cuMipmappedArrayCreate", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MipmappedArrayDestroy, "cuMipmappedArrayDestroy", CU_GET_PROC_ADDRESS_DEFAULT);
     if (drv.Init(0) == CUDA_SUCCESS) init_error = cudaSuccess;
 }
 
@@ -98,7 +116,7 @@ static cudaError_t lazy_init(void) {
     pthread_once(&once, load_driver);
     if (init_error) return init_error;
     CUcontext cur = NULL;
-    drv.CtxGetCurrent(&cur);
+    if (drv.CtxGetCurrent) drv.CtxGetCurrent(&cur);
     pthread_mutex_lock(&ctx_lock);
     CUresult r = CUDA_SUCCESS;
     if (!primary_ctx) r = drv.DevicePrimaryCtxRetain(&primary_ctx, 0);
@@ -115,7 +133,13 @@ static cudaError_t lazy_init(void) {
         if (e_ != cudaSuccess) return e_;  \
     } while (0)
 
+/* How many cudaMalloc calls this copy of the runtime served: tests that
+ * load two copies check that each program call reached its own copy. */
+static int malloc_calls;
+int simcudart_malloc_calls(void) { return __atomic_load_n(&malloc_calls, __ATOMIC_RELAXED); }
+
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
+    __atomic_fetch_add(&malloc_calls, 1, __ATOMIC_RELAXED);
     INIT_OR_RETURN();
     if (!devPtr) return cudaErrorInvalidValue;
     if (size == 0) {
@@ -199,6 +223,69 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent extent) {
     p->xsize = extent.width;
     p->ysize = extent.height;
     return cudaSuccess;
+}
+
+/* ---- CUDA arrays, over the driver's ---- */
+
+/* The driver's format and channel count of a channel description (all
+ * channels of one size, as cudaCreateChannelDesc makes them). */
+static int array_format(const struct cudaChannelFormatDesc *d, CUarray_format *f,
+                        unsigned int *channels) {
+    if (!d) return 0;
+    *channels = (d->x > 0) + (d->y > 0) + (d->z > 0) + (d->w > 0);
+    switch (d->f * 100 + d->x) {
+    case 108: *f = CU_AD_FORMAT_UNSIGNED_INT8; return 1;
+    case 116: *f = CU_AD_FORMAT_UNSIGNED_INT16; return 1;
+    case 132: *f = CU_AD_FORMAT_UNSIGNED_INT32; return 1;
+    case 8: *f = CU_AD_FORMAT_SIGNED_INT8; return 1;
+    case 16: *f = CU_AD_FORMAT_SIGNED_INT16; return 1;
+    case 32: *f = CU_AD_FORMAT_SIGNED_INT32; return 1;
+    case 216: *f = CU_AD_FORMAT_HALF; return 1;
+    case 232: *f = CU_AD_FORMAT_FLOAT; return 1;
+    default: return 0;
+    }
+}
+
+cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                            size_t width, size_t height, unsigned int flags) {
+    INIT_OR_RETURN();
+    (void)flags;
+    CUDA_ARRAY_DESCRIPTOR a = {.Width = width, .Height = height};
+    if (!array_format(desc, &a.Format, &a.NumChannels)) return cudaErrorInvalidValue;
+    return to_runtime_error(drv.ArrayCreate((CUarray *)array, &a));
+}
+
+cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                              struct cudaExtent extent, unsigned int flags) {
+    INIT_OR_RETURN();
+    CUDA_ARRAY3D_DESCRIPTOR a = {.Width = extent.width, .Height = extent.height,
+                                 .Depth = extent.depth, .Flags = flags};
+    if (!array_format(desc, &a.Format, &a.NumChannels)) return cudaErrorInvalidValue;
+    return to_runtime_error(drv.Array3DCreate((CUarray *)array, &a));
+}
+
+cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+                                     const struct cudaChannelFormatDesc *desc,
+                                     struct cudaExtent extent, unsigned int numLevels,
+                                     unsigned int flags) {
+    INIT_OR_RETURN();
+    CUDA_ARRAY3D_DESCRIPTOR a = {.Width = extent.width, .Height = extent.height,
+                                 .Depth = extent.depth, .Flags = flags};
+    if (!array_format(desc, &a.Format, &a.NumChannels)) return cudaErrorInvalidValue;
+    return to_runtime_error(
+        drv.MipmappedArrayCreate((CUmipmappedArray *)mipmappedArray, &a, numLevels));
+}
+
+cudaError_t cudaFreeArray(cudaArray_t array) {
+    INIT_OR_RETURN();
+    if (!array) return cudaSuccess;
+    return to_runtime_error(drv.ArrayDestroy((CUarray)array));
+}
+
+cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray) {
+    INIT_OR_RETURN();
+    if (!mipmappedArray) return cudaSuccess;
+    return to_runtime_error(drv.MipmappedArrayDestroy((CUmipmappedArray)mipmappedArray));
 }
 
 cudaError_t cudaDeviceReset(void) {

@@ -51,6 +51,22 @@ struct cudaPitchedPtr {
     size_t ysize;
 };
 
+typedef struct CUarray_st *cudaArray_t;
+typedef struct CUmipmappedArray_st *cudaMipmappedArray_t;
+enum cudaChannelFormatKind {
+    cudaChannelFormatKindSigned = 0,
+    cudaChannelFormatKindUnsigned = 1,
+    cudaChannelFormatKindFloat = 2,
+};
+/* bits per channel x, y, z, w */
+struct cudaChannelFormatDesc {
+    int x;
+    int y;
+    int z;
+    int w;
+    enum cudaChannelFormatKind f;
+};
+
 /* CUDA 12.4, the version the simulated runtime claims to be */
 #define CUDART_VERSION 12040
 
@@ -68,6 +84,16 @@ cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags);
 cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
 cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
+cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                            size_t width, size_t height, unsigned int flags);
+cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                              struct cudaExtent extent, unsigned int flags);
+cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+                                     const struct cudaChannelFormatDesc *desc,
+                                     struct cudaExtent extent, unsigned int numLevels,
+                                     unsigned int flags);
+cudaError_t cudaFreeArray(cudaArray_t array);
+cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray);
 cudaError_t cudaDeviceReset(void);
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
                                     enum cudaDriverEntryPointQueryResult *driverStatus);

@@ -271,7 +271,7 @@ impl Assembler<'_> {
                 });
             }
             let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
-            if !kind.is_address_space() {
+            if kind.counts_in_live_bytes() {
                 live_bytes += b.size();
             }
             let k = by_memory.entry(kind).or_default();

@@ -21,16 +21,23 @@ pub enum MemoryKind {
     Physical = 3,
     Reservation = 4,
     Array = 5,
+    /// extension: memory another process allocated and this one opened
+    /// (cuIpcOpenMemHandle_v2, cuMemImportFromShareableHandle)
+    Imported = 6,
+    /// extension: a stream-ordered memory pool (cuMemPoolCreate) itself
+    Pool = 7,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 6] = [
+    pub const ALL: [MemoryKind; 8] = [
         MemoryKind::Device,
         MemoryKind::Host,
         MemoryKind::Managed,
         MemoryKind::Physical,
         MemoryKind::Reservation,
         MemoryKind::Array,
+        MemoryKind::Imported,
+        MemoryKind::Pool,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +48,30 @@ impl MemoryKind {
             MemoryKind::Physical => "physical",
             MemoryKind::Reservation => "reservation",
             MemoryKind::Array => "array",
+            MemoryKind::Imported => "imported",
+            MemoryKind::Pool => "pool",
+        }
+    }
+
+    /// Whether the kind's bytes are memory this process allocated, counted
+    /// in `live_bytes`: not reserved address space, not memory another
+    /// process allocated (imported), not a pool handle.
+    pub fn counts_in_live_bytes(self) -> bool {
+        !matches!(
+            self,
+            MemoryKind::Reservation | MemoryKind::Imported | MemoryKind::Pool
+        )
+    }
+
+    /// The kind a report's `memory` field gives for this one: the shared
+    /// schema's values are kept as they are; imported memory is device
+    /// memory and a pool is reserved memory, with the precise kind in the
+    /// `memory_kind` extension.
+    pub fn shared_kind(self) -> MemoryKind {
+        match self {
+            MemoryKind::Imported => MemoryKind::Device,
+            MemoryKind::Pool => MemoryKind::Reservation,
+            k => k,
         }
     }
 
@@ -101,6 +132,15 @@ api_list! {
     cudaMallocManaged,
     cudaMallocPitch,
     cudaMalloc3D,
+    cuArrayCreate_v2,
+    cuArray3DCreate_v2,
+    cuMipmappedArrayCreate,
+    cudaMallocArray,
+    cudaMalloc3DArray,
+    cudaMallocMipmappedArray,
+    cuIpcOpenMemHandle_v2,
+    cuMemImportFromShareableHandle,
+    cuMemPoolCreate,
 }
 
 impl Api {
@@ -110,6 +150,12 @@ impl Api {
 
     pub fn by_name(name: &str) -> Option<Api> {
         API_NAMES.iter().position(|n| *n == name).map(|i| Api::ALL[i])
+    }
+
+    /// Whether the call returns a VMM handle (released by cuMemRelease),
+    /// not an address.
+    pub fn returns_handle(self) -> bool {
+        matches!(self, Api::cuMemCreate | Api::cuMemImportFromShareableHandle)
     }
 
     pub fn is_runtime(self) -> bool {

@@ -355,7 +355,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         size_exact(g.bytes),
         count(g.blocks, "block"),
         escape(&g.api),
-        g.memory.name(),
+        g.kind().name(),
         trend_note(g.trend)
     );
     for l in display_frames_with(g, opts.max_frames, opts.full_stacks) {
@@ -389,12 +389,12 @@ pub fn summary_line(bytes: u64, blocks: u64) -> String {
 fn by_kind(groups: &[Group]) -> String {
     let mut kinds: Vec<(crate::record::MemoryKind, u64, u64)> = Vec::new();
     for g in groups {
-        match kinds.iter_mut().find(|k| k.0 == g.memory) {
+        match kinds.iter_mut().find(|k| k.0 == g.kind()) {
             Some(k) => {
                 k.1 = k.1.saturating_add(g.bytes);
                 k.2 = k.2.saturating_add(g.blocks);
             }
-            None => kinds.push((g.memory, g.bytes, g.blocks)),
+            None => kinds.push((g.kind(), g.bytes, g.blocks)),
         }
     }
     kinds.sort();
@@ -404,6 +404,20 @@ fn by_kind(groups: &[Group]) -> String {
             if k.is_address_space() {
                 format!(
                     "{} {} in {}, address space only",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
+            } else if *k == crate::record::MemoryKind::Imported {
+                format!(
+                    "{} {} in {}, opened from another process",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
+            } else if *k == crate::record::MemoryKind::Pool {
+                format!(
+                    "{} {} in {}, pools never destroyed",
                     k.name(),
                     size(*bytes),
                     count(*blocks, "block")

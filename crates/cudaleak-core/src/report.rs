@@ -110,7 +110,12 @@ pub struct Group {
     pub blocks: u64,
     pub bytes: u64,
     pub api: String,
+    /// one of the shared schema's kinds (see `MemoryKind::shared_kind`)
     pub memory: MemoryKind,
+    /// extension: the precise kind where `memory` cannot say it
+    /// ("imported", "pool")
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_kind: Option<MemoryKind>,
     pub native_stack: Vec<NativeFrame>,
     pub python_stack: Vec<PythonFrame>,
     /// extension
@@ -278,7 +283,7 @@ impl Report {
         saturating_sum(
             self.leaks
                 .iter()
-                .filter(|g| !g.memory.is_address_space())
+                .filter(|g| g.kind().counts_in_live_bytes())
                 .map(|g| g.bytes),
         )
     }
@@ -302,7 +307,8 @@ impl Group {
             blocks,
             bytes,
             api: api.to_string(),
-            memory,
+            memory: memory.shared_kind(),
+            memory_kind: (memory.shared_kind() != memory).then_some(memory),
             native_stack,
             python_stack,
             merged_stack: Vec::new(),
@@ -312,6 +318,11 @@ impl Group {
             suppression: None,
             trend: None,
         }
+    }
+
+    /// The precise memory kind of the group.
+    pub fn kind(&self) -> MemoryKind {
+        self.memory_kind.unwrap_or(self.memory)
     }
 
     /// Innermost frame that names something, for one-line summaries.

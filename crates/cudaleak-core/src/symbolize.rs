@@ -6,8 +6,10 @@
 //! intervals) pay only for addresses they have not seen.
 
 use crate::report::NativeFrame;
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Turns one return address into frames. A trait so that the report
 /// assembly can be unit-tested with fake symbol tables.
@@ -54,6 +56,103 @@ pub fn module_of(addr: u64) -> Option<String> {
     Some(name)
 }
 
+// ---- objects that were unloaded ----
+//
+// A block allocated through a plugin that was dlclose'd later still
+// names the plugin (issue 11): the preload library notes each unloaded
+// object here, from its `dlclose` override (no allocation, no lock: an
+// append-only table of fixed entries, each published by its `ready`
+// flag), and dump-time symbolization falls back to it for an address no
+// loaded object holds, as module+offset.
+
+const UNLOADED_MAX: usize = 128;
+const UNLOADED_NAME: usize = 256;
+
+struct UnloadedObject {
+    lo: AtomicU64,
+    hi: AtomicU64,
+    len: AtomicUsize,
+    name: UnsafeCell<[u8; UNLOADED_NAME]>,
+    ready: AtomicBool,
+}
+
+struct UnloadedTable([UnloadedObject; UNLOADED_MAX]);
+// SAFETY: an entry's name is written once, by the thread that claimed it,
+// before `ready` is set; readers read it only after seeing `ready`.
+unsafe impl Sync for UnloadedTable {}
+
+static UNLOADED: UnloadedTable = UnloadedTable(
+    [const {
+        UnloadedObject {
+            lo: AtomicU64::new(0),
+            hi: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            name: UnsafeCell::new([0; UNLOADED_NAME]),
+            ready: AtomicBool::new(false),
+        }
+    }; UNLOADED_MAX],
+);
+static UNLOADED_CLAIMED: AtomicUsize = AtomicUsize::new(0);
+
+/// Remembers that the object at [lo, hi) named `name` was unloaded.
+/// Allocates nothing and never blocks; past the table's size, later
+/// unloads are not remembered (their frames keep a bare address).
+pub fn note_unloaded(lo: u64, hi: u64, name: &[u8]) {
+    let i = UNLOADED_CLAIMED.fetch_add(1, Ordering::AcqRel);
+    let Some(e) = UNLOADED.0.get(i) else {
+        UNLOADED_CLAIMED.store(UNLOADED_MAX, Ordering::Relaxed);
+        return;
+    };
+    let n = name.len().min(UNLOADED_NAME);
+    // SAFETY: entry i belongs to this thread until `ready` is set.
+    unsafe { (&mut *e.name.get())[..n].copy_from_slice(&name[..n]) };
+    e.len.store(n, Ordering::Relaxed);
+    e.lo.store(lo, Ordering::Relaxed);
+    e.hi.store(hi, Ordering::Relaxed);
+    e.ready.store(true, Ordering::Release);
+}
+
+/// The most recently unloaded object that held `addr`: (path, offset).
+pub fn unloaded_module_of(addr: u64) -> Option<(String, u64)> {
+    let claimed = UNLOADED_CLAIMED.load(Ordering::Acquire).min(UNLOADED_MAX);
+    UNLOADED.0[..claimed].iter().rev().find_map(|e| {
+        if !e.ready.load(Ordering::Acquire) {
+            return None;
+        }
+        let (lo, hi) = (e.lo.load(Ordering::Relaxed), e.hi.load(Ordering::Relaxed));
+        if !(lo <= addr && addr < hi) {
+            return None;
+        }
+        let len = e.len.load(Ordering::Relaxed);
+        // SAFETY: published by `ready`, never written again.
+        let name = unsafe { &(&*e.name.get())[..len] };
+        let name = String::from_utf8_lossy(name).into_owned();
+        let name = if name.is_empty() {
+            "unknown unloaded object".into()
+        } else {
+            name
+        };
+        Some((name, addr - lo))
+    })
+}
+
+/// The frame of an address in an unloaded object: its module, and in place
+/// of a function name `module-file-name+offset` (the offset from the
+/// object's lowest loaded address), which `addr2line -e` resolves.
+fn unloaded_frame(pc: u64) -> Option<NativeFrame> {
+    let (path, offset) = unloaded_module_of(pc)?;
+    let base = path.rsplit('/').next().unwrap_or(&path).to_string();
+    Some(NativeFrame {
+        address: hex(pc),
+        function: Some(format!("{base}+{offset:#x}")),
+        file: None,
+        line: None,
+        module: Some(path),
+        offset: Some(hex(offset)),
+        build_id: None,
+    })
+}
+
 impl SymbolSource for ProcessSymbolizer {
     fn symbolize(&mut self, return_address: u64) -> Vec<NativeFrame> {
         if let Some(hit) = self.cache.get(&return_address) {
@@ -63,6 +162,12 @@ impl SymbolSource for ProcessSymbolizer {
         // up `ra - 1` gives the caller's line, not the next statement's.
         let pc = return_address.saturating_sub(1);
         let module = module_of(pc);
+        if module.is_none() {
+            if let Some(frame) = unloaded_frame(pc) {
+                self.cache.insert(return_address, vec![frame.clone()]);
+                return vec![frame];
+            }
+        }
         // Offset and build-id: what a symbolizer needs later, elsewhere.
         let located = crate::module_location::module_at(pc);
         let offset = located.as_ref().map(|m| hex(pc.wrapping_sub(m.bias)));

@@ -139,6 +139,9 @@ pub type KindSet = &'static [MemoryKind];
 pub const FREES_DEVICE: KindSet = &[MemoryKind::Device, MemoryKind::Managed];
 pub const FREES_HOST: KindSet = &[MemoryKind::Host];
 pub const FREES_RESERVATION: KindSet = &[MemoryKind::Reservation];
+pub const FREES_ARRAY: KindSet = &[MemoryKind::Array];
+pub const FREES_IMPORTED: KindSet = &[MemoryKind::Imported];
+pub const FREES_POOL: KindSet = &[MemoryKind::Pool];
 
 // ---- runtime calls (case 1) ----
 
@@ -194,6 +197,8 @@ enum Size {
     Bytes(u64),
     /// cuMemAllocPitch: pitch (written by the call) × height
     Pitch(*mut usize, usize),
+    /// asked from the driver after the call (cuMemGetAddressRange_v2)
+    OfAddress,
 }
 
 pub struct Alloc {
@@ -224,6 +229,15 @@ impl Alloc {
         }
     }
 
+    /// cuIpcOpenMemHandle_v2: memory another process allocated; its size
+    /// is asked from the driver once opened.
+    pub fn imported(id: HookId, out: *mut u64) -> Alloc {
+        Alloc {
+            size: Size::OfAddress,
+            ..Alloc::new(id, Api::cuIpcOpenMemHandle_v2, MemoryKind::Imported, out, 0)
+        }
+    }
+
     /// cuMemCreate: the device comes from the allocation properties.
     pub fn physical(id: HookId, handle: *mut u64, size: usize, prop: *const CUmemAllocationProp) -> Alloc {
         // SAFETY: prop is the caller's argument; read only when non-null.
@@ -235,6 +249,40 @@ impl Alloc {
             ..Alloc::new(id, Api::cuMemCreate, MemoryKind::Physical, handle, size)
         }
     }
+}
+
+/// Bytes of a CUDA array from its descriptor (0 when there is none).
+pub fn array_2d_bytes(desc: *const CUDA_ARRAY_DESCRIPTOR) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let element = array_element_bytes(d.format, d.num_channels);
+    array_bytes(d.width, d.height, 0, element, 1) as usize
+}
+
+/// Bytes of a 3D or mipmapped CUDA array from its descriptor.
+pub fn array_3d_bytes(desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: u32) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let element = array_element_bytes(d.format, d.num_channels);
+    array_bytes(d.width, d.height, d.depth, element, levels) as usize
+}
+
+/// Bytes of a runtime array of a channel description and extent.
+pub fn runtime_array_bytes(desc: *const cudaChannelFormatDesc, extent: cudaExtent, levels: u32) -> RtSize {
+    if desc.is_null() {
+        return RtSize::Bytes(0);
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let bits = [d.x, d.y, d.z, d.w].iter().map(|&b| b.max(0) as u64).sum::<u64>();
+    let bytes = array_bytes(extent.width, extent.height, extent.depth, bits / 8, levels);
+    RtSize::Bytes(bytes as usize)
 }
 
 impl Event for Alloc {
@@ -267,6 +315,7 @@ impl Event for Alloc {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
             }
             Size::Pitch(..) => 0,
+            Size::OfAddress => size_of_address(key),
         };
         let thread = cx.thread;
         let (api, stack) = match runtime.and_then(|(outer, rc)| Some((rc.api, outer.captured()?))) {
@@ -275,6 +324,20 @@ impl Event for Alloc {
         };
         tracker::record_allocation(key, size, api, self.kind, stack, self.device, thread);
     }
+}
+
+/// The size of the allocation at `addr`, from the driver (0 if it cannot
+/// say). The driver hook guard is up: the helper is not a hook anyway.
+fn size_of_address(addr: u64) -> u64 {
+    let Some(get) = resolve::CU_MEM_GET_ADDRESS_RANGE_V2.get::<MemGetAddressRangeFn>() else {
+        return 0;
+    };
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: real driver call with valid out pointers.
+    if unsafe { get(&mut base, &mut size, addr) } != CUDA_SUCCESS {
+        return 0;
+    }
+    size as u64
 }
 
 // ---- releases (case 3) ----

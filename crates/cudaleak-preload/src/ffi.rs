@@ -5,7 +5,7 @@
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_ulonglong, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 pub type CUresult = c_int;
 pub type cudaError_t = c_int;
@@ -60,3 +60,77 @@ pub type GetProcAddressV2Fn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, cuuint64_t, *mut c_int) -> CUresult;
 pub type CtxGetCurrentFn = unsafe extern "C" fn(*mut CUcontext) -> CUresult;
 pub type CtxGetDeviceFn = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+
+/// `CUDA_ARRAY_DESCRIPTOR` (cuArrayCreate_v2).
+#[repr(C)]
+pub struct CUDA_ARRAY_DESCRIPTOR {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_int,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` (cuArray3DCreate_v2, cuMipmappedArrayCreate).
+#[repr(C)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_int,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `struct cudaChannelFormatDesc`: bits per channel x, y, z, w, and kind.
+#[repr(C)]
+pub struct cudaChannelFormatDesc {
+    pub x: c_int,
+    pub y: c_int,
+    pub z: c_int,
+    pub w: c_int,
+    pub f: c_int,
+}
+
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+
+/// Bytes of one element of a `CUarray_format` with `channels` channels
+/// (0 for formats the table does not know: block-compressed, NV12).
+pub fn array_element_bytes(format: c_int, channels: c_uint) -> u64 {
+    let per_channel = match format {
+        0x01 | 0x08 => 1,
+        0x02 | 0x09 | 0x10 => 2,
+        0x03 | 0x0a | 0x20 => 4,
+        _ => 0,
+    };
+    per_channel * channels as u64
+}
+
+/// Nominal bytes of an array of `levels` mipmap levels (1: a plain
+/// array), each level half the previous one in every dimension; a height
+/// or depth of 0 is a 1D or 2D array. The driver may pad; cudaleak
+/// records this figure.
+pub fn array_bytes(width: usize, height: usize, depth: usize, element: u64, levels: u32) -> u64 {
+    let (mut w, mut h, mut d) = (width as u64, height as u64, depth as u64);
+    let mut total = 0u64;
+    for _ in 0..levels.min(64) {
+        total = total.saturating_add(
+            w.saturating_mul(h.max(1))
+                .saturating_mul(d.max(1))
+                .saturating_mul(element),
+        );
+        w = (w / 2).max(1);
+        h /= 2;
+        d /= 2;
+    }
+    total
+}
+
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUipcMemHandle {
+    pub reserved: [c_char; 64],
+}
+
+pub type MemGetAddressRangeFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;

@@ -51,23 +51,139 @@ macro_rules! cuda_hooks {
             match id { $(HookId::$name => exports::$name as *const () as usize),* }
         }
 
+        /// What each hook does once its real function is known.
+        pub mod bodies {
+            #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+            use super::*;
+            $(
+                hook_body!($layer fn $name($($arg: $ty),*) -> $ret => $event);
+            )*
+        }
+
+        /// The exported symbols: a driver hook is its body; a runtime hook
+        /// is an entry stub that notes its caller first (`resolve.rs`).
         pub mod exports {
             #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
             use super::*;
             $(
-                #[cfg_attr(not(test), no_mangle)]
-                pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                    type Real = unsafe extern "C" fn($($ty),*) -> $ret;
-                    let Some(real) = crate::resolve::real::<Real>(HookId::$name) else {
-                        return crate::resolve::missing_result(HookId::$name);
-                    };
-                    crate::events::intercept(
-                        Layer::$layer,
-                        || $event,
-                        || real($($arg),*),
-                    )
-                }
+                hook_export!($layer fn $name($($arg: $ty),*) -> $ret);
             )*
+        }
+    };
+}
+
+/// The body of one hook: find the real function, let the event watch the
+/// call. A runtime hook takes the real function its caller's own scope
+/// binds (two libcudart copies each keep theirs, an RTLD_LOCAL plugin's
+/// libcudart is found), which its entry stub looked up.
+macro_rules! hook_body {
+    (Driver fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+            let Some(real) = crate::resolve::real::<Real>(HookId::$name) else {
+                return crate::resolve::missing_result(HookId::$name);
+            };
+            crate::events::intercept(Layer::Driver, || $event, || real($($arg),*))
+        }
+    };
+    (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
+        /// `real`: what the entry stub found for the caller (0: nothing).
+        pub unsafe extern "C" fn $name(real: usize, $($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+            if real == 0 {
+                return crate::resolve::missing_code(HookId::$name);
+            }
+            // SAFETY: a function of the hooked signature, from the loader.
+            let real = unsafe { std::mem::transmute::<usize, Real>(real) };
+            crate::events::intercept(Layer::Runtime, || $event, || real($($arg),*))
+        }
+    };
+}
+
+/// The exported symbol of one hook.
+macro_rules! hook_export {
+    (Driver fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        pub use super::bodies::$name;
+    };
+    // The stub reads the return address (the caller's), has the real
+    // function for that caller looked up, restores the argument registers,
+    // shifts them by one to pass the real function first, and jumps to the
+    // body: the stack is as the caller left it, so arguments passed in
+    // memory (cudaMalloc3D's cudaExtent) stay in place. Hence at most 5
+    // arguments (x86-64 has 6 argument registers), checked below.
+    (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        const _: () = {
+            let args: &[&str] = &[$(stringify!($arg)),*];
+            assert!(args.len() <= 5, "a runtime hook takes at most 5 arguments");
+        };
+
+        #[cfg(target_arch = "x86_64")]
+        #[cfg_attr(not(test), no_mangle)]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            std::arch::naked_asm!(
+                // r9 is no argument (at most 5); 5 pushes realign the stack.
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "mov rdi, [rsp + 40]",
+                "mov esi, {id}",
+                "call {enter}",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "mov r9, r8",
+                "mov r8, rcx",
+                "mov rcx, rdx",
+                "mov rdx, rsi",
+                "mov rsi, rdi",
+                "mov rdi, rax",
+                "jmp {body}",
+                id = const HookId::$name as u32,
+                enter = sym crate::resolve::cudaleak_enter_runtime,
+                body = sym super::bodies::$name,
+            )
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        #[cfg_attr(not(test), no_mangle)]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            std::arch::naked_asm!(
+                "stp x29, x30, [sp, #-80]!",
+                "mov x29, sp",
+                "stp x0, x1, [sp, #16]",
+                "stp x2, x3, [sp, #32]",
+                "stp x4, x5, [sp, #48]",
+                "stp x6, x7, [sp, #64]",
+                "mov x0, x30",
+                "mov x1, #{id}",
+                "bl {enter}",
+                "mov x9, x0",
+                "ldp x1, x2, [sp, #16]",
+                "ldp x3, x4, [sp, #32]",
+                "ldp x5, x6, [sp, #48]",
+                "ldr x7, [sp, #64]",
+                "mov x0, x9",
+                "ldp x29, x30, [sp], #80",
+                "b {body}",
+                id = const HookId::$name as u32,
+                enter = sym crate::resolve::cudaleak_enter_runtime,
+                body = sym super::bodies::$name,
+            )
+        }
+
+/// Elsewhere the caller is unknown: the global lookup answers.
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let real = crate::resolve::cudaleak_enter_runtime(0, HookId::$name as u32);
+            super::bodies::$name(real, $($arg),*)
         }
     };
 }
@@ -123,6 +239,40 @@ cuda_hooks! {
         => Alloc::new(HookId::cuMemAddressReserve, Api::cuMemAddressReserve, Reservation, ptr, size);
     Driver fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult
         => Free::new(HookId::cuMemAddressFree, ptr, FREES_RESERVATION);
+
+    // ---- driver: CUDA arrays (textures, surfaces) ----
+    Driver fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult
+        => Alloc::new(HookId::cuArrayCreate_v2, Api::cuArrayCreate_v2, Array, handle.cast(),
+                      array_2d_bytes(desc));
+    Driver fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult
+        => Alloc::new(HookId::cuArray3DCreate_v2, Api::cuArray3DCreate_v2, Array, handle.cast(),
+                      array_3d_bytes(desc, 1));
+    Driver fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+                                     levels: c_uint) -> CUresult
+        => Alloc::new(HookId::cuMipmappedArrayCreate, Api::cuMipmappedArrayCreate, Array,
+                      handle.cast(), array_3d_bytes(desc, levels));
+    Driver fn cuArrayDestroy(array: CUarray) -> CUresult
+        => Free::new(HookId::cuArrayDestroy, array as u64, FREES_ARRAY);
+    Driver fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult
+        => Free::new(HookId::cuMipmappedArrayDestroy, array as u64, FREES_ARRAY);
+
+    // ---- driver: memory opened from another process (DDP, NCCL, torch IPC) ----
+    Driver fn cuIpcOpenMemHandle_v2(dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint) -> CUresult
+        => Alloc::imported(HookId::cuIpcOpenMemHandle_v2, dptr);
+    Driver fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult
+        => Free::new(HookId::cuIpcCloseMemHandle, dptr, FREES_IMPORTED);
+    // Its size is not known (no query takes a bare handle): recorded as 0
+    // bytes; released by cuMemRelease like a cuMemCreate handle.
+    Driver fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle,
+                                             os_handle: *mut c_void, handle_type: c_int) -> CUresult
+        => Alloc::new(HookId::cuMemImportFromShareableHandle, Api::cuMemImportFromShareableHandle,
+                      Imported, handle, 0);
+
+    // ---- driver: stream-ordered memory pools (the pool itself) ----
+    Driver fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const c_void) -> CUresult
+        => Alloc::new(HookId::cuMemPoolCreate, Api::cuMemPoolCreate, Pool, pool.cast(), 0);
+    Driver fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult
+        => Free::new(HookId::cuMemPoolDestroy, pool as u64, FREES_POOL);
 
     // ---- driver: context teardown ----
     Driver fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult
@@ -182,6 +332,22 @@ cuda_hooks! {
         => RuntimeFree::new(ptr as u64, RUNTIME_FREE_ASYNC, FREES_DEVICE);
     Runtime fn cudaFreeHost(ptr: *mut c_void) -> cudaError_t
         => RuntimeFree::new(ptr as u64, RUNTIME_FREE_HOST, FREES_HOST);
+    Runtime fn cudaMallocArray(array: *mut CUarray, desc: *const cudaChannelFormatDesc, width: usize,
+                               height: usize, flags: c_uint) -> cudaError_t
+        => RuntimeAlloc::new(Api::cudaMallocArray, Array, RUNTIME_MALLOC_ARRAY, array.cast(),
+                             runtime_array_bytes(desc, cudaExtent { width, height, depth: 0 }, 1));
+    Runtime fn cudaMalloc3DArray(array: *mut CUarray, desc: *const cudaChannelFormatDesc,
+                                 extent: cudaExtent, flags: c_uint) -> cudaError_t
+        => RuntimeAlloc::new(Api::cudaMalloc3DArray, Array, RUNTIME_MALLOC_ARRAY, array.cast(),
+                             runtime_array_bytes(desc, extent, 1));
+    Runtime fn cudaMallocMipmappedArray(array: *mut CUmipmappedArray, desc: *const cudaChannelFormatDesc,
+                                        extent: cudaExtent, levels: c_uint, flags: c_uint) -> cudaError_t
+        => RuntimeAlloc::new(Api::cudaMallocMipmappedArray, Array, RUNTIME_MALLOC_MIPMAPPED,
+                             array.cast(), runtime_array_bytes(desc, extent, levels));
+    Runtime fn cudaFreeArray(array: CUarray) -> cudaError_t
+        => RuntimeFree::new(array as u64, RUNTIME_FREE_ARRAY, FREES_ARRAY);
+    Runtime fn cudaFreeMipmappedArray(array: CUmipmappedArray) -> cudaError_t
+        => RuntimeFree::new(array as u64, RUNTIME_FREE_MIPMAPPED, FREES_ARRAY);
     Runtime fn cudaDeviceReset() -> cudaError_t
         => RuntimeReset;
     Runtime fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void,
@@ -216,6 +382,10 @@ pub const RUNTIME_FREE_ASYNC: &[HookId] = &[
     HookId::cuMemFree_v2,
 ];
 pub const RUNTIME_FREE_HOST: &[HookId] = &[HookId::cuMemFreeHost];
+pub const RUNTIME_MALLOC_ARRAY: &[HookId] = &[HookId::cuArrayCreate_v2, HookId::cuArray3DCreate_v2];
+pub const RUNTIME_MALLOC_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayCreate];
+pub const RUNTIME_FREE_ARRAY: &[HookId] = &[HookId::cuArrayDestroy];
+pub const RUNTIME_FREE_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayDestroy];
 
 impl HookId {
     pub fn name(self) -> &'static str {
@@ -260,7 +430,8 @@ mod tests {
             "curl_easy_init",
             "cuMemcpy",
             "cuMemAlloc",
-            "cudaMallocArray",
+            "cudaMallocArrayX",
+            "cuArrayCreate",
             "cuInit",
             "cu",
             "",

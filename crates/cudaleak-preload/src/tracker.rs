@@ -104,7 +104,7 @@ pub fn note_internal_error() {
 
 /// Live and peak bytes count memory, not reserved address space.
 fn add_bytes(b: &Block) {
-    if b.kind().is_address_space() {
+    if !b.kind().counts_in_live_bytes() {
         return;
     }
     let n = b.size();
@@ -115,7 +115,7 @@ fn add_bytes(b: &Block) {
 }
 
 fn sub_bytes(b: &Block) {
-    if !b.kind().is_address_space() {
+    if b.kind().counts_in_live_bytes() {
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
@@ -151,7 +151,7 @@ pub fn record_allocation(
         ctx_device.or(device),
         EPOCH.load(Ordering::Relaxed),
     );
-    let map = if kind == MemoryKind::Physical {
+    let map = if api.returns_handle() {
         VMM.lock().handles.insert(key, HandleState::default());
         &HANDLES
     } else {

@@ -100,6 +100,44 @@ fn find_module(addr: usize) -> Option<Module> {
     s.found
 }
 
+/// The lowest and highest address of an object's loaded segments, as
+/// `find_module` computes them for the one object it finds (`dlclose`
+/// snapshots every object).
+///
+/// # Safety
+/// `info` is what `dl_iterate_phdr` passes its callback.
+pub unsafe fn load_range(info: &libc::dl_phdr_info) -> Option<(usize, usize)> {
+    let base = info.dlpi_addr as usize;
+    let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
+        lo = lo.min(base + p.p_vaddr as usize);
+        hi = hi.max(base + (p.p_vaddr + p.p_memsz) as usize);
+    }
+    (lo < hi).then_some((lo, hi))
+}
+
+/// The range of the loaded object that contains `addr`, if any.
+pub fn module_range(addr: usize) -> Option<(usize, usize)> {
+    find_module(addr).map(|m| (m.start, m.end))
+}
+
+/// After a `dlclose` unloaded objects: the cached unwind rules of return
+/// addresses that no longer lie in a loaded object are retired (their key
+/// becomes [`RETIRED`], which no address equals and lookups probe past),
+/// so code loaded later at the same address gets its own rules.
+pub fn forget_unloaded_rules() {
+    for key in &CACHE_KEYS {
+        let pc = key.load(Ordering::Acquire);
+        if pc != 0 && pc != RETIRED && find_module(pc as usize - 1).is_none() {
+            key.store(RETIRED, Ordering::Release);
+        }
+    }
+}
+
+/// The key of a retired cache slot.
+const RETIRED: u64 = u64::MAX;
+
 /// Fills `out` with return addresses; returns how many, and whether the
 /// stack was the same as at the previous capture on this thread (see
 /// [`ReplayLog`]).
