@@ -259,7 +259,7 @@ fn timeline(paths: &[PathBuf], view: &ViewArgs) -> Option<CliResult> {
                     "{shown}: a timeline has no stacks; use --format text or json"
                 )))
             }
-            Format::Text => out.push_str(&render::timeline_text(
+            Format::Text => out.push_str(&cudaleak_core::timeline_render::timeline_text(
                 &t,
                 Some(&p.display().to_string()),
                 view.top.unwrap_or(20),

@@ -24,5 +24,6 @@ pub mod safe_read;
 pub mod suppress;
 pub mod symbolize;
 pub mod timeline;
+pub mod timeline_render;
 pub mod units;
 pub mod writer;
