@@ -568,7 +568,13 @@ fn pytest_plugin_limits_warmups_filters_and_framework_caches() {
         .unwrap();
     let helper = body.find("sim.py:").unwrap();
     assert!(user < helper, "{body}");
-    for hidden in ["pytest_plugin.py", "/_pytest/", "/pluggy/"] {
+    for hidden in [
+        "pytest_plugin.py",
+        "/_pytest/",
+        "/pluggy/",
+        "ffi_call",
+        "_PyObject_",
+    ] {
         assert!(!p.stdout.contains(hidden), "{hidden} shown:\n{}", p.stdout);
     }
     // The plugin option does what the marker does.

@@ -186,6 +186,46 @@ def _is_user(frame):
     return not (stdlib and file.startswith(stdlib.replace("\\", "/") + "/"))
 
 
+# Native machinery left out of the text, as `cudaleak report` does without
+# --full-stacks (CONTRACT.md, "Noise"): program start, the interpreter's own
+# frames, foreign-call machinery (libffi, ctypes).
+_NOISE_PREFIXES = (
+    "_start", "__libc_start_", "_PyEval_", "PyEval_Eval", "PyObject_Call", "_PyObject_Call",
+    "PyObject_Vectorcall", "_PyObject_Vectorcall", "_PyObject_MakeTpCall", "_PyObject_FastCall", "_PyFunction_Vectorcall",
+    "_PyVectorcall", "PyVectorcall_", "slot_tp_", "type_call", "method_vectorcall", "cfunction_call",
+    "cfunction_vectorcall", "_PyCFunction", "PyCFunction_Call", "vectorcall_method", "object_vacall",
+    "call_function", "do_call_core", "run_eval_code_obj", "run_mod", "pyrun_", "_PyRun_", "PyRun_",
+    "Py_RunMain", "Py_BytesMain", "pymain_", "ffi_call", "ffi_closure", "_ctypes_callproc", "PyCFuncPtr_call",
+)
+_NOISE_MODULES = ("libffi.so", "_ctypes.")
+
+
+def _is_noise(frame):
+    name = frame.get("function") or ""
+    if name.startswith(_NOISE_PREFIXES):
+        return True
+    module = (frame.get("module") or "").rsplit("/", 1)[-1]
+    return module.startswith(_NOISE_MODULES)
+
+
+def _native_frames(group):
+    """The native frames between the innermost Python line and the CUDA
+    call, machinery left out."""
+    top = []
+    merged = group.get("merged_stack") or []
+    if merged:
+        for f in merged:
+            if f.get("kind") == "python":
+                break
+            top.append(f)
+    else:
+        for f in group.get("native_stack", []):
+            if (f.get("function") or "").startswith(("_PyEval_", "PyEval_Eval")):
+                break
+            top.append(f)
+    return [f for f in top if f.get("function") and not _is_noise(f)]
+
+
 def _python_frames(group):
     return [f for f in group.get("python_stack", []) if not _is_runner(f)]
 
@@ -223,7 +263,7 @@ def format_groups(report, max_groups=10, max_frames=8, prefer_file=None):
         ordered += [f for f in frames if f not in ordered]
         for frame in ordered[:max_frames]:
             lines.append("    " + _frame_line(frame))
-        natives = [f for f in group.get("native_stack", []) if f.get("function")][: max(2, max_frames // 2)]
+        natives = _native_frames(group)[: max(2, max_frames // 2)]
         for frame in natives:
             file = frame.get("file")
             where = " %s:%s" % (file, frame.get("line")) if file else ""

@@ -125,6 +125,7 @@ const NOISE_PREFIXES: &[&str] = &[
     "PyObject_Vectorcall",
     "_PyObject_Vectorcall",
     "_PyObject_MakeTpCall",
+    "_PyObject_FastCall",
     "_PyFunction_Vectorcall",
     "_PyVectorcall",
     "PyVectorcall_",
