@@ -315,7 +315,10 @@ pub fn group_labels(groups: &[&Group]) -> Vec<String> {
                 && chains
                     .iter()
                     .enumerate()
-                    .any(|(j, other)| j != i && other.len() >= k && other[..k] == chain[..k])
+                    // Twins (the same symbols throughout) are numbered below.
+                    .any(|(j, other)| {
+                        j != i && other != chain && other.len() >= k && other[..k] == chain[..k]
+                    })
             {
                 k += 1;
             }
@@ -690,5 +693,34 @@ mod tests {
         assert_eq!(lines.len(), 7, "{lines:#?}");
         assert_eq!(lines[5], "    ... 15 more frames");
         assert_eq!(lines[6], "    #20 in step train.py:7 [python]");
+    }
+
+    #[test]
+    fn labels_take_the_shortest_distinguishing_run_and_number_twins() {
+        let frame = |f: &str, line: i64| NativeFrame {
+            address: "0x1".into(),
+            function: Some(f.into()),
+            file: Some("train.c".into()),
+            line: Some(line),
+            ..NativeFrame::default()
+        };
+        let g = |callers: &[(&str, i64)]| {
+            let stack = callers.iter().map(|(f, l)| frame(f, *l)).collect();
+            Group::new(1, 1, "cudaMalloc", MemoryKind::Device, stack, vec![])
+        };
+        let a = g(&[("alloc", 9), ("train", 20), ("main", 1)]);
+        let b = g(&[("alloc", 9), ("eval", 30), ("main", 1)]);
+        let c = g(&[("other", 3), ("main", 1)]);
+        let twin = a.clone();
+        let labels = group_labels(&[&a, &b, &c, &twin]);
+        assert_eq!(
+            labels,
+            [
+                "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#1]",
+                "cudaMalloc (device memory) at alloc train.c:9 < eval train.c:30",
+                "cudaMalloc (device memory) at other train.c:3",
+                "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#2]",
+            ]
+        );
     }
 }
