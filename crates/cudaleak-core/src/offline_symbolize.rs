@@ -19,6 +19,12 @@ type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
 /// The largest module or debug file read.
 const MAX_OBJECT_BYTES: u64 = 4 << 30;
 
+/// The largest module file read when symbolizing by default (frames
+/// without names), not asked for: a stripped libtorch_cuda.so of a few GiB
+/// is not read whole on every `cudaleak report`. Debug files found by
+/// build-id are always read, up to [`MAX_OBJECT_BYTES`].
+const DEFAULT_MODULE_BYTES: u64 = 256 << 20;
+
 /// The default root of build-id debug files.
 pub const DEFAULT_DEBUG_ROOT: &str = "/usr/lib/debug";
 
@@ -30,9 +36,9 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn read(path: &Path) -> Option<Loaded> {
+    fn read(path: &Path, cap: u64) -> Option<Loaded> {
         let data: &'static [u8] = Box::leak(
-            crate::safe_read::read_regular_file(path, MAX_OBJECT_BYTES)
+            crate::safe_read::read_regular_file(path, cap)
                 .ok()?
                 .into_boxed_slice(),
         );
@@ -126,6 +132,8 @@ pub struct OfflineSymbolizer {
     files: HashMap<PathBuf, Option<Loaded>>,
     /// frames symbolized by the last [`OfflineSymbolizer::symbolize_report`]
     pub symbolized: u64,
+    /// the largest module file read (debug files: [`MAX_OBJECT_BYTES`])
+    module_cap: u64,
 }
 
 impl OfflineSymbolizer {
@@ -141,13 +149,14 @@ impl OfflineSymbolizer {
             debug_roots,
             files: HashMap::new(),
             symbolized: 0,
+            module_cap: MAX_OBJECT_BYTES,
         }
     }
 
-    fn loaded(&mut self, path: PathBuf) -> Option<&Loaded> {
+    fn loaded(&mut self, path: PathBuf, cap: u64) -> Option<&Loaded> {
         self.files
             .entry(path)
-            .or_insert_with_key(|p| Loaded::read(p))
+            .or_insert_with_key(|p| Loaded::read(p, cap))
             .as_ref()
     }
 
@@ -159,19 +168,20 @@ impl OfflineSymbolizer {
         let mut candidates = Vec::new();
         if let Some(id) = f.build_id.as_deref().filter(|id| id.len() > 2) {
             for root in &self.debug_roots {
-                candidates.push(
+                candidates.push((
                     root.join(".build-id")
                         .join(&id[..2])
                         .join(format!("{}.debug", &id[2..])),
-                );
+                    MAX_OBJECT_BYTES,
+                ));
             }
         }
         if let Some(m) = &f.module {
-            candidates.push(PathBuf::from(m));
+            candidates.push((PathBuf::from(m), self.module_cap));
         }
-        for c in candidates {
+        for (c, cap) in candidates {
             let want = f.build_id.clone();
-            let Some(file) = self.loaded(c) else { continue };
+            let Some(file) = self.loaded(c, cap) else { continue };
             // A file of another build would give confident wrong names.
             if file.build_id != want {
                 continue;
@@ -237,6 +247,11 @@ impl OfflineSymbolizer {
     /// frames with an offset when `all`), in place.
     pub fn symbolize_report(&mut self, r: &mut Report, all: bool) {
         self.symbolized = 0;
+        self.module_cap = if all {
+            MAX_OBJECT_BYTES
+        } else {
+            DEFAULT_MODULE_BYTES
+        };
         for list in [&mut r.leaks, &mut r.growth, &mut r.suppressed] {
             for g in list.iter_mut() {
                 self.group(g, all);
