@@ -9,8 +9,25 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The C compiler for the target, by the `cc` crate's conventions: a
+/// cross or manylinux build (scripts/build-wheel.sh, maturin --zig) names
+/// it in CC_<target>, so that the simulated driver the demo ships links
+/// against the same old glibc as the rest of the wheel.
+fn compiler() -> String {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    [
+        format!("CC_{target}"),
+        format!("CC_{}", target.replace('-', "_")),
+        "TARGET_CC".into(),
+        "CC".into(),
+    ]
+    .iter()
+    .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+    .unwrap_or_else(|| "cc".into())
+}
+
 fn cc(args: &[&str]) {
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let compiler = compiler();
     let status = Command::new(&compiler).args(args).status().unwrap_or_else(|e| {
         panic!("cannot run the C compiler {compiler:?}: {e} (cudaleak's simulated driver needs one)")
     });
@@ -89,5 +106,10 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", Path::new("sim").join(f).display());
     }
-    println!("cargo:rerun-if-env-changed=CC");
+    for var in ["CC", "TARGET_CC"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let target = std::env::var("TARGET").unwrap_or_default();
+    println!("cargo:rerun-if-env-changed=CC_{target}");
+    println!("cargo:rerun-if-env-changed=CC_{}", target.replace('-', "_"));
 }

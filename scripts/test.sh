@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
-# The project's test command (README.md). `cargo test` does not build the
-# cdylib, so the preload library and the CLI are built first; the
-# integration tests then run real processes under target/release/libcudaleak.so.
+# The project's test command (README.md). It needs cargo, a C compiler,
+# binutils and python3 (3.9 or newer, with venv), and installs the Python
+# packages the tests use (requirements-dev.txt, requirements-wheel.txt) into
+# its own virtual environment, target/test-venv, from PyPI: nothing comes
+# first.
+#
+# `cargo test` does not build the cdylib, so the preload library and the CLI
+# are built first; the integration tests then run real processes under
+# target/release/libcudaleak.so. Then the wheel is built (a second, zig-linked
+# release build: scripts/build-wheel.sh) and tests/wheel.rs installs it into
+# fresh virtual environments, offline, and uses it as a person would; the
+# suites that run processes under the library run once more on the wheel's
+# own libcudaleak.so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python3 -c 'import pytest' 2>/dev/null; then
-    echo "scripts/test.sh: python3 lacks pytest; run: python3 -m pip install -r requirements-dev.txt" >&2
-    exit 1
+
+venv=target/test-venv
+stamp="$venv/requirements.stamp"
+if ! cat requirements-dev.txt requirements-wheel.txt | cmp -s - "$stamp"; then
+    rm -rf "$venv" target/wheelhouse
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r requirements-dev.txt -r requirements-wheel.txt
+    # pytest's wheels, for the offline installs in tests/wheel.rs.
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
+        --dest target/wheelhouse pytest
+    cat requirements-dev.txt requirements-wheel.txt >"$stamp"
 fi
+export PATH="$PWD/$venv/bin:$PATH"
+
 cargo build --release --workspace
 cargo test --release --workspace "$@"
+wheel_start=$SECONDS
+scripts/build-wheel.sh
+echo "scripts/test.sh: the wheel took $((SECONDS - wheel_start)) s to build"
+cargo test --release --test wheel -- --ignored
+# The processes-under-LD_PRELOAD suites once more, on the library the wheel
+# ships (zig-linked against glibc 2.28, without debug info).
+CUDALEAK_TEST_LIBRARY=python/cudaleak/_lib/libcudaleak.so \
+    cargo test --release --test interception --test python --test live

@@ -131,6 +131,8 @@ came before the timeout."
     /// List the environment variables the library reads
     #[command(after_help = "Exit status: 0.")]
     Env,
+    /// Print the path of libcudaleak.so, for LD_PRELOAD=$(cudaleak lib) COMMAND
+    Lib,
 }
 
 fn main() -> ExitCode {
@@ -152,6 +154,7 @@ fn main() -> ExitCode {
         Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
         Command::Demo { dir } => cli::demo::demo(dir),
         Command::Env => cli::env(),
+        Command::Lib => cli::lib(),
     };
     match result {
         Ok(code) => ExitCode::from(code),

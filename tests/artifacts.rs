@@ -79,6 +79,16 @@ const EXPORTS: &[&str] = &[
     "_exit",
     "_Exit",
     "__libc_start_main",
+    // ways out that run no destructor: the old image's report before exec,
+    // and a SIGINT/SIGTERM a process sends itself (CPython's Ctrl-C exit)
+    "execve",
+    "execv",
+    "execvp",
+    "execvpe",
+    "fexecve",
+    "execveat",
+    "kill",
+    "raise",
     // in-process API
     "cudaleak_dump",
     "cudaleak_checkpoint",

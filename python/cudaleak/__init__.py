@@ -1,8 +1,8 @@
 """cudaleak's in-process API for Python.
 
 Works when the process runs under the library (``cudaleak run -- ...`` or
-``LD_PRELOAD=libcudaleak.so``); otherwise every call is a no-op and
-:func:`no_leaks` warns once.
+``LD_PRELOAD=$(cudaleak lib)``); otherwise every call is a no-op and
+:func:`no_leaks` warns once. Importing it never needs the library.
 
     import cudaleak
 
@@ -21,12 +21,15 @@ import gc
 import json
 import warnings
 
+from cudaleak._install import library_path
+
 __all__ = [
     "available",
     "checkpoint",
     "dump",
     "format_size",
     "leaks_since",
+    "library_path",
     "live_since",
     "no_leaks",
     "parse_size",
@@ -305,7 +308,7 @@ def _warn_not_loaded(stacklevel):
         _warned = True
         warnings.warn(
             "cudaleak: libcudaleak.so is not preloaded, so CUDA leaks are not checked "
-            "(run under `cudaleak run -- ...` or LD_PRELOAD=/path/to/libcudaleak.so)",
+            "(run under `cudaleak run -- ...` or LD_PRELOAD=$(cudaleak lib))",
             RuntimeWarning,
             stacklevel=stacklevel,
         )

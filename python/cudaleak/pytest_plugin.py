@@ -1,10 +1,14 @@
 """pytest plugin: fail tests that leave CUDA memory allocated.
 
-    pytest -p cudaleak.pytest_plugin --cuda-leaks            # check every test
-    pytest -p cudaleak.pytest_plugin --cuda-leaks --cuda-leaks-warmup
-    @pytest.mark.cuda_no_leaks                               # check chosen tests
+    pytest --cuda-leaks                      # check every test
+    pytest --cuda-leaks --cuda-leaks-warmup
+    @pytest.mark.cuda_no_leaks               # check chosen tests
     @pytest.mark.cuda_no_leaks(limit="1 MiB", warmups=2, filter=lambda group: ...)
-    pytest ... --cuda-leaks-framework=torch                  # empty PyTorch's cache first
+    pytest --cuda-leaks-framework=torch      # empty PyTorch's cache before each check
+
+The wheel registers it through a pytest11 entry point, so pytest loads it
+by itself and it checks nothing unless asked; from a source checkout, add
+``-p cudaleak.pytest_plugin``.
 
 The test process must run under libcudaleak.so (``cudaleak run -- pytest
 ...``); pytest-xdist workers inherit it. Each checked test takes a

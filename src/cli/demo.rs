@@ -1,6 +1,8 @@
 //! `cudaleak demo`: a program with three planted leaks (sim/demo.c) on the
 //! bundled simulated CUDA driver, so that a machine without a GPU shows a
-//! real report.
+//! real report. The driver, runtime and program are compiled into this
+//! binary (build.rs), so the demo needs no compiler, also from the wheel,
+//! and they are written to a temporary directory only while it runs.
 
 use super::{create_new_file, find_library, CliResult};
 use std::ffi::{CString, OsString};

@@ -18,8 +18,45 @@ pub const LEAK_EXIT_STATUS: u8 = 23;
 /// gate fails closed, with a status of its own.
 pub const MISSING_REPORT_EXIT_STATUS: u8 = 24;
 
-/// libcudaleak.so: next to this binary (cargo's target/release), in
-/// ../lib (an installed tree), or where CUDALEAK_LIBRARY says.
+/// The library's place inside the installed Python package (pyproject.toml).
+const PYTHON_PACKAGE_LIBRARY: &str = "cudaleak/_lib/libcudaleak.so";
+
+/// Where `pip install cudaleak` puts the library, seen from the directory
+/// of the installed command (a venv's or prefix's bin/, ~/.local/bin): the
+/// wheel's package in ../lib/python3.X/site-packages (dist-packages on
+/// Debian's system Python, lib64 on Fedora's), newest Python first.
+fn python_package_candidates(bin_dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let Ok(entries) = std::fs::read_dir(bin_dir.join("..").join(lib)) else {
+            continue;
+        };
+        let mut pythons: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path())
+            .collect();
+        pythons.sort_by_key(|p| std::cmp::Reverse(python_version(p)));
+        for python in pythons {
+            for packages in ["site-packages", "dist-packages"] {
+                found.push(python.join(packages).join(PYTHON_PACKAGE_LIBRARY));
+            }
+        }
+    }
+    found
+}
+
+/// (3, 11) for .../python3.11, so that 3.10 sorts above 3.9.
+fn python_version(dir: &std::path::Path) -> (u32, u32) {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let mut parts = name.trim_start_matches("python").split('.');
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (next(), next())
+}
+
+/// libcudaleak.so: where CUDALEAK_LIBRARY says, next to this binary
+/// (cargo's target/release), in ../lib (an installed tree), or in the
+/// Python package installed with this command (the wheel).
 pub fn find_library() -> Result<PathBuf, String> {
     let mut tried = Vec::new();
     if let Some(p) = std::env::var_os("CUDALEAK_LIBRARY") {
@@ -27,19 +64,24 @@ pub fn find_library() -> Result<PathBuf, String> {
         if p.is_file() {
             return Ok(p);
         }
-        tried.push(p);
+        tried.push(p.display().to_string());
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate the cudaleak binary: {e}"))?;
     let dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    for candidate in [dir.join("libcudaleak.so"), dir.join("../lib/libcudaleak.so")] {
+    let fixed = [dir.join("libcudaleak.so"), dir.join("../lib/libcudaleak.so")];
+    for candidate in fixed.iter().cloned().chain(python_package_candidates(&dir)) {
         if candidate.is_file() {
             return Ok(candidate.canonicalize().unwrap_or(candidate));
         }
-        tried.push(candidate);
     }
+    tried.extend(fixed.iter().map(|p| p.display().to_string()));
+    tried.push(format!(
+        "{}/../lib/python3.*/site-packages/{PYTHON_PACKAGE_LIBRARY}",
+        dir.display()
+    ));
     Err(format!(
-        "cannot find libcudaleak.so; looked in: {} (build it with `cargo build --release`, or set CUDALEAK_LIBRARY)",
-        tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        "cannot find libcudaleak.so; looked in: {} (install the wheel with `pip install cudaleak`, build it with `cargo build --release`, or set CUDALEAK_LIBRARY)",
+        tried.join(", ")
     ))
 }
 
@@ -60,6 +102,12 @@ pub fn create_new_file(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), Strin
         let _ = std::fs::remove_file(path);
         format!("cannot write {}: {e}", path.display())
     })
+}
+
+/// `cudaleak lib`: the library's path, for `LD_PRELOAD=$(cudaleak lib) ...`.
+pub fn lib() -> CliResult {
+    println!("{}", find_library()?.display());
+    Ok(0)
 }
 
 pub fn env() -> CliResult {

@@ -24,9 +24,13 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// libcudaleak.so from `cargo build` of the same profile (cargo test does
-/// not build cdylibs: the README's test command builds it first).
+/// not build cdylibs: the README's test command builds it first), or the
+/// one CUDALEAK_TEST_LIBRARY names: scripts/test.sh runs the suites again
+/// on the wheel's zig-linked library, the one users get.
 pub fn lib() -> PathBuf {
-    let p = target_dir().join("libcudaleak.so");
+    let p = std::env::var_os("CUDALEAK_TEST_LIBRARY")
+        .map(|p| repo().join(p))
+        .unwrap_or_else(|| target_dir().join("libcudaleak.so"));
     assert!(
         p.is_file(),
         "{} is missing: run `cargo build --release` before `cargo test --release` (scripts/test.sh does both)",
@@ -149,6 +153,11 @@ impl Outcome {
         let mut r = self.reports();
         assert_eq!(r.len(), 1, "expected one report; stderr:\n{}", self.stderr);
         r.pop().unwrap()
+    }
+
+    /// The stderr lines that mention `word` (a setting's name).
+    pub fn stderr_lines_with(&self, word: &str) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.contains(word)).collect()
     }
 
     pub fn assert_success(&self) {

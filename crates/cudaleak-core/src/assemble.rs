@@ -311,9 +311,10 @@ impl Assembler<'_> {
             leaks.push((g, change));
         }
         let mut kept = Vec::new();
+        let mut suppress = self.suppressions.matcher();
         for (g, change) in leaks {
             if let Some(c) = change.filter(|c| c.bytes_delta > 0) {
-                if self.suppressions.match_group(&g).is_none() {
+                if suppress.match_group(&g).is_none() {
                     let mut gg = g.clone();
                     gg.blocks_delta = Some(c.blocks_delta);
                     gg.bytes_delta = Some(c.bytes_delta);
@@ -333,7 +334,7 @@ impl Assembler<'_> {
         leaks.sort_by(order);
         growth.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));
         let mut suppressed = Vec::new();
-        let suppressions_used = self.suppressions.apply(&mut leaks, &mut suppressed);
+        let suppressions_used = suppress.apply(&mut leaks, &mut suppressed);
 
         let live_blocks = snap.blocks.len() as u64;
         Report {
@@ -357,6 +358,8 @@ impl Assembler<'_> {
                 failed_allocations: snap.failed_allocations,
                 invalid_frees: snap.invalid_frees,
                 by_memory,
+                stacks_dropped: self.depot.dropped(),
+                groups_left_out: None,
             },
             leaks,
             growth,
@@ -371,6 +374,27 @@ impl Assembler<'_> {
             run_id: None,
         }
     }
+}
+
+/// Keeps the `max` largest groups of each list (`leaks`, `suppressed`,
+/// `growth`; each list is sorted largest first) for writing; what `leaks`
+/// leaves out is counted in `totals.groups_left_out` (issue 15: 100,000
+/// leaked groups made a 1 GB report that took 13 s and 2.4 GB to write,
+/// and the CLI 29 s and 6.9 GB to read).
+pub fn cap_groups(r: &mut Report, max: usize) {
+    if r.leaks.len() > max {
+        let mut left = crate::report::LeftOut::default();
+        for g in r.leaks.drain(max..) {
+            left.groups += 1;
+            left.blocks = left.blocks.saturating_add(g.blocks);
+            if !g.memory.is_address_space() {
+                left.bytes = left.bytes.saturating_add(g.bytes);
+            }
+        }
+        r.totals.groups_left_out = Some(left);
+    }
+    r.suppressed.truncate(max);
+    r.growth.truncate(max);
 }
 
 #[cfg(test)]

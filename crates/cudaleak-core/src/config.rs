@@ -65,6 +65,16 @@ pub const FLAGS: &[Flag] = &[
         help: "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)",
     },
     Flag {
+        name: "CUDALEAK_MAX_GROUPS",
+        default: "1000",
+        help: "leak groups (and suppressed, and growth groups) written per report, largest first; the rest are counted in totals.groups_left_out",
+    },
+    Flag {
+        name: "CUDALEAK_MAX_STACKS",
+        default: "4194303",
+        help: "distinct stacks stored per process (at most 67108863); blocks from new stacks past it have none, counted in totals.stacks_dropped",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -72,6 +82,12 @@ pub const FLAGS: &[Flag] = &[
 ];
 
 pub const MAX_STACK_DEPTH: usize = 128;
+
+/// The longest `CUDALEAK_INTERVAL` taken (about 115 days); longer values
+/// are clamped to it, with a warning. `Duration::from_secs_f64` panics past
+/// u64 seconds and `Instant` overflows well before that (issue 15: 1e30
+/// aborted the program before main, 9.3e18 killed the dump thread).
+pub const MAX_INTERVAL_SECS: f64 = 1e7;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unwinder {
@@ -94,7 +110,13 @@ pub struct Config {
     pub interval_keep: usize,
     pub unwinder: Unwinder,
     pub summary: bool,
+    /// groups written per list of a report (CUDALEAK_MAX_GROUPS)
+    pub max_groups: usize,
+    /// distinct stacks stored (CUDALEAK_MAX_STACKS)
+    pub max_stacks: u32,
 }
+
+pub const DEFAULT_MAX_GROUPS: usize = 1000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -110,6 +132,8 @@ impl Default for Config {
             interval_keep: 10,
             unwinder: Unwinder::Fast,
             summary: true,
+            max_groups: DEFAULT_MAX_GROUPS,
+            max_stacks: crate::depot::DEFAULT_MAX_TRACES,
         }
     }
 }
@@ -172,6 +196,15 @@ pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
     };
     if num <= 0 || num > libc::SIGRTMAX() {
         return Err(format!("{t:?} is not a valid signal number"));
+    }
+    // glibc keeps the first real-time signals (32 and 33 on Linux) for its
+    // threads and timers, below SIGRTMIN; a handler there does nothing
+    // useful (issue 15).
+    if (libc::SIGRTMAX().min(32)..libc::SIGRTMIN()).contains(&num) {
+        return Err(format!(
+            "signal {num} is reserved by the C library (real-time signals start at {})",
+            libc::SIGRTMIN()
+        ));
     }
     if FORBIDDEN_SIGNALS.contains(&num) {
         return Err(format!("signal {t:?} cannot be used for dumps"));
@@ -242,7 +275,18 @@ impl Config {
         if let Some(v) = get("CUDALEAK_INTERVAL") {
             match v.trim().parse::<f64>() {
                 Ok(0.0) => c.interval = None,
-                Ok(s) if s.is_finite() && s >= 0.01 => c.interval = Some(Duration::from_secs_f64(s)),
+                Ok(s) if s.is_finite() && (0.01..=MAX_INTERVAL_SECS).contains(&s) => {
+                    c.interval = Some(Duration::from_secs_f64(s))
+                }
+                Ok(s) if s > MAX_INTERVAL_SECS => {
+                    bad(
+                        "CUDALEAK_INTERVAL",
+                        &v,
+                        "more than 10000000 s",
+                        "10000000 s (the longest)",
+                    );
+                    c.interval = Some(Duration::from_secs_f64(MAX_INTERVAL_SECS))
+                }
                 _ => bad(
                     "CUDALEAK_INTERVAL",
                     &v,
@@ -255,6 +299,18 @@ impl Config {
             match v.trim().parse::<usize>() {
                 Ok(n) => c.interval_keep = n,
                 _ => bad("CUDALEAK_INTERVAL_KEEP", &v, "expected a count", "10"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_MAX_GROUPS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => c.max_groups = n,
+                _ => bad("CUDALEAK_MAX_GROUPS", &v, "expected a count, at least 1", "1000"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_MAX_STACKS") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=crate::depot::MAX_TRACES).contains(&n) => c.max_stacks = n,
+                _ => bad("CUDALEAK_MAX_STACKS", &v, "expected 1 to 67108863", "4194303"),
             }
         }
         if let Some(v) = get("CUDALEAK_UNWINDER") {
@@ -302,6 +358,32 @@ mod tests {
         assert!(parse_signal("KILL").is_err());
         assert!(parse_signal("bogus").is_err());
         assert!(parse_signal("999").is_err());
+        // glibc's reserved real-time signals (issue 15).
+        for reserved in ["32", "33", "SIG32", "RTMIN+-1"] {
+            let e = parse_signal(reserved).unwrap_err();
+            assert!(e.contains("reserved") || e.contains("not a"), "{reserved}: {e}");
+        }
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("-1").is_err());
+        assert!(parse_signal("65").is_err());
+        assert_eq!(parse_signal("34"), Ok(Some(34)));
+    }
+
+    #[test]
+    fn huge_intervals_are_clamped_not_a_panic() {
+        for v in ["1e30", "9.3e18", "inf", "1e7", "nan", "1e308"] {
+            let (c, w) = parse(&[("CUDALEAK_INTERVAL", v)]);
+            match v {
+                "1e7" => assert!(w.is_empty()),
+                _ => assert_eq!(w.len(), 1, "{v}: {w:?}"),
+            }
+            if let Some(i) = c.interval {
+                assert!(i.as_secs_f64() <= MAX_INTERVAL_SECS);
+                assert!(std::time::Instant::now().checked_add(i).is_some());
+            }
+        }
+        let (c, _) = parse(&[("CUDALEAK_INTERVAL", "1e30")]);
+        assert_eq!(c.interval, Some(Duration::from_secs_f64(MAX_INTERVAL_SECS)));
     }
 
     #[test]

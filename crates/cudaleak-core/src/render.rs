@@ -434,6 +434,24 @@ fn by_kind(groups: &[Group]) -> String {
         .join(", ")
 }
 
+/// The limits a dump reached (CONTRACT.md, "Limits"), one line each.
+fn limits_reached(out: &mut String, t: &crate::report::Totals) {
+    if t.stacks_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "stacks dropped: {} (CUDALEAK_MAX_STACKS distinct stacks reached; those blocks have no stack)",
+            t.stacks_dropped
+        );
+    }
+    if let Some(l) = t.groups_left_out {
+        let _ = writeln!(
+            out,
+            "groups left out: {} more group(s), {} byte(s) in {} block(s) (CUDALEAK_MAX_GROUPS)",
+            l.groups, l.bytes, l.blocks
+        );
+    }
+}
+
 /// What goes to stderr at exit when unsuppressed leaks remain.
 pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
@@ -446,6 +464,7 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     if let Some(line) = left_out_line(&r.leaks, opts.max_groups) {
         let _ = writeln!(out, "{line}: see the report.\n");
     }
+    limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     let _ = writeln!(
@@ -546,6 +565,7 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         count(t.failed_allocations, "failed allocation"),
         count(t.invalid_frees, "invalid free")
     );
+    limits_reached(&mut out, t);
     out.push('\n');
     let verb = if r.trigger == crate::report::Trigger::Exit {
         "Leaked"

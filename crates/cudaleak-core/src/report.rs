@@ -50,6 +50,25 @@ pub struct Totals {
     /// extension: live blocks and bytes per memory kind
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_memory: BTreeMap<MemoryKind, KindTotals>,
+    /// extension: allocations whose new stack was not stored because the
+    /// process reached CUDALEAK_MAX_STACKS distinct stacks (their blocks
+    /// are in the "unknown" group)
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stacks_dropped: u64,
+    /// extension: groups left out of `leaks` by CUDALEAK_MAX_GROUPS (the
+    /// smallest ones)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_left_out: Option<LeftOut>,
+}
+
+/// extension: what a list of groups left out past its cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub groups: u64,
+    pub blocks: u64,
+    /// bytes of memory (reserved address space not counted, as in
+    /// `live_bytes`)
+    pub bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,20 +295,25 @@ impl Report {
         Report::parse(&text)
     }
 
-    /// Bytes of memory in `leaks` (reserved address space not counted),
-    /// saturating: a crafted report with two groups of `u64::MAX` bytes
-    /// printed 18446744073709551614.
+    /// Bytes of memory in `leaks` (reserved address space, imported memory
+    /// and pools not counted), those left out by CUDALEAK_MAX_GROUPS
+    /// included; saturating: a crafted report with two groups of
+    /// `u64::MAX` bytes printed 18446744073709551614.
     pub fn leaked_bytes(&self) -> u64 {
-        saturating_sum(
+        let left_out = self.totals.groups_left_out.map_or(0, |l| l.bytes);
+        let kept = saturating_sum(
             self.leaks
                 .iter()
                 .filter(|g| g.kind().counts_in_live_bytes())
                 .map(|g| g.bytes),
-        )
+        );
+        kept.saturating_add(left_out)
     }
 
+    /// Blocks of the leak groups, those left out included.
     pub fn leaked_blocks(&self) -> u64 {
-        saturating_sum(self.leaks.iter().map(|g| g.blocks))
+        let left_out = self.totals.groups_left_out.map_or(0, |l| l.blocks);
+        saturating_sum(self.leaks.iter().map(|g| g.blocks)).saturating_add(left_out)
     }
 }
 

@@ -9,6 +9,9 @@
 //! too (`foo$` matches "foofoo").
 
 use crate::report::{Group, SuppressionUse};
+use aho_corasick::AhoCorasick;
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// Built-in suppressions for one-time allocations of CUDA libraries, on by
 /// default (`CUDALEAK_DEFAULT_SUPPRESSIONS=0` turns them off). Each entry
@@ -26,6 +29,151 @@ pub struct Suppression {
 #[derive(Clone, Debug, Default)]
 pub struct Suppressions {
     pub rules: Vec<Suppression>,
+    /// built at the first match (dump time), from `rules`
+    compiled: OnceLock<Compiled>,
+}
+
+/// The rules, indexed (issue 15: 100,000 rules cost 1.1 s per leaked
+/// group, groups × frames × 3 names × rules). Every match of a pattern
+/// contains its longest literal piece (the text between `*`s, anchors
+/// removed), so one Aho-Corasick pass over a name finds the only rules
+/// that can match it; those are then checked in full. Patterns with no
+/// literal (`*`, `^$`) are checked for every name.
+#[derive(Clone, Debug)]
+struct Compiled {
+    literals: Option<AhoCorasick>,
+    /// rules (indices, in file order) per literal of `literals`
+    rules_of_literal: Vec<Vec<usize>>,
+    /// rules without a literal
+    always: Vec<usize>,
+}
+
+impl Compiled {
+    fn new(rules: &[Suppression]) -> Compiled {
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut literals: Vec<&str> = Vec::new();
+        let mut rules_of_literal: Vec<Vec<usize>> = Vec::new();
+        let mut always = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let body = r.pattern.strip_prefix('^').unwrap_or(&r.pattern);
+            let body = body.strip_suffix('$').unwrap_or(body);
+            let longest = body.split('*').max_by_key(|piece| piece.len()).unwrap_or("");
+            if longest.is_empty() {
+                always.push(i);
+                continue;
+            }
+            let at = *index.entry(longest).or_insert_with(|| {
+                literals.push(longest);
+                rules_of_literal.push(Vec::new());
+                literals.len() - 1
+            });
+            rules_of_literal[at].push(i);
+        }
+        Compiled {
+            literals: (!literals.is_empty())
+                .then(|| AhoCorasick::new(&literals).ok())
+                .flatten(),
+            rules_of_literal,
+            always,
+        }
+    }
+
+    /// The first rule (in file order) that matches `name`.
+    fn first_match(&self, rules: &[Suppression], name: &str) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        let mut consider = |i: usize| {
+            if best.is_none_or(|b| i < b) && pattern_matches(&rules[i].pattern, name) {
+                best = Some(i);
+            }
+        };
+        for &i in &self.always {
+            consider(i);
+        }
+        if let Some(ac) = &self.literals {
+            for m in ac.find_overlapping_iter(name) {
+                for &i in &self.rules_of_literal[m.pattern().as_usize()] {
+                    consider(i);
+                }
+            }
+        }
+        best
+    }
+}
+
+/// The names a rule is matched against, innermost frame first: function,
+/// file and module of native frames, then function and file of Python ones.
+fn frame_names(group: &Group) -> impl Iterator<Item = &str> {
+    let native = group
+        .native_stack
+        .iter()
+        .flat_map(|f| [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]);
+    let python = group
+        .python_stack
+        .iter()
+        .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
+    native.chain(python).flatten()
+}
+
+/// Matches groups against the rules, each distinct frame name once (for
+/// one dump).
+pub struct Matcher<'a> {
+    rules: &'a [Suppression],
+    compiled: &'a Compiled,
+    seen: HashMap<String, Option<usize>>,
+}
+
+impl Matcher<'_> {
+    fn name_match(&mut self, name: &str) -> Option<usize> {
+        if let Some(m) = self.seen.get(name) {
+            return *m;
+        }
+        let m = self.compiled.first_match(self.rules, name);
+        self.seen.insert(name.to_string(), m);
+        m
+    }
+
+    /// Index of the first rule that matches any frame of `group`, frames
+    /// innermost first (native, then Python), rules in file order per frame.
+    pub fn match_group(&mut self, group: &Group) -> Option<usize> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        frame_names(group)
+            .filter(|name| !name.is_empty())
+            .find_map(|name| self.name_match(name))
+    }
+
+    /// Moves matching groups from `leaks` to `suppressed` (with the pattern
+    /// set) and tallies what each rule matched.
+    pub fn apply(&mut self, leaks: &mut Vec<Group>, suppressed: &mut Vec<Group>) -> Vec<SuppressionUse> {
+        let mut uses: Vec<SuppressionUse> = Vec::new();
+        let mut kept = Vec::with_capacity(leaks.len());
+        for mut g in leaks.drain(..) {
+            match self.match_group(&g) {
+                Some(i) => {
+                    let pattern = &self.rules[i].pattern;
+                    match uses.iter_mut().find(|u| &u.pattern == pattern) {
+                        Some(u) => {
+                            u.groups += 1;
+                            u.blocks += g.blocks;
+                            u.bytes += g.bytes;
+                        }
+                        None => uses.push(SuppressionUse {
+                            pattern: pattern.clone(),
+                            groups: 1,
+                            blocks: g.blocks,
+                            bytes: g.bytes,
+                        }),
+                    }
+                    g.suppression = Some(pattern.clone());
+                    suppressed.push(g);
+                }
+                None => kept.push(g),
+            }
+        }
+        *leaks = kept;
+        uses
+    }
 }
 
 impl Suppressions {
@@ -59,69 +207,47 @@ impl Suppressions {
                 origin: format!("{origin}:{}", i + 1),
             });
         }
-        Ok(Suppressions { rules })
+        Ok(Suppressions {
+            rules,
+            compiled: OnceLock::new(),
+        })
     }
 
     pub fn extend(&mut self, other: Suppressions) {
         self.rules.extend(other.rules);
+        self.compiled = OnceLock::new();
+    }
+
+    /// No rules (usable in a `static`).
+    pub const fn none() -> Suppressions {
+        Suppressions {
+            rules: Vec::new(),
+            compiled: OnceLock::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
 
-    /// Index of the first rule that matches any frame of `group`, frames
-    /// innermost first (native, then Python), rules in file order per frame.
-    pub fn match_group(&self, group: &Group) -> Option<usize> {
-        if self.rules.is_empty() {
-            return None;
+    /// A matcher for one dump: each distinct frame name is matched once.
+    pub fn matcher(&self) -> Matcher<'_> {
+        Matcher {
+            rules: &self.rules,
+            compiled: self.compiled.get_or_init(|| Compiled::new(&self.rules)),
+            seen: HashMap::new(),
         }
-        let native = group
-            .native_stack
-            .iter()
-            .flat_map(|f| [f.function.as_deref(), f.file.as_deref(), f.module.as_deref()]);
-        let python = group
-            .python_stack
-            .iter()
-            .flat_map(|f| [Some(f.function.as_str()), Some(f.file.as_str()), None]);
-        for name in native.chain(python).flatten() {
-            if let Some(i) = self.rules.iter().position(|r| pattern_matches(&r.pattern, name)) {
-                return Some(i);
-            }
-        }
-        None
     }
 
-    /// Moves matching groups from `leaks` to `suppressed` (with the pattern
-    /// set) and tallies what each rule matched.
+    /// Index of the first rule that matches any frame of `group` (see
+    /// [`Matcher::match_group`]).
+    pub fn match_group(&self, group: &Group) -> Option<usize> {
+        self.matcher().match_group(group)
+    }
+
+    /// See [`Matcher::apply`].
     pub fn apply(&self, leaks: &mut Vec<Group>, suppressed: &mut Vec<Group>) -> Vec<SuppressionUse> {
-        let mut uses: Vec<SuppressionUse> = Vec::new();
-        let mut kept = Vec::with_capacity(leaks.len());
-        for mut g in leaks.drain(..) {
-            match self.match_group(&g) {
-                Some(i) => {
-                    let pattern = &self.rules[i].pattern;
-                    match uses.iter_mut().find(|u| &u.pattern == pattern) {
-                        Some(u) => {
-                            u.groups += 1;
-                            u.blocks += g.blocks;
-                            u.bytes += g.bytes;
-                        }
-                        None => uses.push(SuppressionUse {
-                            pattern: pattern.clone(),
-                            groups: 1,
-                            blocks: g.blocks,
-                            bytes: g.bytes,
-                        }),
-                    }
-                    g.suppression = Some(pattern.clone());
-                    suppressed.push(g);
-                }
-                None => kept.push(g),
-            }
-        }
-        *leaks = kept;
-        uses
+        self.matcher().apply(leaks, suppressed)
     }
 }
 
@@ -262,6 +388,90 @@ mod tests {
         assert!(e.contains("my.supp:2"), "{e}");
         assert!(Suppressions::parse("just-a-pattern", "f").is_err());
         assert!(Suppressions::parse("leak:", "f").is_err());
+    }
+
+    /// The rule the pre-index code picked: every rule against every name.
+    fn first_match_by_scan(s: &Suppressions, g: &Group) -> Option<usize> {
+        frame_names(g).find_map(|name| s.rules.iter().position(|r| pattern_matches(&r.pattern, name)))
+    }
+
+    #[test]
+    fn the_index_picks_the_same_rule_as_a_scan_of_every_rule() {
+        let s = Suppressions::parse(
+            "leak:zzz\nleak:*\nleak:^ab\nleak:b$\nleak:a*b*c\nleak:^$\nleak:abc\nleak:^x*y$\nleak:cuda\nleak:ab\n",
+            "t",
+        )
+        .unwrap();
+        let names = [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "cab",
+            "xay",
+            "xy",
+            "libcudart",
+            "zzzab",
+            "qq",
+            "b",
+        ];
+        for f in names {
+            for m in names {
+                let g = group(&[(f, "", m)], &[("py", m)]);
+                assert_eq!(s.match_group(&g), first_match_by_scan(&s, &g), "{f:?} {m:?}");
+            }
+        }
+        // Without the catch-all: rules that need their literal.
+        let s = Suppressions::parse("leak:zzz\nleak:^ab\nleak:b$\nleak:a*b*c\nleak:x*y\n", "t").unwrap();
+        for f in names {
+            let g = group(&[(f, "f.c", "m.so")], &[]);
+            assert_eq!(s.match_group(&g), first_match_by_scan(&s, &g), "{f:?}");
+        }
+    }
+
+    /// Measurement for docs/performance.md (not a test of speed):
+    /// `cargo test --release -p cudaleak-core suppressions_at_scale -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn suppressions_at_scale() {
+        let text: String = (0..100_000)
+            .map(|i| format!("leak:^vendor_fn_{i}_init$\n"))
+            .collect();
+        let s = Suppressions::parse(&text, "big").unwrap();
+        let groups: Vec<Group> = (0..200)
+            .map(|i| {
+                let frames: Vec<(String, String, String)> = (0..30)
+                    .map(|d| {
+                        (
+                            format!("app_fn_{i}_{d}"),
+                            format!("/src/app/file_{d}.cc"),
+                            "/usr/lib/libapp.so".to_string(),
+                        )
+                    })
+                    .collect();
+                let refs: Vec<(&str, &str, &str)> = frames
+                    .iter()
+                    .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+                    .collect();
+                group(&refs, &[])
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        let mut m = s.matcher();
+        let indexed: Vec<_> = groups.iter().map(|g| m.match_group(g)).collect();
+        let after = t.elapsed();
+        let t = std::time::Instant::now();
+        let scanned: Vec<_> = groups
+            .iter()
+            .take(5)
+            .map(|g| first_match_by_scan(&s, g))
+            .collect();
+        let before = t.elapsed() / 5;
+        assert_eq!(&indexed[..5], &scanned[..]);
+        println!(
+            "100,000 rules, 200 groups x 30 frames: indexed {:?} in all (index built in that), scan {:?} per group",
+            after, before
+        );
     }
 
     #[test]

@@ -95,18 +95,27 @@ pub fn instance_token(start_ms: i64) -> String {
     format!("{start_ms}-{:08x}", random_u32())
 }
 
-/// Writes `bytes` to a fresh temporary file beside `dir/name`
-/// (`O_CREAT|O_EXCL|O_NOFOLLOW`) and returns its path; removed on error.
-fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+/// Writes a fresh temporary file beside `dir/name` (`O_CREAT|O_EXCL|
+/// O_NOFOLLOW`) with `fill`, flushed and `fsync`ed so that the name it is
+/// linked to never holds a partial report after a crash; returns its path,
+/// and removes it on error.
+fn write_temp(
+    dir: &Path,
+    name: &str,
+    fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<PathBuf> {
     let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o644)
         .open(&tmp)?;
-    let result = f.write_all(bytes).and_then(|_| f.flush());
-    drop(f);
+    let mut out = io::BufWriter::with_capacity(1 << 16, f);
+    let result = fill(&mut out)
+        .and_then(|_| out.flush())
+        .and_then(|_| out.get_ref().sync_all());
+    drop(out);
     match result {
         Ok(()) => Ok(tmp),
         Err(e) => {
@@ -120,17 +129,101 @@ fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
 /// Returns the final path.
 pub fn write_new_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     let final_path = dir.join(name);
-    let tmp = write_temp(dir, name, bytes)?;
+    let tmp = write_temp(dir, name, &mut |w| w.write_all(bytes))?;
     let linked = std::fs::hard_link(&tmp, &final_path);
     let _ = std::fs::remove_file(&tmp);
     linked.map(|_| final_path)
+}
+
+/// How many other names a report tries when its own is taken.
+const OTHER_NAMES: usize = 8;
+
+/// Streams `fill` into `dir/name` for a report: atomically and without
+/// replacing anything, like [`write_new_file`], but when the name is taken
+/// (a file, or a symbolic link someone planted there) the report goes to
+/// `<name without .json>.<8 hex digits>.json` instead of being lost
+/// (issue 15). Returns the final path.
+pub fn write_report_file(
+    dir: &Path,
+    name: &str,
+    fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<PathBuf> {
+    let tmp = write_temp(dir, name, fill)?;
+    let stem = name.strip_suffix(".json").unwrap_or(name);
+    let mut final_path = dir.join(name);
+    let mut linked = std::fs::hard_link(&tmp, &final_path);
+    for _ in 0..OTHER_NAMES {
+        match &linked {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                final_path = dir.join(format!("{stem}.{:08x}.json", random_u32()));
+                linked = std::fs::hard_link(&tmp, &final_path);
+            }
+            _ => break,
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    linked.map(|_| final_path)
+}
+
+/// Removes the temporary files that processes of this host killed in the
+/// middle of a write left in `dir` (issue 15: SIGKILL during a dump left a
+/// 77 MB hidden file nobody removed). Only names of our own pattern
+/// (`.cudaleak.<host>[.r<rank>].<pid>.….tmp`) with this host's name, only
+/// regular files owned by us, only when no process has that pid any more.
+/// Returns how many were removed.
+pub fn remove_stale_temporaries(dir: &Path, hostname: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let host = sanitize(hostname);
+    // SAFETY: plain system call.
+    let uid = unsafe { libc::geteuid() };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| temporary_of_pid(n, &host)) else {
+            continue;
+        };
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        use std::os::unix::fs::MetadataExt;
+        if !meta.file_type().is_file() || meta.uid() != uid || process_exists(pid) {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The pid in a temporary file name of ours written on host `host`.
+fn temporary_of_pid(name: &str, host: &str) -> Option<i32> {
+    let rest = name.strip_prefix(".cudaleak.")?.strip_suffix(".tmp")?;
+    let mut fields = rest.split('.');
+    if fields.next()? != host {
+        return None;
+    }
+    let mut field = fields.next()?;
+    if field.starts_with('r') && field[1..].parse::<i64>().is_ok() {
+        field = fields.next()?;
+    }
+    let pid: i32 = field.parse().ok()?;
+    (pid > 0).then_some(pid)
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::ESRCH }
 }
 
 /// Replaces `dir/name` atomically (temporary file, then rename): for the
 /// timeline, which is one growing file per process.
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
     let final_path = dir.join(name);
-    let tmp = write_temp(dir, name, bytes)?;
+    let tmp = write_temp(dir, name, &mut |w| w.write_all(bytes))?;
     std::fs::rename(&tmp, &final_path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;
@@ -192,6 +285,50 @@ mod tests {
             .filter(|n| n.ends_with(".tmp"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_taken_name_gets_another_name() {
+        let d = tmpdir("taken");
+        std::os::unix::fs::symlink(d.join("victim"), d.join("r.json")).unwrap();
+        let p = write_report_file(&d, "r.json", &mut |w| w.write_all(b"{}")).unwrap();
+        let n = p.file_name().unwrap().to_str().unwrap();
+        assert!(
+            n.starts_with("r.") && n.ends_with(".json") && n.len() == "r.01234567.json".len(),
+            "{n}"
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        assert!(!d.join("victim").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn stale_temporaries_of_dead_processes_of_this_host_only() {
+        let d = tmpdir("stale");
+        // A pid that cannot exist (above pid_max's ceiling of 2^22).
+        let dead = ".cudaleak.h1.99999999.17-ab.1.exit.json.0badf00d.tmp";
+        let dead_rank = ".cudaleak.h1.r3.99999999.17-ab.1.exit.json.0badf00d.tmp";
+        let alive = format!(
+            ".cudaleak.h1.{}.17-ab.1.exit.json.0badf00d.tmp",
+            std::process::id()
+        );
+        let other_host = ".cudaleak.h2.99999999.17-ab.1.exit.json.0badf00d.tmp";
+        let not_ours = ".other.h1.99999999.tmp";
+        for n in [dead, dead_rank, &alive, other_host, not_ours] {
+            std::fs::write(d.join(n), b"x").unwrap();
+        }
+        let link = ".cudaleak.h1.99999998.17-ab.1.exit.json.0badf00d.tmp";
+        std::os::unix::fs::symlink(d.join("victim"), d.join(link)).unwrap();
+        assert_eq!(remove_stale_temporaries(&d, "h1"), 2);
+        let mut left: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = vec![alive.clone(), other_host.into(), not_ours.into(), link.into()];
+        want.sort();
+        assert_eq!(left, want);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -178,7 +178,8 @@ pub fn dump(req: Request) -> Option<Outcome> {
         let snap = tracker::snapshot(req.lock_timeout)?;
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
-        let report = assemble(state, &snap, meta, true);
+        let mut report = assemble(state, &snap, meta, true);
+        cudaleak_core::assemble::cap_groups(&mut report, tracker::config().max_groups);
         if tracker::config().interval.is_some() {
             state.timeline.record(&report);
         }
@@ -214,17 +215,29 @@ fn report_name(r: &Report) -> ReportName {
     }
 }
 
+/// Streams the report into its file: the dump's extra memory does not grow
+/// with the size of the JSON (issue 15: a 1 GB report was built in memory
+/// first).
 fn write(report: &Report) -> Option<PathBuf> {
     let dir = lifecycle::report_dir()?;
-    let bytes = match serde_json::to_vec_pretty(report) {
-        Ok(b) => b,
-        Err(e) => {
-            lifecycle::warn(&format!("cudaleak: cannot encode the report: {e}"));
-            return None;
-        }
-    };
-    match writer::write_new_file(&dir, &report_name(report).file_name(), &bytes) {
+    let mut encode_error = None;
+    let written = writer::write_report_file(&dir, &report_name(report).file_name(), &mut |w| {
+        serde_json::to_writer_pretty(w, report).map_err(|e| {
+            if !e.is_io() {
+                encode_error = Some(e.to_string());
+            }
+            std::io::Error::other(e)
+        })
+    });
+    match written {
         Ok(p) => Some(p),
+        Err(_) if encode_error.is_some() => {
+            lifecycle::warn(&format!(
+                "cudaleak: cannot encode the report: {}",
+                encode_error.unwrap_or_default()
+            ));
+            None
+        }
         Err(e) => {
             lifecycle::warn(&format!(
                 "cudaleak: cannot write the report into {}: {e} (set CUDALEAK_DIR to a writable directory)",
@@ -253,6 +266,9 @@ fn write_timeline(state: &DumpState) {
     }
 }
 
+/// The largest suppressions file read (about a million rules).
+pub const SUPPRESSIONS_CAP: u64 = 64 << 20;
+
 /// Suppressions from CUDALEAK_SUPPRESSIONS plus the built-in defaults.
 pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     let mut s = Suppressions::default();
@@ -262,7 +278,9 @@ pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions
         }
     }
     if let Some(path) = &config.suppressions {
-        match std::fs::read_to_string(path) {
+        // Only a regular file, and a bounded one: a FIFO hung the program
+        // before main, /dev/zero read until memory ran out (issue 15).
+        match cudaleak_core::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
                 Err(e) => lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),

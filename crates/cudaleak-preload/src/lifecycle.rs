@@ -6,16 +6,29 @@
 //! 1. A signal handler only stores to atomics and wakes a futex (a raw,
 //!    async-signal-safe system call); the dumper thread, created with every
 //!    signal blocked, does the work.
-//! 2. Signal handlers are installed at the first allocation call, not at
-//!    load: Python installs its SIGINT handler only over SIG_DFL, so one
-//!    installed at load would silently turn off KeyboardInterrupt. SIGTERM
-//!    and SIGINT are taken only while their disposition is still SIG_DFL.
+//! 2. The dump signal's handler is installed at load, so that a
+//!    `kill -USR1` before the first CUDA allocation is harmless (issue 15:
+//!    it killed the process, rc 138), and again at the first allocation
+//!    call if the program replaced it meanwhile (chaining to the
+//!    program's). SIGTERM and SIGINT are taken only at the first
+//!    allocation call and only while their disposition is still SIG_DFL:
+//!    Python installs its SIGINT handler only over SIG_DFL, so one
+//!    installed at load would silently turn off KeyboardInterrupt (and a
+//!    dump signal of SIGINT is installed late for the same reason).
 //! 3. The exit report is written as late as possible: from a destructor
 //!    that runs after the program's atexit handlers and static destructors.
 //!    Its status comes from hooks on `__libc_start_main` (the value main
 //!    returns) and `exit`.
 //! 4. In a child of `vfork` the parent's memory is shared and no fork
 //!    handler ran: `_exit` there must not touch our state (pid check).
+//! 5. Ways out that run no destructor write the report themselves: `_exit`,
+//!    a SIGTERM/SIGINT we handle, `kill`/`raise` of SIGINT or SIGTERM to
+//!    ourselves with the default action (CPython's exit after an uncaught
+//!    KeyboardInterrupt), and `exec` (the old image's report).
+//! 6. The exit report is written once. Whoever comes second (a fatal
+//!    signal during the exit report, `_exit` on another thread) waits for
+//!    it, bounded, instead of cutting it short (issue 15: SIGTERM during
+//!    the exit report lost everything).
 
 use crate::dump::{self, Request};
 use crate::{resolve, tracker};
@@ -37,7 +50,11 @@ static SUPPRESSIONS: AtomicPtr<Suppressions> = AtomicPtr::new(std::ptr::null_mut
 
 const STATUS_UNKNOWN: i64 = i64::MIN;
 static EXIT_STATUS: AtomicI64 = AtomicI64::new(STATUS_UNKNOWN);
-static EXIT_REPORT_DONE: AtomicBool = AtomicBool::new(false);
+/// The exit report: not started, being written, written.
+static EXIT_REPORT: AtomicU32 = AtomicU32::new(EXIT_REPORT_NOT_STARTED);
+const EXIT_REPORT_NOT_STARTED: u32 = 0;
+const EXIT_REPORT_WRITING: u32 = 1;
+const EXIT_REPORT_DONE: u32 = 2;
 
 static DUMPER_STARTED: AtomicBool = AtomicBool::new(false);
 static HANDLERS_INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -52,7 +69,8 @@ static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 
 /// How often the dumper looks for a `cudaleak dump` request file.
 const REQUEST_POLL: Duration = Duration::from_millis(200);
-/// How long a SIGTERM/SIGINT handler waits for the exit report.
+/// How long a SIGTERM/SIGINT handler (or a second way out) waits for the
+/// exit report.
 const FATAL_DUMP_WAIT: Duration = Duration::from_secs(10);
 /// Lock waits on exit paths: a thread may have died holding one.
 const EXIT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -101,7 +119,7 @@ fn new_instance() {
 }
 
 pub fn suppressions() -> &'static Suppressions {
-    static EMPTY: Suppressions = Suppressions { rules: Vec::new() };
+    static EMPTY: Suppressions = Suppressions::none();
     let p = SUPPRESSIONS.load(Ordering::Acquire);
     if p.is_null() {
         &EMPTY
@@ -167,6 +185,9 @@ pub fn init() {
     std::panic::set_hook(Box::new(|_| tracker::note_internal_error()));
     // SAFETY: registering plain extern "C" callbacks.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    if config.signal != Some(libc::SIGINT) {
+        install_dump_handler();
+    }
     tracker::set_tracking(true);
 }
 
@@ -182,24 +203,38 @@ pub fn on_first_allocation_call() {
 
 // ---- the dumper thread ----
 
+/// Starts the dumper thread with `pthread_create` rather than
+/// `std::thread::spawn`: this runs inside the first allocation hook, on
+/// whatever stack the program gave that thread, and std's spawn needs
+/// kilobytes of it (issue 15: a first cudaMalloc on a 16 KiB thread stack
+/// crashed in it).
 fn start_dumper() {
     if DUMPER_STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
+    extern "C" fn dumper_main(_: *mut c_void) -> *mut c_void {
+        let _ = std::panic::catch_unwind(dumper_loop);
+        std::ptr::null_mut()
+    }
     // The thread inherits this mask: it must never run a signal handler.
-    // SAFETY: sigset manipulation on local storage.
+    // SAFETY: sigset and attribute manipulation on local storage.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let spawned = std::thread::Builder::new()
-            .name("cudaleak-dump".into())
-            .stack_size(1 << 20)
-            .spawn(dumper_loop);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, 1 << 20);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut thread: libc::pthread_t = std::mem::zeroed();
+        let rc = libc::pthread_create(&mut thread, &attr, dumper_main, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if spawned.is_err() {
+        if rc != 0 {
             DUMPER_STARTED.store(false, Ordering::Release);
+        } else {
+            libc::pthread_setname_np(thread, c"cudaleak-dump".as_ptr());
         }
     }
 }
@@ -221,12 +256,40 @@ pub fn dump_request_name(pid: i32) -> String {
     format!(".cudaleak-dump-request.{pid}")
 }
 
+/// The dumper thread never dies: a panic in one round is caught, noted
+/// once on stderr, and the loop goes on (issue 15: a dumper thread that
+/// died silently left no way to dump, and SIGTERM then waited 10 s for
+/// nothing).
 fn dumper_loop() {
-    let mut next_interval = tracker::config().interval.map(|i| Instant::now() + i);
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    loop {
+        if std::panic::catch_unwind(dumper_rounds).is_err() {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                warn("cudaleak: internal error in the dump thread; it goes on (please report this)");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `now + every`, or None (no interval dump) when that is past what
+/// `Instant` can hold.
+fn next_due(every: Option<Duration>) -> Option<Instant> {
+    Instant::now().checked_add(every?)
+}
+
+fn dumper_rounds() {
+    static CLEANED: AtomicBool = AtomicBool::new(false);
+    if !CLEANED.swap(true, Ordering::AcqRel) {
+        if let Some(dir) = report_dir() {
+            cudaleak_core::writer::remove_stale_temporaries(&dir, &dump::hostname());
+        }
+    }
+    let mut next_interval = next_due(tracker::config().interval);
     let request = request_file();
     loop {
         let seen = WAKE.load(Ordering::Acquire);
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let fatal = FATAL_SIGNAL.load(Ordering::Acquire);
             if fatal != 0 && !FATAL_DONE.load(Ordering::Acquire) {
                 exit_report(None, Some(fatal));
@@ -237,10 +300,12 @@ fn dumper_loop() {
                 r.signal = tracker::config().signal;
                 dump::dump(r);
             }
-            if let (Some(due), Some(every)) = (next_interval, tracker::config().interval) {
+            if let Some(due) = next_interval {
                 if Instant::now() >= due {
+                    // The next one is scheduled first: a dump that panics
+                    // must not make every later round dump again at once.
+                    next_interval = next_due(tracker::config().interval);
                     dump::dump(Request::new(Trigger::Interval));
-                    next_interval = Some(Instant::now() + every);
                 }
             }
             if let Some(req) = &request {
@@ -251,6 +316,13 @@ fn dumper_loop() {
                 }
             }
         }));
+        if round.is_err() {
+            // A fatal-signal handler waits for this flag: never leave it hanging.
+            if FATAL_SIGNAL.load(Ordering::Acquire) != 0 {
+                FATAL_DONE.store(true, Ordering::Release);
+            }
+            std::panic::resume_unwind(Box::new("dump round"));
+        }
         let mut wait = REQUEST_POLL;
         if let Some(due) = next_interval {
             wait = wait.min(due.saturating_duration_since(Instant::now()));
@@ -266,9 +338,10 @@ fn wake_dumper() {
 
 // ---- signals ----
 
-fn install_signal_handlers() {
-    let config = tracker::config();
-    if let Some(sig) = config.signal {
+/// Installs the dump signal's handler unless it is already ours; a
+/// handler the program installed in between is chained to.
+fn install_dump_handler() {
+    if let Some(sig) = tracker::config().signal {
         // SAFETY: sigaction with a handler that only touches atomics.
         unsafe {
             let mut new: libc::sigaction = std::mem::zeroed();
@@ -283,6 +356,11 @@ fn install_signal_handlers() {
             }
         }
     }
+}
+
+fn install_signal_handlers() {
+    let config = tracker::config();
+    install_dump_handler();
     for sig in [libc::SIGTERM, libc::SIGINT] {
         if Some(sig) == config.signal {
             continue;
@@ -305,8 +383,12 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
     // SAFETY: errno is thread-local; restored so the interrupted code never
     // sees it change.
     let errno = unsafe { *libc::__errno_location() };
-    SIGNAL_PENDING.store(true, Ordering::Release);
-    wake_dumper();
+    // Before the first allocation call there is nothing to dump: the
+    // signal is only passed on.
+    if DUMPER_STARTED.load(Ordering::Acquire) {
+        SIGNAL_PENDING.store(true, Ordering::Release);
+        wake_dumper();
+    }
     let prev = PREV_HANDLER.load(Ordering::Acquire);
     if prev != libc::SIG_DFL && prev != libc::SIG_IGN && prev != on_dump_signal as *const () as usize {
         // SAFETY: the handler the program (or a library) installed before
@@ -326,27 +408,53 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
 }
 
 extern "C" fn on_fatal_signal(sig: c_int, _info: *mut libc::siginfo_t, _uctx: *mut c_void) {
-    if DUMPER_STARTED.load(Ordering::Acquire)
+    report_fatal_signal(sig);
+    die_by_default_action(sig);
+}
+
+/// Has the fatal-signal report written (or the exit report being written
+/// finished) before `sig` ends the process, waiting at most
+/// [`FATAL_DUMP_WAIT`]. Async-signal-safe: the dumper thread does the work,
+/// this thread only sleeps.
+fn report_fatal_signal(sig: c_int) {
+    if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_WRITING {
+        // Another thread is writing the exit report (the writer blocks
+        // this signal): let it finish, then die as the signal asks. The
+        // writer dies of it too, should it get there first.
+        let _ = FATAL_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire);
+        sleep_until(|| EXIT_REPORT.load(Ordering::Acquire) != EXIT_REPORT_WRITING);
+    } else if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_NOT_STARTED
+        && DUMPER_STARTED.load(Ordering::Acquire)
         && FATAL_SIGNAL
             .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     {
         wake_dumper();
-        // nanosleep is async-signal-safe.
-        let step = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 5_000_000,
-        };
-        let rounds = FATAL_DUMP_WAIT.as_millis() / 5;
-        for _ in 0..rounds {
-            if FATAL_DONE.load(Ordering::Acquire) {
-                break;
-            }
-            // SAFETY: sleeping on a local timespec.
-            unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
-        }
+        sleep_until(|| FATAL_DONE.load(Ordering::Acquire));
     }
-    // Continue with the default action of the signal.
+}
+
+/// Polls `done` every 5 ms for at most [`FATAL_DUMP_WAIT`]; async-signal-safe
+/// (nanosleep).
+fn sleep_until(done: impl Fn() -> bool) {
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 5_000_000,
+    };
+    let rounds = FATAL_DUMP_WAIT.as_millis() / 5;
+    for _ in 0..rounds {
+        if done() {
+            return;
+        }
+        // SAFETY: sleeping on a local timespec.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+}
+
+/// Continues with the default action of `sig` on this thread. `tgkill`,
+/// not `raise`: our own `raise` export would see the default disposition
+/// and try to write a report from inside a signal handler.
+fn die_by_default_action(sig: c_int) -> ! {
     // SAFETY: async-signal-safe calls only.
     unsafe {
         let mut dfl: libc::sigaction = std::mem::zeroed();
@@ -356,9 +464,14 @@ extern "C" fn on_fatal_signal(sig: c_int, _info: *mut libc::siginfo_t, _uctx: *m
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, sig);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
-        real_exit_immediately(128 + sig);
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid() as libc::c_long,
+            libc::syscall(libc::SYS_gettid),
+            sig as libc::c_long,
+        );
     }
+    real_exit_immediately(128 + sig)
 }
 
 // ---- fork ----
@@ -391,7 +504,7 @@ extern "C" fn fork_child() {
     SIGNAL_PENDING.store(false, Ordering::Release);
     FATAL_SIGNAL.store(0, Ordering::Release);
     FATAL_DONE.store(false, Ordering::Release);
-    EXIT_REPORT_DONE.store(false, Ordering::Release);
+    EXIT_REPORT.store(EXIT_REPORT_NOT_STARTED, Ordering::Release);
     EXIT_STATUS.store(STATUS_UNKNOWN, Ordering::Release);
 }
 
@@ -402,12 +515,77 @@ fn is_our_process() -> bool {
     unsafe { libc::getpid() == PID.load(Ordering::Acquire) }
 }
 
+/// SIGTERM and SIGINT blocked on this thread while it writes the exit
+/// report: they are delivered (and take their default action) when it is
+/// written, or go to another thread, whose handler waits for it.
+struct FatalSignalsBlocked(libc::sigset_t);
+
+impl FatalSignalsBlocked {
+    fn new() -> FatalSignalsBlocked {
+        // SAFETY: sigset manipulation on local storage.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            FatalSignalsBlocked(old)
+        }
+    }
+}
+
+impl Drop for FatalSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved in new().
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
 /// Writes the exit report once, prints the summary, and returns the exit
-/// status CUDALEAK_EXITCODE asks for, if it applies.
+/// status CUDALEAK_EXITCODE asks for, if it applies. A second caller waits
+/// (bounded) for the first one's report.
 fn exit_report(status: Option<i32>, fatal_signal: Option<i32>) -> Option<i32> {
-    if !is_our_process() || EXIT_REPORT_DONE.swap(true, Ordering::AcqRel) {
+    exit_report_for(status, fatal_signal, None)
+}
+
+fn exit_report_for(status: Option<i32>, fatal_signal: Option<i32>, reason: Option<&str>) -> Option<i32> {
+    if !is_our_process() {
         return None;
     }
+    if EXIT_REPORT
+        .compare_exchange(
+            EXIT_REPORT_NOT_STARTED,
+            EXIT_REPORT_WRITING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        let deadline = Instant::now() + FATAL_DUMP_WAIT;
+        loop {
+            let now = EXIT_REPORT.load(Ordering::Acquire);
+            if now != EXIT_REPORT_WRITING || Instant::now() >= deadline {
+                return None;
+            }
+            wait_while_equal(&EXIT_REPORT, now, Some(Duration::from_millis(50)));
+        }
+    }
+    let blocked = FatalSignalsBlocked::new();
+    let code = write_exit_report(status, fatal_signal, reason);
+    EXIT_REPORT.store(EXIT_REPORT_DONE, Ordering::Release);
+    wake_all(&EXIT_REPORT);
+    drop(blocked);
+    // A SIGTERM/SIGINT that came while the report was written, handled on
+    // another thread: the process ends by it, not by returning from here.
+    let arrived = FATAL_SIGNAL.load(Ordering::Acquire);
+    if arrived != 0 && fatal_signal.is_none() {
+        die_by_default_action(arrived);
+    }
+    code
+}
+
+fn write_exit_report(status: Option<i32>, fatal_signal: Option<i32>, reason: Option<&str>) -> Option<i32> {
     let mut req = Request::new(if fatal_signal.is_some() {
         Trigger::FatalSignal
     } else {
@@ -415,8 +593,9 @@ fn exit_report(status: Option<i32>, fatal_signal: Option<i32>) -> Option<i32> {
     });
     req.exit_status = status;
     req.signal = fatal_signal;
+    req.reason = reason.map(str::to_string);
     req.lock_timeout = Some(EXIT_LOCK_TIMEOUT);
-    let outcome = dump::dump(req)?;
+    let outcome = std::panic::catch_unwind(|| dump::dump(req)).ok().flatten()?;
     let config = tracker::config();
     let leaked = !outcome.report.leaks.is_empty();
     if leaked && config.summary {
@@ -554,6 +733,150 @@ pub unsafe extern "C" fn __libc_start_main(
         stack_end,
     )
 }
+
+// ---- ways out that run no destructor: kill/raise to ourselves, exec ----
+
+/// Whether `sig`, sent to this process now, ends it by the default action
+/// of SIGTERM or SIGINT.
+fn dies_of(sig: c_int) -> bool {
+    if sig != libc::SIGTERM && sig != libc::SIGINT {
+        return false;
+    }
+    // SAFETY: querying the disposition and this thread's mask.
+    unsafe {
+        let mut cur: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction != libc::SIG_DFL {
+            return false;
+        }
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask);
+        libc::sigismember(&mask, sig) == 0
+    }
+}
+
+/// CPython ends a program stopped by an uncaught KeyboardInterrupt with
+/// `signal(SIGINT, SIG_DFL); kill(getpid(), SIGINT)` after finalization:
+/// no destructor of ours runs (issue 15: Ctrl-C, the usual end of a
+/// training run, wrote no report). So a SIGINT or SIGTERM that a process
+/// sends itself with the default action writes the fatal-signal report
+/// first. The dumper thread writes it, as for a signal we handle: C
+/// programs send themselves the signal from their own handlers too, where
+/// this thread may have been interrupted inside malloc.
+fn before_signal_to_self(sig: c_int) {
+    if is_our_process() && tracker::saw_allocation_call() && dies_of(sig) {
+        report_fatal_signal(sig);
+    }
+}
+
+type KillFn = unsafe extern "C" fn(libc::pid_t, c_int) -> c_int;
+type RaiseFn = unsafe extern "C" fn(c_int) -> c_int;
+
+/// The next definition of `name` (cached; 0 when absent).
+fn next_symbol(slot: &AtomicUsize, name: &CStr) -> usize {
+    let mut p = slot.load(Ordering::Acquire);
+    if p == 0 {
+        p = resolve::real_dlsym(libc::RTLD_NEXT, name) as usize;
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
+    // SAFETY: plain system call.
+    if pid > 0 && pid == unsafe { libc::getpid() } {
+        before_signal_to_self(sig);
+    }
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    match next_symbol(&REAL, c"kill") {
+        // SAFETY: glibc's kill.
+        p if p != 0 => unsafe { std::mem::transmute::<usize, KillFn>(p)(pid, sig) },
+        // SAFETY: the system call glibc's kill makes.
+        _ => unsafe { libc::syscall(libc::SYS_kill, pid as libc::c_long, sig as libc::c_long) as c_int },
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn raise(sig: c_int) -> c_int {
+    before_signal_to_self(sig);
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    match next_symbol(&REAL, c"raise") {
+        // SAFETY: glibc's raise.
+        p if p != 0 => unsafe { std::mem::transmute::<usize, RaiseFn>(p)(sig) },
+        // SAFETY: the system call glibc's raise makes.
+        _ => unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid() as libc::c_long,
+                libc::syscall(libc::SYS_gettid),
+                sig as libc::c_long,
+            ) as c_int
+        },
+    }
+}
+
+/// The old image's report, before an exec replaces it: the exit report
+/// (`trigger: "exit"`, `reason: "exec"`, no `exit_status`). The new image
+/// loads the library afresh and reports its own blocks (issue 15: leaks of
+/// an image that called exec were never reported; issue 11). Only a
+/// process that made CUDA allocation calls writes one; a vfork child
+/// (another pid) does not touch our state. If the exec fails, the process
+/// goes on and writes its exit report again at its end.
+fn before_exec() -> bool {
+    if !is_our_process() || !tracker::saw_allocation_call() {
+        return false;
+    }
+    let _ = std::panic::catch_unwind(|| exit_report_for(None, None, Some("exec")));
+    true
+}
+
+fn after_failed_exec(reported: bool) {
+    if reported {
+        // SAFETY: errno is thread-local; kept for the caller.
+        let errno = unsafe { *libc::__errno_location() };
+        let _ = EXIT_REPORT.compare_exchange(
+            EXIT_REPORT_DONE,
+            EXIT_REPORT_NOT_STARTED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+    }
+}
+
+type Argv = *const *const c_char;
+
+macro_rules! exec_hook {
+    ($name:ident, $cname:literal, ($($arg:ident: $ty:ty),*)) => {
+        /// Writes the old image's report, then calls the C library's function.
+        ///
+        /// # Safety
+        /// The C library's contract for this function.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            static REAL: AtomicUsize = AtomicUsize::new(0);
+            let reported = before_exec();
+            let p = next_symbol(&REAL, $cname);
+            if p == 0 {
+                *libc::__errno_location() = libc::ENOSYS;
+                after_failed_exec(reported);
+                return -1;
+            }
+            let f: unsafe extern "C" fn($($ty),*) -> c_int = std::mem::transmute(p);
+            let rc = f($($arg),*);
+            after_failed_exec(reported);
+            rc
+        }
+    };
+}
+
+exec_hook!(execve, c"execve", (path: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(execv, c"execv", (path: *const c_char, argv: Argv));
+exec_hook!(execvp, c"execvp", (file: *const c_char, argv: Argv));
+exec_hook!(execvpe, c"execvpe", (file: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(fexecve, c"fexecve", (fd: c_int, argv: Argv, envp: Argv));
+exec_hook!(execveat, c"execveat", (dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int));
 
 /// For the in-process API: C string argument to an owned String.
 pub fn c_str_arg(p: *const c_char) -> Option<String> {

@@ -226,7 +226,7 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadSta
         frame = read(frame + cur);
     }
     // SAFETY: this thread's own log; captures do not nest on a thread.
-    let log = &mut *thread.python_replay.get();
+    let log = &mut *thread.python_replay_log();
     match l.frames {
         FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
         FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),

@@ -65,6 +65,7 @@ pub fn config() -> &'static Config {
 }
 
 pub fn install_config(c: Config) -> &'static Config {
+    DEPOT.set_max_traces(c.max_stacks);
     let p = Box::into_raw(Box::new(c));
     match CONFIG.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
         // SAFETY: just leaked.

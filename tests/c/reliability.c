@@ -1,0 +1,155 @@
+/*
+ * Reports that must not be lost, signals that must not kill, limits that
+ * must hold (issue 15). Modes (argv[1]):
+ *   exec_parent   leaks one block, then execv()s itself as exec_child.
+ *   exec_child    leaks two blocks (the new image's own).
+ *   exec_fails    leaks one block, an execv that fails, then one more.
+ *   usr1_early    sends itself SIGUSR1 before any CUDA call, then leaks one
+ *                 block and returns 0.
+ *   term_at_exit  leaks 2^12 blocks from distinct stacks (a slow exit
+ *                 report), and a thread sends SIGTERM to the process as
+ *                 soon as the exit report's temporary file appears.
+ *   planted_link  a live dump, then a symbolic link planted at the name the
+ *                 exit report will take; leaks one block.
+ *   small_stack [BYTES]  a thread with a 16 KiB (or BYTES) stack calls
+ *                 cudaMalloc (a leak) and cudaMalloc/cudaFree; main makes
+ *                 no CUDA call.
+ *   stacks BITS   leaks 2^BITS blocks of 1 byte, each from its own stack.
+ *   churn_stacks BITS  the same, each block freed at once (no leak): for
+ *                 measuring the trace depot (docs/performance.md).
+ */
+#include "common.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+void leak_before_exec(void) { void *p; CHECK(cudaMalloc(&p, 1000)); /* LEAK before exec */ }
+void leak_after_exec(void) { void *p; CHECK(cudaMalloc(&p, 2000)); /* LEAK after exec */ }
+void leak_once(void) { void *p; CHECK(cudaMalloc(&p, 1000)); /* LEAK once */ }
+
+/* Each path through the recursion is a distinct native stack: bit i of
+ * `path` picks one of two call sites at depth i. */
+static int free_at_once; /* churn_stacks: free each block at once */
+static void __attribute__((noinline)) leak_at(void) {
+    void *p;
+    CHECK(cudaMalloc(&p, 1));
+    if (free_at_once) CHECK(cudaFree(p));
+}
+static void __attribute__((noinline)) branch(unsigned path, int depth);
+static void __attribute__((noinline)) branch_a(unsigned path, int depth) { branch(path >> 1, depth - 1); }
+static void __attribute__((noinline)) branch_b(unsigned path, int depth) { branch(path >> 1, depth - 1); }
+static void __attribute__((noinline)) branch(unsigned path, int depth) {
+    if (depth == 0) {
+        leak_at();
+    } else if (path & 1) {
+        branch_a(path, depth);
+    } else {
+        branch_b(path, depth);
+    }
+    __asm__ volatile("" ::: "memory"); /* no tail calls: every frame stays */
+}
+static void leak_distinct_stacks(int bits) {
+    for (unsigned path = 0; path < (1u << bits); path++) branch(path, bits);
+}
+
+static volatile int watching;
+
+static void *term_when_report_starts(void *arg) {
+    (void)arg;
+    int fd = inotify_init();
+    if (fd < 0 || inotify_add_watch(fd, ".", IN_CREATE) < 0) {
+        perror("inotify");
+        _exit(4);
+    }
+    __atomic_store_n(&watching, 1, __ATOMIC_RELEASE);
+    char buf[4096] __attribute__((aligned(8)));
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        for (char *p = buf; n > 0 && p < buf + n;) {
+            struct inotify_event *e = (struct inotify_event *)p;
+            size_t len = e->len ? strlen(e->name) : 0;
+            if (len > 4 && !strncmp(e->name, ".cudaleak.", 10) && !strcmp(e->name + len - 4, ".tmp")) {
+                kill(getpid(), SIGTERM);
+                return NULL;
+            }
+            p += sizeof *e + e->len;
+        }
+    }
+}
+
+static void *small_stack_thread(void *arg) {
+    (void)arg;
+    void *keep, *tmp;
+    CHECK(cudaMalloc(&keep, 4096)); /* LEAK small stack */
+    CHECK(cudaMalloc(&tmp, 64));
+    CHECK(cudaFree(tmp));
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (!strcmp(mode, "exec_parent")) {
+        leak_before_exec();
+        char *args[] = {argv[0], "exec_child", NULL};
+        execv("/proc/self/exe", args);
+        perror("execv");
+        return 5;
+    } else if (!strcmp(mode, "exec_fails")) {
+        leak_before_exec();
+        char *args[] = {"nothing", NULL};
+        if (execv("/nonexistent/cudaleak-test", args) == 0) return 5;
+        leak_once(); /* the process goes on after a failed exec */
+    } else if (!strcmp(mode, "exec_child")) {
+        for (int i = 0; i < 2; i++) leak_after_exec();
+    } else if (!strcmp(mode, "usr1_early")) {
+        kill(getpid(), SIGUSR1);
+        leak_once();
+    } else if (!strcmp(mode, "term_at_exit")) {
+        pthread_t t;
+        leak_distinct_stacks(12);
+        pthread_create(&t, NULL, term_when_report_starts, NULL);
+        while (!__atomic_load_n(&watching, __ATOMIC_ACQUIRE)) usleep(1000);
+        printf("leaked\n");
+        /* returns: the exit report starts, and SIGTERM arrives during it */
+    } else if (!strcmp(mode, "planted_link")) {
+        int (*dump)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "cudaleak_dump");
+        leak_once();
+        if (!dump || dump("first") != 0) return 6;
+        DIR *d = opendir(".");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            size_t len = strlen(e->d_name);
+            const char *suffix = ".1.api.json";
+            if (len > strlen(suffix) && !strcmp(e->d_name + len - strlen(suffix), suffix)) {
+                char next[PATH_MAX];
+                snprintf(next, sizeof next, "%.*s.2.exit.json", (int)(len - strlen(suffix)), e->d_name);
+                if (symlink("planted-target", next) != 0) return 7;
+                printf("planted %s\n", next);
+            }
+        }
+        if (d) closedir(d);
+    } else if (!strcmp(mode, "small_stack")) {
+        pthread_attr_t attr;
+        pthread_t t;
+        pthread_attr_init(&attr);
+        size_t bytes = argc > 2 ? (size_t)atol(argv[2]) : 16384;
+        if (pthread_attr_setstacksize(&attr, bytes) != 0) return 8;
+        if (pthread_create(&t, &attr, small_stack_thread, NULL) != 0) return 9;
+        pthread_join(t, NULL);
+    } else if (!strcmp(mode, "churn_stacks")) {
+        free_at_once = 1;
+        leak_distinct_stacks(argc > 2 ? atoi(argv[2]) : 10);
+    } else if (!strcmp(mode, "stacks")) {
+        leak_distinct_stacks(argc > 2 ? atoi(argv[2]) : 10);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    return 0;
+}

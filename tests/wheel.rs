@@ -1,0 +1,517 @@
+//! The wheel, used as a person who ran `pip install cudaleak` would: each
+//! test installs target/wheels/cudaleak-*.whl into a fresh virtual
+//! environment, offline (pip --no-index), and runs the installed command,
+//! module and pytest plugin from a directory outside the source tree, with
+//! an environment that names neither the tree nor its builds (no
+//! PYTHONPATH, no CUDALEAK_LIBRARY, no target/release on PATH). Only the
+//! simulated driver, standing in for the GPU, comes from the build.
+//!
+//! Ignored by a bare `cargo test`: scripts/test.sh builds the wheel
+//! (scripts/build-wheel.sh) and a wheelhouse with pytest, puts
+//! requirements-dev.txt's tools (auditwheel) on PATH, then runs these with
+//! `cargo test --release --test wheel -- --ignored`.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+use support::{reports_in, run_command, sim_dir, TempDir};
+
+/// target/wheels/cudaleak-VERSION-*.whl (scripts/build-wheel.sh leaves one).
+fn wheel() -> PathBuf {
+    let dir = support::repo().join("target/wheels");
+    let prefix = format!("cudaleak-{}-", env!("CARGO_PKG_VERSION"));
+    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(".whl")
+        })
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {prefix}*.whl in {} (scripts/build-wheel.sh builds it): {found:?}",
+        dir.display()
+    );
+    found[0].clone()
+}
+
+/// The manylinux tag in the wheel's name, as (2, 28).
+fn wheel_glibc() -> (u32, u32) {
+    let name = wheel().file_name().unwrap().to_string_lossy().into_owned();
+    let tag = name
+        .split(['-', '.'])
+        .find_map(|part| part.strip_prefix("manylinux_"))
+        .unwrap_or_else(|| panic!("{name} has no manylinux_X_Y tag"));
+    let mut v = tag.split('_').map(|n| n.parse::<u32>().unwrap());
+    (v.next().unwrap(), v.next().unwrap())
+}
+
+fn on_path(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} is not on PATH (scripts/test.sh puts its venv there)"))
+}
+
+/// A virtual environment outside the source tree; commands run in its
+/// work directory with its bin/ first on a minimal PATH.
+struct Venv {
+    root: TempDir,
+}
+
+impl Venv {
+    fn new(tag: &str) -> Venv {
+        let root = TempDir::new(tag);
+        std::fs::create_dir_all(root.path().join("work")).unwrap();
+        let venv = Venv { root };
+        let mut create = Command::new(on_path("python3"));
+        create.args(["-m", "venv"]).arg(venv.dir());
+        venv.check(create, "python3 -m venv");
+        venv
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.root.path().join("venv")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    fn bin(&self, name: &str) -> PathBuf {
+        self.dir().join("bin").join(name)
+    }
+
+    /// `program` from the venv (or the system), in the work directory, with
+    /// nothing of the source tree in its environment.
+    fn command(&self, program: &str) -> Command {
+        let exe = if self.bin(program).exists() {
+            self.bin(program)
+        } else {
+            PathBuf::from(program)
+        };
+        let mut cmd = Command::new(exe);
+        cmd.env_clear()
+            .current_dir(self.work())
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", self.dir().join("bin").display()),
+            )
+            .env("HOME", self.root.path())
+            .env("VIRTUAL_ENV", self.dir())
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .env("PIP_NO_INDEX", "1")
+            .env("LD_LIBRARY_PATH", sim_dir())
+            .env("SIMCUDA_RUNTIME", sim_dir().join("libcudart.so.12"));
+        cmd
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> (Option<i32>, String, String) {
+        let mut cmd = self.command(program);
+        cmd.args(args);
+        let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(300));
+        (status.code(), stdout, stderr)
+    }
+
+    fn check(&self, cmd: Command, what: &str) -> String {
+        let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(300));
+        assert!(status.success(), "{what}: {status}\n{stdout}\n{stderr}");
+        stdout
+    }
+
+    fn pip_install(&self, what: &[&str]) {
+        let wheelhouse = support::repo().join("target/wheelhouse");
+        let mut cmd = self.command("python");
+        cmd.args(["-m", "pip", "install", "--quiet", "--no-index", "--find-links"])
+            .arg(&wheelhouse)
+            .args(what);
+        self.check(cmd, "pip install --no-index");
+    }
+
+    /// Every path under the venv, relative to it.
+    fn files(&self) -> BTreeSet<String> {
+        fn walk(dir: &Path, base: &Path, out: &mut BTreeSet<String>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                let rel = p.strip_prefix(base).unwrap().display().to_string();
+                out.insert(rel);
+                if e.file_type().unwrap().is_dir() {
+                    walk(&p, base, out);
+                }
+            }
+        }
+        let mut out = BTreeSet::new();
+        walk(&self.dir(), &self.dir(), &mut out);
+        out
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.work().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+/// One venv with the wheel and pytest, shared by the tests that only use it.
+fn installed() -> &'static Venv {
+    static VENV: OnceLock<Venv> = OnceLock::new();
+    VENV.get_or_init(|| {
+        let venv = Venv::new("wheel");
+        venv.pip_install(&["pytest", wheel().to_str().unwrap()]);
+        venv
+    })
+}
+
+/// The one line of `text` that contains `marker`, 1-based.
+fn line_in(text: &str, marker: &str) -> usize {
+    let lines: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(marker))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(lines.len(), 1, "{marker:?}");
+    lines[0]
+}
+
+/// A Python program that leaks one block of 1 MiB on the simulated driver.
+const LEAKY_PY: &str = "\
+import ctypes
+import os
+
+runtime = ctypes.CDLL(os.environ[\"SIMCUDA_RUNTIME\"])
+block = ctypes.c_void_p()
+assert runtime.cudaMalloc(ctypes.byref(block), ctypes.c_size_t(1 << 20)) == 0  # LEAK
+";
+
+/// Two tests, one of which leaks.
+const SUITE_PY: &str = "\
+import ctypes
+import os
+
+runtime = ctypes.CDLL(os.environ[\"SIMCUDA_RUNTIME\"])
+KEPT = []
+
+
+def malloc(nbytes):
+    block = ctypes.c_void_p()
+    assert runtime.cudaMalloc(ctypes.byref(block), ctypes.c_size_t(nbytes)) == 0
+    return block
+
+
+def test_frees_what_it_allocates():
+    runtime.cudaFree(malloc(100))
+
+
+def test_leaks():
+    KEPT.append(malloc(4096))  # LEAK
+";
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn the_wheel_holds_the_command_the_library_the_module_and_the_plugin() {
+    let venv = installed();
+    let site = venv.run(
+        "python",
+        &[
+            "-c",
+            "import cudaleak, os; print(os.path.dirname(cudaleak.__file__))",
+        ],
+    );
+    assert_eq!(site.0, Some(0), "{}", site.2);
+    let package = PathBuf::from(site.1.trim());
+    assert!(package.starts_with(venv.dir()), "{}", package.display());
+    for file in [
+        "__init__.py",
+        "__main__.py",
+        "pytest_plugin.py",
+        "_lib/libcudaleak.so",
+    ] {
+        assert!(
+            package.join(file).is_file(),
+            "{file} missing in {}",
+            package.display()
+        );
+    }
+    assert!(venv.bin("cudaleak").is_file());
+    let entry_points = venv
+        .files()
+        .into_iter()
+        .find(|f| f.ends_with(".dist-info/entry_points.txt"))
+        .expect("entry_points.txt");
+    let text = std::fs::read_to_string(venv.dir().join(entry_points)).unwrap();
+    assert!(
+        text.contains("[pytest11]\ncudaleak.pytest_plugin=cudaleak.pytest_plugin"),
+        "{text}"
+    );
+    // Small: no DWARF beyond what a stripped release keeps.
+    for binary in [package.join("_lib/libcudaleak.so"), venv.bin("cudaleak")] {
+        let out = Command::new("readelf").arg("-S").arg(&binary).output().unwrap();
+        let sections = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && sections.contains(".text"), "{sections}");
+        assert!(
+            !sections.contains(".debug_info"),
+            "{} has debug info",
+            binary.display()
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn auditwheel_agrees_with_the_manylinux_tag() {
+    let (major, minor) = wheel_glibc();
+    assert!((major, minor) <= (2, 28), "the baseline is glibc 2.28 or older");
+    let out = Command::new(on_path("auditwheel"))
+        .arg("show")
+        .arg(wheel())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tag = format!("manylinux_{major}_{minor}_{}", std::env::consts::ARCH);
+    assert!(
+        text.contains(&format!("consistent with the following platform tag: \"{tag}\"")),
+        "{text}"
+    );
+}
+
+/// The newest GLIBC_x.y version `binary` needs, from `objdump -T`.
+fn newest_glibc_symbol(binary: &Path) -> ((u32, u32), String) {
+    let out = Command::new("objdump").arg("-T").arg(binary).output().unwrap();
+    assert!(out.status.success(), "objdump -T {}", binary.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|line| {
+            let start = line.find("GLIBC_")? + "GLIBC_".len();
+            let version: String = line[start..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let mut parts = version.split('.').map(|n| n.parse::<u32>().unwrap_or(0));
+            Some((
+                (parts.next()?, parts.next().unwrap_or(0)),
+                line.trim().to_string(),
+            ))
+        })
+        .max()
+        .unwrap_or_else(|| panic!("{} names no glibc symbol", binary.display()))
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn no_binary_in_the_wheel_needs_a_newer_glibc_than_its_tag() {
+    let venv = installed();
+    let (_, lib, _) = venv.run("cudaleak", &["lib"]);
+    let tag = wheel_glibc();
+    for binary in [PathBuf::from(lib.trim()), venv.bin("cudaleak")] {
+        let (newest, line) = newest_glibc_symbol(&binary);
+        assert!(
+            newest <= tag,
+            "{} needs glibc {newest:?}, the tag promises {tag:?}: {line}",
+            binary.display()
+        );
+    }
+    // dlsym, found through dlvsym by the versions each glibc gives it, must
+    // not be linked by version: glibc 2.34 moved it to libc as GLIBC_2.34.
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(lib.trim())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.contains(".text") && l.ends_with(" dlsym")),
+        "libcudaleak.so defines dlsym:\n{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.contains("*UND*") && l.ends_with(" dlsym")),
+        "{text}"
+    );
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn cudaleak_lib_and_python_m_cudaleak_lib_name_the_library_in_the_package() {
+    let venv = installed();
+    let (code, lib, stderr) = venv.run("cudaleak", &["lib"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lib = PathBuf::from(lib.trim());
+    assert!(lib.starts_with(venv.dir()), "{}", lib.display());
+    assert!(
+        lib.ends_with("site-packages/cudaleak/_lib/libcudaleak.so"),
+        "{}",
+        lib.display()
+    );
+    let (code, via_python, stderr) = venv.run("python", &["-m", "cudaleak", "lib"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(via_python.trim(), lib.to_str().unwrap());
+    let (_, from_module, _) = venv.run(
+        "python",
+        &["-c", "import cudaleak; print(cudaleak.library_path())"],
+    );
+    assert_eq!(from_module.trim(), lib.to_str().unwrap());
+    let (_, version, _) = venv.run("cudaleak", &["--version"]);
+    let (_, via_python, _) = venv.run("python", &["-m", "cudaleak", "--version"]);
+    assert_eq!(version, via_python);
+    assert_eq!(version.trim(), format!("cudaleak {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn cudaleak_demo_runs_from_the_wheel() {
+    let venv = installed();
+    let reports = venv.work().join("demo-reports");
+    let (code, stdout, stderr) = venv.run("cudaleak", &["demo", "--dir", reports.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("cudaleak: 74448896 bytes leaked in 5 blocks; report:"),
+        "{stderr}"
+    );
+    let r = reports_in(&reports);
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].leaked_bytes(), r[0].leaked_blocks()), (74448896, 5));
+}
+
+fn leaky_run_exits_23(venv: &Venv, runner: &[&str]) {
+    venv.write("leaky.py", LEAKY_PY);
+    let reports = venv.work().join(format!("reports-{}", runner.len()));
+    let mut args: Vec<&str> = runner[1..].to_vec();
+    args.extend([
+        "run",
+        "--fail-on-leak",
+        "--dir",
+        reports.to_str().unwrap(),
+        "--",
+        "python",
+        "leaky.py",
+    ]);
+    let (code, stdout, stderr) = venv.run(runner[0], &args);
+    assert_eq!(code, Some(23), "{stdout}\n{stderr}");
+    let r = reports_in(&reports);
+    assert_eq!(r.len(), 1, "{stderr}");
+    assert_eq!((r[0].leaked_bytes(), r[0].leaked_blocks()), (1 << 20, 1));
+    let line = line_in(LEAKY_PY, "# LEAK") as i64;
+    assert!(
+        r[0].leaks[0]
+            .python_stack
+            .iter()
+            .any(|f| f.file.ends_with("leaky.py") && f.line == Some(line)),
+        "leaky.py:{line} not in {:?}",
+        r[0].leaks[0].python_stack
+    );
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn cudaleak_run_fail_on_leak_exits_23_on_a_leaking_python_program() {
+    leaky_run_exits_23(installed(), &["cudaleak"]);
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn python_m_cudaleak_run_is_the_same_command() {
+    leaky_run_exits_23(installed(), &["python", "-m", "cudaleak"]);
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn available_is_false_plain_and_true_under_cudaleak_run() {
+    let venv = installed();
+    let probe = ["-c", "import cudaleak; print(cudaleak.available())"];
+    let (code, stdout, stderr) = venv.run("python", &probe);
+    assert_eq!((code, stdout.trim()), (Some(0), "False"), "{stderr}");
+    let mut args = vec!["run", "--", "python"];
+    args.extend(probe);
+    let (code, stdout, stderr) = venv.run("cudaleak", &args);
+    assert_eq!((code, stdout.trim()), (Some(0), "True"), "{stderr}");
+}
+
+/// pytest's outcome counts and FAILED lines.
+fn pytest_in(venv: &Venv, extra: &[&str]) -> (Option<i32>, String) {
+    venv.write("test_two.py", SUITE_PY);
+    let mut args = vec![
+        "run",
+        "--",
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-rf",
+        "-p",
+        "no:cacheprovider",
+    ];
+    args.extend(extra);
+    args.push("test_two.py");
+    let (code, stdout, stderr) = venv.run("cudaleak", &args);
+    (code, format!("{stdout}\n{stderr}"))
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn the_pytest_plugin_loads_by_itself_and_names_the_leaking_line() {
+    let venv = installed();
+    let line = line_in(SUITE_PY, "# LEAK");
+    let (code, out) = pytest_in(venv, &["--cuda-leaks"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("1 failed, 1 passed"), "{out}");
+    assert!(out.contains("FAILED test_two.py::test_leaks"), "{out}");
+    assert!(
+        out.contains("test_two.py::test_leaks leaked 4096 bytes of CUDA memory in 1 block(s)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("test_two.py:{line} in test_leaks")),
+        "{out}"
+    );
+
+    // Opt-in: loaded, but checking nothing without the option.
+    let (code, out) = pytest_in(venv, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("2 passed"), "{out}");
+
+    // The way before the wheel, `-p cudaleak.pytest_plugin`, still works:
+    // the entry point has the module's name, so it is not loaded twice.
+    let (code, out) = pytest_in(venv, &["-p", "cudaleak.pytest_plugin", "--cuda-leaks"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("1 failed, 1 passed"), "{out}");
+}
+
+#[test]
+#[ignore = "needs the wheel: scripts/test.sh builds it and runs these"]
+fn uninstall_leaves_nothing_behind() {
+    let venv = Venv::new("wheel-uninstall");
+    let before = venv.files();
+    venv.pip_install(&[wheel().to_str().unwrap()]);
+    let installed = venv.files();
+    assert!(installed.len() > before.len());
+    // Use it, so that Python writes its byte code too.
+    for args in [
+        &["-c", "import cudaleak, cudaleak.__main__"][..],
+        &["-m", "cudaleak", "lib"][..],
+    ] {
+        let (code, _, stderr) = venv.run("python", args);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    let mut uninstall = venv.command("python");
+    uninstall.args(["-m", "pip", "uninstall", "--yes", "cudaleak"]);
+    venv.check(uninstall, "pip uninstall");
+    let after = venv.files();
+    let left: Vec<&String> = after.difference(&before).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let removed: Vec<&String> = before.difference(&after).collect();
+    assert!(removed.is_empty(), "removed: {removed:?}");
+}
