@@ -446,8 +446,10 @@ fn limits_reached(out: &mut String, t: &crate::report::Totals) {
     if let Some(l) = t.groups_left_out {
         let _ = writeln!(
             out,
-            "groups left out: {} more group(s), {} byte(s) in {} block(s) (CUDALEAK_MAX_GROUPS)",
-            l.groups, l.bytes, l.blocks
+            "groups left out: {}, {} in {} (CUDALEAK_MAX_GROUPS)",
+            count(l.groups, "more group"),
+            size_exact(l.bytes),
+            count(l.blocks, "block")
         );
     }
 }
