@@ -115,13 +115,22 @@ fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
         "{:?}",
         r.python
     );
+    // scripts/test-python-versions.sh runs every test here a second time
+    // with the offsets path forced on 3.13 and later: make sure it was.
+    if std::env::var("CUDALEAK_PYTHON_OFFSETS").as_deref() == Ok("1") && python_minor(&python3()) >= 13 {
+        assert!(
+            r.python.as_deref().unwrap().contains("_Py_DebugOffsets"),
+            "{:?}",
+            r.python
+        );
+    }
     assert_eq!(r.leaks.iter().map(|g| g.blocks).sum::<u64>(), 24);
     let malloc_line = line_of(
         "tests/python/sim.py",
         "rc = lib.cudaMalloc(ctypes.byref(p), nbytes)",
     );
     let l = |m: &str| line_of(STACKS, m);
-    let at_main = l("{\"all\": all_kinds");
+    let at_main = l("modes[sys.argv[1]]()");
     type Frames = Vec<(String, String, i64)>;
     let cases: Vec<(&str, u64, Frames)> = vec![
         (
@@ -234,6 +243,143 @@ fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
     let names: Vec<String> = py_frames(g).into_iter().map(|f| f.0).collect();
     assert!(names.contains(&q("Thread.run")), "{names:?}");
     assert!(!names.contains(&s("all_kinds")), "{names:?}");
+}
+
+fn python_minor(python: &std::path::Path) -> u32 {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(sys.version_info[1])"])
+        .output()
+        .expect("python runs");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a minor version")
+}
+
+/// An interpreter that publishes `_Py_DebugOffsets` (3.13+): the one under
+/// test if it does, else pyenv's 3.13 where installed.
+fn python_with_debug_offsets() -> Option<PathBuf> {
+    if python_minor(&python3()) >= 13 {
+        return Some(python3());
+    }
+    let home = std::env::var("HOME").ok()?;
+    let mut found: Vec<PathBuf> = std::fs::read_dir(format!("{home}/.pyenv/versions"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("3.13"))
+        .map(|e| e.path().join("bin/python3"))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// What a report says about its leaks, without addresses (ASLR).
+fn leaks_without_addresses(r: &Report) -> Vec<String> {
+    let mut out: Vec<String> = r
+        .leaks
+        .iter()
+        .map(|g| {
+            let merged: Vec<String> = g
+                .merged_stack
+                .iter()
+                .map(|f| match f {
+                    MergedFrame::Native(n) => format!("{:?} {:?} {:?}", n.function, n.file, n.line),
+                    MergedFrame::Python(p) => format!("{p:?}"),
+                })
+                .collect();
+            format!(
+                "{} {} {} {:?} {merged:?}",
+                g.api, g.blocks, g.bytes, g.python_stack
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// On 3.13 the frame model built from the interpreter's `_Py_DebugOffsets`
+/// (CUDALEAK_PYTHON_OFFSETS=1, the only path on 3.14+) gives exactly what
+/// the 3.13 table gives: same groups, lines and merged stacks.
+#[test]
+fn the_debug_offsets_model_gives_what_the_table_gives() {
+    let Some(python) = python_with_debug_offsets() else {
+        eprintln!("no CPython 3.13 or later here: nothing to compare");
+        return;
+    };
+    let run = |offsets: &str| {
+        let env = py_env();
+        let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        all.push(("CUDALEAK_PYTHON_OFFSETS", offsets));
+        let script = repo().join(STACKS);
+        let out = run_traced(&python, &[script.to_str().unwrap(), "all"], &all);
+        out.assert_success();
+        out.report()
+    };
+    let (table, offsets) = (run("0"), run("1"));
+    let status = |r: &Report| r.python.clone().unwrap_or_default();
+    assert!(!status(&table).contains("_Py_DebugOffsets"), "{}", status(&table));
+    assert!(
+        status(&offsets).contains("_Py_DebugOffsets"),
+        "{}",
+        status(&offsets)
+    );
+    assert_eq!(table.leaks.iter().map(|g| g.blocks).sum::<u64>(), 24);
+    assert_eq!(leaks_without_addresses(&table), leaks_without_addresses(&offsets));
+}
+
+/// One Python line is one group, however the interpreter reached it: on
+/// CPython 3.13 a loop long enough for the call to be specialized made two
+/// groups (299 blocks and 1), whose native stacks differed only inside
+/// `_PyEval_EvalFrameDefault`. Run under the Python being tested and, where
+/// installed, under 3.13, where it split.
+#[test]
+fn one_python_line_is_one_group_after_specialization() {
+    let mut pythons = vec![python3()];
+    pythons.extend(python_with_debug_offsets().filter(|p| *p != python3()));
+    for python in pythons {
+        let env = py_env();
+        let all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let script = repo().join(STACKS);
+        let out = run_traced(&python, &[script.to_str().unwrap(), "one_line"], &all);
+        out.assert_success();
+        let r = out.report();
+        let l = |m: &str| line_of(STACKS, m);
+        let groups: Vec<&Group> = r
+            .leaks
+            .iter()
+            .filter(|g| {
+                g.python_stack
+                    .iter()
+                    .any(|f| f.line == Some(l("# LEAK one_line")))
+            })
+            .collect();
+        assert_eq!(
+            groups.len(),
+            1,
+            "{}: {:#?}",
+            python.display(),
+            r.leaks
+                .iter()
+                .map(|g| (g.blocks, py_frames(g)))
+                .collect::<Vec<_>>()
+        );
+        let g = groups[0];
+        assert_eq!((g.blocks, g.bytes), (300, 300 * 1012), "{}", python.display());
+        assert_eq!(
+            py_frames(g)[1..],
+            [
+                (q("allocate"), s("stacks.py"), l("# LEAK one_line")),
+                (q("train_step"), s("stacks.py"), l("# CALL one_line")),
+                (q("one_line"), s("stacks.py"), l("# CALL train_step")),
+                (s("<module>"), s("stacks.py"), l("modes[sys.argv[1]]()")),
+            ]
+        );
+        // Every raw stack is kept; together they are the group.
+        if !g.raw_stacks.is_empty() {
+            assert_eq!(g.raw_stacks.iter().map(|s| s.blocks).sum::<u64>(), 300);
+        }
+    }
 }
 
 #[test]

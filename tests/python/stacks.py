@@ -127,10 +127,27 @@ def deadlock():
     KEPT.append(out)
 
 
+def allocate():
+    KEPT.append(sim.malloc(1012))  # LEAK one_line
+
+
+def train_step():
+    allocate()  # CALL one_line
+
+
+def one_line():
+    # Long enough for the interpreter to specialize the calls on the way
+    # (3.13: the same Python stack then came from two native call sites
+    # inside _PyEval_EvalFrameDefault, and out as two groups).
+    for _ in range(300):
+        train_step()  # CALL train_step
+
+
 def exit_now():
     leak_gil_released()
     os._exit(3)
 
 
 if __name__ == "__main__":
-    {"all": all_kinds, "clean": clean, "deadlock": deadlock, "exit_now": exit_now}[sys.argv[1]]()
+    modes = {"all": all_kinds, "clean": clean, "deadlock": deadlock, "exit_now": exit_now, "one_line": one_line}
+    modes[sys.argv[1]]()

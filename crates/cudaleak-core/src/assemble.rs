@@ -6,14 +6,16 @@
 //! crate feeds real snapshots, the unit tests feed fake ones.
 
 use crate::depot::{Depot, TraceRef};
+use crate::group_key::GroupKey;
 use crate::python::{eval_groups, CodeTable, PyRawFrame};
 use crate::record::{Block, MemoryKind, TraceId};
 use crate::report::{
-    BlockExample, Group, KindTotals, MergedFrame, NativeFrame, Report, Totals, Trend, Trigger, FORMAT,
-    VERSION,
+    BlockExample, Group, KindTotals, MergedFrame, NativeFrame, RawStack, Report, Totals, Trend, Trigger,
+    FORMAT, VERSION,
 };
 use crate::suppress::Suppressions;
 use crate::symbolize::{hex, SymbolSource};
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 /// Examples kept per group.
@@ -49,11 +51,21 @@ pub struct Snapshot {
     pub incomplete_shards: u64,
 }
 
-/// Per-trace history across the dumps of one process.
-#[derive(Default)]
-pub struct GrowthTracker {
+/// Per-group history across the dumps of one process, by the key that
+/// groups a dump ([`GroupKey`]): a group cannot "grow" by moving between
+/// two interpreter call sites.
+pub struct GrowthTracker<K = GroupKey> {
     dumps: u32,
-    history: HashMap<TraceId, History>,
+    history: HashMap<K, History>,
+}
+
+impl<K> Default for GrowthTracker<K> {
+    fn default() -> Self {
+        GrowthTracker {
+            dumps: 0,
+            history: HashMap::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -63,6 +75,8 @@ struct History {
     /// consecutive dumps, ending with the latest, at which bytes grew
     streak: u32,
     ever_grew: bool,
+    /// the dump that last saw the group
+    seen_at: u32,
 }
 
 /// Dumps needed before trend flags are given.
@@ -76,19 +90,29 @@ pub struct Change {
     pub trend: Option<Trend>,
 }
 
-impl GrowthTracker {
-    /// Records one dump (trace → (blocks, bytes)) and returns each present
-    /// trace's change since the previous dump (since process start for the
-    /// first).
-    pub fn observe(&mut self, current: &HashMap<TraceId, (u64, u64)>) -> HashMap<TraceId, Change> {
+impl<K: Clone + Eq + std::hash::Hash> GrowthTracker<K> {
+    /// Records one dump ((group, blocks, bytes) for each group present)
+    /// and returns each group's change since the previous dump (since
+    /// process start for the first), in the order given. A key is hashed
+    /// once per dump and cloned only the first time it is seen: keys are
+    /// whole symbolized stacks.
+    pub fn observe<'a>(&mut self, current: impl IntoIterator<Item = (&'a K, u64, u64)>) -> Vec<Change>
+    where
+        K: 'a,
+    {
         self.dumps += 1;
-        let mut out = HashMap::with_capacity(current.len());
-        for (&id, &(blocks, bytes)) in current {
-            let h = self.history.entry(id).or_default();
+        let dump = self.dumps;
+        let mut out = Vec::new();
+        for (id, blocks, bytes) in current {
+            let h = match self.history.get_mut(id) {
+                Some(h) => h,
+                None => self.history.entry(id.clone()).or_default(),
+            };
+            h.seen_at = dump;
             let grew = bytes > h.bytes;
             h.streak = if grew { h.streak + 1 } else { 0 };
             h.ever_grew |= grew;
-            let trend = if self.dumps < TREND_MIN_DUMPS {
+            let trend = if dump < TREND_MIN_DUMPS {
                 None
             } else if h.streak >= TREND_MIN_DUMPS {
                 Some(Trend::Growing)
@@ -97,19 +121,16 @@ impl GrowthTracker {
             } else {
                 None
             };
-            out.insert(
-                id,
-                Change {
-                    blocks_delta: blocks as i64 - h.blocks as i64,
-                    bytes_delta: bytes as i64 - h.bytes as i64,
-                    trend,
-                },
-            );
+            out.push(Change {
+                blocks_delta: blocks as i64 - h.blocks as i64,
+                bytes_delta: bytes as i64 - h.bytes as i64,
+                trend,
+            });
             h.blocks = blocks;
             h.bytes = bytes;
         }
-        // A trace with nothing live starts over if it comes back.
-        self.history.retain(|id, _| current.contains_key(id));
+        // A group with nothing live starts over if it comes back.
+        self.history.retain(|_, h| h.seen_at == dump);
         out
     }
 
@@ -211,6 +232,37 @@ pub fn merge_stacks(
     out
 }
 
+/// Adds group `g`, made by another raw stack with the same key, to `m`:
+/// counts, examples, and both raw stacks in `raw_stacks`, largest first;
+/// the group shows the largest one's stacks.
+fn add_raw_stack(m: &mut Group, g: Group) {
+    if m.raw_stacks.is_empty() {
+        m.raw_stacks.push(RawStack {
+            blocks: m.blocks,
+            bytes: m.bytes,
+            native_stack: m.native_stack.clone(),
+        });
+    }
+    let largest = (m.raw_stacks[0].bytes, m.raw_stacks[0].blocks);
+    if (g.bytes, g.blocks) > largest {
+        m.native_stack = g.native_stack.clone();
+        m.merged_stack = g.merged_stack;
+        m.python_stack = g.python_stack;
+    }
+    m.raw_stacks.push(RawStack {
+        blocks: g.blocks,
+        bytes: g.bytes,
+        native_stack: g.native_stack,
+    });
+    // Stable: of equal ones, the first seen stays first.
+    m.raw_stacks
+        .sort_by_key(|r| std::cmp::Reverse((r.bytes, r.blocks)));
+    m.blocks += g.blocks;
+    m.bytes += g.bytes;
+    let room = EXAMPLES_PER_GROUP.saturating_sub(m.examples.len());
+    m.examples.extend(g.examples.into_iter().take(room));
+}
+
 struct Acc {
     blocks: u64,
     bytes: u64,
@@ -278,20 +330,15 @@ impl Assembler<'_> {
             k.blocks += 1;
             k.bytes += b.size();
         }
-        let current: HashMap<TraceId, (u64, u64)> = by_trace
-            .iter()
-            .map(|(id, a)| (*id, (a.blocks, a.bytes)))
-            .collect();
-        let changes = self.growth.observe(&current);
-
+        // One group per merged stack (`group_key.rs`), not per raw trace:
+        // traces are symbolized first, then merged by key, in trace order.
         let mut ids: Vec<TraceId> = by_trace.keys().copied().collect();
         ids.sort();
-        let mut leaks = Vec::with_capacity(ids.len());
-        let mut growth = Vec::new();
-        let mut trace_of_group = Vec::with_capacity(ids.len());
+        let mut groups: Vec<Group> = Vec::with_capacity(ids.len());
+        let mut index: HashMap<GroupKey, usize> = HashMap::with_capacity(ids.len());
         for id in ids {
             let acc = by_trace.remove(&id).expect("key from this map");
-            let mut g = match self.depot.get(id) {
+            let g = match self.depot.get(id) {
                 Some(t) => self.group_for(t, acc),
                 None => Group {
                     examples: acc.examples,
@@ -305,11 +352,25 @@ impl Assembler<'_> {
                     )
                 },
             };
-            let change = changes.get(&id).copied();
-            g.trend = change.and_then(|c| c.trend);
-            trace_of_group.push(id);
-            leaks.push((g, change));
+            match index.entry(GroupKey::of(&g)) {
+                Entry::Occupied(e) => add_raw_stack(&mut groups[*e.get()], g),
+                Entry::Vacant(e) => {
+                    e.insert(groups.len());
+                    groups.push(g);
+                }
+            }
         }
+        let mut keys: Vec<(&GroupKey, usize)> = index.iter().map(|(k, &i)| (k, i)).collect();
+        keys.sort_unstable_by_key(|&(_, i)| i);
+        let changes = self
+            .growth
+            .observe(keys.iter().map(|&(k, i)| (k, groups[i].blocks, groups[i].bytes)));
+        let mut leaks = Vec::with_capacity(groups.len());
+        for (mut g, change) in groups.into_iter().zip(changes) {
+            g.trend = change.trend;
+            leaks.push((g, Some(change)));
+        }
+        let mut growth = Vec::new();
         let mut kept = Vec::new();
         let mut suppress = self.suppressions.matcher();
         for (g, change) in leaks {
@@ -461,6 +522,7 @@ mod tests {
             (0x401, vec![("cudaMalloc", "cudart.c", 5)]),
             (0x501, vec![("internal_alloc", "cudart.c", 2)]),
             (0x601, vec![("_PyEval_EvalFrameDefault", "ceval.c", 1)]),
+            (0x611, vec![("_PyEval_EvalFrameDefault", "ceval.c", 2)]),
             (0x701, vec![("ffi_call", "ffi.c", 1)]),
             (
                 0x801,
@@ -659,6 +721,85 @@ mod tests {
         );
     }
 
+    /// CPython 3.13 reached one Python line through two call sites in
+    /// the eval loop (specialized and generic): one group, both raw
+    /// stacks kept, and blocks moving between them is not growth.
+    #[test]
+    fn one_python_line_is_one_group_whatever_the_eval_loop_call_site() {
+        let depot = Box::new(Depot::new());
+        let codes = CodeTable::new();
+        codes.insert(
+            1,
+            0,
+            CodeInfo {
+                filename: "train.py".into(),
+                qualname: "allocate".into(),
+                firstlineno: 13,
+                format: LineFormat::Lnotab,
+                linetable: vec![],
+            },
+        );
+        let py = [PyRawFrame {
+            code: 1,
+            guard: 0,
+            offset: 0,
+            flags: PY_FRAME_ENTRY,
+        }];
+        static SPECIALIZED: [u64; 3] = [0x701, 0x601, 0x301];
+        static GENERIC: [u64; 3] = [0x701, 0x611, 0x301];
+        let trace = |native: &'static [u64]| {
+            depot.intern(
+                &TraceKey {
+                    api: Api::cudaMalloc,
+                    kind: MemoryKind::Device,
+                    native,
+                    python: &py,
+                },
+                |_| {},
+            )
+        };
+        let (a, b) = (trace(&SPECIALIZED), trace(&GENERIC));
+        assert_ne!(a, b);
+        let block = |t| Block::new(100, t, MemoryKind::Device, 0, None, 0);
+        let mut growth = GrowthTracker::default();
+        let mut dump = |blocks: Vec<(u64, Block)>, seq| {
+            Assembler {
+                depot: &depot,
+                codes: &codes,
+                symbols: &mut symbols(),
+                suppressions: &Suppressions::default(),
+                growth: &mut growth,
+            }
+            .assemble(
+                &Snapshot {
+                    blocks,
+                    ..Default::default()
+                },
+                meta(seq),
+            )
+        };
+        let r = dump(
+            vec![(0x1000, block(a)), (0x2000, block(a)), (0x3000, block(b))],
+            1,
+        );
+        assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
+        let g = &r.leaks[0];
+        assert_eq!((g.blocks, g.bytes), (3, 300));
+        assert_eq!(g.raw_stacks.len(), 2);
+        assert_eq!((g.raw_stacks[0].blocks, g.raw_stacks[1].blocks), (2, 1));
+        assert_eq!(g.native_stack[1].line, Some(1), "the largest raw stack shows");
+        assert_eq!(g.raw_stacks[1].native_stack[1].line, Some(2));
+        assert_eq!(g.examples.len(), 3);
+        // Same blocks, moved to the other call site: no growth.
+        let r = dump(
+            vec![(0x1000, block(b)), (0x2000, block(b)), (0x3000, block(a))],
+            2,
+        );
+        assert_eq!(r.leaks.len(), 1);
+        assert!(r.growth.is_empty(), "{:#?}", r.growth);
+        assert_eq!(r.leaks[0].native_stack[1].line, Some(2));
+    }
+
     #[test]
     fn suppressed_groups_leave_leaks_and_growth() {
         let depot = Box::new(Depot::new());
@@ -691,28 +832,29 @@ mod tests {
 
     #[test]
     fn growth_and_trends_over_dumps() {
-        let mut g = GrowthTracker::default();
+        let mut g = GrowthTracker::<TraceId>::default();
         let (leak, cache, steady) = (TraceId(1), TraceId(2), TraceId(3));
-        let dump = |g: &mut GrowthTracker, l: u64, c: u64| {
-            g.observe(&HashMap::from([
-                (leak, (l, l * 10)),
-                (cache, (c, c * 10)),
-                (steady, (1, 5)),
-            ]))
+        // Changes of (leak, cache, steady), in that order.
+        let dump = |g: &mut GrowthTracker<TraceId>, l: u64, c: u64| {
+            g.observe([(&leak, l, l * 10), (&cache, c, c * 10), (&steady, 1, 5)])
         };
         let d1 = dump(&mut g, 1, 4);
-        assert_eq!(d1[&leak].bytes_delta, 10);
-        assert_eq!(d1[&steady].bytes_delta, 5);
-        assert_eq!(d1[&leak].trend, None);
+        assert_eq!(d1[0].bytes_delta, 10);
+        assert_eq!(d1[2].bytes_delta, 5);
+        assert_eq!(d1[0].trend, None);
         let d2 = dump(&mut g, 2, 8);
-        assert_eq!(d2[&steady].bytes_delta, 0, "unchanged group is not growth");
+        assert_eq!(d2[2].bytes_delta, 0, "unchanged group is not growth");
         let d3 = dump(&mut g, 3, 8);
-        assert_eq!(d3[&leak].trend, Some(Trend::Growing));
-        assert_eq!(d3[&cache].trend, Some(Trend::Bounded));
-        assert_eq!(d3[&steady].trend, Some(Trend::Bounded));
-        assert_eq!(d3[&cache].bytes_delta, 0);
+        assert_eq!(d3[0].trend, Some(Trend::Growing));
+        assert_eq!(d3[1].trend, Some(Trend::Bounded));
+        assert_eq!(d3[2].trend, Some(Trend::Bounded));
+        assert_eq!(d3[1].bytes_delta, 0);
         let d4 = dump(&mut g, 4, 8);
-        assert_eq!(d4[&leak].trend, Some(Trend::Growing));
-        assert_eq!(d4[&leak].blocks_delta, 1);
+        assert_eq!(d4[0].trend, Some(Trend::Growing));
+        assert_eq!(d4[0].blocks_delta, 1);
+        // A group absent from a dump starts over when it comes back.
+        g.observe([(&leak, 4, 40)]);
+        let d6 = g.observe([(&leak, 4, 40), (&cache, 8, 80)]);
+        assert_eq!(d6[1].bytes_delta, 80);
     }
 }

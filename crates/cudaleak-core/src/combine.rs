@@ -3,50 +3,14 @@
 //! run. Groups are matched by symbolized frames, never by addresses, which
 //! differ between processes (ASLR) and runs.
 
-use crate::python::PythonFrame;
-use crate::record::MemoryKind;
 use crate::report::{Group, KindTotals, Report, SuppressionUse, Totals, Trigger, FORMAT, VERSION};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-fn basename(p: &str) -> &str {
-    p.rsplit('/').next().unwrap_or(p)
-}
-
-/// A native frame without its address: (function, file, line, module file name).
-type FrameId = (Option<String>, Option<String>, Option<i64>, Option<String>);
-
-/// A group's identity across processes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GroupKey {
-    api: String,
-    memory: MemoryKind,
-    native: Vec<FrameId>,
-    python: Vec<PythonFrame>,
-}
-
-impl GroupKey {
-    pub fn of(g: &Group) -> GroupKey {
-        GroupKey {
-            api: g.api.clone(),
-            memory: g.memory,
-            native: g
-                .native_stack
-                .iter()
-                .map(|f| {
-                    (
-                        f.function.clone(),
-                        f.file.clone(),
-                        f.line,
-                        f.module.as_deref().map(|m| basename(m).to_string()),
-                    )
-                })
-                .collect(),
-            python: g.python_stack.clone(),
-        }
-    }
-}
+/// Matching groups across reports uses the same key as a dump's own
+/// grouping and its growth (`group_key.rs`).
+pub use crate::group_key::GroupKey;
 
 /// One identity for the process that wrote a report.
 pub fn process_id(r: &Report) -> (String, i64, String) {
@@ -393,6 +357,7 @@ pub fn rank_view(reports: &[(PathBuf, Report)]) -> RankView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::MemoryKind;
     use crate::report::NativeFrame;
 
     fn group(func: &str, line: i64, addr: &str, bytes: u64) -> Group {

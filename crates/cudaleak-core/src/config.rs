@@ -40,6 +40,11 @@ pub const FLAGS: &[Flag] = &[
         help: "0 turns Python stack capture off",
     },
     Flag {
+        name: "CUDALEAK_PYTHON_OFFSETS",
+        default: "0",
+        help: "1 reads CPython 3.13's frames through the layout the interpreter publishes (_Py_DebugOffsets) instead of the built-in table; 3.14 and later are always read that way",
+    },
+    Flag {
         name: "CUDALEAK_DEFAULT_SUPPRESSIONS",
         default: "1",
         help: "0 turns off the built-in suppressions for one-time allocations of CUDA libraries",
@@ -104,6 +109,8 @@ pub struct Config {
     pub exitcode: i32,
     pub suppressions: Option<PathBuf>,
     pub python: bool,
+    /// CUDALEAK_PYTHON_OFFSETS: the frame layout from `_Py_DebugOffsets` on 3.13 too
+    pub python_offsets: bool,
     pub default_suppressions: bool,
     pub stack_depth: usize,
     pub interval: Option<Duration>,
@@ -126,6 +133,7 @@ impl Default for Config {
             exitcode: 0,
             suppressions: None,
             python: true,
+            python_offsets: false,
             default_suppressions: true,
             stack_depth: 64,
             interval: None,
@@ -256,6 +264,7 @@ impl Config {
         }
         for (name, slot, default) in [
             ("CUDALEAK_PYTHON", &mut c.python, "1"),
+            ("CUDALEAK_PYTHON_OFFSETS", &mut c.python_offsets, "0"),
             ("CUDALEAK_DEFAULT_SUPPRESSIONS", &mut c.default_suppressions, "1"),
             ("CUDALEAK_SUMMARY", &mut c.summary, "1"),
         ] {

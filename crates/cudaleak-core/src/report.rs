@@ -154,6 +154,19 @@ pub struct Group {
     /// extension
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trend: Option<Trend>,
+    /// extension: each distinct native stack of a group that several made
+    /// (one Python line reached through different interpreter call sites;
+    /// `group_key.rs`), largest first; empty when there was one
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raw_stacks: Vec<RawStack>,
+}
+
+/// extension: one native stack of a group, with what it allocated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawStack {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub native_stack: Vec<NativeFrame>,
 }
 
 /// extension: a suppression that matched, with what it matched (as LSan's
@@ -341,6 +354,7 @@ impl Group {
             bytes_delta: None,
             suppression: None,
             trend: None,
+            raw_stacks: Vec::new(),
         }
     }
 

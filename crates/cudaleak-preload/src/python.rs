@@ -21,7 +21,7 @@
 //!    line table are copied (`remember_code_objects`), so the exit report
 //!    can name them after the interpreter is gone.
 
-use crate::python_layouts::{layout_for, FrameModel, PyLayout};
+use crate::python_layouts::{self, layout_for, FrameModel, PyLayout};
 use crate::resolve::real_dlsym;
 use crate::thread::ThreadState;
 use crate::tracker;
@@ -122,17 +122,9 @@ fn probe() -> bool {
         turn_off(format!("Python {major}.{minor} is a free-threaded build"), true);
         return false;
     }
-    let Some(layout) = layout_for(major, minor) else {
-        turn_off(
-            format!("Python {major}.{minor} is not supported (3.8 to 3.13 are)"),
-            true,
-        );
+    let Some((layout, how)) = choose_layout(major, minor) else {
         return false;
     };
-    if let Err(why) = crate::python_layouts::check_against_runtime(layout, sym(c"_PyRuntime")) {
-        turn_off(format!("Python {major}.{minor}: {why}"), true);
-        return false;
-    }
     let unchecked = if minor >= 13 {
         sym(c"PyThreadState_GetUnchecked")
     } else {
@@ -153,9 +145,56 @@ fn probe() -> bool {
     IS_FINALIZING.store(finalizing, Ordering::Release);
     CODE_TYPE.store(code_type, Ordering::Release);
     LAYOUT.store(layout as *const PyLayout as *mut PyLayout, Ordering::Release);
-    set_status(format!("CPython {major}.{minor}"));
+    set_status(format!("CPython {major}.{minor}{how}"));
     STATE.store(ACTIVE, Ordering::Release);
     true
+}
+
+/// The frame model for the running interpreter, and how it was found (for
+/// the status), or None after turning capture off with a notice.
+///
+/// 3.8-3.12 (and 3.13 by default): the version's table, which on 3.13 must
+/// agree with the interpreter's `_Py_DebugOffsets`. 3.14 and later (and
+/// 3.13 with CUDALEAK_PYTHON_OFFSETS=1): a model built from
+/// `_Py_DebugOffsets` itself, the layout that out-of-process debuggers of
+/// those versions rely on (`python_layouts::layout_from_debug_offsets`).
+fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static str)> {
+    let runtime = sym(c"_PyRuntime");
+    let has_offsets = major == 3 && minor >= 13;
+    match layout_for(major, minor) {
+        Some(table) if !(has_offsets && tracker::config().python_offsets) => {
+            if let Err(why) = python_layouts::check_against_runtime(table, runtime) {
+                turn_off(format!("Python {major}.{minor}: {why}"), true);
+                return None;
+            }
+            Some((table, ""))
+        }
+        _ if has_offsets => {
+            // SAFETY: `_PyRuntime` of this interpreter, or 0.
+            match unsafe { python_layouts::layout_from_runtime(runtime, major, minor) } {
+                // Leaked once per process, like the tables are static.
+                Ok(l) => Some((
+                    Box::leak(Box::new(l)),
+                    if minor > python_layouts::NEWEST_KNOWN_MINOR {
+                        " (frame layout from _Py_DebugOffsets; newer than the newest known, 3.14)"
+                    } else {
+                        " (frame layout from _Py_DebugOffsets)"
+                    },
+                )),
+                Err(why) => {
+                    turn_off(format!("Python {major}.{minor}: {why}"), true);
+                    None
+                }
+            }
+        }
+        _ => {
+            turn_off(
+                format!("Python {major}.{minor} is not supported (3.8 and later are)"),
+                true,
+            );
+            None
+        }
+    }
 }
 
 #[inline(always)]
@@ -232,6 +271,7 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadSta
         FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
         FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
         FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
+        FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log),
     }
 }
 
@@ -240,6 +280,7 @@ const FRAME_OBJECTS: u8 = 0;
 const INTERPRETER_311: u8 = 1;
 const INTERPRETER_312: u8 = 2;
 const INTERPRETER_313: u8 = 3;
+const INTERPRETER_314: u8 = 4;
 
 /// What the last full frame walk on a thread saw, for replay.
 ///
@@ -319,6 +360,19 @@ unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, us
         let lasti: i32 = read(frame + l.frame_instr);
         return (next, code, lasti as usize, 0);
     }
+    // 3.14+: a tagged stack reference; all tag bits set is a tagged int,
+    // not an object (0: the walk ends there). Only that model's walk
+    // carries the test: 3.13's costs what it did.
+    let code = if MODEL == INTERPRETER_314 {
+        let tags = l.executable_tag_mask;
+        if code & tags == tags {
+            0
+        } else {
+            code & !tags
+        }
+    } else {
+        code
+    };
     let instr: usize = read(frame + l.frame_instr);
     let owner: u8 = read(frame + l.frame_owner.unwrap_or(0));
     let entry: u8 = if MODEL == INTERPRETER_311 {
@@ -369,9 +423,10 @@ unsafe fn replay<const MODEL: u8>(
 /// from the thread's log instead ([`PyReplayLog`]).
 ///
 /// Frames are skipped, as CPython's own tracebacks skip them:
-/// 1. 3.12+: the shim frame (FRAME_OWNED_BY_CSTACK) a C call into Python
-///    pushes; the Python frame just inside it was entered from C.
-/// 2. 3.13: frames whose `f_executable` is not a code object (C code).
+/// 1. 3.12+: the shim frame a C call into Python pushes (3.12, 3.13:
+///    FRAME_OWNED_BY_CSTACK; 3.14: FRAME_OWNED_BY_INTERPRETER, and CSTACK
+///    above it); the Python frame just inside it was entered from C.
+/// 2. 3.13+: frames whose `f_executable` is not a code object (C code).
 /// 3. 3.11+: frames not started yet (instruction before the code).
 /// 4. 3.11+: incomplete frames, as `_PyFrame_IsIncomplete`
 ///    (Include/internal/pycore_frame.h) defines them: not owned by a
@@ -396,7 +451,7 @@ unsafe fn walk_frames<const MODEL: u8>(
         return n;
     }
     let interpreter_frames = MODEL != FRAME_OBJECTS;
-    let owner_cstack = l.owner_cstack.unwrap_or(u8::MAX);
+    let owner_c_entry = l.owner_c_entry.unwrap_or(u8::MAX);
     let owner_generator = l.owner_generator.unwrap_or(u8::MAX);
     let ob_type = l.ob_type;
     let code_start = l.code_code_adaptive.unwrap_or(0);
@@ -436,7 +491,7 @@ unsafe fn walk_frames<const MODEL: u8>(
             }
             visited += 1;
         };
-        if MODEL >= INTERPRETER_312 && owner == owner_cstack {
+        if MODEL >= INTERPRETER_312 && owner >= owner_c_entry {
             // (1)
             if n > 0 {
                 out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
@@ -449,9 +504,9 @@ unsafe fn walk_frames<const MODEL: u8>(
             loggable = false;
             break;
         }
-        if MODEL == INTERPRETER_313 || !checked {
+        if MODEL >= INTERPRETER_313 || !checked {
             if read::<usize>(code + ob_type) != code_type {
-                if MODEL == INTERPRETER_313 {
+                if MODEL >= INTERPRETER_313 {
                     visit.fate = Fate::NotCode;
                     log_visit(visit);
                     frame = next; // (2)
@@ -606,5 +661,86 @@ pub fn remember_code_objects(frames: &[PyRawFrame]) {
             }
         };
         tracker::CODES.insert(f.code, f.guard, info);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python_layouts::PY313;
+
+    /// A 3.14 frame chain in memory, laid out as the v3.14.0 headers give
+    /// it (x86-64, GIL build): `f_executable` a tagged `_PyStackRef`, owner
+    /// at 74, the C entry frame owned by FRAME_OWNED_BY_INTERPRETER (3),
+    /// `_co_firsttraceable` 16 bytes before `co_code_adaptive` (208). No
+    /// 3.14 interpreter can be installed here; this is the walk's check.
+    #[test]
+    fn the_3_14_walk_untags_executables_and_skips_entry_and_incomplete_frames() {
+        let l = PyLayout {
+            minor: 14,
+            frames: FrameModel::Interpreter314,
+            executable_tag_mask: 3,
+            frame_owner: Some(74),
+            code_code_adaptive: Some(208),
+            code_first_traceable: Some(192),
+            ..PY313
+        };
+        static CODE_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        // Code objects: type, qualname and line table (the guard), first
+        // traceable instruction (in code units).
+        let mut codes = vec![[0u64; 40]; 3];
+        for (i, c) in codes.iter_mut().enumerate() {
+            c[1] = code_type as u64;
+            c[128 / 8] = 0x1000 + i as u64;
+            c[136 / 8] = 0x2000 + i as u64;
+        }
+        codes[2][192 / 8] = 2; // the __init__ shim: parked before its RESUME
+        let code = |i: usize| codes[i].as_ptr() as usize;
+        let mut frames = vec![[0u64; 11]; 5];
+        let frame = |frames: &Vec<[u64; 11]>, i: usize| frames[i].as_ptr() as usize;
+        // (executable stack ref, instruction offset in bytes, owner)
+        let chain: [(usize, usize, u8); 5] = [
+            (code(0) | 1, 4, 0), // innermost, a borrowed (tagged) reference
+            (code(2), 0, 0),     // incomplete: skipped
+            (0x4000 | 1, 0, 3),  // C entry frame: skipped, marks entry
+            (code(1), 6, 1),     // a generator's frame, untagged
+            (0x5000 | 1, 0, 3),  // the outermost entry frame
+        ];
+        for (i, &(exe, offset, owner)) in chain.iter().enumerate() {
+            let next = if i + 1 < chain.len() {
+                frame(&frames, i + 1)
+            } else {
+                0
+            };
+            let code_addr = exe & !3;
+            let f = &mut frames[i];
+            f[0] = exe as u64;
+            f[1] = next as u64;
+            f[56 / 8] = (code_addr + 208 + offset) as u64;
+            f[72 / 8] = (owner as u64) << 16;
+        }
+        let mut out = [MaybeUninit::<PyRawFrame>::uninit(); 8];
+        let mut log = PyReplayLog::EMPTY;
+        let walk = |out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, frames: &Vec<[u64; 11]>| {
+            // SAFETY: every address is in `codes` or `frames`, alive.
+            let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log) };
+            out[..n]
+                .iter()
+                .map(|f| unsafe { f.assume_init() })
+                .map(|f| (f.code as usize, f.offset, f.flags))
+                .collect::<Vec<_>>()
+        };
+        let expected = vec![(code(0), 4, PY_FRAME_ENTRY), (code(1), 6, PY_FRAME_ENTRY)];
+        assert_eq!(walk(&mut out, &mut log, &frames), expected);
+        // Unchanged: replayed from the log, the same frames.
+        assert!(log.visited > 0);
+        assert_eq!(walk(&mut out, &mut log, &frames), expected);
+        // A tagged int where the executable should be ends the walk there.
+        frames[3][0] = 0x7003;
+        assert_eq!(
+            walk(&mut out, &mut log, &frames),
+            vec![(code(0), 4, PY_FRAME_ENTRY)]
+        );
     }
 }

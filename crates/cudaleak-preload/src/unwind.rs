@@ -161,6 +161,10 @@ pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState) -> (usize, bo
 /// (a training loop) costs about a nanosecond a frame instead of several.
 pub struct ReplayLog {
     start: [usize; 3],
+    /// whether the walk used the start's rbp (a frame-pointer rule before
+    /// any saved rbp was restored); when not, rbp may hold anything (a
+    /// caller's loop counter, without frame pointers) and replay still holds
+    fp_used: bool,
     /// recorded reads; 0 when the log is not usable
     len: usize,
     /// (address | 1 when the word is an output return address, value)
@@ -172,6 +176,7 @@ const REPLAY_READS: usize = 192;
 impl ReplayLog {
     pub const EMPTY: ReplayLog = ReplayLog {
         start: [0; 3],
+        fp_used: false,
         len: 0,
         reads: [(0, 0); REPLAY_READS],
     };
@@ -182,6 +187,7 @@ struct Recorder<'a> {
     log: &'a mut ReplayLog,
     len: usize,
     overflow: bool,
+    fp_used: bool,
 }
 
 impl Recorder<'_> {
@@ -199,7 +205,7 @@ impl Recorder<'_> {
 /// Replays the log if the stack is unchanged; None otherwise.
 #[inline(always)]
 fn replay(log: &ReplayLog, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
-    if log.len == 0 || log.start != start {
+    if log.len == 0 || log.start[..2] != start[..2] || (log.fp_used && log.start[2] != start[2]) {
         return None;
     }
     let mut n = 0;
@@ -558,10 +564,12 @@ fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &Th
         log,
         len: 0,
         overflow: false,
+        fp_used: false,
     };
     let n = walk(pc, sp, fp, (sp, top), skip, out, &mut rec);
     rec.log.len = if rec.overflow { 0 } else { rec.len };
     rec.log.start = start;
+    rec.log.fp_used = rec.fp_used;
     (n, false)
 }
 
@@ -584,9 +592,21 @@ fn walk(
 ) -> usize {
     let mut n = 0;
     let mut lookup = pc as u64;
+    // rbp is the start's until a rule restores a saved one; a restored
+    // rbp's stack word matters (is logged for replay) only once a rule
+    // uses rbp: without frame pointers, callers park anything in rbp.
+    let mut fp_is_start = true;
+    let mut fp_saved_at: Option<(usize, usize)> = None;
     while n < out.len() {
         let rule = rule_for(lookup);
-        let cfa = match rule.kind & KIND_MASK {
+        let kind = rule.kind & KIND_MASK;
+        if kind == KIND_RBP || kind == KIND_RBP_DEREF {
+            rec.fp_used |= fp_is_start;
+            if let Some((at, v)) = fp_saved_at.take() {
+                rec.note(at, v, false);
+            }
+        }
+        let cfa = match kind {
             KIND_RSP => sp.wrapping_add_signed(rule.cfa_offset as isize),
             KIND_RBP => fp.wrapping_add_signed(rule.cfa_offset as isize),
             KIND_RBP_DEREF => {
@@ -612,8 +632,9 @@ fn walk(
             let at = cfa.wrapping_add_signed(rule.rbp_offset as isize);
             match read_stack(at, bounds) {
                 Some(v) => {
-                    rec.note(at, v, false);
+                    fp_saved_at = Some((at, v));
                     fp = v;
+                    fp_is_start = false;
                 }
                 None => break,
             }

@@ -1,0 +1,235 @@
+//! What makes two allocation stacks one group: one key for the groups of a
+//! dump (`assemble`), the growth and trend flags across dumps, and the
+//! matching of groups across reports (`combine`: merge, `diff`, ranks).
+//!
+//! Groups are matched by symbolized frames, never by addresses, which
+//! differ between processes (ASLR) and runs. A group with Python frames is
+//! keyed by its merged stack, less the frames of the machinery that only
+//! carries a call: the interpreter's own frames (between Python frames and
+//! around them) and the foreign-call frames below the Python line (libffi,
+//! ctypes, pybind11 dispatch). On CPython 3.13 one Python line,
+//! `allocate:13 ← train_step:26`, came out as two groups (4 blocks and 1)
+//! because the native return addresses inside `_PyEval_EvalFrameDefault`
+//! differed: a specialized call site and a generic one. For a person that
+//! is one leak, and a group must not "grow" by moving between the two.
+
+use crate::python::PythonFrame;
+use crate::record::MemoryKind;
+use crate::report::{Group, MergedFrame, NativeFrame};
+use std::cmp::Ordering;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// A native frame without its address: (function, file, line, module file name).
+type FrameId = (Option<String>, Option<String>, Option<i64>, Option<String>);
+
+fn frame_id(f: &NativeFrame) -> FrameId {
+    (
+        f.function.clone(),
+        f.file.clone(),
+        f.line,
+        f.module.as_deref().map(|m| basename(m).to_string()),
+    )
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum KeyFrame {
+    Native(FrameId),
+    Python(PythonFrame),
+}
+
+/// A group's identity, within a process and across processes.
+///
+/// Keys are whole symbolized stacks (often 60 frames of strings): the
+/// hash is computed once, when the key is made, and is all that hashing
+/// a key then reads (a dump of 1024 groups spent more in SipHash over
+/// keys than in symbolizing them); equal keys have equal hashes, so
+/// comparing the hash first only makes unequal keys differ sooner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupKey {
+    hash: u64,
+    api: String,
+    memory: MemoryKind,
+    frames: Vec<KeyFrame>,
+}
+
+impl Hash for GroupKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Ord for GroupKey {
+    /// By content, not by hash: reports list groups in this order.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.api, self.memory, &self.frames).cmp(&(&other.api, other.memory, &other.frames))
+    }
+}
+
+impl PartialOrd for GroupKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A frame of the machinery that carries a call into or out of Python:
+/// the interpreter itself (libpython, or a `python3.X` executable that
+/// links it statically), libffi and ctypes, pybind11's dispatch.
+pub fn is_call_machinery(f: &NativeFrame) -> bool {
+    let module = f.module.as_deref().map(basename).unwrap_or("");
+    let function = f.function.as_deref().unwrap_or("");
+    let python_executable = module.strip_prefix("python").is_some_and(|v| {
+        v.chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'd' | 'm' | 't'))
+    });
+    module.starts_with("libpython")
+        || python_executable
+        || module.starts_with("libffi")
+        || module.starts_with("_ctypes")
+        || function.starts_with("pybind11::")
+}
+
+impl GroupKey {
+    pub fn of(g: &Group) -> GroupKey {
+        let frames = if g.merged_stack.is_empty() {
+            g.native_stack
+                .iter()
+                .map(|f| KeyFrame::Native(frame_id(f)))
+                .collect()
+        } else {
+            g.merged_stack
+                .iter()
+                .filter_map(|f| match f {
+                    MergedFrame::Python(p) => Some(KeyFrame::Python(p.clone())),
+                    MergedFrame::Native(n) if is_call_machinery(n) => None,
+                    MergedFrame::Native(n) => Some(KeyFrame::Native(frame_id(n))),
+                })
+                .collect()
+        };
+        let mut h = DefaultHasher::new();
+        (&g.api, g.memory, &frames).hash(&mut h);
+        GroupKey {
+            hash: h.finish(),
+            api: g.api.clone(),
+            memory: g.memory,
+            frames,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(function: &str, module: &str, line: i64, address: &str) -> NativeFrame {
+        NativeFrame {
+            address: address.into(),
+            function: Some(function.into()),
+            file: Some("x.c".into()),
+            line: Some(line),
+            module: Some(module.into()),
+        }
+    }
+
+    fn py(function: &str, line: i64) -> MergedFrame {
+        MergedFrame::Python(PythonFrame {
+            function: function.into(),
+            file: "train.py".into(),
+            line: Some(line),
+        })
+    }
+
+    fn group(merged: Vec<MergedFrame>) -> Group {
+        let mut g = Group::new(1, 1, "cudaMalloc", MemoryKind::Device, vec![], vec![]);
+        g.merged_stack = merged;
+        g
+    }
+
+    /// The interpreter and foreign-call frames around one Python line do
+    /// not split it; an extension's own frames and the lines do.
+    #[test]
+    fn python_groups_ignore_the_call_machinery() {
+        let site = |eval_line: i64, ffi: &str| {
+            group(vec![
+                MergedFrame::Native(native("ffi_call_unix64", "/usr/lib/libffi.so.8", 1, ffi)),
+                MergedFrame::Native(native(
+                    "_ctypes_callproc",
+                    "/lib/_ctypes.cpython-313.so",
+                    1300,
+                    "0x2",
+                )),
+                MergedFrame::Native(native(
+                    "_PyObject_MakeTpCall",
+                    "/lib/libpython3.13.so.1.0",
+                    eval_line,
+                    "0x3",
+                )),
+                py("allocate", 13),
+                MergedFrame::Native(native(
+                    "PyObject_Vectorcall",
+                    "/lib/libpython3.13.so.1.0",
+                    eval_line,
+                    "0x4",
+                )),
+                py("train_step", 26),
+                MergedFrame::Native(native("Py_RunMain", "/usr/bin/python3.13", 775, "0x5")),
+                MergedFrame::Native(native("_start", "/usr/bin/python3", 0, "0x5")),
+                MergedFrame::Native(native("__libc_start_main", "/lib/libc.so.6", 360, "0x6")),
+            ])
+        };
+        assert_eq!(GroupKey::of(&site(242, "0x1")), GroupKey::of(&site(250, "0x9")));
+        assert_eq!(
+            GroupKey::of(&site(242, "0x1")).frames.len(),
+            3,
+            "two Python lines and libc"
+        );
+        // A module that is not the interpreter, whatever its name.
+        let ext = native("step", "/lib/python_ext.so", 1, "0x1");
+        assert!(!is_call_machinery(&ext));
+        let pybind = group(vec![
+            MergedFrame::Native(native("c10::alloc", "/lib/libc10.so", 5, "0x7")),
+            MergedFrame::Native(native(
+                "pybind11::cpp_function::dispatcher",
+                "/lib/ext.so",
+                1,
+                "0x8",
+            )),
+            py("allocate", 13),
+        ]);
+        let direct = group(vec![
+            MergedFrame::Native(native("c10::alloc", "/lib/libc10.so", 5, "0x9")),
+            py("allocate", 13),
+        ]);
+        assert_eq!(GroupKey::of(&pybind), GroupKey::of(&direct));
+        let other_alloc = group(vec![
+            MergedFrame::Native(native("c10::other_alloc", "/lib/libc10.so", 9, "0x9")),
+            py("allocate", 13),
+        ]);
+        assert_ne!(GroupKey::of(&direct), GroupKey::of(&other_alloc));
+        let other_line = group(vec![
+            MergedFrame::Native(native("c10::alloc", "/lib/libc10.so", 5, "0x9")),
+            py("allocate", 14),
+        ]);
+        assert_ne!(GroupKey::of(&direct), GroupKey::of(&other_line));
+    }
+
+    /// Without Python frames every native frame counts, but not its address.
+    #[test]
+    fn native_groups_match_by_symbols_not_addresses() {
+        let g = |line: i64, addr: &str| {
+            Group::new(
+                1,
+                1,
+                "cudaMalloc",
+                MemoryKind::Device,
+                vec![native("step", "/bin/app", line, addr)],
+                vec![],
+            )
+        };
+        assert_eq!(GroupKey::of(&g(10, "0x1")), GroupKey::of(&g(10, "0x2")));
+        assert_ne!(GroupKey::of(&g(10, "0x1")), GroupKey::of(&g(11, "0x1")));
+    }
+}
