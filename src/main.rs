@@ -27,7 +27,7 @@ struct Args {
 pub enum Format {
     /// LeakSanitizer-style text
     Text,
-    /// a report that validates against the schema
+    /// JSON: a report that validates against schema/report.schema.json
     Json,
     /// collapsed stacks for flamegraph tools, weighted by bytes
     Folded,
@@ -37,54 +37,103 @@ pub enum Format {
     Svg,
 }
 
+/// How reports are read and rendered: shared by report, diff and merge.
+#[derive(clap::Args, Clone)]
+pub struct ViewArgs {
+    /// Output format
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Show the N largest groups (text, folded: the rest in one line; json: `omitted`);
+    /// totals always cover every group
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Text: show every frame, including program start, the Python interpreter's own frames and
+    /// foreign-call machinery (libffi, ctypes), which are hidden by default (JSON keeps them all)
+    #[arg(long)]
+    pub full_stacks: bool,
+    /// Symbolize every frame again from its module offset and build-id (by default only frames
+    /// without a function name are), from the module on disk when its build-id matches or from a
+    /// debug file found by build-id
+    #[arg(long, conflicts_with = "no_symbolize")]
+    pub symbolize: bool,
+    /// Do not symbolize frames after the fact; show them as recorded
+    #[arg(long)]
+    pub no_symbolize: bool,
+    /// Root of a build-id debug tree (DIR/.build-id/xx/yyyy.debug); may be repeated;
+    /// default /usr/lib/debug
+    #[arg(long, value_name = "DIR")]
+    pub debug_root: Vec<PathBuf>,
+    /// A directory holding several runs (different run ids): merge them all instead of showing the
+    /// latest run only
+    #[arg(long)]
+    pub all_runs: bool,
+}
+
+const EXIT_0_2: &str = "Exit status: 0 when rendered; 2 on bad input (a missing, unreadable, truncated, foreign or newer-version file), with one line `cudaleak: ...` on stderr.";
+
 #[derive(Subcommand)]
 enum Command {
     /// Run COMMAND and everything it starts under the library, then summarize their reports
+    #[command(
+        after_help = "Exit status: COMMAND's own status (128+N when signal N killed it). With --fail-on-leak, \
+when COMMAND exited 0: 24 when a process that made CUDA calls wrote no final report, else 23 when an exit \
+report has unsuppressed leaks, else 0. 2 on bad input (an unreadable suppressions file, no library found, \
+a command that cannot be run)."
+    )]
     Run(cli::run::RunArgs),
-    /// Render reports (files or directories); several are merged into one view
+    /// Render reports (files or directories), or a timeline (*.timeline.json); several processes are merged
+    #[command(after_help = EXIT_0_2)]
     Report {
-        #[arg(required = true)]
+        /// Report files (cudaleak.*.json), timeline files (*.timeline.json), or directories searched for
+        /// reports; a directory with several runs shows the latest run unless --all-runs
+        #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value = "text")]
-        format: Format,
-        /// groups shown (text) or kept (json, folded)
-        #[arg(long)]
-        top: Option<usize>,
+        #[command(flatten)]
+        view: ViewArgs,
     },
     /// Growth between two reports, stack by stack (also across processes)
+    #[command(after_help = EXIT_0_2)]
     Diff {
+        /// The older report (a file or a directory of reports)
         old: PathBuf,
+        /// The newer report (a file or a directory of reports)
         new: PathBuf,
-        #[arg(long, value_enum, default_value = "text")]
-        format: Format,
-        #[arg(long)]
-        top: Option<usize>,
+        #[command(flatten)]
+        view: ViewArgs,
     },
     /// One view over all ranks and processes of a distributed run
+    #[command(after_help = EXIT_0_2)]
     Merge {
+        /// Directory holding the reports of every rank (searched recursively)
         dir: PathBuf,
-        #[arg(long, value_enum, default_value = "text")]
-        format: Format,
-        #[arg(long)]
-        top: Option<usize>,
+        #[command(flatten)]
+        view: ViewArgs,
     },
     /// Ask a running process for a live dump and wait for its report
+    #[command(
+        after_help = "Exit status: 0 when the report arrived and was printed; 2 when the process does not \
+exist or cannot be read, its report directory is unsafe, a request file cannot be made, or no report \
+came before the timeout."
+    )]
     Dump {
+        /// Process id of a process running under the library
         pid: i32,
-        /// the process's report directory (default: its CUDALEAK_DIR, or its working directory)
+        /// The process's report directory (default: its CUDALEAK_DIR, or its working directory)
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// seconds to wait for the report
+        /// Seconds to wait for the report (`inf` waits up to a year)
         #[arg(long, default_value_t = 30.0)]
         timeout: f64,
     },
     /// Run a leaking demo program on the bundled simulated CUDA driver
+    #[command(after_help = "Exit status: 0 when the demo ran; 2 when it could not be set up.")]
     Demo {
-        /// where the report goes (default: a new temporary directory)
+        /// Where the report goes (default: a new temporary directory)
         #[arg(long)]
         dir: Option<PathBuf>,
     },
     /// List the environment variables the library reads
+    #[command(after_help = "Exit status: 0.")]
     Env,
     /// Print the path of libcudaleak.so, for LD_PRELOAD=$(cudaleak lib) COMMAND
     Lib,
@@ -103,14 +152,9 @@ fn main() -> ExitCode {
     }
     let result = match args.command {
         Command::Run(a) => cli::run::run(a),
-        Command::Report { paths, format, top } => cli::reports::report(&paths, format, top),
-        Command::Diff {
-            old,
-            new,
-            format,
-            top,
-        } => cli::reports::diff(&old, &new, format, top),
-        Command::Merge { dir, format, top } => cli::reports::merge(&dir, format, top),
+        Command::Report { paths, view } => cli::reports::report(&paths, &view),
+        Command::Diff { old, new, view } => cli::reports::diff(&old, &new, &view),
+        Command::Merge { dir, view } => cli::reports::merge(&dir, &view),
         Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
         Command::Demo { dir } => cli::demo::demo(dir),
         Command::Env => cli::env(),

@@ -471,7 +471,7 @@ fn imported_memory_and_pools_are_reported_apart_leaked_clean_and_badly_released(
     assert_eq!(r.totals.by_memory[&MemoryKind::Pool].blocks, 1);
     assert!(
         out.stderr
-            .contains("imported 3000 in 2, opened from another process"),
+            .contains("imported 2.9 KiB in 2 blocks, opened from another process"),
         "{}",
         out.stderr
     );

@@ -541,6 +541,10 @@ struct Pytest {
 }
 
 fn pytest(args: &[&str], preload: bool) -> Pytest {
+    pytest_suite("tests/python/plugin_suite", args, preload)
+}
+
+fn pytest_suite(suite: &str, args: &[&str], preload: bool) -> Pytest {
     let dir = TempDir::new("pytest");
     let mut cmd = Command::new(python3());
     cmd.args([
@@ -554,7 +558,7 @@ fn pytest(args: &[&str], preload: bool) -> Pytest {
         "-q",
     ])
     .args(args)
-    .arg(repo().join("tests/python/plugin_suite"))
+    .arg(repo().join(suite))
     .current_dir(dir.path())
     .env("CUDALEAK_DIR", dir.path())
     .env("LD_LIBRARY_PATH", sim_dir())
@@ -615,7 +619,7 @@ fn pytest_plugin_fails_exactly_the_leaking_test_with_its_python_line() {
     let leak_line = line_of("tests/python/plugin_suite/test_sample.py", "# LEAK test_leaks");
     assert!(
         p.stdout
-            .contains("test_leaks leaked 4096 bytes of CUDA memory in 1 block(s)"),
+            .contains("test_leaks leaked 4.0 KiB (4096 bytes) of CUDA memory in 1 block at "),
         "{}",
         p.stdout
     );
@@ -666,4 +670,81 @@ fn pytest_plugin_without_the_library_checks_nothing_and_says_so() {
         "{}",
         p.stdout
     );
+}
+
+/// `cuda_no_leaks(limit=, warmups=, filter=, framework=)` as pytest-memray's
+/// `limit_leaks`; the failure shows the user's lines first, no frames of
+/// the plugin, pytest or pluggy, and a short summary line with the size
+/// and the test's line (issue 12).
+#[test]
+fn pytest_plugin_limits_warmups_filters_and_framework_caches() {
+    // -vvv (the helper passes -q): the short summary line in full, as on CI (else pytest trims
+    // it to the terminal's width).
+    let p = pytest_suite("tests/python/plugin_limits", &["-vvv"], true);
+    assert_eq!(p.status.code(), Some(1), "{}\n{}", p.stdout, p.stderr);
+    assert!(summary(&p).starts_with("2 failed, 6 passed"), "{}", p.stdout);
+    assert_eq!(
+        failed_tests(&p),
+        [
+            "test_over_the_limit",
+            "test_torch_cache_without_the_option_looks_like_a_leak"
+        ]
+    );
+    let file = repo().join("tests/python/plugin_limits/test_limits.py");
+    let line = line_of(
+        "tests/python/plugin_limits/test_limits.py",
+        "# LEAK over the limit",
+    );
+    let short = p
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("FAILED ") && l.contains("test_over_the_limit"))
+        .unwrap();
+    assert!(
+        short.contains(&format!(
+            "leaked 4.0 KiB (4096 bytes) of CUDA memory in 1 block at {}:{line} in test_over_the_limit",
+            file.display()
+        )),
+        "{short}"
+    );
+    // The user's line comes before the helper's (sim.py) in the message.
+    let body = &p.stdout[p.stdout.find("test_over_the_limit ___").unwrap()..];
+    let user = body
+        .find(&format!("test_limits.py:{line} in test_over_the_limit"))
+        .unwrap();
+    let helper = body.find("sim.py:").unwrap();
+    assert!(user < helper, "{body}");
+    for hidden in [
+        "pytest_plugin.py",
+        "/_pytest/",
+        "/pluggy/",
+        "ffi_call",
+        "_PyObject_",
+    ] {
+        assert!(!p.stdout.contains(hidden), "{hidden} shown:\n{}", p.stdout);
+    }
+    // The plugin option does what the marker does.
+    let p = pytest_suite(
+        "tests/python/plugin_limits",
+        &["--cuda-leaks-framework=torch", "-k", "without_the_option"],
+        true,
+    );
+    assert!(summary(&p).starts_with("1 passed"), "{}", p.stdout);
+}
+
+#[test]
+fn no_leaks_takes_the_same_options() {
+    let out = run_python(&["tests/python/no_leaks_options.py"], &[]);
+    out.assert_success();
+    let line = line_of("tests/python/no_leaks_options.py", "# LEAK options");
+    let want = format!(
+        "under limit: ok\n\
+         over limit: cudaleak: the with-block leaked 4.0 KiB (4096 bytes) of CUDA memory in 1 block at {}:{line} in leak\n\
+         filtered: ok\n\
+         warmups: ok\n\
+         torch imported by the check: False\n\
+         torch synchronized, collected, emptied: True\n",
+        repo().join("tests/python/no_leaks_options.py").display()
+    );
+    assert_eq!(out.stdout, want, "{}", out.stderr);
 }

@@ -411,13 +411,13 @@ fn past_cudaleak_max_groups_the_rest_is_counted_not_written() {
     assert_eq!((r.leaked_blocks(), r.leaked_bytes()), (64, 64));
     assert!(
         out.stderr
-            .contains("SUMMARY: cudaleak: 64 byte(s) leaked in 64 block(s)"),
+            .contains("SUMMARY: cudaleak: 64 bytes leaked in 64 blocks"),
         "{}",
         out.stderr
     );
     assert!(out
         .stderr
-        .contains("groups left out: 59 more group(s), 59 byte(s) in 59 block(s)"));
+        .contains("groups left out: 59 more groups, 59 bytes in 59 blocks"));
 }
 
 #[test]

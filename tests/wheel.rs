@@ -470,7 +470,7 @@ fn the_pytest_plugin_loads_by_itself_and_names_the_leaking_line() {
     assert!(out.contains("1 failed, 1 passed"), "{out}");
     assert!(out.contains("FAILED test_two.py::test_leaks"), "{out}");
     assert!(
-        out.contains("test_two.py::test_leaks leaked 4096 bytes of CUDA memory in 1 block(s)"),
+        out.contains("test_two.py::test_leaks leaked 4.0 KiB (4096 bytes) of CUDA memory in 1 block at "),
         "{out}"
     );
     assert!(

@@ -20,7 +20,6 @@ import ctypes
 import gc
 import json
 import warnings
-from contextlib import contextmanager
 
 from cudaleak._install import library_path
 
@@ -28,10 +27,13 @@ __all__ = [
     "available",
     "checkpoint",
     "dump",
+    "format_size",
     "leaks_since",
     "library_path",
     "live_since",
     "no_leaks",
+    "parse_size",
+    "release_framework_caches",
     "LeakError",
 ]
 
@@ -114,40 +116,186 @@ def _frame_line(frame):
     return "%s in %s" % (where, frame.get("function"))
 
 
-def format_groups(report, max_groups=10, max_frames=8):
-    """The leaked groups of a report as text: Python frames first (the
-    lines people think in), then the innermost native frames."""
+def format_size(nbytes):
+    """A size as people read it, as cudaleak's text reports write it:
+    "600 bytes", "1 byte", "4.0 KiB (4096 bytes)"."""
+    nbytes = int(nbytes)
+    if nbytes < 1024:
+        return "1 byte" if nbytes == 1 else "%d bytes" % nbytes
+    value, unit = float(nbytes), "bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        value /= 1024.0
+        if round(value, 1) < 1024.0:
+            break
+    return "%.1f %s (%d bytes)" % (value, unit, nbytes)
+
+
+def _count(n, noun):
+    return "1 %s" % noun if n == 1 else "%d %ss" % (n, noun)
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1, "byte": 1, "bytes": 1,
+    "k": 1024, "kib": 1024, "kb": 1000,
+    "m": 1024 ** 2, "mib": 1024 ** 2, "mb": 1000 ** 2,
+    "g": 1024 ** 3, "gib": 1024 ** 3, "gb": 1000 ** 3,
+    "t": 1024 ** 4, "tib": 1024 ** 4, "tb": 1000 ** 4,
+}
+
+
+def parse_size(limit):
+    """Bytes from an int or a string such as "1 MiB", "512KiB", "10 MB"
+    (as pytest-memray's limit_leaks takes them)."""
+    if limit is None:
+        return 0
+    if isinstance(limit, int):
+        if limit < 0:
+            raise ValueError("cudaleak: a size limit cannot be negative: %r" % (limit,))
+        return limit
+    text = str(limit).strip()
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ").strip()
+    unit = text[len(number):].strip().lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if value < 0 or unit not in _SIZE_UNITS:
+        raise ValueError("cudaleak: not a size: %r (write e.g. 4096, \"1 MiB\", \"10 MB\")" % (limit,))
+    return int(round(value * _SIZE_UNITS[unit]))
+
+
+# Frames that belong to the test runner or to cudaleak itself: left out of
+# the stacks a failure shows (issue 12: _pytest and pluggy frames came first).
+_RUNNER_PARTS = ("/_pytest/", "/pluggy/", "/site-packages/pytest.py", "/site-packages/pytest/__main__.py",
+                 "<frozen runpy>", "/runpy.py", "/cudaleak/pytest_plugin.py", "/cudaleak/__init__.py")
+
+
+def _is_runner(frame):
+    file = (frame.get("file") or "").replace("\\", "/")
+    return any(part in file for part in _RUNNER_PARTS)
+
+
+def _is_user(frame):
+    """The user's own code: not the runner, not an installed package, not
+    the standard library."""
+    import sysconfig
+
+    file = (frame.get("file") or "").replace("\\", "/")
+    if not file or file.startswith("<") or _is_runner(frame):
+        return False
+    if "/site-packages/" in file or "/dist-packages/" in file:
+        return False
+    stdlib = sysconfig.get_paths().get("stdlib")
+    return not (stdlib and file.startswith(stdlib.replace("\\", "/") + "/"))
+
+
+# Native machinery left out of the text, as `cudaleak report` does without
+# --full-stacks (CONTRACT.md, "Noise"): program start, the interpreter's own
+# frames, foreign-call machinery (libffi, ctypes).
+_NOISE_PREFIXES = (
+    "_start", "__libc_start_", "_PyEval_", "PyEval_Eval", "PyObject_Call", "_PyObject_Call",
+    "PyObject_Vectorcall", "_PyObject_Vectorcall", "_PyObject_MakeTpCall", "_PyObject_FastCall", "_PyFunction_Vectorcall",
+    "_PyVectorcall", "PyVectorcall_", "slot_tp_", "type_call", "method_vectorcall", "cfunction_call",
+    "cfunction_vectorcall", "_PyCFunction", "PyCFunction_Call", "vectorcall_method", "object_vacall",
+    "call_function", "do_call_core", "run_eval_code_obj", "run_mod", "pyrun_", "_PyRun_", "PyRun_",
+    "Py_RunMain", "Py_BytesMain", "pymain_", "ffi_call", "ffi_closure", "_ctypes_callproc", "PyCFuncPtr_call",
+)
+_NOISE_MODULES = ("libffi.so", "_ctypes.")
+
+
+def _is_noise(frame):
+    name = frame.get("function") or ""
+    if name.startswith(_NOISE_PREFIXES):
+        return True
+    module = (frame.get("module") or "").rsplit("/", 1)[-1]
+    return module.startswith(_NOISE_MODULES)
+
+
+def _native_frames(group):
+    """The native frames between the innermost Python line and the CUDA
+    call, machinery left out."""
+    top = []
+    merged = group.get("merged_stack") or []
+    if merged:
+        for f in merged:
+            if f.get("kind") == "python":
+                break
+            top.append(f)
+    else:
+        for f in group.get("native_stack", []):
+            if (f.get("function") or "").startswith(("_PyEval_", "PyEval_Eval")):
+                break
+            top.append(f)
+    return [f for f in top if f.get("function") and not _is_noise(f)]
+
+
+def _python_frames(group):
+    return [f for f in group.get("python_stack", []) if not _is_runner(f)]
+
+
+def first_user_line(group, prefer_file=None):
+    """The line to name for a group: the innermost frame in `prefer_file`
+    (the test's own file), else the innermost of the user's own frames,
+    else the innermost Python frame."""
+    frames = _python_frames(group)
+    if prefer_file:
+        prefer = str(prefer_file)
+        for f in frames:
+            if f.get("file") == prefer:
+                return f
+    for f in frames:
+        if _is_user(f):
+            return f
+    return frames[0] if frames else None
+
+
+def format_groups(report, max_groups=10, max_frames=8, prefer_file=None):
+    """The leaked groups of a report as text: the user's own lines first
+    (the test's file first of all), then other Python lines, then the
+    innermost native frames. The test runner's frames are left out."""
     lines = []
     for group in report.get("leaks", [])[:max_groups]:
         lines.append(
-            "%d bytes in %d block(s) allocated by %s (%s memory):"
-            % (group["bytes"], group["blocks"], group["api"], group["memory"])
+            "%s in %s allocated by %s (%s memory):"
+            % (format_size(group["bytes"]), _count(group["blocks"], "block"), group["api"], group["memory"])
         )
-        for frame in group.get("python_stack", [])[:max_frames]:
+        frames = _python_frames(group)
+        first = first_user_line(group, prefer_file)
+        user = [f for f in frames if _is_user(f)]
+        ordered = ([first] if first else []) + [f for f in user if f is not first]
+        ordered += [f for f in frames if f not in ordered]
+        for frame in ordered[:max_frames]:
             lines.append("    " + _frame_line(frame))
-        natives = [f for f in group.get("native_stack", []) if f.get("function")][: max(2, max_frames // 2)]
+        natives = _native_frames(group)[: max(2, max_frames // 2)]
         for frame in natives:
             file = frame.get("file")
             where = " %s:%s" % (file, frame.get("line")) if file else ""
             lines.append("    [native] %s%s" % (frame["function"], where))
     rest = report.get("leaks", [])[max_groups:]
     if rest:
-        lines.append("... and %d more group(s)" % len(rest))
+        lines.append(
+            "... and %s, %s" % (_count(len(rest), "more group"), format_size(sum(g["bytes"] for g in rest)))
+        )
     return "\n".join(lines)
 
 
 class LeakError(AssertionError):
     """CUDA memory allocated inside a checked region was still allocated at
-    its end. `report` holds the report (dict) of those blocks."""
+    its end. `report` holds the report (dict) of those blocks. The first
+    line of the message (pytest's short summary) names the size and the
+    first of the user's own lines."""
 
-    def __init__(self, report, where="the checked region"):
+    def __init__(self, report, where="the checked region", prefer_file=None):
         self.report = report
         leaks = report.get("leaks", [])
         nbytes = sum(g["bytes"] for g in leaks)
         blocks = sum(g["blocks"] for g in leaks)
+        first = first_user_line(leaks[0], prefer_file) if leaks else None
+        at = " at %s" % _frame_line(first) if first else ""
         super().__init__(
-            "cudaleak: %s leaked %d bytes of CUDA memory in %d block(s):\n%s"
-            % (where, nbytes, blocks, format_groups(report))
+            "cudaleak: %s leaked %s of CUDA memory in %s%s\n%s"
+            % (where, format_size(nbytes), _count(blocks, "block"), at,
+               format_groups(report, prefer_file=prefer_file))
         )
 
 
@@ -166,29 +314,117 @@ def _warn_not_loaded(stacklevel):
         )
 
 
-def check_since(cp, where="the checked region"):
+def release_framework_caches(framework):
+    """Gives memory that a framework's caching allocator holds back to the
+    driver before a check, so that a region that freed everything does not
+    look like a leak. "torch": when PyTorch is already imported and CUDA is
+    initialized, synchronizes, collects garbage and empties the cache; a
+    no-op otherwise (it never imports torch). None: nothing."""
+    if framework is None:
+        return
+    if framework != "torch":
+        raise ValueError("cudaleak: unknown framework %r (known: \"torch\")" % (framework,))
+    import sys
+
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if cuda is None:
+        return
+    initialized = getattr(cuda, "is_initialized", None)
+    if initialized is not None and not initialized():
+        return
+    cuda.synchronize()
+    gc.collect()
+    cuda.empty_cache()
+
+
+def check_since(cp, where="the checked region", limit=0, filter=None, framework=None, prefer_file=None):
     """Raises LeakError if blocks allocated since checkpoint cp are still
-    live (after suppressions)."""
+    live (after suppressions): groups that `filter(group)` keeps (all when
+    None) and whose bytes exceed `limit` (bytes, or a string such as
+    "1 MiB")."""
+    __tracebackhide__ = True
     if cp is None:
         return
+    limit = parse_size(limit)
+    release_framework_caches(framework)
     gc.collect()  # tensors in reference cycles are garbage, not leaks
     blocks, _ = live_since(cp)
     if not blocks:
         return
     report = leaks_since(cp)
-    if report and report.get("leaks"):
-        raise LeakError(report, where)
-
-
-@contextmanager
-def no_leaks(where="the with-block"):
-    """Fails (LeakError) when CUDA memory allocated in the block is still
-    allocated when it ends. An exception from the block itself propagates
-    unchanged. A no-op, with one warning, without the library."""
-    if not available():
-        _warn_not_loaded(stacklevel=4)
-        yield
+    if not report:
         return
-    cp = checkpoint()
-    yield
-    check_since(cp, where)
+    kept = [g for g in report.get("leaks", []) if (filter is None or filter(g)) and g["bytes"] > limit]
+    if kept:
+        report = dict(report, leaks=kept)
+        raise LeakError(report, where, prefer_file=prefer_file)
+
+
+class no_leaks(object):
+    """Fails (LeakError) when CUDA memory allocated in the region is still
+    allocated when it ends. An exception from the region itself propagates
+    unchanged. A no-op, with one warning, without the library.
+
+    As pytest-memray's limit_leaks: `limit` (bytes or "1 MiB") is what one
+    group (one stack) may leave allocated; `filter(group)` keeps the groups
+    that count (a report group, a dict); `warmups` runs a decorated
+    function that many times unchecked first (one-time initialization is
+    not a leak). `framework="torch"` empties PyTorch's caching allocator
+    before the check (see release_framework_caches).
+
+        with cudaleak.no_leaks(limit="1 MiB"): ...
+        @cudaleak.no_leaks(warmups=1)
+        def step(): ...
+    """
+
+    def __init__(self, where="the with-block", limit=0, warmups=0, filter=None, framework=None):
+        self.where = where
+        self.limit = parse_size(limit)
+        self.warmups = int(warmups)
+        self.filter = filter
+        self.framework = framework
+        self._cp = None
+        # The file whose lines come first in the failure: where the region is.
+        self._file = None
+        if self.warmups < 0:
+            raise ValueError("cudaleak: warmups cannot be negative")
+        if framework not in (None, "torch"):
+            raise ValueError("cudaleak: unknown framework %r (known: \"torch\")" % (framework,))
+
+    def __enter__(self):
+        if self.warmups:
+            raise ValueError("cudaleak: warmups repeat a function: use @no_leaks(warmups=N) as a decorator")
+        if not available():
+            _warn_not_loaded(stacklevel=3)
+            self._cp = None
+            return self
+        import sys
+
+        if self._file is None:
+            self._file = sys._getframe(1).f_code.co_filename
+        self._cp = checkpoint()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        __tracebackhide__ = True
+        if exc_type is None:
+            check_since(self._cp, self.where, self.limit, self.filter, self.framework, prefer_file=self._file)
+        return False
+
+    def __call__(self, func):
+        import functools
+
+        where = self.where if self.where != "the with-block" else getattr(func, "__qualname__", "the function")
+
+        @functools.wraps(func)
+        def checked(*args, **kwargs):
+            __tracebackhide__ = True
+            for _ in range(self.warmups):
+                func(*args, **kwargs)
+            region = no_leaks(where, self.limit, 0, self.filter, self.framework)
+            region._file = func.__code__.co_filename
+            with region:
+                return func(*args, **kwargs)
+
+        return checked

@@ -3,6 +3,8 @@
     pytest --cuda-leaks                      # check every test
     pytest --cuda-leaks --cuda-leaks-warmup
     @pytest.mark.cuda_no_leaks               # check chosen tests
+    @pytest.mark.cuda_no_leaks(limit="1 MiB", warmups=2, filter=lambda group: ...)
+    pytest --cuda-leaks-framework=torch      # empty PyTorch's cache before each check
 
 The wheel registers it through a pytest11 entry point, so pytest loads it
 by itself and it checks nothing unless asked; from a source checkout, add
@@ -35,41 +37,98 @@ def pytest_addoption(parser):
         default=False,
         help="run each checked test body once, unchecked, before the checked run",
     )
+    group.addoption(
+        "--cuda-leaks-framework",
+        default=None,
+        choices=["torch"],
+        help="empty this framework's caching allocator before each check (torch: synchronize, "
+        "collect garbage, torch.cuda.empty_cache(); a no-op when torch is not imported)",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "cuda_no_leaks(warmup=False): fail this test if it leaves CUDA memory allocated, "
-        "even without --cuda-leaks",
+        "cuda_no_leaks(limit=0, warmups=0, filter=None, framework=None): fail this test if it leaves "
+        "CUDA memory allocated, even without --cuda-leaks; limit: bytes (or \"1 MiB\") one stack may "
+        "leave; warmups: unchecked runs first; filter(group) -> bool keeps the groups that count; "
+        "framework=\"torch\" empties PyTorch's cache before the check",
     )
 
 
+class _Check(object):
+    def __init__(self, limit, warmups, filter, framework):
+        self.limit = limit
+        self.warmups = warmups
+        self.filter = filter
+        self.framework = framework
+
+
 def _checked(item):
+    """How to check this test, or None when it is not checked."""
     marker = item.get_closest_marker("cuda_no_leaks")
     if marker is None and not item.config.getoption("--cuda-leaks"):
         return None
-    warmup = item.config.getoption("--cuda-leaks-warmup") or bool(marker and marker.kwargs.get("warmup"))
-    return warmup
+    kwargs = dict(marker.kwargs) if marker else {}
+    warmups = int(kwargs.get("warmups", 0))
+    if kwargs.get("warmup") or item.config.getoption("--cuda-leaks-warmup"):
+        warmups = max(warmups, 1)  # warmup=True: the older spelling of warmups=1
+    return _Check(
+        limit=cudaleak.parse_size(kwargs.get("limit", 0)),
+        warmups=warmups,
+        filter=kwargs.get("filter"),
+        framework=kwargs.get("framework", item.config.getoption("--cuda-leaks-framework")),
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    warmup = _checked(item)
-    if warmup is None:
+    __tracebackhide__ = True
+    check = _checked(item)
+    if check is None:
         yield
         return
     if not cudaleak.available():
         item.warn(pytest.PytestWarning("cudaleak: libcudaleak.so is not preloaded; CUDA leaks are not checked"))
         yield
         return
-    if warmup:
+    for _ in range(check.warmups):
         item.runtest()
     cp = cudaleak.checkpoint()
     outcome = yield
     if outcome.excinfo is not None:
         return  # failed anyway; its own error is the one to see
     try:
-        cudaleak.check_since(cp, where=item.nodeid)
+        cudaleak.check_since(
+            cp,
+            where=item.nodeid,
+            limit=check.limit,
+            filter=check.filter,
+            framework=check.framework,
+            prefer_file=getattr(item, "path", None) or getattr(item, "fspath", None),
+        )
     except cudaleak.LeakError as leak:
-        outcome.force_exception(leak)
+        try:
+            _raise_at_leak_site(leak.with_traceback(None), item)
+        except cudaleak.LeakError as placed:
+            outcome.force_exception(placed)
+
+
+def _raise_at_leak_site(leak, item):
+    """Raises `leak` from the user's line that allocated the memory: pytest
+    then shows that line as the failing one and cuts away its own, pluggy's
+    and this plugin's frames (issue 12: the failure began with _pytest and
+    pluggy internals). The one frame shown is compiled with the user's file
+    name and line, so pytest prints the real source line there."""
+    __tracebackhide__ = True
+    leaks = leak.report.get("leaks", [])
+    prefer = getattr(item, "path", None) or getattr(item, "fspath", None)
+    site = cudaleak.first_user_line(leaks[0], prefer) if leaks else None
+    file, line = (site or {}).get("file"), (site or {}).get("line")
+    if not file or not isinstance(line, int) or line < 1:
+        raise leak
+    code = compile("raise __cudaleak_error__", file, "exec")
+    # Line numbers are relative to the first line: the raise sits at `line`,
+    # and pytest shows that one line of the user's file.
+    code = code.replace(co_firstlineno=line)
+    exec(code, {"__cudaleak_error__": leak, "__name__": "cudaleak_leak_site"})

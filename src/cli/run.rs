@@ -8,6 +8,7 @@ use cudaleak_core::render::{self, escape};
 use cudaleak_core::report::{saturating_sum, Report, Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
 use cudaleak_core::safe_read;
 use cudaleak_core::suppress::Suppressions;
+use cudaleak_core::units::{count, size_exact};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -458,8 +459,8 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
         .collect();
     let leaking = exits.iter().filter(|(_, r)| !r.leaks.is_empty()).count();
     note!(
-        "cudaleak: {} process(es) reported in {shown_dir}; {} leaked at exit",
-        latest.len(),
+        "cudaleak: {} reported in {shown_dir}; {} leaked at exit",
+        count(latest.len() as u64, "process"),
         leaking
     );
     for (p, r) in &latest {
@@ -468,16 +469,16 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
                 "no leaks".to_string()
             } else {
                 format!(
-                    "{} bytes leaked in {} blocks",
-                    r.leaked_bytes(),
-                    r.leaked_blocks()
+                    "{} leaked in {}",
+                    size_exact(r.leaked_bytes()),
+                    count(r.leaked_blocks(), "block")
                 )
             }
         } else {
             format!(
-                "last dump: {} ({} bytes live)",
+                "last dump: {} ({} live)",
                 r.trigger.name(),
-                r.totals.live_bytes
+                size_exact(r.totals.live_bytes)
             )
         };
         note!(

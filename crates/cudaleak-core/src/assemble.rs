@@ -497,6 +497,7 @@ mod tests {
                         file: Some(file.to_string()),
                         line: Some(*line),
                         module: Some("/bin/app".into()),
+                        ..NativeFrame::default()
                     })
                     .collect(),
                 None => vec![NativeFrame {
@@ -505,6 +506,7 @@ mod tests {
                     file: None,
                     line: None,
                     module: None,
+                    ..NativeFrame::default()
                 }],
             }
         }

@@ -368,6 +368,7 @@ mod tests {
             file: Some("train.c".into()),
             line: Some(line),
             module: Some(format!("/run/{addr}/app")),
+            ..NativeFrame::default()
         };
         Group::new(1, bytes, "cudaMalloc", MemoryKind::Device, vec![frame], vec![])
     }

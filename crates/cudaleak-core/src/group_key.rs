@@ -131,6 +131,7 @@ mod tests {
             file: Some("x.c".into()),
             line: Some(line),
             module: Some(module.into()),
+            ..NativeFrame::default()
         }
     }
 

@@ -4,6 +4,7 @@
 
 use crate::python::PythonFrame;
 use crate::report::{saturating_sum, Group, MergedFrame, NativeFrame, Report, SuppressionUse, Trend};
+use crate::units::{count, size, size_exact};
 use std::borrow::Cow;
 use std::fmt::Write;
 
@@ -44,6 +45,9 @@ pub struct TextOptions {
     pub max_groups: usize,
     /// frames shown per group
     pub max_frames: usize,
+    /// show every frame: program start, the interpreter's own frames and
+    /// foreign-call machinery included (`--full-stacks`)
+    pub full_stacks: bool,
 }
 
 impl Default for TextOptions {
@@ -51,22 +55,27 @@ impl Default for TextOptions {
         TextOptions {
             max_groups: 10,
             max_frames: 16,
+            full_stacks: false,
         }
     }
 }
 
-const RULE: &str = "=================================================================";
+pub(crate) const RULE: &str = "=================================================================";
 const THIN_RULE: &str = "-----------------------------------------------------";
 
 fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// A frame in one line: its function, else where it is in its module as
+/// LeakSanitizer writes it (`libfoo.so+0x1139`), never an absolute address
+/// dressed as an offset (issue 12: `libfoo.so+0x7f3a...` read like one).
 pub fn native_label(f: &NativeFrame) -> String {
-    match (&f.function, &f.module) {
-        (Some(func), _) => escape(func).into_owned(),
-        (None, Some(m)) => format!("{}+{}", escape(basename(m)), escape(&f.address)),
-        (None, None) => escape(&f.address).into_owned(),
+    match (&f.function, &f.module, &f.offset) {
+        (Some(func), _, _) => escape(func).into_owned(),
+        (None, Some(m), Some(off)) => format!("{}+{}", escape(basename(m)), escape(off)),
+        (None, Some(m), None) => format!("{} {}", escape(basename(m)), escape(&f.address)),
+        (None, None, _) => escape(&f.address).into_owned(),
     }
 }
 
@@ -89,50 +98,163 @@ fn native_line(i: usize, f: &NativeFrame) -> String {
         (Some(file), None) => {
             let _ = write!(s, " {}", escape(file));
         }
-        _ => {
-            if let Some(m) = &f.module {
+        _ => match (&f.module, &f.offset) {
+            (Some(m), Some(off)) => {
+                let _ = write!(s, " ({}+{})", escape(m), escape(off));
+            }
+            (Some(m), None) => {
                 let _ = write!(s, " ({})", escape(m));
             }
-        }
+            _ => {}
+        },
     }
     s
+}
+
+/// Function names that are machinery, not the program's code: shown with
+/// `--full-stacks`, kept in JSON, left out of text by default (issue 12).
+/// Program start, the interpreter's own frames between Python frames, and
+/// the foreign-call machinery between a Python line and the CUDA call.
+const NOISE_PREFIXES: &[&str] = &[
+    "_start",
+    "__libc_start_",
+    "_PyEval_",
+    "PyEval_Eval",
+    "PyObject_Call",
+    "_PyObject_Call",
+    "PyObject_Vectorcall",
+    "_PyObject_Vectorcall",
+    "_PyObject_MakeTpCall",
+    "_PyObject_FastCall",
+    "_PyFunction_Vectorcall",
+    "_PyVectorcall",
+    "PyVectorcall_",
+    "slot_tp_",
+    "type_call",
+    "method_vectorcall",
+    "cfunction_call",
+    "cfunction_vectorcall",
+    "_PyCFunction",
+    "PyCFunction_Call",
+    "vectorcall_method",
+    "object_vacall",
+    "call_function",
+    "do_call_core",
+    "run_eval_code_obj",
+    "run_mod",
+    "pyrun_",
+    "_PyRun_",
+    "PyRun_",
+    "Py_RunMain",
+    "Py_BytesMain",
+    "pymain_",
+    "ffi_call",
+    "ffi_closure",
+    "_ctypes_callproc",
+    "PyCFuncPtr_call",
+];
+
+/// Module files that are foreign-call machinery as a whole.
+const NOISE_MODULES: &[&str] = &["libffi.so", "_ctypes."];
+
+/// Machinery, not the program: see [`NOISE_PREFIXES`].
+pub fn is_noise(f: &NativeFrame) -> bool {
+    if let Some(func) = f.function.as_deref() {
+        if NOISE_PREFIXES.iter().any(|p| func.starts_with(p)) {
+            return true;
+        }
+    }
+    f.module
+        .as_deref()
+        .map(basename)
+        .is_some_and(|m| NOISE_MODULES.iter().any(|n| m.starts_with(n)))
 }
 
 fn python_line(i: usize, f: &PythonFrame) -> String {
     format!("    #{i} in {} [python]", python_label(f))
 }
 
-/// The frames of a group for display: the merged stack when there is one,
-/// else native frames followed by Python frames. Past `max` lines, native
-/// frames are cut but Python frames are all kept: they are the lines
-/// people look for, and with a stripped interpreter they come last.
-pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
-    let mut lines: Vec<(bool, String)> = Vec::new();
+/// The frames of a group in stack order (innermost first): the merged
+/// stack when there is one, else native frames followed by Python frames.
+pub fn stack_of(g: &Group) -> Vec<MergedFrame> {
     if !g.merged_stack.is_empty() {
-        for (i, f) in g.merged_stack.iter().enumerate() {
-            lines.push(match f {
-                MergedFrame::Native(n) => (false, native_line(i, n)),
-                MergedFrame::Python(p) => (true, python_line(i, p)),
-            });
+        return g.merged_stack.clone();
+    }
+    g.native_stack
+        .iter()
+        .cloned()
+        .map(MergedFrame::Native)
+        .chain(g.python_stack.iter().cloned().map(MergedFrame::Python))
+        .collect()
+}
+
+/// The frames of a group for display. By default noise ([`is_noise`]) is
+/// left out, and a group with Python frames reads as a traceback: its
+/// Python frames first, outermost first and the allocating line last,
+/// then one line naming the native code that line called into (the first native frame below it
+/// that is not machinery). `full` shows every frame in stack order. Past
+/// `max` lines native frames are cut but Python frames are all kept:
+/// they are the lines people look for.
+pub fn display_frames_with(g: &Group, max: usize, full: bool) -> Vec<String> {
+    let stack = stack_of(g);
+    let mut lines: Vec<(bool, String)> = Vec::new();
+    let hidden = |f: &MergedFrame| !full && matches!(f, MergedFrame::Native(n) if is_noise(n));
+    let first_python = stack.iter().position(|f| matches!(f, MergedFrame::Python(_)));
+    match first_python {
+        Some(first) if !full => {
+            // Outermost first, the allocating line last, as a Python
+            // traceback reads; the native code it called comes below.
+            for (i, f) in stack.iter().enumerate().rev() {
+                if let MergedFrame::Python(p) = f {
+                    lines.push((true, python_line(i, p)));
+                }
+            }
+            // The native frame the innermost Python line called into: the
+            // outermost frame above it that is not machinery.
+            let called = stack[..first].iter().enumerate().rev().find(|(_, f)| !hidden(f));
+            match called {
+                Some((i, MergedFrame::Native(n))) => {
+                    let below = stack[..i].iter().filter(|f| !hidden(f)).count();
+                    let mut line = format!("    called into native code: {}", native_line(i, n).trim_start());
+                    if below > 0 {
+                        let _ = write!(
+                            line,
+                            ", then {} down to {}",
+                            count(below as u64, "more frame"),
+                            escape(&g.api)
+                        );
+                    }
+                    lines.push((true, line));
+                }
+                // Only machinery (ctypes, libffi) between the line and the
+                // CUDA call: the line called the API itself.
+                _ if first > 0 => {
+                    lines.push((true, format!("    called into native code: {}", escape(&g.api))))
+                }
+                _ => {}
+            }
         }
-    } else {
-        let n = g.native_stack.len();
-        for (i, f) in g.native_stack.iter().enumerate() {
-            lines.push((false, native_line(i, f)));
-        }
-        for (i, f) in g.python_stack.iter().enumerate() {
-            lines.push((true, python_line(n + i, f)));
+        _ => {
+            for (i, f) in stack.iter().enumerate() {
+                if hidden(f) {
+                    continue;
+                }
+                lines.push(match f {
+                    MergedFrame::Native(n) => (false, native_line(i, n)),
+                    MergedFrame::Python(p) => (true, python_line(i, p)),
+                });
+            }
         }
     }
     if lines.len() <= max {
         return lines.into_iter().map(|(_, l)| l).collect();
     }
     let mut out = Vec::new();
-    let mut skipped = 0;
+    let mut skipped = 0u64;
     for (i, (python, line)) in lines.into_iter().enumerate() {
         if i < max || python {
             if skipped > 0 {
-                out.push(format!("    ... {skipped} more frame(s)"));
+                out.push(format!("    ... {}", count(skipped, "more frame")));
                 skipped = 0;
             }
             out.push(line);
@@ -141,9 +263,83 @@ pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
         }
     }
     if skipped > 0 {
-        out.push(format!("    ... {skipped} more frame(s)"));
+        out.push(format!("    ... {}", count(skipped, "more frame")));
     }
     out
+}
+
+/// [`display_frames_with`], noise hidden.
+pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
+    display_frames_with(g, max, false)
+}
+
+/// One short label per frame, for group labels: symbols only, never
+/// addresses, which differ between processes.
+fn frame_key_label(f: &MergedFrame) -> Option<String> {
+    match f {
+        MergedFrame::Python(p) => Some(python_label(p)),
+        MergedFrame::Native(n) if is_noise(n) => None,
+        MergedFrame::Native(n) => Some(match (&n.function, &n.file, n.line) {
+            (Some(func), Some(file), Some(line)) => {
+                format!("{} {}:{line}", escape(func), escape(basename(file)))
+            }
+            _ => native_label(n),
+        }),
+    }
+}
+
+/// Labels that tell groups apart (diff, growth, merge, timeline): the API,
+/// then the shortest run of frames from the top of the stack (Python
+/// frames first, as [`display_frames`] shows them) that no other group
+/// shares; a number when two groups share even their whole stacks
+/// (issue 12: two different leaks both read "cudaMalloc at cuda_malloc
+/// train.py:9").
+pub fn group_labels(groups: &[&Group]) -> Vec<String> {
+    let chains: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            let stack = stack_of(g);
+            let python = stack.iter().filter(|f| matches!(f, MergedFrame::Python(_)));
+            let native = stack.iter().filter(|f| matches!(f, MergedFrame::Native(_)));
+            let mut v: Vec<String> = python.chain(native).filter_map(frame_key_label).collect();
+            v.insert(0, format!("{} ({} memory)", escape(&g.api), g.memory.name()));
+            v
+        })
+        .collect();
+    let mut labels: Vec<String> = chains
+        .iter()
+        .enumerate()
+        .map(|(i, chain)| {
+            let mut k = chain.len().min(2);
+            while k < chain.len()
+                && chains
+                    .iter()
+                    .enumerate()
+                    // Twins (the same symbols throughout) are numbered below.
+                    .any(|(j, other)| {
+                        j != i && other != chain && other.len() >= k && other[..k] == chain[..k]
+                    })
+            {
+                k += 1;
+            }
+            let head = &chain[0];
+            if k <= 1 {
+                format!("{head} at <unknown>")
+            } else {
+                format!("{head} at {}", chain[1..k].join(" < "))
+            }
+        })
+        .collect();
+    // Stacks the same in every symbol: number them.
+    for i in 0..labels.len() {
+        let same: Vec<usize> = (0..labels.len()).filter(|&j| labels[j] == labels[i]).collect();
+        if same.len() > 1 {
+            for (n, j) in same.into_iter().enumerate() {
+                labels[j] = format!("{} [#{}]", labels[j], n + 1);
+            }
+        }
+    }
+    labels
 }
 
 fn trend_note(t: Option<Trend>) -> &'static str {
@@ -155,16 +351,18 @@ fn trend_note(t: Option<Trend>) -> &'static str {
 }
 
 fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
+    // "Leaked 70.0 MiB (73400320 bytes) in 1 block, allocated by ...";
+    // live dumps say "Live: ..." (issue 12: "Live of N byte(s)").
     let _ = writeln!(
         out,
-        "{verb} of {} byte(s) in {} block(s) allocated by {} ({} memory){}:",
-        g.bytes,
-        g.blocks,
+        "{verb} {} in {}, allocated by {} ({} memory){}:",
+        size_exact(g.bytes),
+        count(g.blocks, "block"),
         escape(&g.api),
         g.kind().name(),
         trend_note(g.trend)
     );
-    for l in display_frames(g, opts.max_frames) {
+    for l in display_frames_with(g, opts.max_frames, opts.full_stacks) {
         let _ = writeln!(out, "{l}");
     }
     if g.native_stack.is_empty() && g.python_stack.is_empty() {
@@ -208,13 +406,28 @@ fn by_kind(groups: &[Group]) -> String {
         .iter()
         .map(|(k, bytes, blocks)| {
             if k.is_address_space() {
-                format!("{} {bytes} in {blocks}, address space only", k.name())
+                format!(
+                    "{} {} in {}, address space only",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
             } else if *k == crate::record::MemoryKind::Imported {
-                format!("{} {bytes} in {blocks}, opened from another process", k.name())
+                format!(
+                    "{} {} in {}, opened from another process",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
             } else if *k == crate::record::MemoryKind::Pool {
-                format!("{} {bytes} in {blocks}, pools never destroyed", k.name())
+                format!(
+                    "{} {} in {}, pools never destroyed",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
             } else {
-                format!("{} {bytes} in {blocks}", k.name())
+                format!("{} {} in {}", k.name(), size(*bytes), count(*blocks, "block"))
             }
         })
         .collect::<Vec<_>>()
@@ -233,8 +446,10 @@ fn limits_reached(out: &mut String, t: &crate::report::Totals) {
     if let Some(l) = t.groups_left_out {
         let _ = writeln!(
             out,
-            "groups left out: {} more group(s), {} byte(s) in {} block(s) (CUDALEAK_MAX_GROUPS)",
-            l.groups, l.bytes, l.blocks
+            "groups left out: {}, {} in {} (CUDALEAK_MAX_GROUPS)",
+            count(l.groups, "more group"),
+            size_exact(l.bytes),
+            count(l.blocks, "block")
         );
     }
 }
@@ -246,24 +461,19 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     let _ = writeln!(out, "=={}==ERROR: cudaleak: detected CUDA memory leaks", r.pid);
     out.push('\n');
     for g in r.leaks.iter().take(opts.max_groups) {
-        group_block(&mut out, "Leak", g, opts);
+        group_block(&mut out, "Leaked", g, opts);
     }
-    if r.leaks.len() > opts.max_groups {
-        let rest = &r.leaks[opts.max_groups..];
-        let _ = writeln!(
-            out,
-            "... and {} more group(s), {} byte(s) in {} block(s): see the report.\n",
-            rest.len(),
-            saturating_sum(rest.iter().map(|g| g.bytes)),
-            saturating_sum(rest.iter().map(|g| g.blocks))
-        );
+    if let Some(line) = left_out_line(&r.leaks, opts.max_groups) {
+        let _ = writeln!(out, "{line}: see the report.\n");
     }
     limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     let _ = writeln!(
         out,
-        "SUMMARY: cudaleak: {bytes} byte(s) leaked in {blocks} block(s) ({}).",
+        "SUMMARY: cudaleak: {} leaked in {} ({}).",
+        size_exact(bytes),
+        count(blocks, "block"),
         by_kind(&r.leaks)
     );
     let mut last = summary_line(bytes, blocks);
@@ -274,18 +484,48 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     out
 }
 
+/// What `--top` or the exit summary left out, as heaptrack's "and X from
+/// N other places": "... and 3 more groups, 1.2 MiB (1258291 bytes) in 7
+/// blocks". None when nothing was left out. Totals and the last line
+/// always cover every group (issue 12: `report --top 1` summed the shown
+/// group only).
+pub fn left_out_line(groups: &[Group], shown: usize) -> Option<String> {
+    let rest = groups.get(shown..).filter(|r| !r.is_empty())?;
+    Some(format!(
+        "... and {}, {} in {}",
+        count(rest.len() as u64, "more group"),
+        size_exact(saturating_sum(rest.iter().map(|g| g.bytes))),
+        count(saturating_sum(rest.iter().map(|g| g.blocks)), "block")
+    ))
+}
+
 /// Full text rendering of one report (`cudaleak report --format text`).
 pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{RULE}");
     let cmd = escape(&r.command.join(" ")).into_owned();
-    let _ = write!(
-        out,
-        "cudaleak report: pid {}, {} dump #{}",
-        r.pid,
-        r.trigger.name(),
-        r.sequence
-    );
+    // A merged report names no single pid (issue 12: two runs were added
+    // together under a header that named one process).
+    let merged = r.merged_from.len() > 1;
+    if merged {
+        let _ = write!(
+            out,
+            "cudaleak report: {} merged ({} dumps)",
+            count(r.merged_from.len() as u64, "process"),
+            r.trigger.name()
+        );
+    } else {
+        let _ = write!(
+            out,
+            "cudaleak report: pid {}, {} dump #{}",
+            r.pid,
+            r.trigger.name(),
+            r.sequence
+        );
+    }
+    if let Some(id) = &r.run_id {
+        let _ = write!(out, ", run {}", escape(id));
+    }
     if let Some(rank) = r.rank {
         let _ = write!(out, ", rank {rank}");
     }
@@ -299,51 +539,78 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     if let Some(s) = source {
         let _ = writeln!(out, "file: {}", escape(s));
     }
+    if merged {
+        for f in &r.merged_from {
+            let _ = writeln!(out, "merged: {}", escape(f));
+        }
+    }
     if let Some(reason) = &r.reason {
         let _ = writeln!(out, "reason: {}", escape(reason));
     }
     let t = &r.totals;
     let _ = writeln!(
         out,
-        "totals: {} live block(s), {} live byte(s), peak {} byte(s); {} allocation(s), {} free(s), {} failed allocation(s), {} invalid free(s)",
-        t.live_blocks, t.live_bytes, t.peak_bytes, t.allocations, t.frees, t.failed_allocations, t.invalid_frees
+        "totals: {} live in {}, peak {}; {}, {}, {}, {}",
+        size_exact(t.live_bytes),
+        count(t.live_blocks, "block"),
+        if merged {
+            // Processes peak at different times: the sum bounds the peak.
+            format!(
+                "at most {} (the sum of each process's peak)",
+                size_exact(t.peak_bytes)
+            )
+        } else {
+            size_exact(t.peak_bytes)
+        },
+        count(t.allocations, "allocation"),
+        count(t.frees, "free"),
+        count(t.failed_allocations, "failed allocation"),
+        count(t.invalid_frees, "invalid free")
     );
     limits_reached(&mut out, t);
     out.push('\n');
     let verb = if r.trigger == crate::report::Trigger::Exit {
-        "Leak"
+        "Leaked"
     } else {
-        "Live"
+        "Live:"
     };
     for g in r.leaks.iter().take(opts.max_groups) {
         group_block(&mut out, verb, g, opts);
     }
-    if r.leaks.len() > opts.max_groups {
-        let _ = writeln!(out, "... and {} more group(s)\n", r.leaks.len() - opts.max_groups);
+    if let Some(line) = left_out_line(&r.leaks, opts.max_groups) {
+        let _ = writeln!(out, "{line}\n");
     }
     if !r.growth.is_empty() && r.sequence > 1 {
         let _ = writeln!(out, "{THIN_RULE}");
         let _ = writeln!(out, "Growth since the previous dump:");
-        for g in r.growth.iter().take(opts.max_groups) {
+        let shown: Vec<&Group> = r.growth.iter().take(opts.max_groups).collect();
+        for (g, label) in shown.iter().zip(group_labels(&shown)) {
             let _ = writeln!(
                 out,
-                "  {:+} byte(s) {:+} block(s) {} at {}{}",
-                g.bytes_delta.unwrap_or(0),
+                "  {} {:+} {} {}{}",
+                crate::units::size_delta(g.bytes_delta.unwrap_or(0)),
                 g.blocks_delta.unwrap_or(0),
-                escape(&g.api),
-                g.top_frame_label(),
+                if g.blocks_delta.unwrap_or(0).abs() == 1 {
+                    "block"
+                } else {
+                    "blocks"
+                },
+                label,
                 trend_note(g.trend)
             );
+        }
+        if let Some(line) = left_out_line(&r.growth, opts.max_groups) {
+            let _ = writeln!(out, "  {line}");
         }
         out.push('\n');
     }
     if !r.suppressed.is_empty() {
         let _ = writeln!(
             out,
-            "Suppressed: {} group(s), {} byte(s) in {} block(s).",
-            r.suppressed.len(),
-            saturating_sum(r.suppressed.iter().map(|g| g.bytes)),
-            saturating_sum(r.suppressed.iter().map(|g| g.blocks))
+            "Suppressed: {}, {} in {}.",
+            count(r.suppressed.len() as u64, "group"),
+            size_exact(saturating_sum(r.suppressed.iter().map(|g| g.bytes))),
+            count(saturating_sum(r.suppressed.iter().map(|g| g.blocks)), "block")
         );
     }
     suppressions_table(&mut out, &r.suppressions_used);
@@ -351,14 +618,25 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     if r.trigger == crate::report::Trigger::Exit {
         let _ = writeln!(out, "{}", summary_line(bytes, blocks));
     } else {
-        let _ = writeln!(out, "cudaleak: {bytes} bytes live in {blocks} blocks");
+        let _ = writeln!(
+            out,
+            "cudaleak: {} live in {}",
+            size_exact(bytes),
+            count(blocks, "block")
+        );
     }
     out
 }
 
 fn folded_frame(f: &MergedFrame) -> String {
     let s = match f {
-        MergedFrame::Native(n) => native_label(n),
+        // Without a function: `module+0xOFFSET` where the offset is known,
+        // else `[module]` (issue 12: an absolute address was written as if
+        // it were an offset).
+        MergedFrame::Native(n) => match (&n.function, &n.module, &n.offset) {
+            (None, Some(m), None) => format!("[{}]", escape(basename(m))),
+            _ => native_label(n),
+        },
         MergedFrame::Python(p) => match p.line {
             Some(l) => format!("{} [{}:{}]", escape(&p.function), escape(basename(&p.file)), l),
             None => format!("{} [{}]", escape(&p.function), escape(basename(&p.file))),
@@ -370,21 +648,26 @@ fn folded_frame(f: &MergedFrame) -> String {
 
 /// Collapsed stacks, root first, weighted by bytes: one line per group.
 pub fn folded(groups: &[Group]) -> String {
+    folded_top(groups, usize::MAX)
+}
+
+/// [`folded`] for the first `shown` groups, the rest as one line
+/// `[N other groups] BYTES`, so that the flame graph's total stays the
+/// report's total under `--top`.
+pub fn folded_top(groups: &[Group], shown: usize) -> String {
     let mut out = String::new();
-    for g in groups {
-        let frames: Vec<MergedFrame> = if !g.merged_stack.is_empty() {
-            g.merged_stack.clone()
-        } else {
-            g.native_stack
-                .iter()
-                .cloned()
-                .map(MergedFrame::Native)
-                .chain(g.python_stack.iter().cloned().map(MergedFrame::Python))
-                .collect()
-        };
-        let mut parts: Vec<String> = frames.iter().rev().map(folded_frame).collect();
+    for g in groups.iter().take(shown) {
+        let mut parts: Vec<String> = stack_of(g).iter().rev().map(folded_frame).collect();
         parts.push(escape(&g.api).replace(';', ":"));
         let _ = writeln!(out, "{} {}", parts.join(";"), g.bytes);
+    }
+    if let Some(rest) = groups.get(shown..).filter(|r| !r.is_empty()) {
+        let _ = writeln!(
+            out,
+            "[{}] {}",
+            count(rest.len() as u64, "other group"),
+            saturating_sum(rest.iter().map(|g| g.bytes))
+        );
     }
     out
 }
@@ -413,6 +696,7 @@ mod tests {
             file: None,
             line: None,
             module: None,
+            ..NativeFrame::default()
         };
         let step = PythonFrame {
             function: "step".into(),
@@ -427,9 +711,38 @@ mod tests {
             (1..=20).map(native).collect(),
             vec![step],
         );
-        let lines = display_frames(&g, 5);
+        let lines = display_frames_with(&g, 5, true);
         assert_eq!(lines.len(), 7, "{lines:#?}");
-        assert_eq!(lines[5], "    ... 15 more frame(s)");
+        assert_eq!(lines[5], "    ... 15 more frames");
         assert_eq!(lines[6], "    #20 in step train.py:7 [python]");
+    }
+
+    #[test]
+    fn labels_take_the_shortest_distinguishing_run_and_number_twins() {
+        let frame = |f: &str, line: i64| NativeFrame {
+            address: "0x1".into(),
+            function: Some(f.into()),
+            file: Some("train.c".into()),
+            line: Some(line),
+            ..NativeFrame::default()
+        };
+        let g = |callers: &[(&str, i64)]| {
+            let stack = callers.iter().map(|(f, l)| frame(f, *l)).collect();
+            Group::new(1, 1, "cudaMalloc", MemoryKind::Device, stack, vec![])
+        };
+        let a = g(&[("alloc", 9), ("train", 20), ("main", 1)]);
+        let b = g(&[("alloc", 9), ("eval", 30), ("main", 1)]);
+        let c = g(&[("other", 3), ("main", 1)]);
+        let twin = a.clone();
+        let labels = group_labels(&[&a, &b, &c, &twin]);
+        assert_eq!(
+            labels,
+            [
+                "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#1]",
+                "cudaMalloc (device memory) at alloc train.c:9 < eval train.c:30",
+                "cudaMalloc (device memory) at other train.c:3",
+                "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#2]",
+            ]
+        );
     }
 }

@@ -77,7 +77,7 @@ pub struct KindTotals {
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NativeFrame {
     /// instruction address (the call instruction of a return address), hex
     pub address: String,
@@ -85,6 +85,16 @@ pub struct NativeFrame {
     pub file: Option<String>,
     pub line: Option<i64>,
     pub module: Option<String>,
+    /// extension: `address` minus the module's load base, hex: what a
+    /// symbolizer looks up in the module file (`module+0xOFFSET`), the same
+    /// in every process whatever ASLR did. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
+    /// extension: the module's GNU build-id (hex), from its
+    /// `NT_GNU_BUILD_ID` note: finds the matching debug file
+    /// (`/usr/lib/debug/.build-id/xx/yyyy.debug`) on any machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
 }
 
 /// extension: one frame of `merged_stack`, Python frames in the place of

@@ -335,6 +335,7 @@ mod tests {
                 file: Some(file.to_string()),
                 line: Some(1),
                 module: Some(module.to_string()),
+                ..NativeFrame::default()
             })
             .collect();
         let python = python

@@ -148,6 +148,8 @@ fn unloaded_frame(pc: u64) -> Option<NativeFrame> {
         file: None,
         line: None,
         module: Some(path),
+        offset: Some(hex(offset)),
+        build_id: None,
     })
 }
 
@@ -166,6 +168,10 @@ impl SymbolSource for ProcessSymbolizer {
                 return vec![frame];
             }
         }
+        // Offset and build-id: what a symbolizer needs later, elsewhere.
+        let located = crate::module_location::module_at(pc);
+        let offset = located.as_ref().map(|m| hex(pc.wrapping_sub(m.bias)));
+        let build_id = located.and_then(|m| m.build_id);
         let mut frames = Vec::new();
         backtrace::resolve(pc as *mut c_void, |sym| {
             frames.push(NativeFrame {
@@ -174,6 +180,8 @@ impl SymbolSource for ProcessSymbolizer {
                 file: sym.filename().map(|p| p.to_string_lossy().into_owned()),
                 line: sym.lineno().map(i64::from),
                 module: module.clone(),
+                offset: offset.clone(),
+                build_id: build_id.clone(),
             });
         });
         if frames.is_empty() {
@@ -183,6 +191,8 @@ impl SymbolSource for ProcessSymbolizer {
                 file: None,
                 line: None,
                 module,
+                offset,
+                build_id,
             });
         }
         self.cache.insert(return_address, frames.clone());

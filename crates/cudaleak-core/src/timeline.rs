@@ -42,7 +42,30 @@ impl Default for Timeline {
     }
 }
 
+/// The `format` of a timeline file.
+pub const TIMELINE_FORMAT: &str = "cudaleak-timeline";
+
 impl Timeline {
+    /// Reads a timeline file's text: `cudaleak report X.timeline.json`
+    /// renders it (issue 12: it was refused as "not a cudaleak report").
+    pub fn parse(text: &str) -> Result<Timeline, String> {
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| format!("not a JSON timeline (truncated or corrupt?): {e}"))?;
+        if v.get("format").and_then(|f| f.as_str()) != Some(TIMELINE_FORMAT) {
+            return Err("not a cudaleak timeline (no \"format\": \"cudaleak-timeline\")".into());
+        }
+        match v.get("version").and_then(|v| v.as_u64()) {
+            Some(1) => {}
+            Some(n) => {
+                return Err(format!(
+                    "timeline version {n} is not understood by this cudaleak (version 1)"
+                ))
+            }
+            None => return Err("malformed timeline: missing or bad \"version\"".into()),
+        }
+        serde_json::from_value(v).map_err(|e| format!("malformed timeline: {e}"))
+    }
+
     pub fn record(&mut self, r: &Report) {
         self.push(Point {
             timestamp_ms: r.timestamp_ms,
@@ -87,6 +110,15 @@ mod tests {
             peak_bytes: bytes,
             by_memory: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_written_timeline_reads_back() {
+        let mut t = Timeline::default();
+        t.push(point(1, 10));
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(Timeline::parse(&text).unwrap(), t);
+        assert!(Timeline::parse("{\"format\":\"cudaleak\"}").is_err());
     }
 
     /// A week of one-second dumps stays under the bound, keeps the newest

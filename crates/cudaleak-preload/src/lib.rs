@@ -20,6 +20,7 @@
 
 mod api;
 mod capture;
+mod deferred_warnings;
 mod dump;
 mod events;
 mod ffi;

@@ -173,7 +173,7 @@ pub fn init() {
     resolve_real_functions();
     crate::run_marker::read_run_id();
     new_instance();
-    let config = tracker::install_config(Config::from_env(env_var, |w| warn(&w)));
+    let config = tracker::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let dir = match &config.dir {
         Some(d) if d.is_absolute() => d.clone(),
@@ -202,6 +202,7 @@ pub fn on_first_allocation_call() {
     if !HANDLERS_INSTALLED.swap(true, Ordering::AcqRel) {
         install_signal_handlers();
     }
+    crate::deferred_warnings::flush();
     start_dumper();
     crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
 }
