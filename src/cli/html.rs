@@ -76,6 +76,18 @@ pub struct Series {
     pub values: Vec<u64>,
 }
 
+/// The "other" series of a timeline: live bytes outside the listed call
+/// sites, drawn only when there are any.
+fn push_other(series: &mut Vec<Series>, other: Vec<u64>) {
+    if other.iter().any(|&v| v > 0) {
+        series.push(Series {
+            label: "other".into(),
+            stack: Vec::new(),
+            values: other,
+        });
+    }
+}
+
 #[derive(Serialize)]
 pub struct Mark {
     pub t_ms: i64,
@@ -375,13 +387,7 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
             t.saturating_sub(listed)
         })
         .collect();
-    if other.iter().any(|&v| v > 0) {
-        series.push(Series {
-            label: "other".into(),
-            stack: Vec::new(),
-            values: other,
-        });
-    }
+    push_other(&mut series, other);
     let peak = total
         .iter()
         .enumerate()
@@ -423,7 +429,7 @@ fn dump_marks(all: &[(PathBuf, Report)]) -> Vec<Mark> {
 }
 
 fn site_label(g: &Group) -> String {
-    format!("{} at {}", g.api, g.top_frame_label())
+    format!("{} at {}", g.api, cudaleak_core::render::top_frame_label(g))
 }
 
 /// The timeline a report carries (`CUDALEAK_TIMELINE`): one point per
@@ -461,13 +467,7 @@ fn timeline_from_samples(
             s.live_bytes.saturating_sub(listed)
         })
         .collect();
-    if other.iter().any(|&v| v > 0) {
-        series.push(Series {
-            label: "other".into(),
-            stack: Vec::new(),
-            values: other,
-        });
-    }
+    push_other(&mut series, other);
     let peak = t.peak.as_ref().map(|p| Peak {
         t_ms: p.timestamp_ms,
         bytes: p.live_bytes,

@@ -405,7 +405,7 @@ impl Assembler<'_> {
                 .cmp(&a.bytes)
                 .then(b.blocks.cmp(&a.blocks))
                 .then_with(|| a.api.cmp(&b.api))
-                .then_with(|| a.top_frame_label().cmp(&b.top_frame_label()))
+                .then_with(|| crate::render::top_frame_label(a).cmp(&crate::render::top_frame_label(b)))
         };
         leaks.sort_by(order);
         growth.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));

@@ -97,7 +97,7 @@ pub fn sort_groups(groups: &mut [Group]) {
             .cmp(&a.bytes)
             .then(b.blocks.cmp(&a.blocks))
             .then_with(|| a.api.cmp(&b.api))
-            .then_with(|| a.top_frame_label().cmp(&b.top_frame_label()))
+            .then_with(|| crate::render::top_frame_label(a).cmp(&crate::render::top_frame_label(b)))
     });
 }
 
@@ -246,9 +246,9 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
         });
     }
     out.sort_by(|a, b| {
-        b.bytes_delta
-            .cmp(&a.bytes_delta)
-            .then_with(|| a.group.top_frame_label().cmp(&b.group.top_frame_label()))
+        b.bytes_delta.cmp(&a.bytes_delta).then_with(|| {
+            crate::render::top_frame_label(&a.group).cmp(&crate::render::top_frame_label(&b.group))
+        })
     });
     out
 }

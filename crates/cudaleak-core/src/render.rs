@@ -86,6 +86,20 @@ pub fn python_label(f: &PythonFrame) -> String {
     }
 }
 
+/// A group's innermost frame that names something, for one-line
+/// summaries and as a sort tie-breaker. Here, not in `report`, so that the
+/// report model does not reach up into its renderer (issue 16).
+pub fn top_frame_label(g: &Group) -> String {
+    if let Some(p) = g.python_stack.first() {
+        return python_label(p);
+    }
+    g.native_stack
+        .iter()
+        .find(|f| f.function.is_some())
+        .map(native_label)
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
 fn native_line(i: usize, f: &NativeFrame) -> String {
     let mut s = format!("    #{i} {}", escape(&f.address));
     if let Some(func) = &f.function {

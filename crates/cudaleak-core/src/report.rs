@@ -396,16 +396,4 @@ impl Group {
     pub fn kind(&self) -> MemoryKind {
         self.memory_kind.unwrap_or(self.memory)
     }
-
-    /// Innermost frame that names something, for one-line summaries.
-    pub fn top_frame_label(&self) -> String {
-        if let Some(p) = self.python_stack.first() {
-            return crate::render::python_label(p);
-        }
-        self.native_stack
-            .iter()
-            .find(|f| f.function.is_some())
-            .map(crate::render::native_label)
-            .unwrap_or_else(|| "<unknown>".into())
-    }
 }
