@@ -387,9 +387,12 @@ fn a_process_killed_after_allocating_fails_the_gate() {
         stderr.contains("made CUDA calls but wrote no exit report"),
         "{stderr}"
     );
-    // A clean process of the same run does not hide the missing one.
-    let script = r#""$1" 0 0; "$0" wait > out & p=$!
-        until grep -q ready out; do sleep 0.05; done
+    // A clean process of the same run does not hide the missing one. Its
+    // own output file: the first run's `out` already says "ready", and the
+    // shell could read that before the new child truncated it, killing the
+    // child before its first allocation (seen in CI, 2 runs in 12).
+    let script = r#""$1" 0 0; "$0" wait > out2 & p=$!
+        until grep -q ready out2; do sleep 0.05; done
         kill -9 $p; wait $p; exit 0"#;
     let exe = leak_n();
     let (status, _, stderr) = cudaleak(
