@@ -49,7 +49,7 @@ impl Stack {
     }
 
     fn capture(buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
-        let depth = tracker::config().stack_depth.min(MAX_STACK_DEPTH);
+        let depth = crate::settings::config().stack_depth.min(MAX_STACK_DEPTH);
         // SAFETY: the thread's own buffer, not in use by a live capture
         // (see `Stack`); its arrays are MaybeUninit. One field at a time:
         // the unwinder and the Python walk reach their replay logs in the

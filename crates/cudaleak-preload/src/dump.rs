@@ -4,7 +4,8 @@
 //! symbolization and writing run with none, so allocating threads are never
 //! held up by more than one shard's copy.
 
-use crate::{lifecycle, python, tracker};
+use crate::settings::{self, instance, report_dir, warn};
+use crate::{python, tracker};
 use cudaleak_core::assemble::{Assembler, DumpMeta, GrowthTracker, Snapshot};
 use cudaleak_core::lock::FutexMutex;
 use cudaleak_core::report::{Report, Trigger};
@@ -12,6 +13,7 @@ use cudaleak_core::suppress::Suppressions;
 use cudaleak_core::symbolize::ProcessSymbolizer;
 use cudaleak_core::writer::{self, ReportName};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What survives from one dump of a process to the next.
@@ -134,7 +136,7 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
         command: command_line(),
         hostname: Some(hostname()),
         rank: rank(),
-        instance: Some(lifecycle::instance()),
+        instance: Some(instance()),
         timestamp_ms: now_ms(),
         reason: req.reason.clone(),
         exit_status: req.exit_status,
@@ -151,7 +153,7 @@ pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: 
         depot: &tracker::DEPOT,
         codes: &tracker::CODES,
         symbols: &mut state.symbols,
-        suppressions: lifecycle::suppressions(),
+        suppressions: suppressions(),
         growth: growth_tracker,
     };
     let mut report = assembler.assemble(snap, meta);
@@ -180,8 +182,8 @@ pub fn dump(req: Request) -> Option<Outcome> {
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
         let mut report = assemble(state, &snap, meta, true);
-        cudaleak_core::assemble::cap_groups(&mut report, tracker::config().max_groups);
-        if tracker::config().interval.is_some() {
+        cudaleak_core::assemble::cap_groups(&mut report, settings::config().max_groups);
+        if settings::config().interval.is_some() {
             state.timeline.record(&report);
         }
         let path = write(&report);
@@ -190,14 +192,14 @@ pub fn dump(req: Request) -> Option<Outcome> {
             if let Some(p) = &path {
                 state.interval_files.push_back(p.clone());
             }
-            let keep = tracker::config().interval_keep;
+            let keep = settings::config().interval_keep;
             while keep > 0 && state.interval_files.len() > keep {
                 if let Some(old) = state.interval_files.pop_front() {
                     let _ = std::fs::remove_file(old);
                 }
             }
         }
-        if tracker::config().interval.is_some() {
+        if settings::config().interval.is_some() {
             write_timeline(state);
         }
         Some(Outcome { report, path })
@@ -210,7 +212,7 @@ fn report_name(r: &Report) -> ReportName {
         hostname: r.hostname.clone().unwrap_or_else(|| "unknown".into()),
         rank: r.rank,
         pid: r.pid,
-        instance: lifecycle::instance(),
+        instance: instance(),
         sequence: r.sequence,
         trigger: r.trigger.name(),
     }
@@ -220,7 +222,7 @@ fn report_name(r: &Report) -> ReportName {
 /// with the size of the JSON (issue 15: a 1 GB report was built in memory
 /// first).
 fn write(report: &Report) -> Option<PathBuf> {
-    let dir = lifecycle::report_dir()?;
+    let dir = report_dir()?;
     let mut encode_error = None;
     let written = writer::write_report_file(&dir, &report_name(report).file_name(), &mut |w| {
         serde_json::to_writer_pretty(w, report).map_err(|e| {
@@ -233,14 +235,14 @@ fn write(report: &Report) -> Option<PathBuf> {
     match written {
         Ok(p) => Some(p),
         Err(_) if encode_error.is_some() => {
-            lifecycle::warn(&format!(
+            warn(&format!(
                 "cudaleak: cannot encode the report: {}",
                 encode_error.unwrap_or_default()
             ));
             None
         }
         Err(e) => {
-            lifecycle::warn(&format!(
+            warn(&format!(
                 "cudaleak: cannot write the report into {}: {e} (set CUDALEAK_DIR to a writable directory)",
                 dir.display()
             ));
@@ -250,7 +252,7 @@ fn write(report: &Report) -> Option<PathBuf> {
 }
 
 fn write_timeline(state: &DumpState) {
-    let Some(dir) = lifecycle::report_dir() else {
+    let Some(dir) = report_dir() else {
         return;
     };
     let name = ReportName {
@@ -258,7 +260,7 @@ fn write_timeline(state: &DumpState) {
         rank: rank(),
         // SAFETY: plain system call.
         pid: unsafe { libc::getpid() } as i64,
-        instance: lifecycle::instance(),
+        instance: instance(),
         sequence: 0,
         trigger: "interval",
     };
@@ -267,11 +269,33 @@ fn write_timeline(state: &DumpState) {
     }
 }
 
+static SUPPRESSIONS: AtomicPtr<Suppressions> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The suppressions every dump applies: none until installed at load.
+fn suppressions() -> &'static Suppressions {
+    static EMPTY: Suppressions = Suppressions::none();
+    let p = SUPPRESSIONS.load(Ordering::Acquire);
+    if p.is_null() {
+        &EMPTY
+    } else {
+        // SAFETY: leaked, never freed.
+        unsafe { &*p }
+    }
+}
+
+/// Reads the suppressions `config` names, once, at load.
+pub fn install_suppressions(config: &cudaleak_core::config::Config) {
+    SUPPRESSIONS.store(
+        Box::into_raw(Box::new(load_suppressions(config))),
+        Ordering::Release,
+    );
+}
+
 /// The largest suppressions file read (about a million rules).
 pub const SUPPRESSIONS_CAP: u64 = 64 << 20;
 
 /// Suppressions from CUDALEAK_SUPPRESSIONS plus the built-in defaults.
-pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
+fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     let mut s = Suppressions::default();
     if config.default_suppressions {
         if let Ok(d) = Suppressions::parse(cudaleak_core::suppress::DEFAULT_SUPPRESSIONS, "<default>") {
@@ -284,9 +308,9 @@ pub fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions
         match cudaleak_core::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
-                Err(e) => lifecycle::warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
+                Err(e) => warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
             },
-            Err(e) => lifecycle::warn(&format!(
+            Err(e) => warn(&format!(
                 "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={}: {e}",
                 path.display()
             )),

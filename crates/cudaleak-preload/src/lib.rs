@@ -31,6 +31,7 @@ mod python_layouts;
 mod resolve;
 mod run_marker;
 mod sampler;
+mod settings;
 mod thread;
 mod tracker;
 mod unwind;

@@ -31,22 +31,18 @@
 //!    the exit report lost everything).
 
 use crate::dump::{self, Request};
+use crate::settings::{self, instance, report_dir, warn, write_stderr};
 use crate::{resolve, tracker};
 use cudaleak_core::config::Config;
 use cudaleak_core::lock::{wait_while_equal, wake_all};
 use cudaleak_core::render::{self, TextOptions};
 use cudaleak_core::report::Trigger;
-use cudaleak_core::suppress::Suppressions;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 static PID: AtomicI32 = AtomicI32::new(0);
-static INSTANCE: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
-static REPORT_DIR: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
-static REPORT_DIR_CHECKED: AtomicU32 = AtomicU32::new(0); // 0 unchecked, 1 ok, 2 unusable
-static SUPPRESSIONS: AtomicPtr<Suppressions> = AtomicPtr::new(std::ptr::null_mut());
 
 const STATUS_UNKNOWN: i64 = i64::MIN;
 static EXIT_STATUS: AtomicI64 = AtomicI64::new(STATUS_UNKNOWN);
@@ -89,77 +85,8 @@ const FATAL_DUMP_WAIT: Duration = Duration::from_secs(10);
 /// Lock waits on exit paths: a thread may have died holding one.
 const EXIT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One line to stderr, without std's stderr lock (hooks, signals, exit).
-pub fn warn(line: &str) {
-    let mut buf = Vec::with_capacity(line.len() + 1);
-    buf.extend_from_slice(line.as_bytes());
-    buf.push(b'\n');
-    write_stderr(&buf);
-}
-
-fn write_stderr(mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        // SAFETY: writing our own buffer to fd 2.
-        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
-        if n <= 0 {
-            return;
-        }
-        bytes = &bytes[n as usize..];
-    }
-}
-
-pub fn instance() -> String {
-    let p = INSTANCE.load(Ordering::Acquire);
-    if p.is_null() {
-        return "0".into();
-    }
-    // SAFETY: leaked, never freed.
-    unsafe { (*p).clone() }
-}
-
 fn new_instance() {
-    let s = Box::into_raw(Box::new(cudaleak_core::writer::instance_token(dump::now_ms())));
-    INSTANCE.store(s, Ordering::Release);
-}
-
-pub fn suppressions() -> &'static Suppressions {
-    static EMPTY: Suppressions = Suppressions::none();
-    let p = SUPPRESSIONS.load(Ordering::Acquire);
-    if p.is_null() {
-        &EMPTY
-    } else {
-        // SAFETY: leaked, never freed.
-        unsafe { &*p }
-    }
-}
-
-/// The report directory, created on first use; None (after one clear
-/// message) when it cannot be used.
-pub fn report_dir() -> Option<PathBuf> {
-    let p = REPORT_DIR.load(Ordering::Acquire);
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: leaked, never freed.
-    let dir = unsafe { &*p };
-    match REPORT_DIR_CHECKED.load(Ordering::Acquire) {
-        1 => Some(dir.clone()),
-        2 => None,
-        _ => match cudaleak_core::writer::prepare_dir(dir) {
-            Ok(()) => {
-                REPORT_DIR_CHECKED.store(1, Ordering::Release);
-                Some(dir.clone())
-            }
-            Err(e) => {
-                REPORT_DIR_CHECKED.store(2, Ordering::Release);
-                warn(&format!(
-                    "cudaleak: cannot write reports into {}: {e}; no report will be written (set CUDALEAK_DIR to a writable directory)",
-                    dir.display()
-                ));
-                None
-            }
-        },
-    }
+    settings::set_instance(cudaleak_core::writer::instance_token(dump::now_ms()));
 }
 
 fn env_var(name: &str) -> Option<String> {
@@ -173,18 +100,16 @@ pub fn init() {
     resolve_real_functions();
     crate::run_marker::read_run_id();
     new_instance();
-    let config = tracker::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
+    let config = settings::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
+    tracker::configure(config);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let dir = match &config.dir {
         Some(d) if d.is_absolute() => d.clone(),
         Some(d) => cwd.join(d),
         None => cwd,
     };
-    REPORT_DIR.store(Box::into_raw(Box::new(dir)), Ordering::Release);
-    SUPPRESSIONS.store(
-        Box::into_raw(Box::new(dump::load_suppressions(config))),
-        Ordering::Release,
-    );
+    settings::set_report_dir(dir);
+    dump::install_suppressions(config);
     crate::python::init(config.python);
     // Internal panics are caught at the hook boundary; keep them off the
     // program's stderr (this std copy is ours alone).
@@ -194,11 +119,12 @@ pub fn init() {
     if config.signal != Some(libc::SIGINT) {
         install_dump_handler();
     }
+    tracker::at_first_allocation_call(on_first_allocation_call);
     tracker::set_tracking(true);
 }
 
 /// First allocation call of this process (or of this fork child).
-pub fn on_first_allocation_call() {
+fn on_first_allocation_call() {
     if !HANDLERS_INSTALLED.swap(true, Ordering::AcqRel) {
         install_signal_handlers();
     }
@@ -246,14 +172,7 @@ fn start_dumper() {
 }
 
 fn request_file() -> Option<PathBuf> {
-    let dir = {
-        let p = REPORT_DIR.load(Ordering::Acquire);
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: leaked, never freed.
-        unsafe { (*p).clone() }
-    };
+    let dir = settings::configured_report_dir()?;
     Some(dir.join(dump_request_name(PID.load(Ordering::Acquire))))
 }
 
@@ -291,7 +210,7 @@ fn dumper_rounds() {
             cudaleak_core::writer::remove_stale_temporaries(&dir, &dump::hostname());
         }
     }
-    let mut next_interval = next_due(tracker::config().interval);
+    let mut next_interval = next_due(settings::config().interval);
     let request = request_file();
     loop {
         let seen = WAKE.load(Ordering::Acquire);
@@ -303,14 +222,14 @@ fn dumper_rounds() {
             }
             if SIGNAL_PENDING.swap(false, Ordering::AcqRel) {
                 let mut r = Request::new(Trigger::Signal);
-                r.signal = tracker::config().signal;
+                r.signal = settings::config().signal;
                 dump::dump(r);
             }
             if let Some(due) = next_interval {
                 if Instant::now() >= due {
                     // The next one is scheduled first: a dump that panics
                     // must not make every later round dump again at once.
-                    next_interval = next_due(tracker::config().interval);
+                    next_interval = next_due(settings::config().interval);
                     dump::dump(Request::new(Trigger::Interval));
                 }
             }
@@ -357,7 +276,7 @@ fn wake_dumper() {
 /// (and would itself stop ignoring it). Such a process gets no signal
 /// dumps; `cudaleak dump PID` still works.
 fn install_dump_handler() {
-    let Some(sig) = tracker::config().signal else {
+    let Some(sig) = settings::config().signal else {
         return;
     };
     // SAFETY: sigaction with a handler that only touches atomics.
@@ -392,7 +311,7 @@ fn install_dump_handler() {
 }
 
 fn install_signal_handlers() {
-    let config = tracker::config();
+    let config = settings::config();
     install_dump_handler();
     for sig in [libc::SIGTERM, libc::SIGINT] {
         if Some(sig) == config.signal {
@@ -637,7 +556,7 @@ fn write_exit_report(status: Option<i32>, fatal_signal: Option<i32>, reason: Opt
     req.reason = reason.map(str::to_string);
     req.lock_timeout = Some(EXIT_LOCK_TIMEOUT);
     let outcome = std::panic::catch_unwind(|| dump::dump(req)).ok().flatten()?;
-    let config = tracker::config();
+    let config = settings::config();
     let leaked = !outcome.report.leaks.is_empty();
     if leaked && config.summary {
         let path = outcome.path.as_deref().map(Path::to_string_lossy);

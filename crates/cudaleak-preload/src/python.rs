@@ -91,7 +91,7 @@ fn version() -> Option<(u32, u32)> {
 
 fn turn_off(why: String, notice: bool) {
     if notice {
-        crate::lifecycle::warn(&format!("cudaleak: {why}; Python stacks are off"));
+        crate::settings::warn(&format!("cudaleak: {why}; Python stacks are off"));
     }
     set_status(format!("off ({why})"));
     STATE.store(OFF, Ordering::Release);
@@ -162,7 +162,7 @@ fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static 
     let runtime = sym(c"_PyRuntime");
     let has_offsets = major == 3 && minor >= 13;
     match layout_for(major, minor) {
-        Some(table) if !(has_offsets && tracker::config().python_offsets) => {
+        Some(table) if !(has_offsets && crate::settings::config().python_offsets) => {
             if let Err(why) = python_layouts::check_against_runtime(table, runtime) {
                 turn_off(format!("Python {major}.{minor}: {why}"), true);
                 return None;

@@ -561,7 +561,7 @@ fn warn_missing(id: HookId, caller: usize) {
         Layer::Runtime => "runtime",
     };
     if caller == 0 {
-        crate::lifecycle::warn(&format!(
+        crate::settings::warn(&format!(
             "cudaleak: the real {} was not found; passing an error back (is the CUDA {kind} installed?)",
             id.name()
         ));
@@ -569,7 +569,7 @@ fn warn_missing(id: HookId, caller: usize) {
     }
     let asker =
         cudaleak_core::symbolize::module_of(caller as u64).unwrap_or_else(|| format!("code at {caller:#x}"));
-    crate::lifecycle::warn(&format!(
+    crate::settings::warn(&format!(
         "cudaleak: {asker} called {}, but no real {} is loaded in its scope or globally; \
          passing error {} back (is the CUDA {kind} installed?)",
         id.name(),

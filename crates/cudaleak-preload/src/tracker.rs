@@ -17,9 +17,7 @@ use cudaleak_core::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
 use cudaleak_core::site_counters::SiteCounters;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Device, host and managed blocks and VA reservations, by address.
@@ -52,7 +50,6 @@ static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 pub static EPOCH: AtomicU32 = AtomicU32::new(0);
 static SAW_ALLOCATION_CALL: AtomicBool = AtomicBool::new(false);
 static TRACKING: AtomicBool = AtomicBool::new(false);
-static CONFIG: AtomicPtr<Config> = AtomicPtr::new(std::ptr::null_mut());
 
 #[inline]
 pub fn is_tracking() -> bool {
@@ -63,29 +60,21 @@ pub fn set_tracking(on: bool) {
     TRACKING.store(on, Ordering::Release);
 }
 
-pub fn config() -> &'static Config {
-    let p = CONFIG.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: configs are leaked and never freed.
-        return unsafe { &*p };
-    }
-    install_config(Config::default())
-}
-
-pub fn install_config(c: Config) -> &'static Config {
+/// Applies the parts of the configuration the tracking state keeps
+/// (called once at load with the configuration in force).
+pub fn configure(c: &Config) {
     DEPOT.set_max_traces(c.max_stacks);
     COUNT_SITES.store(c.timeline.is_some(), Ordering::Relaxed);
-    let p = Box::into_raw(Box::new(c));
-    match CONFIG.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: just leaked.
-        Ok(_) => unsafe { &*p },
-        Err(existing) => {
-            // SAFETY: p was never shared.
-            drop(unsafe { Box::from_raw(p) });
-            // SAFETY: configs are leaked and never freed.
-            unsafe { &*existing }
-        }
-    }
+}
+
+/// What the lifecycle does at the first allocation call of a process (or
+/// of a fork child): installed at load, before tracking starts, so the
+/// tracker never names the floor above it.
+static ON_FIRST_ALLOCATION_CALL: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs what runs at the first allocation call (a plain function).
+pub fn at_first_allocation_call(f: fn()) {
+    ON_FIRST_ALLOCATION_CALL.store(f as usize, Ordering::Release);
 }
 
 pub fn saw_allocation_call() -> bool {
@@ -100,7 +89,11 @@ pub fn note_allocation_call() {
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     {
-        crate::lifecycle::on_first_allocation_call();
+        let f = ON_FIRST_ALLOCATION_CALL.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: stored from a `fn()` by `at_first_allocation_call`.
+            unsafe { std::mem::transmute::<usize, fn()>(f)() };
+        }
     }
 }
 
@@ -111,7 +104,7 @@ pub fn note_failed_allocation() {
 /// What the timeline's sampler reads (`sampler.rs`).
 pub fn sampler_sources() -> crate::sampler::Sources<'static> {
     crate::sampler::Sources {
-        period: config().timeline,
+        period: crate::settings::config().timeline,
         sites: &SITES,
         depot: &DEPOT,
         peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),

@@ -141,7 +141,7 @@ const RETIRED: u64 = u64::MAX;
 /// [`ReplayLog`]).
 #[inline]
 pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState) -> (usize, bool) {
-    match crate::tracker::config().unwinder {
+    match crate::settings::config().unwinder {
         Unwinder::Dwarf => (capture_dwarf(out), false),
         Unwinder::Fast => fast_skipping(out, own_range(), thread),
     }

@@ -1,0 +1,116 @@
+//! The process's settings and its one way to speak: the parsed
+//! configuration, this process instance's token, the report directory, and
+//! `warn`. Set once by the lifecycle (`lifecycle::init`, and the fork
+//! child for the instance), read by every floor above.
+//!
+//! Each value is leaked once and published through an atomic pointer: hooks
+//! read them without a lock, and a value read by one thread is never freed
+//! under it.
+
+use cudaleak_core::config::Config;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+static CONFIG: AtomicPtr<Config> = AtomicPtr::new(std::ptr::null_mut());
+static INSTANCE: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+static REPORT_DIR: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
+static REPORT_DIR_CHECKED: AtomicU32 = AtomicU32::new(0); // 0 unchecked, 1 ok, 2 unusable
+
+/// The configuration; the defaults until the constructor installed the
+/// environment's (a hook that runs before it, or a unit test).
+pub fn config() -> &'static Config {
+    let p = CONFIG.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: configs are leaked and never freed.
+        return unsafe { &*p };
+    }
+    install_config(Config::default())
+}
+
+/// Installs `c` unless a configuration is installed already; returns the
+/// one in force.
+pub fn install_config(c: Config) -> &'static Config {
+    let p = Box::into_raw(Box::new(c));
+    match CONFIG.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: just leaked.
+        Ok(_) => unsafe { &*p },
+        Err(existing) => {
+            // SAFETY: p was never shared.
+            drop(unsafe { Box::from_raw(p) });
+            // SAFETY: configs are leaked and never freed.
+            unsafe { &*existing }
+        }
+    }
+}
+
+/// One line to stderr, without std's stderr lock (hooks, signals, exit).
+pub fn warn(line: &str) {
+    let mut buf = Vec::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line.as_bytes());
+    buf.push(b'\n');
+    write_stderr(&buf);
+}
+
+/// Bytes to fd 2, retried until written or failed.
+pub fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writing our own buffer to fd 2.
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// This process instance's token (report names): "0" until set.
+pub fn instance() -> String {
+    let p = INSTANCE.load(Ordering::Acquire);
+    if p.is_null() {
+        return "0".into();
+    }
+    // SAFETY: leaked, never freed.
+    unsafe { (*p).clone() }
+}
+
+/// A new instance token (at load, and in a fork child). The previous one
+/// is leaked: another thread may be reading it.
+pub fn set_instance(token: String) {
+    INSTANCE.store(Box::into_raw(Box::new(token)), Ordering::Release);
+}
+
+/// Where reports go, set once at load; not yet checked or created.
+pub fn set_report_dir(dir: PathBuf) {
+    REPORT_DIR.store(Box::into_raw(Box::new(dir)), Ordering::Release);
+}
+
+/// The report directory as configured, whether or not it can be used.
+pub fn configured_report_dir() -> Option<&'static Path> {
+    let p = REPORT_DIR.load(Ordering::Acquire);
+    // SAFETY: leaked, never freed.
+    (!p.is_null()).then(|| unsafe { (*p).as_path() })
+}
+
+/// The report directory, created on first use; None (after one clear
+/// message) when it cannot be used.
+pub fn report_dir() -> Option<PathBuf> {
+    let dir = configured_report_dir()?;
+    match REPORT_DIR_CHECKED.load(Ordering::Acquire) {
+        1 => Some(dir.to_path_buf()),
+        2 => None,
+        _ => match cudaleak_core::writer::prepare_dir(dir) {
+            Ok(()) => {
+                REPORT_DIR_CHECKED.store(1, Ordering::Release);
+                Some(dir.to_path_buf())
+            }
+            Err(e) => {
+                REPORT_DIR_CHECKED.store(2, Ordering::Release);
+                warn(&format!(
+                    "cudaleak: cannot write reports into {}: {e}; no report will be written (set CUDALEAK_DIR to a writable directory)",
+                    dir.display()
+                ));
+                None
+            }
+        },
+    }
+}
