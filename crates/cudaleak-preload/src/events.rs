@@ -25,7 +25,7 @@
 
 use crate::capture::Stack;
 use crate::ffi::*;
-use crate::hooks::{HookId, Layer};
+use crate::hook_table::{HookId, Layer};
 use crate::resolve;
 use crate::thread::{self, ThreadState};
 use crate::tracker;
@@ -579,7 +579,7 @@ impl RuntimeAlloc {
         RuntimeAlloc::new(
             Api::cudaMalloc3D,
             MemoryKind::Device,
-            crate::hooks::RUNTIME_MALLOC_PITCH,
+            crate::hook_table::RUNTIME_MALLOC_PITCH,
             out,
             RtSize::Pitch(pitch, extent.height.saturating_mul(extent.depth)),
         )

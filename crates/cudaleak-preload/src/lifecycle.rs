@@ -32,7 +32,7 @@
 
 use crate::dump::{self, Request};
 use crate::settings::{self, instance, report_dir, warn, write_stderr};
-use crate::{resolve, tracker};
+use crate::tracker;
 use cudaleak_core::config::Config;
 use cudaleak_core::lock::{wait_while_equal, wake_all};
 use cudaleak_core::render::{self, TextOptions};
@@ -585,7 +585,7 @@ pub fn at_exit() {
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
 
 fn real_exit_immediately(status: c_int) -> ! {
-    let p = resolve::real_dlsym(libc::RTLD_NEXT, c"_exit");
+    let p = crate::loader::real_dlsym(libc::RTLD_NEXT, c"_exit");
     if !p.is_null() {
         // SAFETY: glibc's _exit.
         unsafe {
@@ -626,7 +626,7 @@ pub extern "C" fn exit(status: c_int) -> ! {
     if is_our_process() {
         EXIT_STATUS.store(status as i64, Ordering::Release);
     }
-    let p = resolve::real_dlsym(libc::RTLD_NEXT, c"exit");
+    let p = crate::loader::real_dlsym(libc::RTLD_NEXT, c"exit");
     if !p.is_null() {
         // SAFETY: glibc's exit.
         unsafe {
@@ -676,7 +676,7 @@ pub unsafe extern "C" fn __libc_start_main(
     rtld_fini: *mut c_void,
     stack_end: *mut c_void,
 ) -> c_int {
-    let real = resolve::real_dlsym(libc::RTLD_NEXT, c"__libc_start_main");
+    let real = crate::loader::real_dlsym(libc::RTLD_NEXT, c"__libc_start_main");
     if real.is_null() {
         // Nothing to forward to: cannot happen with glibc.
         std::process::abort();
@@ -771,7 +771,7 @@ fn resolve_real_functions() {
     ];
     for (slot, name) in slots {
         slot.store(
-            resolve::real_dlsym(libc::RTLD_NEXT, name) as usize,
+            crate::loader::real_dlsym(libc::RTLD_NEXT, name) as usize,
             Ordering::Release,
         );
     }

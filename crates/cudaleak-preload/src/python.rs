@@ -21,8 +21,8 @@
 //!    line table are copied (`remember_code_objects`), so the exit report
 //!    can name them after the interpreter is gone.
 
+use crate::loader::real_dlsym;
 use crate::python_layouts::{self, layout_for, FrameModel, PyLayout};
-use crate::resolve::real_dlsym;
 use crate::thread::ThreadState;
 use crate::tracker;
 use cudaleak_core::python::{CodeInfo, PyRawFrame, PY_FRAME_ENTRY};

@@ -27,80 +27,16 @@
 //!   it unloaded, so no later call jumps into unmapped memory.
 
 use crate::ffi::*;
-use crate::hooks::{hook_address, HookId, Layer, ALL_HOOKS, HOOK_COUNT};
+use crate::hook_table::{HookId, Layer, ALL_HOOKS, HOOK_COUNT};
+use crate::hooks::hook_address;
+use crate::loader::{
+    is_loaded_address, load_range, loaded_generation, module_range, own_range, real_dlclose, real_dlclose_fn,
+    real_dlsym, real_dlsym_fn, CUDALEAK_REAL_DLSYM,
+};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 static REAL: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
-
-/// The real `dlsym`; the override jumps here for every name it does not wrap.
-static CUDALEAK_REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
-
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-
-/// glibc's own `name` (a function we override, such as `dlsym` or
-/// `dlclose`), found with `dlvsym`, which we do not override, and cached
-/// in `slot`; 0 when there is none. glibc >= 2.34 versions dlsym and
-/// dlclose as GLIBC_2.34 in libc; older ones as GLIBC_2.2.5 (x86-64) /
-/// GLIBC_2.17 (aarch64) in libdl.
-pub fn glibc_next(slot: &AtomicUsize, name: &CStr) -> usize {
-    let p = slot.load(Ordering::Acquire);
-    if p != 0 {
-        return p;
-    }
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-        // SAFETY: plain loader lookup with valid C strings.
-        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), version.as_ptr()) } as usize;
-        if p != 0 {
-            slot.store(p, Ordering::Release);
-            return p;
-        }
-    }
-    0
-}
-
-fn real_dlsym_fn() -> Option<DlsymFn> {
-    match glibc_next(&CUDALEAK_REAL_DLSYM, c"dlsym") {
-        0 => None,
-        // SAFETY: p is the address of glibc's dlsym.
-        p => Some(unsafe { std::mem::transmute::<usize, DlsymFn>(p) }),
-    }
-}
-
-/// `dlsym` without our override in the way.
-pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    match real_dlsym_fn() {
-        // SAFETY: valid handle semantics are the caller's; name is C string.
-        Some(f) => unsafe { f(handle, name.as_ptr()) },
-        None => std::ptr::null_mut(),
-    }
-}
-
-// ---- the set of loaded objects ----
-
-/// A number that changes whenever an object is loaded or unloaded:
-/// glibc's `dlpi_adds + dlpi_subs`, read from the first object that
-/// `dl_iterate_phdr` visits (no allocation, one short loader lock).
-pub fn loaded_generation() -> u64 {
-    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
-        let end_of_subs = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8;
-        if size >= end_of_subs {
-            let info = &*info;
-            *(data as *mut u64) = info.dlpi_adds.wrapping_add(info.dlpi_subs);
-        }
-        1
-    }
-    let mut g: u64 = 0;
-    // SAFETY: the callback only reads the info it is given.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut g as *mut u64 as *mut c_void) };
-    // 0 means "never failed" to the callers below.
-    g.max(1)
-}
-
-/// Whether `addr` lies in a loaded segment of some loaded object.
-fn is_loaded_address(addr: usize) -> bool {
-    crate::unwind::module_range(addr).is_some()
-}
 
 /// libcuda.so.1 when it is already loaded, even with RTLD_LOCAL (JAX,
 /// every CUDA runtime). RTLD_NOLOAD never loads anything; the reference it
@@ -319,7 +255,7 @@ fn real_for_caller(id: HookId, caller: usize) -> usize {
     if caller == 0 || caller == LAST_UNKNOWN_CALLER.load(Ordering::Relaxed) {
         return global_or_adopted(id);
     }
-    let (own_lo, own_hi) = crate::unwind::own_range();
+    let (own_lo, own_hi) = own_range();
     if own_lo <= caller && caller < own_hi {
         return real_for_our_own_call(id);
     }
@@ -420,7 +356,7 @@ fn module_scope_lookup(caller: usize, id: HookId) -> usize {
 /// and a hook may run under the loader lock, from a constructor).
 #[cold]
 fn claim_caller(caller: usize) -> Option<(usize, usize)> {
-    let Some((lo, hi)) = crate::unwind::module_range(caller) else {
+    let Some((lo, hi)) = module_range(caller) else {
         LAST_UNKNOWN_CALLER.store(caller, Ordering::Relaxed);
         return None;
     };
@@ -770,26 +706,6 @@ unsafe fn same_as_checked_version(symbol: *const c_char, p: usize, flags: u64) -
 
 // ---- the dlclose override: objects that go ----
 
-type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
-
-fn real_dlclose_fn() -> Option<DlcloseFn> {
-    match glibc_next(&REAL_DLCLOSE, c"dlclose") {
-        0 => None,
-        // SAFETY: p is the address of glibc's dlclose.
-        p => Some(unsafe { std::mem::transmute::<usize, DlcloseFn>(p) }),
-    }
-}
-
-/// `dlclose` without our override in the way.
-fn real_dlclose(handle: *mut c_void) -> c_int {
-    match real_dlclose_fn() {
-        // SAFETY: the handle came from dlopen.
-        Some(f) => unsafe { f(handle) },
-        None => -1,
-    }
-}
-
 const SNAPSHOT_MAX: usize = 256;
 const NAME_MAX: usize = 256;
 
@@ -858,7 +774,7 @@ fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSH
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
         let w = &mut *(data as *mut Walk);
         let info = &*info;
-        let Some(range) = crate::unwind::load_range(info) else {
+        let Some(range) = load_range(info) else {
             return 0;
         };
         let at = w.objects.seen % SNAPSHOT_MAX;

@@ -11,114 +11,11 @@
 //! instead of faulting. `CUDALEAK_UNWINDER=dwarf` uses the backtrace crate
 //! (libgcc's unwinder) instead.
 
+use crate::loader::{find_module, own_range};
 use crate::thread::ThreadState;
 use cudaleak_core::config::Unwinder;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-static OWN_START: AtomicUsize = AtomicUsize::new(0);
-static OWN_END: AtomicUsize = AtomicUsize::new(0);
-
-/// The address range of libcudaleak.so's loaded segments.
-pub fn own_range() -> (usize, usize) {
-    let start = OWN_START.load(Ordering::Acquire);
-    if start != 0 {
-        return (start, OWN_END.load(Ordering::Acquire));
-    }
-    let probe = own_range as *const () as usize;
-    match find_module(probe) {
-        Some(m) => {
-            OWN_END.store(m.end, Ordering::Release);
-            OWN_START.store(m.start, Ordering::Release);
-            (m.start, m.end)
-        }
-        None => (0, 0),
-    }
-}
-
-/// What the loader says about the object that contains an address.
-#[derive(Clone, Copy)]
-struct Module {
-    start: usize,
-    end: usize,
-    /// runtime address and size of PT_GNU_EH_FRAME (.eh_frame_hdr)
-    eh_frame_hdr: Option<(usize, usize)>,
-    /// end of the PT_LOAD segment holding .eh_frame_hdr (bounds .eh_frame)
-    eh_segment_end: usize,
-}
-
-fn find_module(addr: usize) -> Option<Module> {
-    struct Search {
-        addr: usize,
-        found: Option<Module>,
-    }
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        let s = &mut *(data as *mut Search);
-        let info = &*info;
-        let base = info.dlpi_addr as usize;
-        let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-        let inside = phdrs.iter().any(|p| {
-            p.p_type == libc::PT_LOAD
-                && base + p.p_vaddr as usize <= s.addr
-                && s.addr < base + (p.p_vaddr + p.p_memsz) as usize
-        });
-        if !inside {
-            return 0;
-        }
-        let Some((lo, hi)) = load_range(info) else {
-            return 0;
-        };
-        let hdr = phdrs
-            .iter()
-            .find(|p| p.p_type == libc::PT_GNU_EH_FRAME)
-            .map(|p| (base + p.p_vaddr as usize, p.p_memsz as usize));
-        let seg_end = hdr
-            .and_then(|(h, _)| {
-                phdrs.iter().find_map(|p| {
-                    let (a, b) = (base + p.p_vaddr as usize, base + (p.p_vaddr + p.p_memsz) as usize);
-                    (p.p_type == libc::PT_LOAD && a <= h && h < b).then_some(b)
-                })
-            })
-            .unwrap_or(hi);
-        s.found = Some(Module {
-            start: lo,
-            end: hi,
-            eh_frame_hdr: hdr,
-            eh_segment_end: seg_end,
-        });
-        1
-    }
-    let mut s = Search { addr, found: None };
-    // SAFETY: the callback only reads the loader's program headers.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut s as *mut Search as *mut libc::c_void) };
-    s.found
-}
-
-/// The lowest and highest address of an object's loaded segments, as
-/// `find_module` computes them for the one object it finds (`dlclose`
-/// snapshots every object).
-///
-/// # Safety
-/// `info` is what `dl_iterate_phdr` passes its callback.
-pub unsafe fn load_range(info: &libc::dl_phdr_info) -> Option<(usize, usize)> {
-    let base = info.dlpi_addr as usize;
-    let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-    let (mut lo, mut hi) = (usize::MAX, 0);
-    for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
-        lo = lo.min(base + p.p_vaddr as usize);
-        hi = hi.max(base + (p.p_vaddr + p.p_memsz) as usize);
-    }
-    (lo < hi).then_some((lo, hi))
-}
-
-/// The range of the loaded object that contains `addr`, if any.
-pub fn module_range(addr: usize) -> Option<(usize, usize)> {
-    find_module(addr).map(|m| (m.start, m.end))
-}
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// After a `dlclose` unloaded objects: the cached unwind rules of return
 /// addresses that no longer lie in a loaded object are retired (their key
