@@ -330,7 +330,7 @@ impl Event for Alloc {
 /// say). Called from `after()`, once the driver hook guard is down again;
 /// the helper is not a hook anyway, so nothing is recorded twice.
 fn size_of_address(addr: u64) -> u64 {
-    let Some(get) = resolve::CU_MEM_GET_ADDRESS_RANGE_V2.get::<MemGetAddressRangeFn>() else {
+    let Some(get) = crate::driver_lookup::CU_MEM_GET_ADDRESS_RANGE_V2.get::<MemGetAddressRangeFn>() else {
         return 0;
     };
     let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
@@ -504,15 +504,24 @@ pub struct EntryPoint {
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
+    /// The hook handed out for a name we wrap (`hooks.rs`, above).
+    hook_address: fn(HookId) -> usize,
 }
 
 impl EntryPoint {
-    pub fn new(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> EntryPoint {
+    pub fn new(
+        symbol: *const c_char,
+        pfn: *mut *mut c_void,
+        version: c_int,
+        flags: u64,
+        hook_address: fn(HookId) -> usize,
+    ) -> EntryPoint {
         EntryPoint {
             symbol,
             pfn,
             version,
             flags,
+            hook_address,
         }
     }
 }
@@ -525,7 +534,15 @@ impl Event for EntryPoint {
     fn after(&self, _: &mut HookCx, _: (), result: c_int) {
         if result == CUDA_SUCCESS {
             // SAFETY: the lookup's own arguments.
-            unsafe { resolve::substitute_entry_point(self.symbol, self.pfn, self.version, self.flags) };
+            unsafe {
+                resolve::substitute_entry_point(
+                    self.symbol,
+                    self.pfn,
+                    self.version,
+                    self.flags,
+                    self.hook_address,
+                )
+            };
         }
     }
 }

@@ -125,14 +125,14 @@ macro_rules! for_each_cuda_hook {
             // ---- driver: entry-point lookup (JAX/XLA, NCCL, the runtime itself) ----
             Driver fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
                                        flags: cuuint64_t) -> CUresult
-                => EntryPoint::new(symbol, pfn, version, flags);
+                => EntryPoint::new(symbol, pfn, version, flags, hook_address);
             Driver fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
                                           flags: cuuint64_t, status: *mut c_int) -> CUresult
-                => EntryPoint::new(symbol, pfn, version, flags);
+                => EntryPoint::new(symbol, pfn, version, flags, hook_address);
             Driver fn cuGetProcAddress_v2_ptsz(symbol: *const c_char, pfn: *mut *mut c_void,
                                                version: c_int, flags: cuuint64_t,
                                                status: *mut c_int) -> CUresult
-                => EntryPoint::new(symbol, pfn, version, flags);
+                => EntryPoint::new(symbol, pfn, version, flags, hook_address);
 
             // ---- runtime: attribution to the call the program made ----
             Runtime fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t
@@ -190,11 +190,11 @@ macro_rules! for_each_cuda_hook {
                 => RuntimeReset;
             Runtime fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void,
                                                flags: c_ulonglong, status: *mut c_int) -> cudaError_t
-                => EntryPoint::new(symbol, pfn, 0, flags);
+                => EntryPoint::new(symbol, pfn, 0, flags, hook_address);
             Runtime fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, pfn: *mut *mut c_void,
                                                         version: c_uint, flags: c_ulonglong,
                                                         status: *mut c_int) -> cudaError_t
-                => EntryPoint::new(symbol, pfn, version as c_int, flags);
+                => EntryPoint::new(symbol, pfn, version as c_int, flags, hook_address);
         }
     };
 }

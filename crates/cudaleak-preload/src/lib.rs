@@ -21,6 +21,8 @@
 mod api;
 mod capture;
 mod deferred_warnings;
+mod dlsym_override;
+mod driver_lookup;
 mod dump;
 mod events;
 mod ffi;

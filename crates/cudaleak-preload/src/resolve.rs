@@ -1,5 +1,6 @@
-//! Finding the real functions behind the hooks, and handing out hooks in
-//! their place on every path a program can take to a CUDA function:
+//! Finding the real functions behind the hooks, on every path a program
+//! can take to a CUDA function (the hooks that stand in for them are
+//! handed out by `dlsym_override.rs` and the `EntryPoint` event):
 //!
 //! 1. direct symbol binding: the loader binds to our exports (we are
 //!    preloaded); the real function of a driver hook is
@@ -9,65 +10,30 @@
 //! 2. `dlsym(handle, name)` on a dlopen'ed libcuda/libcudart (JAX/XLA, and
 //!    every runtime: it dlopens libcuda.so.1 with RTLD_LOCAL, so RTLD_NEXT
 //!    from here cannot see it). Our `dlsym` override looks the name up for
-//!    the caller and returns the hook, remembering the real address;
+//!    the caller and returns the hook; the real address is remembered here
+//!    ([`offer`], [`adopt_for_caller`]);
 //! 3. `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`: the `EntryPoint`
-//!    event (`events.rs`) maps the requested name and version to a hook.
+//!    event (`events.rs`) maps the requested name and version to a hook
+//!    ([`substitute_entry_point`]).
 //!
 //! Rules, each from a bug other interposers hit:
-//! - The `dlsym` override neither allocates nor locks, and keeps the
-//!   caller's `RTLD_NEXT` semantics: for a name we do not wrap it does not
-//!   *call* the real `dlsym` but *jumps* to it, so glibc sees the original
-//!   return address and searches after the caller's object, not ours.
-//! - Only names in the hook table are intercepted, compared in full:
-//!   cudnn*, cublas* and curl* also start with "cu".
 //! - A hook never records itself as its own real function (that would
 //!   recurse forever when a lookup returns the hook, e.g. a second
-//!   `cuGetProcAddress` through our own hook).
+//!   `cuGetProcAddress` through our own hook): an address inside
+//!   libcudaleak.so is never a real function (`loader::is_own_address`).
 //! - Objects go: our `dlclose` forgets every cached pointer into an object
 //!   it unloaded, so no later call jumps into unmapped memory.
 
+use crate::driver_lookup::{lookup_next, CU_GET_PROC_ADDRESS_V2};
 use crate::ffi::*;
 use crate::hook_table::{HookId, Layer, ALL_HOOKS, HOOK_COUNT};
-use crate::hooks::hook_address;
 use crate::loader::{
-    is_loaded_address, load_range, loaded_generation, module_range, own_range, real_dlclose, real_dlclose_fn,
-    real_dlsym, real_dlsym_fn, CUDALEAK_REAL_DLSYM,
+    is_own_address, load_range, loaded_generation, module_range, own_range, real_dlclose, real_dlsym,
 };
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 static REAL: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
-
-/// libcuda.so.1 when it is already loaded, even with RTLD_LOCAL (JAX,
-/// every CUDA runtime). RTLD_NOLOAD never loads anything; the reference it
-/// takes is given back at once, so that a program's own `dlclose` of
-/// libcuda still unloads it (the handle is forgotten then, [`unloaded`]).
-fn loaded_libcuda() -> *mut c_void {
-    let h = LIBCUDA.load(Ordering::Acquire);
-    if h != 0 {
-        return h as *mut c_void;
-    }
-    // SAFETY: NOLOAD lookup of a library name.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if !h.is_null() {
-        real_dlclose(h);
-        LIBCUDA.store(h as usize, Ordering::Release);
-    }
-    h
-}
-static LIBCUDA: AtomicUsize = AtomicUsize::new(0);
-
-fn lookup_next(name: &CStr, layer: Layer) -> usize {
-    let p = real_dlsym(libc::RTLD_NEXT, name) as usize;
-    if p != 0 || layer == Layer::Runtime {
-        return p;
-    }
-    let h = loaded_libcuda();
-    if h.is_null() {
-        return 0;
-    }
-    real_dlsym(h, name) as usize
-}
 
 // ---- one real function per name (the driver, and runtime fallbacks) ----
 
@@ -90,7 +56,7 @@ pub fn real<F: Copy>(id: HookId) -> Option<F> {
 }
 
 #[inline]
-fn global_real(id: HookId) -> usize {
+pub fn global_real(id: HookId) -> usize {
     match REAL[id as usize].load(Ordering::Acquire) {
         0 => resolve_slow(id),
         p => p,
@@ -105,7 +71,7 @@ fn resolve_slow(id: HookId) -> usize {
         return 0;
     }
     let p = lookup_next(id.c_name(), id.layer());
-    if p == 0 || p == hook_address(id) {
+    if p == 0 || is_own_address(p) {
         REAL_MISSING_AT[id as usize].store(generation, Ordering::Relaxed);
         return 0;
     }
@@ -233,7 +199,7 @@ pub extern "C" fn cudaleak_enter_runtime(caller: usize, id: u32) -> usize {
 /// checked (a few loads and compares), else a short scan of the known
 /// objects, then a load.
 #[inline]
-fn real_for_caller(id: HookId, caller: usize) -> usize {
+pub fn real_for_caller(id: HookId, caller: usize) -> usize {
     let (last, last_seq) = LAST_HIT.get();
     if let Some(obj) = CALLERS.get(last) {
         if let Some((seq, lo, hi, real)) = read_slot(obj, id) {
@@ -336,7 +302,7 @@ fn cache_in_slot(obj: &CallerObject, seq: usize, id: HookId, expected: usize, va
 /// first is ours (the main program's scope starts with us, preloaded).
 fn scope_lookup(map: usize, id: HookId) -> usize {
     let p = real_dlsym(map as *mut c_void, id.c_name()) as usize;
-    if p == 0 || is_hook_address(p) {
+    if p == 0 || is_own_address(p) {
         USE_GLOBAL
     } else {
         p
@@ -468,7 +434,7 @@ fn global_or_adopted(id: HookId) -> usize {
 /// the hook, called from that object, reaches `p` (what its scope binds
 /// anyway), or when nothing answers for it and `p` becomes the adopted
 /// fallback (see [`ADOPTED`]).
-fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
+pub fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
     match real_for_caller(id, caller) {
         0 => match ADOPTED[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => true,
@@ -522,15 +488,16 @@ pub fn missing_code(id: HookId) -> c_int {
     }
 }
 
-/// Someone looked up `id` and got `p`. Returns whether the hook may be
-/// handed out in its place (recording `p` as the driver's function).
-pub fn offer(id: HookId, p: usize) -> bool {
+/// Someone looked up `id` and got `p`. Returns whether `hook`, the hook
+/// of `id`, may be handed out in its place (recording `p` as the driver's
+/// function).
+pub fn offer(id: HookId, p: usize, hook: usize) -> bool {
     if p == 0 {
         return false;
     }
-    if is_hook_address(p) {
+    if is_own_address(p) {
         // Already one of ours (the lookup went through a hook).
-        return p == hook_address(id);
+        return p == hook;
     }
     if id.layer() == Layer::Runtime {
         // A runtime copy is per caller scope (see [`ADOPTED`]);
@@ -542,71 +509,6 @@ pub fn offer(id: HookId, p: usize) -> bool {
     let _ = REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
     true
 }
-
-pub fn is_hook_address(p: usize) -> bool {
-    ALL_HOOKS.iter().any(|h| hook_address(*h) == p)
-}
-
-/// Driver functions the tracker calls itself (not hooked). A driver may
-/// lack one (`cuCtxGetCurrent` on an old or partial driver): the failure
-/// is remembered until the set of loaded objects changes.
-pub struct Helper {
-    name: &'static CStr,
-    addr: AtomicUsize,
-    missing_at: AtomicU64,
-}
-
-impl Helper {
-    pub const fn new(name: &'static CStr) -> Helper {
-        Helper {
-            name,
-            addr: AtomicUsize::new(0),
-            missing_at: AtomicU64::new(0),
-        }
-    }
-
-    #[inline]
-    pub fn get<F: Copy>(&self) -> Option<F> {
-        let mut p = self.addr.load(Ordering::Acquire);
-        if p == 0 {
-            p = self.resolve();
-            if p == 0 {
-                return None;
-            }
-        }
-        // SAFETY: F matches the helper's C signature.
-        Some(unsafe { std::mem::transmute_copy::<usize, F>(&p) })
-    }
-
-    #[cold]
-    fn resolve(&self) -> usize {
-        let generation = loaded_generation();
-        if self.missing_at.load(Ordering::Relaxed) == generation {
-            return 0;
-        }
-        let p = lookup_next(self.name, Layer::Driver);
-        if p == 0 {
-            self.missing_at.store(generation, Ordering::Relaxed);
-        } else {
-            self.addr.store(p, Ordering::Release);
-        }
-        p
-    }
-
-    /// Forgets the address when its object is gone.
-    fn forget_if_unloaded(&self, is_gone: &dyn Fn(usize) -> bool) {
-        let p = self.addr.load(Ordering::Acquire);
-        if p != 0 && is_gone(p) {
-            self.addr.store(0, Ordering::Release);
-        }
-    }
-}
-
-pub static CU_CTX_GET_CURRENT: Helper = Helper::new(c"cuCtxGetCurrent");
-pub static CU_CTX_GET_DEVICE: Helper = Helper::new(c"cuCtxGetDevice");
-pub static CU_GET_PROC_ADDRESS_V2: Helper = Helper::new(c"cuGetProcAddress_v2");
-/// The size of memory opened from another process (cuIpcOpenMemHandle_v2).
-pub static CU_MEM_GET_ADDRESS_RANGE_V2: Helper = Helper::new(c"cuMemGetAddressRange_v2");
 
 /// Newest CUDA version whose entry-point names this table was checked
 /// against. Lookups at a newer version are substituted only if the driver
@@ -661,7 +563,8 @@ pub fn hook_for_entry_point(name: &[u8], version: c_int, flags: u64) -> Option<H
 }
 
 /// After a successful entry-point lookup that returned `*pfn`: hands out
-/// the hook instead when the result is a function we wrap.
+/// the hook (`hook_address`, from the hooks' floor) instead when the
+/// result is a function we wrap.
 ///
 /// # Safety
 /// `symbol` is a C string and `pfn` the lookup's out parameter.
@@ -670,12 +573,13 @@ pub unsafe fn substitute_entry_point(
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
+    hook_address: fn(HookId) -> usize,
 ) {
     if symbol.is_null() || pfn.is_null() {
         return;
     }
     let p = *pfn as usize;
-    if p == 0 || is_hook_address(p) {
+    if p == 0 || is_own_address(p) {
         return;
     }
     let name = CStr::from_ptr(symbol).to_bytes();
@@ -688,8 +592,9 @@ pub unsafe fn substitute_entry_point(
     if asked > CHECKED_CUDA_VERSION && !same_as_checked_version(symbol, p, flags) {
         return;
     }
-    if offer(id, p) {
-        *pfn = hook_address(id) as *mut c_void;
+    let hook = hook_address(id);
+    if offer(id, p, hook) {
+        *pfn = hook as *mut c_void;
     }
 }
 
@@ -701,7 +606,7 @@ unsafe fn same_as_checked_version(symbol: *const c_char, p: usize, flags: u64) -
     let mut q: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
     let r = get(symbol, &mut q, CHECKED_CUDA_VERSION, flags, &mut status);
-    r == CUDA_SUCCESS && (q as usize == p || is_hook_address(q as usize))
+    r == CUDA_SUCCESS && (q as usize == p || is_own_address(q as usize))
 }
 
 // ---- the dlclose override: objects that go ----
@@ -818,7 +723,7 @@ fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSH
 #[cfg(not(test))]
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    let Some(real) = real_dlclose_fn() else {
+    let Some(real) = crate::loader::real_dlclose_fn() else {
         return -1;
     };
     let generation = loaded_generation();
@@ -836,7 +741,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     if loaded_generation() != generation {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match snap.as_deref_mut() {
             Some(s) => forget_unloaded_since(s),
-            None => forget_unloaded(&|p| !is_loaded_address(p)),
+            None => forget_unloaded(&|p| !crate::loader::is_loaded_address(p)),
         }));
     }
     if owned {
@@ -921,189 +826,8 @@ fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
             let _ = slot.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
-    for helper in [
-        &CU_CTX_GET_CURRENT,
-        &CU_CTX_GET_DEVICE,
-        &CU_GET_PROC_ADDRESS_V2,
-        &CU_MEM_GET_ADDRESS_RANGE_V2,
-    ] {
-        helper.forget_if_unloaded(is_gone);
-    }
-    LIBCUDA.store(0, Ordering::Release);
+    crate::driver_lookup::forget_unloaded(is_gone);
     crate::unwind::forget_unloaded_rules(is_gone);
-}
-
-// ---- the dlsym override ----
-
-/// `decide` result: let the real `dlsym` answer (the override jumps to
-/// it with the caller's return address intact).
-const PASS: usize = 0;
-/// `decide` result: return NULL (dlerror was set).
-const NOT_FOUND: usize = 1;
-
-/// Decides what our `dlsym` returns for a call from `caller` (its return
-/// address): [`PASS`], [`NOT_FOUND`], or anything else is returned as is
-/// (a hook).
-extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, caller: usize) -> usize {
-    // Make sure the jump target exists before deciding anything (issue:
-    // without it the override jumped to address 0).
-    if real_dlsym_fn().is_none() {
-        return NOT_FOUND;
-    }
-    if name.is_null() {
-        return PASS;
-    }
-    std::panic::catch_unwind(|| {
-        // SAFETY: dlsym's contract: name is a C string.
-        let name = unsafe { CStr::from_ptr(name) };
-        let Some(id) = HookId::by_name(name.to_bytes()) else {
-            return PASS;
-        };
-        if handle == libc::RTLD_NEXT {
-            // What comes after the *caller*: only the real dlsym, jumped
-            // to, knows. A wrapper library that defines cudaMalloc and
-            // forwards to dlsym(RTLD_NEXT, "cudaMalloc") must get the next
-            // definition, not our hook (whose real function, looked up in
-            // the wrapper's scope, is the wrapper: endless recursion).
-            return PASS;
-        }
-        let p = real_dlsym(handle, name) as usize;
-        if p == 0 {
-            return PASS; // not there: the real dlsym says so, and sets dlerror
-        }
-        let hook = hook_address(id);
-        if p == hook {
-            // The lookup found our own export first (RTLD_DEFAULT, or the
-            // program's handle): the hook stands in only if a real
-            // function exists behind it, for this caller. (RTLD_DEFAULT
-            // searches the caller's scope too: an RTLD_LOCAL plugin finds
-            // its own libcudart; tests/loading.rs checks it without us.)
-            let behind = match id.layer() {
-                Layer::Driver => global_real(id),
-                Layer::Runtime => real_for_caller(id, caller),
-            };
-            return if behind != 0 { hook } else { not_found(name) };
-        }
-        let substitute = match id.layer() {
-            Layer::Driver => offer(id, p),
-            Layer::Runtime => !is_hook_address(p) && adopt_for_caller(id, p, caller),
-        };
-        if substitute {
-            hook
-        } else {
-            PASS
-        }
-    })
-    .unwrap_or(PASS)
-}
-
-/// NULL for a lookup of `name` that, without us, finds nothing: a lookup
-/// of it in libc's scope (which has no CUDA function) sets dlerror as the
-/// program expects ("libc.so.6: undefined symbol: cudaMalloc").
-#[cold]
-fn not_found(name: &CStr) -> usize {
-    static LIBC: AtomicUsize = AtomicUsize::new(0);
-    let mut h = LIBC.load(Ordering::Acquire);
-    if h == 0 {
-        // SAFETY: NOLOAD lookup of a loaded library name.
-        h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) } as usize;
-        if h != 0 {
-            real_dlclose(h as *mut c_void);
-            LIBC.store(h, Ordering::Release);
-        }
-    }
-    if h != 0 {
-        // Its result is NULL: libc defines no CUDA name.
-        let _ = real_dlsym(h as *mut c_void, name);
-    }
-    NOT_FOUND
-}
-
-/// Our `dlsym`. A naked function: it must not have a frame of its own when
-/// it jumps to the real `dlsym`, which reads its caller from the return
-/// address (glibc's `RETURN_ADDRESS (0)` for RTLD_NEXT). The CFI lines
-/// let debuggers, profilers and `backtrace()` unwind through it.
-///
-/// # Safety
-/// Called as `dlsym` by the program.
-#[cfg(all(target_arch = "x86_64", not(test)))]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *mut c_void {
-    std::arch::naked_asm!(
-        ".cfi_startproc",
-        // Keep the arguments for the jump; realign the stack for the call.
-        "push rdi",
-        ".cfi_adjust_cfa_offset 8",
-        "push rsi",
-        ".cfi_adjust_cfa_offset 8",
-        "sub rsp, 8",
-        ".cfi_adjust_cfa_offset 8",
-        // The caller's return address, for the decision.
-        "mov rdx, [rsp + 24]",
-        "call {decide}",
-        "add rsp, 8",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rsi",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdi",
-        ".cfi_adjust_cfa_offset -8",
-        "test rax, rax",
-        "jz 2f",
-        "cmp rax, 1",
-        "jne 1f",
-        "xor eax, eax",
-        "1:",
-        "ret",
-        // Tail jump: the real dlsym sees our caller's return address.
-        "2:",
-        "jmp qword ptr [rip + {real}]",
-        ".cfi_endproc",
-        decide = sym cudaleak_dlsym_decide,
-        real = sym CUDALEAK_REAL_DLSYM,
-    )
-}
-
-/// See the x86-64 version.
-///
-/// # Safety
-/// Called as `dlsym` by the program.
-#[cfg(all(target_arch = "aarch64", not(test)))]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *mut c_void {
-    std::arch::naked_asm!(
-        ".cfi_startproc",
-        "stp x29, x30, [sp, #-32]!",
-        ".cfi_def_cfa_offset 32",
-        ".cfi_offset x29, -32",
-        ".cfi_offset x30, -24",
-        "stp x0, x1, [sp, #16]",
-        // The caller's return address, for the decision.
-        "mov x2, x30",
-        "bl {decide}",
-        "mov x16, x0",
-        "ldp x0, x1, [sp, #16]",
-        "ldp x29, x30, [sp], #32",
-        ".cfi_def_cfa_offset 0",
-        ".cfi_restore x29",
-        ".cfi_restore x30",
-        "cbz x16, 2f",
-        "cmp x16, #1",
-        "csel x0, xzr, x16, eq",
-        "ret",
-        "2:",
-        // x16 (or x17), not any other register: with BTI, glibc's dlsym
-        // starts with `bti c` (or `paciasp`), which an indirect `br`
-        // reaches only through x16/x17 (else SIGILL at startup on
-        // Grace/GH200). No aarch64 machine here to test it on.
-        "adrp x16, {real}",
-        "ldr x16, [x16, :lo12:{real}]",
-        "br x16",
-        ".cfi_endproc",
-        decide = sym cudaleak_dlsym_decide,
-        real = sym CUDALEAK_REAL_DLSYM,
-    )
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 //! runs.
 
 use crate::capture::Stack;
+use crate::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::ffi::*;
-use crate::resolve::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::thread::ThreadState;
 use cudaleak_core::assemble::Snapshot;
 use cudaleak_core::config::Config;
