@@ -151,7 +151,7 @@ pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: 
     let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
     let mut assembler = Assembler {
         depot: &tracker::DEPOT,
-        codes: &tracker::CODES,
+        codes: &python::CODES,
         symbols: &mut state.symbols,
         suppressions: suppressions(),
         growth: growth_tracker,

@@ -23,12 +23,15 @@
 
 use crate::loader::real_dlsym;
 use crate::python_layouts::{self, layout_for, FrameModel, PyLayout};
-use crate::thread::ThreadState;
-use crate::tracker;
-use cudaleak_core::python::{CodeInfo, PyRawFrame, PY_FRAME_ENTRY};
+use cudaleak_core::python::{CodeInfo, CodeTable, PyRawFrame, PY_FRAME_ENTRY};
 use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+
+/// The code objects seen in captured stacks, with their names and line
+/// tables, read while they were alive ([`remember_code_objects`]); the
+/// dump resolves Python frames with it.
+pub static CODES: CodeTable = CodeTable::new();
 
 const UNPROBED: u8 = 0;
 const PROBING: u8 = 1;
@@ -228,7 +231,7 @@ unsafe fn this_thread_state() -> usize {
 
 /// Fills `out` with the calling thread's Python frames, innermost first.
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadState) -> usize {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         UNPROBED => {
@@ -240,10 +243,10 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadState) -> usi
     }
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use.
-    unsafe { capture_active(out, thread) }
+    unsafe { capture_active(out, log) }
 }
 
-unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadState) -> usize {
+unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
         let f: FinalizingFn = std::mem::transmute(fin);
@@ -264,8 +267,6 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], thread: &ThreadSta
         }
         frame = read(frame + cur);
     }
-    // SAFETY: this thread's own log; captures do not nest on a thread.
-    let log = &mut *thread.python_replay_log();
     match l.frames {
         FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
         FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
@@ -645,7 +646,7 @@ pub fn remember_code_objects(frames: &[PyRawFrame]) {
     // SAFETY: ACTIVE means LAYOUT is set.
     let l = unsafe { &*LAYOUT.load(Ordering::Acquire) };
     for f in frames {
-        if tracker::CODES.contains(f.code, f.guard) {
+        if CODES.contains(f.code, f.guard) {
             continue;
         }
         let code = f.code as usize;
@@ -660,7 +661,7 @@ pub fn remember_code_objects(frames: &[PyRawFrame]) {
                 linetable: read_bytes(l, read(code + l.code_linetable)).unwrap_or_default(),
             }
         };
-        tracker::CODES.insert(f.code, f.guard, info);
+        CODES.insert(f.code, f.guard, info);
     }
 }
 

@@ -4,85 +4,37 @@
 //! Hooks look it up once per call (a `__tls_get_addr` call in a shared
 //! library) and pass the reference down.
 //!
-//! The large per-thread buffers (replay logs, captured stacks) live in
-//! [`ThreadBuffers`], allocated at a thread's first capture and reached
-//! through one pointer: glibc carves static TLS out of each thread's stack,
-//! and 6.4 KB of it, plus a 2.5 KB stack buffer in every hook frame, made
-//! threads with 16-24 KB stacks crash in their first cudaMalloc (issue 15).
-//! A pthread key destructor frees them when the thread exits, so programs
-//! that make many threads do not leak.
+//! The cells here are plain values; each is owned by the module that uses
+//! it (named on the field), and this file imports none of them. The large
+//! per-thread buffers (replay logs, captured stacks) are `capture.rs`'s,
+//! reached through the one pointer [`ThreadState::buffers`]: glibc carves
+//! static TLS out of each thread's stack, and 6.4 KB of it, plus a 2.5 KB
+//! stack buffer in every hook frame, made threads with 16-24 KB stacks
+//! crash in their first cudaMalloc (issue 15).
 
-use crate::python::PyReplayLog;
-use crate::unwind::ReplayLog;
-use cudaleak_core::config::MAX_STACK_DEPTH;
-use cudaleak_core::python::PyRawFrame;
 use std::cell::Cell;
-use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU32, Ordering};
-
-/// Python frames of the last trace interned on this thread, for reuse.
-pub const LAST_PYTHON: usize = 32;
-/// Python frames recorded per allocation.
-pub const PY_MAX: usize = 64;
-/// Captured stacks a thread holds at once: a runtime hook's and the driver
-/// hook it calls, with room to spare. Captures take them in turn.
-const STACK_SLOTS: usize = 4;
-
-/// One captured stack's frames; only the first `n_*` entries (kept in
-/// `capture::Stack`) are ever read, so they are never zeroed.
-pub struct StackBuffer {
-    pub native: [MaybeUninit<u64>; MAX_STACK_DEPTH],
-    pub python: [MaybeUninit<PyRawFrame>; PY_MAX],
-}
-
-/// A thread's large buffers, allocated on the heap (zeroed, then the replay
-/// logs set to their empty states), never built on the (small) stack.
-pub struct ThreadBuffers {
-    /// What the last full stack walk read (`unwind.rs`, replay).
-    pub replay: ReplayLog,
-    /// What the last Python frame walk saw (`python.rs`, replay).
-    pub python_replay: PyReplayLog,
-    /// Python frames of the last trace interned here (see `last_trace`).
-    pub last_python: [PyRawFrame; LAST_PYTHON],
-    stacks: [StackBuffer; STACK_SLOTS],
-    next_stack: usize,
-}
-
-impl ThreadBuffers {
-    /// The next stack buffer of `this`, in turn.
-    ///
-    /// # Safety
-    /// `this` is the calling thread's buffers ([`ThreadState::buffers`]).
-    /// Only the fields used are reached (no `&mut ThreadBuffers`): a
-    /// capture holds references into other fields meanwhile.
-    pub unsafe fn next_stack(this: *mut ThreadBuffers) -> *mut StackBuffer {
-        let next = &mut *std::ptr::addr_of_mut!((*this).next_stack);
-        let i = *next % STACK_SLOTS;
-        *next = i + 1;
-        std::ptr::addr_of_mut!((*this).stacks[i])
-    }
-}
+use std::ffi::c_void;
 
 pub struct ThreadState {
-    /// A driver hook is running on this thread (a nested one passes through).
+    /// A driver hook is running on this thread (a nested one passes through;
+    /// `events.rs`).
     pub in_driver_hook: Cell<bool>,
     /// The runtime hook running on this thread (`events::HookCx`), if any.
     pub runtime_call: Cell<*const ()>,
-    /// (context, slot) last seen on this thread.
+    /// (context, slot) last seen on this thread (`tracker.rs`).
     pub last_context: Cell<(u64, u8)>,
-    /// This thread's stack, [low, high); (0, 0) until first needed.
+    /// This thread's stack, [low, high); (0, 0) until first needed
+    /// (`unwind.rs`).
     pub stack_bounds: Cell<(usize, usize)>,
-    /// (trace id, api, kind) of the last trace interned here; id 0: none.
+    /// (trace id, api, kind) of the last trace interned here; id 0: none
+    /// (`capture.rs`).
     pub last_trace: Cell<(u32, u8, u8)>,
     /// and its Python frames' count (u32::MAX when more than fit)
     pub last_python_len: Cell<u32>,
-    /// null until the first capture; [`GONE`] once the thread's key
-    /// destructor freed them (a later hook on the exiting thread captures
-    /// nothing rather than allocate again).
-    buffers: Cell<*mut ThreadBuffers>,
+    /// `capture.rs`'s per-thread buffers: null until the thread's first
+    /// capture, a sentinel once the thread's exit freed them.
+    pub buffers: Cell<*mut c_void>,
 }
-
-const GONE: *mut ThreadBuffers = std::ptr::dangling_mut();
 
 thread_local! {
     static THREAD: ThreadState = const {
@@ -96,119 +48,6 @@ thread_local! {
             buffers: Cell::new(std::ptr::null_mut()),
         }
     };
-}
-
-/// The pthread key whose destructor frees a thread's buffers, plus one;
-/// 0 until created, u32::MAX when it cannot be.
-static KEY: AtomicU32 = AtomicU32::new(0);
-
-extern "C" fn free_buffers(p: *mut libc::c_void) {
-    if p.is_null() {
-        return;
-    }
-    current().buffers.set(GONE);
-    // SAFETY: allocated in `buffers` with this layout; no capture is
-    // running on this exiting thread.
-    unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<ThreadBuffers>()) };
-}
-
-fn key() -> Option<libc::pthread_key_t> {
-    match KEY.load(Ordering::Acquire) {
-        0 => {}
-        u32::MAX => return None,
-        k => return Some(k - 1),
-    }
-    let mut k: libc::pthread_key_t = 0;
-    // SAFETY: creating a key with a plain extern "C" destructor.
-    if unsafe { libc::pthread_key_create(&mut k, Some(free_buffers)) } != 0 {
-        let _ = KEY.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Acquire);
-        return None;
-    }
-    match KEY.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(k),
-        Err(won) => {
-            // Another thread created one first: use that one.
-            // SAFETY: our own, unused key.
-            unsafe { libc::pthread_key_delete(k) };
-            (won != u32::MAX).then(|| won - 1)
-        }
-    }
-}
-
-impl ThreadState {
-    /// This thread's buffers, allocated on first use; None when they cannot
-    /// be had (out of memory, or the thread is exiting). A raw pointer, not
-    /// `&mut`: a capture holds a reference into one field (a stack buffer)
-    /// while the unwinder and the Python walk reach others (their replay
-    /// logs); two live `&mut ThreadBuffers` over them would be undefined
-    /// behaviour. Fields are reached with `addr_of_mut!`.
-    #[inline]
-    pub fn buffers(&self) -> Option<*mut ThreadBuffers> {
-        let p = self.buffers.get();
-        if !p.is_null() && p != GONE {
-            return Some(p);
-        }
-        if p == GONE {
-            return None;
-        }
-        self.new_buffers()
-    }
-
-    #[cold]
-    fn new_buffers(&self) -> Option<*mut ThreadBuffers> {
-        let key = key()?;
-        // SAFETY: a plain allocation; the fields that need more than zero
-        // bits are written below before any use.
-        let p = unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::new::<ThreadBuffers>()) }
-            .cast::<ThreadBuffers>();
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: fields of the fresh allocation (copied from constants,
-        // not built on this small stack).
-        unsafe {
-            std::ptr::addr_of_mut!((*p).replay).write(ReplayLog::EMPTY);
-            std::ptr::addr_of_mut!((*p).python_replay).write(PyReplayLog::EMPTY);
-        }
-        // SAFETY: registering the buffers for the key's destructor.
-        if unsafe { libc::pthread_setspecific(key, p.cast()) } != 0 {
-            // SAFETY: just allocated with this layout.
-            unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<ThreadBuffers>()) };
-            return None;
-        }
-        self.buffers.set(p);
-        Some(p)
-    }
-
-    /// The replay log of the native unwinder (`unwind.rs`). Captures reach
-    /// it after `buffers()` succeeded (`capture.rs`); elsewhere (unit tests)
-    /// it is allocated here.
-    #[inline(always)]
-    pub fn replay_log(&self) -> *mut ReplayLog {
-        match self.buffers() {
-            // SAFETY: this thread's live buffers; a field's address only.
-            Some(b) => unsafe { std::ptr::addr_of_mut!((*b).replay) },
-            None => no_buffers(),
-        }
-    }
-
-    /// The replay log of the Python frame walk (`python.rs`); as above.
-    #[inline(always)]
-    pub fn python_replay_log(&self) -> *mut PyReplayLog {
-        match self.buffers() {
-            // SAFETY: as above.
-            Some(b) => unsafe { std::ptr::addr_of_mut!((*b).python_replay) },
-            None => no_buffers(),
-        }
-    }
-}
-
-/// Unreachable from hooks (captures check first); a panic is caught at the
-/// hook boundary in any case.
-#[cold]
-#[inline(never)]
-fn no_buffers() -> ! {
-    panic!("no per-thread buffers")
 }
 
 /// The calling thread's state. The reference must not leave the thread,

@@ -13,7 +13,6 @@ use cudaleak_core::config::Config;
 use cudaleak_core::depot::Depot;
 use cudaleak_core::live_map::{AddrHash, LiveMap, MapCounts};
 use cudaleak_core::lock::FutexMutex;
-use cudaleak_core::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
 use cudaleak_core::site_counters::SiteCounters;
 use std::collections::{BTreeMap, HashMap};
@@ -32,7 +31,6 @@ pub static SITES: SiteCounters = SiteCounters::new();
 /// branch instead of a second contended atomic per event (the 4-thread
 /// storm in tests/live.rs).
 static COUNT_SITES: AtomicBool = AtomicBool::new(false);
-pub static CODES: CodeTable = CodeTable::new();
 /// Blocks still live when their context was destroyed: leaked by the
 /// program, kept for the reports, but out of LIVE so that the driver's
 /// reuse of their addresses cannot be mistaken for them.
@@ -157,7 +155,7 @@ pub fn record_allocation(
     device: Option<u8>,
     thread: &ThreadState,
 ) {
-    let trace: TraceId = stack.intern(api, kind, thread);
+    let trace: TraceId = stack.intern(&DEPOT, api, kind, thread);
     let (slot, ctx_device) = if context_bound(kind) {
         current_context(thread)
     } else {
@@ -515,7 +513,7 @@ pub fn lock_all_for_fork() {
     VMM.raw_lock();
     CONTEXT_INSERT.raw_lock();
     DEPOT.lock_for_fork();
-    CODES.lock_for_fork();
+    crate::python::CODES.lock_for_fork();
     LIVE.lock_all();
     HANDLES.lock_all();
     TORN_DOWN.raw_lock();
@@ -529,7 +527,7 @@ pub unsafe fn unlock_all_after_fork() {
     TORN_DOWN.raw_unlock();
     HANDLES.unlock_all();
     LIVE.unlock_all();
-    CODES.unlock_after_fork();
+    crate::python::CODES.unlock_after_fork();
     DEPOT.unlock_after_fork();
     CONTEXT_INSERT.raw_unlock();
     VMM.raw_unlock();
@@ -547,7 +545,7 @@ pub unsafe fn reset_in_child_and_unlock() {
     TORN_DOWN.raw_unlock();
     HANDLES.reset_locked_and_unlock();
     LIVE.reset_locked_and_unlock();
-    CODES.unlock_after_fork();
+    crate::python::CODES.unlock_after_fork();
     DEPOT.unlock_after_fork();
     CONTEXT_INSERT.raw_unlock();
     let vmm = VMM.get_unchecked();

@@ -37,10 +37,10 @@ const RETIRED: u64 = u64::MAX;
 /// stack was the same as at the previous capture on this thread (see
 /// [`ReplayLog`]).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState) -> (usize, bool) {
+pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState, log: &mut ReplayLog) -> (usize, bool) {
     match crate::settings::config().unwinder {
         Unwinder::Dwarf => (capture_dwarf(out), false),
-        Unwinder::Fast => fast_skipping(out, own_range(), thread),
+        Unwinder::Fast => fast_skipping(out, own_range(), thread, log),
     }
 }
 
@@ -432,7 +432,12 @@ fn rule_for(pc: u64) -> Rule {
 /// leaving out return addresses inside `skip`; true when replayed.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &ThreadState) -> (usize, bool) {
+fn fast_skipping(
+    out: &mut [MaybeUninit<u64>],
+    skip: (usize, usize),
+    thread: &ThreadState,
+    log: &mut ReplayLog,
+) -> (usize, bool) {
     let (pc, sp, fp): (usize, usize, usize);
     // SAFETY: reads three registers.
     unsafe {
@@ -449,8 +454,6 @@ fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &Th
     let Some((_, top)) = stack_bounds(sp, thread) else {
         return (dwarf_skipping(out, skip), false);
     };
-    // SAFETY: the log is this thread's, and captures do not nest.
-    let log = unsafe { &mut *thread.replay_log() };
     let start = [pc, sp, fp];
     if let Some(n) = replay(log, start, out) {
         return (n, true);
@@ -469,7 +472,12 @@ fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), thread: &Th
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fast_skipping(out: &mut [MaybeUninit<u64>], skip: (usize, usize), _thread: &ThreadState) -> (usize, bool) {
+fn fast_skipping(
+    out: &mut [MaybeUninit<u64>],
+    skip: (usize, usize),
+    _thread: &ThreadState,
+    _log: &mut ReplayLog,
+) -> (usize, bool) {
     (dwarf_skipping(out, skip), false)
 }
 
@@ -608,13 +616,14 @@ mod tests {
     #[cfg(target_arch = "x86_64")] // elsewhere the reference unwinder runs, without replay
     fn replay_only_when_the_stack_is_unchanged() {
         let thread = crate::thread::current();
+        let mut log = Box::new(ReplayLog::EMPTY);
         let mut results = Vec::new();
         for i in 0..6 {
             let mut fast = [MaybeUninit::uninit(); 64];
             let mut reference = [MaybeUninit::uninit(); 64];
             let (mut nf, mut replayed, mut nr) = (0, false, 0);
             let mut f = || {
-                (nf, replayed) = fast_skipping(&mut fast, (0, 0), thread);
+                (nf, replayed) = fast_skipping(&mut fast, (0, 0), thread, &mut log);
                 nr = dwarf_skipping(&mut reference, (0, 0));
             };
             // a a b b a a: the second of each pair replays
@@ -687,6 +696,7 @@ mod tests {
     /// from the warm cache.
     #[test]
     fn fast_matches_the_reference_unwinder() {
+        let mut log = Box::new(ReplayLog::EMPTY);
         for _ in 0..2 {
             let mut fast = [MaybeUninit::uninit(); 64];
             let mut reference = [MaybeUninit::uninit(); 64];
@@ -694,7 +704,7 @@ mod tests {
             // In this test binary our own code is the code under test:
             // skip nothing.
             recurse(30, &mut || {
-                nf = fast_skipping(&mut fast, (0, 0), crate::thread::current()).0;
+                nf = fast_skipping(&mut fast, (0, 0), crate::thread::current(), &mut log).0;
                 nr = dwarf_skipping(&mut reference, (0, 0));
             });
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
