@@ -156,9 +156,9 @@ fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
 const CAPTURE_STACK_NEEDED: usize = 16 << 10;
 
 /// A captured stack. It lives in the hook's frame, so it is small: the
-/// frames are in one of the thread's stack buffers (`thread.rs`), taken in
-/// turn, so that a runtime hook's stack is still there when the driver
-/// hook it calls captures its own.
+/// frames are in one of the thread's stack buffers ([`ThreadBuffers`]),
+/// taken in turn, so that a runtime hook's stack is still there when the
+/// driver hook it calls captures its own.
 pub struct Stack {
     /// null when nothing was captured
     buffer: *mut StackBuffer,

@@ -1,5 +1,5 @@
 //! What each hooked call means for the live map: the events of the hook
-//! table (`hooks.rs`).
+//! table (`hook_table.rs`).
 //!
 //! Every hook runs `intercept(layer, make_event, call_real)`:
 //! 1. the event looks at the arguments (`before`), then

@@ -1,17 +1,46 @@
 //! libcudaleak.so: preload it and every CUDA allocation the process makes
 //! is tracked; what is still live at exit is reported.
 //!
-//! A thin shim over `cudaleak-core`, one file per concern:
-//! - `hooks`: the declarative table of interposed CUDA functions;
-//! - `events`: what each call means for the live map;
-//! - `resolve`: real functions, `dlsym` and entry-point interception;
+//! A thin shim over `cudaleak-core`, one file per concern, in floors. Each
+//! module uses only modules on its own floor or below (two on one floor
+//! never use each other both ways), so a change can break only what is
+//! above it. Bottom up:
+//!
+//! 1. C types and data: `ffi`, `python_layouts`
+//! 2. settings, diagnostics, the loader, hook identities: `settings`, `deferred_warnings`, `run_marker`, `loader`, `driver_lookup`, `hook_table`, `sampler`
+//! 3. per-thread state: `thread`
+//! 4. stack capture: `unwind`, `python`, `capture`
+//! 5. the tracked state: `tracker`
+//! 6. real functions, and what each call means: `resolve`, `events`
+//! 7. the hooks: `hooks`
+//! 8. the process's life: `dlsym_override`, `dump`, `lifecycle`, `api`
+//!
+//! `scripts/check-floors.py` (run by CI) reads that list: a module left
+//! out of it, or a use that reaches a higher floor, fails.
+//!
+//! What is where:
+//! - `ffi`: the CUDA types and constants the hooks' signatures need;
+//!   `python_layouts`: CPython's structure offsets, per version;
+//! - `settings`: the configuration, instance token, report directory and
+//!   `warn`; `deferred_warnings`: bad settings, said at the first CUDA
+//!   call; `run_marker`: tells `cudaleak run` a process's report went
+//!   missing; `sampler`: the sampled timeline, read from per-call-site
+//!   counters;
+//! - `loader`: glibc's own `dlsym`/`dlclose`, loaded objects and their
+//!   ranges; `driver_lookup`: driver functions found globally or in a
+//!   privately loaded libcuda; `hook_table`: the one declarative table of
+//!   interposed CUDA functions, and their `HookId`s;
+//! - `thread`: the cells a hook keeps per thread;
+//! - `unwind`, `python`: native and Python frames, captured raw;
+//!   `capture`: a hook's stack, in per-thread buffers it owns;
 //! - `tracker`: the process-wide state (live map, depot, contexts, VMM);
-//! - `capture`, `unwind`, `python`: stacks, captured raw in the hook;
-//! - `dump`: snapshot → report → file;
-//! - `sampler`: the sampled timeline, read from per-call-site counters;
-//! - `lifecycle`: start, fork, dumper thread, signals, exit paths;
-//! - `run_marker`: tells `cudaleak run` a process's report went missing;
-//! - `api`: the in-process C API.
+//! - `resolve`: the real function behind each hook, per calling object,
+//!   and the `dlclose` override; `events`: what each call means for the
+//!   live map;
+//! - `hooks`: the exported functions, generated from the table;
+//! - `dlsym_override`: `dlsym` hands out hooks; `dump`: snapshot → report
+//!   → file; `lifecycle`: start, fork, dumper thread, signals, exit paths;
+//!   `api`: the in-process C API.
 
 // The unit-test build exports nothing (no_mangle is off under cfg(test) so
 // the test binary does not interpose on itself), which leaves the hooks'
