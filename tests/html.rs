@@ -383,7 +383,11 @@ fn report_page_draws_the_timeline_the_flame_graph_and_the_table() {
         dom.contains(">64.0 MiB<") && dom.contains(">growing<"),
         "size and trend shown"
     );
-    assert!(dom.contains("3 group(s)"));
+    assert!(dom.contains(">3 groups<"), "groups counted in words");
+    assert!(
+        dom.contains("cudaleak: 72.0 MiB (75497472 bytes) leaked in 6 blocks"),
+        "the header's summary reads as the text report does"
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ use cudaleak_core::python::PythonFrame;
 use cudaleak_core::report::{
     Group, MergedFrame, NativeFrame, Report, SampledTimeline, TimelineSample, Trend,
 };
+use cudaleak_core::units::{count, size_delta, size_exact};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -553,11 +554,7 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         title: format!("cudaleak report: pid {}", merged.pid),
         facts: process_facts(merged, &files),
         weight: if live { "live bytes" } else { "leaked bytes" },
-        summary: if live {
-            format!("cudaleak: {bytes} bytes live in {blocks} blocks")
-        } else {
-            cudaleak_core::render::summary_line(bytes, blocks)
-        },
+        summary: page_summary(bytes, blocks, if live { "live" } else { "leaked" }),
         groups,
         groups_cut,
         timeline,
@@ -565,6 +562,18 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         ..page_base()
     };
     render(&page)
+}
+
+/// The page's one-line summary, as people read it, exact bytes kept:
+/// "cudaleak: 72.0 MiB (75497472 bytes) leaked in 6 blocks" (the text
+/// report's contract line keeps its fixed wording; a page is read, not
+/// parsed).
+fn page_summary(bytes: u64, blocks: u64, state: &str) -> String {
+    format!(
+        "cudaleak: {} {state} in {}",
+        size_exact(bytes),
+        count(blocks, "block")
+    )
 }
 
 pub fn diff_page(old: (&PathBuf, &Report), new: (&PathBuf, &Report), changes: &[GroupDelta]) -> String {
@@ -602,9 +611,10 @@ pub fn diff_page(old: (&PathBuf, &Report), new: (&PathBuf, &Report), changes: &[
         weight: "growth",
         frames: table.frames,
         summary: format!(
-            "cudaleak: {delta:+} bytes leaked ({} -> {})",
-            old.1.leaked_bytes(),
-            new.1.leaked_bytes()
+            "cudaleak: {} leaked ({} -> {})",
+            size_delta(delta),
+            size_exact(old.1.leaked_bytes()),
+            size_exact(new.1.leaked_bytes())
         ),
         groups,
         groups_cut,
@@ -628,12 +638,13 @@ pub fn merge_page(dir: &std::path::Path, processes: usize, view: &RankView, merg
     let (groups, groups_cut) = (groups, view.groups.len().saturating_sub(MAX_PAGE_GROUPS));
     let page = Page {
         kind: "merge",
-        title: format!("cudaleak merge: {processes} process(es)"),
+        title: format!("cudaleak merge: {}", count(processes as u64, "process")),
         facts: vec![("directory".into(), dir.display().to_string())],
         weight: "leaked bytes",
         summary: format!(
-            "{} across {processes} process(es)",
-            cudaleak_core::render::summary_line(merged.leaked_bytes(), merged.leaked_blocks())
+            "{} across {}",
+            page_summary(merged.leaked_bytes(), merged.leaked_blocks(), "leaked"),
+            count(processes as u64, "process")
         ),
         groups,
         groups_cut,

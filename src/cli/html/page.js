@@ -37,6 +37,7 @@
     var s = (i === 0 ? String(a) : a.toFixed(a < 10 ? 2 : 1)) + " " + u[i];
     return (n < 0 ? "-" : "") + s;
   }
+  function count(n, noun) { return n + " " + noun + (n === 1 ? "" : "s"); }
   function signedBytes(n) { return (n > 0 ? "+" : "") + bytes(n); }
   function frameText(f) { return f.name + (f.loc ? "  " + f.loc : ""); }
 
@@ -58,7 +59,7 @@
   function stackLines(frames, max) {
     var out = [];
     for (var i = 0; i < frames.length && i < max; i++) out.push("#" + i + " " + frameText(frames[i]));
-    if (frames.length > max) out.push("... " + (frames.length - max) + " more frame(s)");
+    if (frames.length > max) out.push("... " + count(frames.length - max, "more frame"));
     return out;
   }
 
@@ -364,7 +365,7 @@
             ol.appendChild(li);
           });
           if (!r.frames.length) ol.appendChild(el("li", null, "(no stack recorded)"));
-          if (r.frames_cut) ol.appendChild(el("li", null, "... " + r.frames_cut + " innermost frame(s) not shown"));
+          if (r.frames_cut) ol.appendChild(el("li", null, "... " + count(r.frames_cut, "innermost frame") + " not shown"));
           td.appendChild(ol);
           dr.appendChild(td);
           tbody.appendChild(dr);
@@ -382,7 +383,7 @@
         td.setAttribute("data-sum", sum);
         td.setAttribute("data-key", c.key);
       } else if (i === cols.length - 1) {
-        td.textContent = data.groups.length + " group(s)" + (data.groups_cut ? " (and " + data.groups_cut + " more not shown)" : "");
+        td.textContent = count(data.groups.length, "group") + (data.groups_cut ? " (and " + data.groups_cut + " more not shown)" : "");
       } else if (i === 0 && !c.num) {
         td.textContent = "total";
       }
@@ -407,7 +408,7 @@
       h.appendChild(el("strong", null, r.label));
       if (r.outlier) { h.appendChild(document.createTextNode(" ")); h.appendChild(el("span", { "class": "badge odd" }, "odd one out")); }
       d.appendChild(h);
-      d.appendChild(el("div", { "class": "mono" }, bytes(r.leaked_bytes) + " in " + r.leaked_blocks + " blocks, " + r.groups + " group(s)"));
+      d.appendChild(el("div", { "class": "mono" }, bytes(r.leaked_bytes) + " in " + count(r.leaked_blocks, "block") + ", " + count(r.groups, "group")));
       d.appendChild(el("div", { "class": "mono" }, "pid " + r.pid + (r.hostname ? " on " + r.hostname : "")));
       var bar = el("div", { "class": "bar" }), fill = el("div");
       fill.style.width = (100 * r.leaked_bytes / max).toFixed(1) + "%";
