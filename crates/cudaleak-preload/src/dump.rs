@@ -111,20 +111,6 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// The distributed rank the launcher gave this process, if any.
-pub fn rank() -> Option<i64> {
-    [
-        "RANK",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-        "MV2_COMM_WORLD_RANK",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
-}
-
 pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
     // SAFETY: plain system calls.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
@@ -135,7 +121,7 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
         ppid: Some(ppid as i64),
         command: command_line(),
         hostname: Some(hostname()),
-        rank: rank(),
+        rank: settings::rank(),
         instance: Some(instance()),
         timestamp_ms: now_ms(),
         reason: req.reason.clone(),
@@ -257,7 +243,7 @@ fn write_timeline(state: &DumpState) {
     };
     let name = ReportName {
         hostname: hostname(),
-        rank: rank(),
+        rank: settings::rank(),
         // SAFETY: plain system call.
         pid: unsafe { libc::getpid() } as i64,
         instance: instance(),

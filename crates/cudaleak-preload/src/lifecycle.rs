@@ -99,6 +99,7 @@ pub fn init() {
     PID.store(unsafe { libc::getpid() }, Ordering::Release);
     resolve_real_functions();
     crate::run_marker::read_run_id();
+    settings::read_rank();
     new_instance();
     let config = settings::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
     tracker::configure(config);

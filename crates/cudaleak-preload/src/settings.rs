@@ -1,7 +1,8 @@
 //! The process's settings and its one way to speak: the parsed
-//! configuration, this process instance's token, the report directory, and
-//! `warn`. Set once by the lifecycle (`lifecycle::init`, and the fork
-//! child for the instance), read by every floor above.
+//! configuration, this process instance's token, the report directory, the
+//! launcher's rank, and `warn`. Set once by the lifecycle
+//! (`lifecycle::init`, and the fork child for the instance), read by every
+//! floor above.
 //!
 //! Each value is leaked once and published through an atomic pointer: hooks
 //! read them without a lock, and a value read by one thread is never freed
@@ -9,12 +10,15 @@
 
 use cudaleak_core::config::Config;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, Ordering};
 
 static CONFIG: AtomicPtr<Config> = AtomicPtr::new(std::ptr::null_mut());
 static INSTANCE: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
 static REPORT_DIR: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
 static REPORT_DIR_CHECKED: AtomicU32 = AtomicU32::new(0); // 0 unchecked, 1 ok, 2 unusable
+/// The launcher's rank for this process; [`NO_RANK`] when it gave none.
+static RANK: AtomicI64 = AtomicI64::new(NO_RANK);
+const NO_RANK: i64 = i64::MIN;
 
 /// The configuration; the defaults until the constructor installed the
 /// environment's (a hook that runs before it, or a unit test).
@@ -112,5 +116,32 @@ pub fn report_dir() -> Option<PathBuf> {
                 None
             }
         },
+    }
+}
+
+/// Reads the rank a distributed launcher gave this process (torchrun, MPI,
+/// Slurm), once, in the constructor: the dumper thread must not read the
+/// environment while the program may be changing it (glibc's getenv and
+/// setenv do not synchronize with each other).
+pub fn read_rank() {
+    let rank = [
+        "RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+        "MV2_COMM_WORLD_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse::<i64>().ok())
+    .filter(|&r| r != NO_RANK);
+    RANK.store(rank.unwrap_or(NO_RANK), Ordering::Release);
+}
+
+/// The distributed rank the launcher gave this process, if any.
+pub fn rank() -> Option<i64> {
+    match RANK.load(Ordering::Acquire) {
+        NO_RANK => None,
+        r => Some(r),
     }
 }
