@@ -4,50 +4,112 @@
 usage: scripts/check-floors.py [CRATE_SRC_DIR ...]
        (default: crates/*/src and src/ under the repository root)
 
-A module is a file directly under a crate's src/ (or a src/NAME/mod.rs);
-it uses another when its text names `crate::OTHER` (or `super::OTHER`
-from a file directly under src/), comments left out. Two checks:
+A module is a file directly under a crate's src/ (or a src/NAME/mod.rs),
+together with every file under src/NAME/. It uses another when its code
+(comments, string and character literals left out) names
+`crate::OTHER`, or reaches OTHER through `super::` (`super::OTHER` from a
+file directly under src/, `super::super::OTHER` from a module nested one
+deeper, and so on). A module that is a folder (src/NAME/) is checked the
+same way one level down: its files are the modules, `crate::NAME::X` and
+`super::X` the uses; and so on down.
 
+Two checks, at every level:
 1. No circle: no set of modules reaches itself through such uses. Each
    circle is printed with the names that tie it.
-2. Declared floors: when the crate's lib.rs (or main.rs) lists its floors
-   in its top doc comment, one line per floor, bottom up, as
+2. Declared floors: when a crate's lib.rs (or main.rs) lists its floors in
+   its top doc comment, one line per floor, bottom up, as
        //! 3. per-thread state: `thread`
    every module is on exactly one floor, and none uses a module on a
    higher floor (modules on one floor may use each other one way).
 
+Names a macro receives as tokens and pastes elsewhere (a table of items
+handed to a macro) are not uses of the module holding the table; a crate
+that has such a table says so in its doc.
+
 Exit status 1 on any finding, else 0. ../shared/tools/module-cycles draws
-the same map for people; this is the verdict CI needs (that tool always
-exits 0, and users' clones do not have it).
+the top level's map for people; this is the verdict CI needs (that tool
+always exits 0, and users' clones do not have it).
 """
 import glob
 import os
 import re
 import sys
 
-USE = re.compile(r"\b(?:crate|super)::([a-z_][a-z0-9_]*)(?:::\{?([A-Za-z_][A-Za-z0-9_]*))?")
-GROUP = re.compile(r"\buse crate::\{([^;]*)\};", re.S)
-FLOOR_LINE = re.compile(r"^//!\s*(\d+)\.\s[^`\n]*?:\s*((?:`[a-z_][a-z0-9_]*`[,\s]*)+)\s*$")
+NAME = r"[a-z_][a-z0-9_]*"
+ITEM = r"(?:::\{?([A-Za-z_][A-Za-z0-9_]*))?"
+SUPERS = re.compile(r"\b((?:super::)+)(" + NAME + r")" + ITEM)
+SUPER_GROUP = re.compile(r"\buse ((?:super::)+)\{([^;]*)\};", re.S)
+FLOOR_LINE = re.compile(r"^//!\s*(\d+)\.\s[^`\n]*?:\s*((?:`" + NAME + r"`[,\s]*)+)\s*$")
+RAW_STRING = re.compile(r'b?r(#*)"')
+CHAR = re.compile(r"b?'(?:\\(?:u\{[0-9a-fA-F]{1,6}\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'")
 
 
-def modules_of(src):
+def code_only(text):
+    """`text` without comments and string or character literals (each
+    replaced by a space): a `//` inside a string starts no comment, and a
+    path inside a string or a comment is no use."""
+    out, i, n = [], 0, len(text)
+
+    def ident_before(i):
+        return i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
+
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            out.append(" ")
+        elif c in "rb" and not ident_before(i) and RAW_STRING.match(text, i):
+            m = RAW_STRING.match(text, i)
+            end = text.find('"' + m.group(1), m.end())
+            i = n if end < 0 else end + 1 + len(m.group(1))
+            out.append(" ")
+        elif c == '"' or (c == "b" and text.startswith('b"', i) and not ident_before(i)):
+            i += 2 if c == "b" else 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            out.append(" ")
+        elif (c == "'" or (c == "b" and not ident_before(i))) and CHAR.match(text, i):
+            i = CHAR.match(text, i).end()
+            out.append(" ")
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def modules_in(folder):
+    """{name: [(file, depth)]} for the modules of one folder: NAME.rs or
+    NAME/mod.rs, plus every file under NAME/ (depth: how many module
+    levels below NAME the file's module sits)."""
     mods = {}
-    paths = glob.glob(os.path.join(src, "*.rs")) + glob.glob(os.path.join(src, "*", "mod.rs"))
-    for path in sorted(paths):
+    for path in sorted(glob.glob(os.path.join(folder, "*.rs"))):
         name = os.path.basename(path)[:-3]
-        if name == "mod":
-            name = os.path.basename(os.path.dirname(path))
-        if name not in ("lib", "main"):
-            mods[name] = path
+        if name not in ("lib", "main", "mod"):
+            mods.setdefault(name, []).append((path, 0))
+    for sub in sorted(glob.glob(os.path.join(folder, "*", ""))):
+        name = os.path.basename(os.path.dirname(sub))
+        if name not in mods and not os.path.exists(os.path.join(sub, "mod.rs")):
+            continue
+        for path in sorted(glob.glob(os.path.join(sub, "**", "*.rs"), recursive=True)):
+            rel = os.path.relpath(path, sub).split(os.sep)
+            depth = len(rel) - (1 if rel[-1] == "mod.rs" else 0)
+            mods.setdefault(name, []).append((path, depth))
     return mods
 
 
-def without_comments(text):
-    return re.sub(r"//[^\n]*", "", text)
-
-
 def group_heads(body):
-    """Top-level items of a `use crate::{...}` group: `a::X`, `b`."""
+    """Top-level items of a `use x::{...}` group: `a::X`, `b`."""
     depth, start, out = 0, 0, []
     for i, ch in enumerate(body + ","):
         if ch == "{":
@@ -60,21 +122,40 @@ def group_heads(body):
     return out
 
 
-def uses_of(mods):
+def uses_of(mods, parent_path):
+    """{module: {used module: {names}}} among the modules of one folder,
+    whose parent module's path is `parent_path` (`crate`, `crate::cli`)."""
+    by_path = re.compile(r"\b" + re.escape(parent_path) + r"::(" + NAME + r")" + ITEM)
+    path_group = re.compile(r"\buse " + re.escape(parent_path) + r"::\{([^;]*)\};", re.S)
     graph = {}
-    for name, path in mods.items():
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = without_comments(f.read())
+    for name, files in mods.items():
         uses = {}
-        for m in USE.finditer(text):
-            target = m.group(1)
+
+        def note(target, item):
             if target in mods and target != name:
-                uses.setdefault(target, set()).add(m.group(2) or "*")
-        for g in GROUP.finditer(text):
-            for part in group_heads(g.group(1)):
-                head = re.match(r"([a-z_][a-z0-9_]*)(?:::(.*))?$", part, re.S)
-                if head and head.group(1) in mods and head.group(1) != name:
-                    uses.setdefault(head.group(1), set()).add((head.group(2) or "self").strip()[:40])
+                uses.setdefault(target, set()).add(item)
+
+        def note_group(body):
+            for part in group_heads(body):
+                head = re.match(r"(" + NAME + r")(?:::(.*))?$", part, re.S)
+                if head:
+                    note(head.group(1), (head.group(2) or "self").strip()[:40])
+
+        for path, depth in files:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = code_only(f.read())
+            for m in by_path.finditer(text):
+                note(m.group(1), m.group(2) or "*")
+            for g in path_group.finditer(text):
+                note_group(g.group(1))
+            # From a file `depth` levels below the module, the parent is
+            # `depth + 1` supers up (one more from an inline `mod tests`).
+            for m in SUPERS.finditer(text):
+                if m.group(1).count("super") in (depth + 1, depth + 2):
+                    note(m.group(2), m.group(3) or "*")
+            for g in SUPER_GROUP.finditer(text):
+                if g.group(1).count("super") in (depth + 1, depth + 2):
+                    note_group(g.group(2))
         graph[name] = uses
     return graph
 
@@ -125,7 +206,7 @@ def circles(graph):
 
 
 def declared_floors(src):
-    """{module: floor} from the crate root's doc comment; {} if none."""
+    """{module: [floors]} from the crate root's doc comment; {} if none."""
     for root in ("lib.rs", "main.rs"):
         path = os.path.join(src, root)
         if not os.path.exists(path):
@@ -135,40 +216,59 @@ def declared_floors(src):
             for line in f:
                 m = FLOOR_LINE.match(line.rstrip("\n"))
                 if m:
-                    for name in re.findall(r"`([a-z_][a-z0-9_]*)`", m.group(2)):
+                    for name in re.findall(r"`(" + NAME + r")`", m.group(2)):
                         floors.setdefault(name, []).append(int(m.group(1)))
         return floors
     return {}
 
 
-def check(src):
-    """Problems found in one crate's src directory, as lines."""
-    mods = modules_of(src)
-    graph = uses_of(mods)
+def circle_problems(where, graph):
     problems = []
     for comp in circles(graph):
-        problems.append(f"{src}: circle of {len(comp)}: {', '.join(comp)}")
+        problems.append(f"{where}: circle of {len(comp)}: {', '.join(comp)}")
         for a in comp:
             for b in sorted(graph[a]):
                 if b in comp:
                     problems.append(f"    {a} -> {b}: {', '.join(sorted(graph[a][b]))}")
-    floors = declared_floors(src)
-    if floors:
-        for name in sorted(mods):
-            if name not in floors:
-                problems.append(f"{src}: module `{name}` is on no floor of the crate's doc comment")
-            elif len(floors[name]) > 1:
-                problems.append(f"{src}: module `{name}` is on floors {floors[name]}")
-        for name in sorted(floors):
-            if name not in mods:
-                problems.append(f"{src}: the floors name `{name}`, which is no module")
-        for a in sorted(graph):
-            for b in sorted(graph[a]):
-                fa, fb = floors.get(a, [0])[0], floors.get(b, [0])[0]
-                if a in floors and b in floors and fb > fa:
-                    names = ", ".join(sorted(graph[a][b]))
-                    problems.append(f"{src}: `{a}` (floor {fa}) reaches up to `{b}` (floor {fb}): {names}")
     return problems
+
+
+def floor_problems(where, mods, graph, floors):
+    problems = []
+    for name in sorted(mods):
+        if name not in floors:
+            problems.append(f"{where}: module `{name}` is on no floor of the crate's doc comment")
+        elif len(floors[name]) > 1:
+            problems.append(f"{where}: module `{name}` is on floors {floors[name]}")
+    for name in sorted(floors):
+        if name not in mods:
+            problems.append(f"{where}: the floors name `{name}`, which is no module")
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            if a in floors and b in floors and floors[b][0] > floors[a][0]:
+                names = ", ".join(sorted(graph[a][b]))
+                problems.append(f"{where}: `{a}` (floor {floors[a][0]}) reaches up to `{b}` (floor {floors[b][0]}): {names}")
+    return problems
+
+
+def check_folder(folder, parent_path, floors):
+    """Problems among the modules of `folder`, then inside each module
+    that is a folder itself."""
+    mods = modules_in(folder)
+    graph = uses_of(mods, parent_path)
+    problems = circle_problems(folder, graph)
+    if floors:
+        problems += floor_problems(folder, mods, graph, floors)
+    for name in sorted(mods):
+        sub = os.path.join(folder, name)
+        if os.path.isdir(sub):
+            problems += check_folder(sub, parent_path + "::" + name, {})
+    return problems
+
+
+def check(src):
+    """Problems found in one crate's src directory, as lines."""
+    return check_folder(src, "crate", declared_floors(src))
 
 
 def main(argv):

@@ -21,15 +21,27 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
-/// A crate's src/ with the given files, in a fresh directory.
+/// A crate's src/ with the given files (paths may have folders), in a
+/// fresh directory.
 fn fake_crate(name: &str, files: &[(&str, &str)]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("cudaleak-floors-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for (file, body) in files {
-        std::fs::write(dir.join(file), body).unwrap();
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
     }
     dir
+}
+
+/// Whether the check fails on `files` with a line containing `expected`.
+fn fails_with(name: &str, files: &[(&str, &str)], expected: &str) {
+    let dir = fake_crate(name, files);
+    let out = check(&[&dir]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{name}: {said}");
+    assert!(said.contains(expected), "{name}: {said}");
 }
 
 #[test]
@@ -115,4 +127,67 @@ fn a_module_reaching_up_a_floor_fails() {
     );
     // One floor may use a module beside it.
     assert!(!said.contains("`high` (floor 2) reaches"), "{said}");
+}
+
+/// The uses the first version of the check (and the shared map) did not
+/// see: files in a module's folder, a `//` inside a string hiding the rest
+/// of its line, `super::super::` from a nested test module, and circles
+/// among the files of a folder module.
+#[test]
+fn uses_hidden_in_folders_strings_and_nested_modules_are_seen() {
+    fails_with(
+        "folder-file",
+        &[
+            ("lib.rs", "mod high;\nmod low;\n"),
+            ("high.rs", "pub fn g() { crate::low::f() }\n"),
+            ("low.rs", "mod inner;\npub fn f() {}\n"),
+            ("low/inner.rs", "pub fn h() { crate::high::g() }\n"),
+        ],
+        "circle of 2: high, low",
+    );
+    fails_with(
+        "string",
+        &[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a.rs", "pub fn f() { crate::b::g() }\n"),
+            ("b.rs", "pub fn g() { let _ = (\"//\", crate::a::f()); }\n"),
+        ],
+        "b -> a: f",
+    );
+    fails_with(
+        "super-super",
+        &[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a.rs", "pub fn f() { crate::b::g() }\n"),
+            (
+                "b.rs",
+                "pub fn g() {}\nmod tests {\n    fn t() { super::super::a::f() }\n}\n",
+            ),
+        ],
+        "b -> a: f",
+    );
+    fails_with(
+        "folder-module",
+        &[
+            ("lib.rs", "mod cli;\n"),
+            ("cli/mod.rs", "mod one;\nmod two;\n"),
+            ("cli/one.rs", "pub fn f() { super::two::g() }\n"),
+            ("cli/two.rs", "pub fn g() { crate::cli::one::f() }\n"),
+        ],
+        "circle of 2: one, two",
+    );
+    // A path in a string or a comment is no use.
+    let quiet = fake_crate(
+        "quoted",
+        &[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a.rs", "pub fn f() { crate::b::g() }\n"),
+            (
+                "b.rs",
+                "pub fn g() { let _ = \"crate::a::f\"; /* crate::a::f */ }\n",
+            ),
+        ],
+    );
+    let out = check(&[&quiet]);
+    assert!(out.status.success(), "{}", text(&out));
 }

@@ -527,3 +527,23 @@ fn group_labels_tell_groups_apart() {
         out.stdout
     );
 }
+
+/// A worker that sets RANK itself after start is reported under it: the
+/// library reads the rank again on the program's own thread at its first
+/// allocation call and before the exit report, not only at load (and
+/// never on the dumper thread, where getenv could race the program's
+/// setenv).
+#[test]
+fn a_rank_set_after_start_names_the_report() {
+    let out = run_traced(&program("late_rank"), &["5"], &[]);
+    out.assert_success();
+    let r = out.report();
+    assert_eq!(r.rank, Some(5), "{}", out.stderr);
+    let names: Vec<String> = std::fs::read_dir(out.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    assert!(names.iter().all(|n| n.contains(".r5.")), "{names:?}");
+}

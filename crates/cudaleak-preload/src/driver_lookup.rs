@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// libcuda.so.1 when it is already loaded, even with RTLD_LOCAL (JAX,
 /// every CUDA runtime). RTLD_NOLOAD never loads anything; the reference it
 /// takes is given back at once, so that a program's own `dlclose` of
-/// libcuda still unloads it (the handle is forgotten then, [`unloaded`]).
+/// libcuda still unloads it (the handle is forgotten then, [`forget_unloaded`]).
 fn loaded_libcuda() -> *mut c_void {
     let h = LIBCUDA.load(Ordering::Acquire);
     if h != 0 {

@@ -18,6 +18,12 @@
 //! `scripts/check-floors.py` (run by CI) reads that list: a module left
 //! out of it, or a use that reaches a higher floor, fails.
 //!
+//! One exception is written as tokens, not uses: the hook table
+//! (`hook_table`, floor 2) names the events' constructors (`events`) and
+//! `hook_address` (`hooks`) in the lines it hands to a macro, which only
+//! `hooks.rs` (floor 7) expands and compiles. Changing an event's
+//! constructor means changing its line in the table too.
+//!
 //! What is where:
 //! - `ffi`: the CUDA types and constants the hooks' signatures need;
 //!   `python_layouts`: CPython's structure offsets, per version;

@@ -130,6 +130,7 @@ fn on_first_allocation_call() {
         install_signal_handlers();
     }
     crate::deferred_warnings::flush();
+    refresh_rank();
     start_dumper();
     crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
 }
@@ -574,8 +575,20 @@ fn known_status() -> Option<i32> {
     }
 }
 
+/// Reads the launcher's rank again, on a program thread (never the
+/// dumper's: see `settings::read_rank`), before this thread starts the
+/// dumper or writes a report: a worker that sets `RANK` itself after
+/// start (`mp.spawn` workers often do) is reported under it. Not in a
+/// vfork child, which shares our memory.
+fn refresh_rank() {
+    if is_our_process() {
+        settings::read_rank();
+    }
+}
+
 /// Library destructor: after the program's own exit handlers.
 pub fn at_exit() {
+    refresh_rank();
     if let Some(code) = exit_report(known_status(), None) {
         // SAFETY: flush the program's stdio before leaving without exit().
         unsafe { libc::fflush(std::ptr::null_mut()) };
@@ -604,6 +617,7 @@ fn real_exit_immediately(status: c_int) -> ! {
 fn immediate_exit(status: c_int) -> ! {
     let code = std::panic::catch_unwind(|| {
         EXIT_STATUS.store(status as i64, Ordering::Release);
+        refresh_rank();
         exit_report(Some(status), None)
     })
     .ok()
@@ -854,6 +868,7 @@ fn before_exec() -> bool {
         return false;
     }
     errno_kept(|| {
+        refresh_rank();
         if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_AFTER_FAILED_EXEC {
             // This image's exec report stands: only the marker goes.
             crate::run_marker::on_report_written(Trigger::Exit, true);

@@ -206,5 +206,27 @@ pub fn module_range(addr: usize) -> Option<(usize, usize)> {
 #[inline]
 pub fn is_own_address(p: usize) -> bool {
     let (lo, hi) = own_range();
-    lo <= p && p < hi
+    if hi != 0 {
+        return lo <= p && p < hi;
+    }
+    same_object_as_us(p)
+}
+
+/// The loader asked another way, for when our own range could not be had
+/// (it always can, but a wrong "not ours" would let a hook become its own
+/// real function and call itself forever): whether `p` and this function
+/// lie in one loaded object.
+#[cold]
+fn same_object_as_us(p: usize) -> bool {
+    let base = |addr: usize| {
+        // SAFETY: zeroed Dl_info is a valid out parameter.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads loader state into `info`.
+        let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) };
+        (ok != 0).then_some(info.dli_fbase as usize)
+    };
+    match (base(p), base(same_object_as_us as *const () as usize)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }

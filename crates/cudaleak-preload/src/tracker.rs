@@ -80,18 +80,22 @@ pub fn saw_allocation_call() -> bool {
 }
 
 /// Any allocation call, failed or not: the process will write reports.
+/// The first one counts only once the lifecycle installed its work
+/// (`at_first_allocation_call`, before tracking starts): a call noted
+/// without it would leave the process with no dumper and no handlers.
 #[inline]
 pub fn note_allocation_call() {
-    if !SAW_ALLOCATION_CALL.load(Ordering::Relaxed)
+    if SAW_ALLOCATION_CALL.load(Ordering::Relaxed) {
+        return;
+    }
+    let f = ON_FIRST_ALLOCATION_CALL.load(Ordering::Acquire);
+    if f != 0
         && SAW_ALLOCATION_CALL
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     {
-        let f = ON_FIRST_ALLOCATION_CALL.load(Ordering::Acquire);
-        if f != 0 {
-            // SAFETY: stored from a `fn()` by `at_first_allocation_call`.
-            unsafe { std::mem::transmute::<usize, fn()>(f)() };
-        }
+        // SAFETY: stored from a `fn()` by `at_first_allocation_call`.
+        unsafe { std::mem::transmute::<usize, fn()>(f)() };
     }
 }
 
