@@ -9,7 +9,7 @@
 //! distinct stacks alive (issue 15: 131,072 leaked stacks of 30 frames took
 //! 3.5 GiB to write 1000 of them). Every trace is symbolized through the
 //! dump's [`FrameTable`] (each return address once, each string kept once)
-//! into a [`GroupSummary`]: its key as a [`KeyDigest`], counts, its
+//! into a `GroupSummary`: its key as a [`KeyDigest`], counts, its
 //! suppression verdict and sort label. Grouping, growth, suppression and
 //! order are decided on those; full [`Group`]s are made only for the groups
 //! of each list that will be written.

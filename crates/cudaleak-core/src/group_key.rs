@@ -12,6 +12,10 @@
 //! because the native return addresses inside `_PyEval_EvalFrameDefault`
 //! differed: a specialized call site and a generic one. For a person that
 //! is one leak, and a group must not "grow" by moving between the two.
+//!
+//! Within a process (a dump's groups, growth across its dumps) the key is
+//! used as its [`KeyDigest`], made from the dump's interned frames: the
+//! whole key of every group alive cost 27 KB per distinct stack (issue 15).
 
 use crate::python::PythonFrame;
 use crate::record::MemoryKind;
