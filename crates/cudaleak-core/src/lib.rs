@@ -11,6 +11,7 @@ pub mod assemble;
 pub mod combine;
 pub mod config;
 pub mod depot;
+pub mod frame_table;
 pub mod group_key;
 pub mod linetable;
 pub mod live_map;

@@ -133,6 +133,18 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
 
 /// Assembles a report from `snap` with the process's dump state.
 pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
+    assemble_at_most(state, snap, meta, growth, usize::MAX)
+}
+
+/// [`assemble`], with at most `max_groups` groups per list: the rest are
+/// counted, never made (issue 15).
+fn assemble_at_most(
+    state: &mut DumpState,
+    snap: &Snapshot,
+    meta: DumpMeta,
+    growth: bool,
+    max_groups: usize,
+) -> Report {
     let mut scratch = GrowthTracker::default();
     let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
     let mut assembler = Assembler {
@@ -142,7 +154,7 @@ pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: 
         suppressions: suppressions(),
         growth: growth_tracker,
     };
-    let mut report = assembler.assemble(snap, meta);
+    let mut report = assembler.assemble_at_most(snap, meta, max_groups);
     report.timeline = crate::sampler::for_report(&tracker::sampler_sources(), &mut assembler);
     report.run_id = crate::run_marker::run_id();
     report
@@ -167,8 +179,7 @@ pub fn dump(req: Request) -> Option<Outcome> {
         let snap = tracker::snapshot(req.lock_timeout)?;
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
-        let mut report = assemble(state, &snap, meta, true);
-        cudaleak_core::assemble::cap_groups(&mut report, settings::config().max_groups);
+        let report = assemble_at_most(state, &snap, meta, true, settings::config().max_groups);
         if settings::config().interval.is_some() {
             state.timeline.record(&report);
         }
