@@ -233,6 +233,26 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
 fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Command, TempDir) {
     let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
     let mut cmd = Command::new(program);
+    // Start as from a terminal: a test suite run in the background (`cmd &`
+    // in a non-interactive shell, nohup) passes SIGINT and SIGQUIT ignored
+    // to its children, and the library rightly leaves an ignored SIGINT
+    // alone, so the SIGINT tests then timed out.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            for sig in [
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTERM,
+                libc::SIGUSR1,
+                libc::SIGHUP,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     cmd.args(args)
         .env("LD_PRELOAD", lib())
         .env("LD_LIBRARY_PATH", sim_dir())

@@ -801,19 +801,7 @@ impl Assembler<'_> {
             let g = &groups[i as usize];
             let Some(rule) = g.verdict else { continue };
             let pattern = &self.suppressions.rules[rule].pattern;
-            match suppressions_used.iter_mut().find(|u| &u.pattern == pattern) {
-                Some(u) => {
-                    u.groups += 1;
-                    u.blocks += g.blocks;
-                    u.bytes += g.bytes;
-                }
-                None => suppressions_used.push(SuppressionUse {
-                    pattern: pattern.clone(),
-                    groups: 1,
-                    blocks: g.blocks,
-                    bytes: g.bytes,
-                }),
-            }
+            crate::suppress::tally_use(&mut suppressions_used, pattern, g.blocks, g.bytes);
         }
 
         // The cap, as `cap_groups` applies it to the full lists.

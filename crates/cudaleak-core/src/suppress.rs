@@ -154,19 +154,7 @@ impl Matcher<'_> {
             match self.match_group(&g) {
                 Some(i) => {
                     let pattern = &self.rules[i].pattern;
-                    match uses.iter_mut().find(|u| &u.pattern == pattern) {
-                        Some(u) => {
-                            u.groups += 1;
-                            u.blocks += g.blocks;
-                            u.bytes += g.bytes;
-                        }
-                        None => uses.push(SuppressionUse {
-                            pattern: pattern.clone(),
-                            groups: 1,
-                            blocks: g.blocks,
-                            bytes: g.bytes,
-                        }),
-                    }
+                    tally_use(&mut uses, pattern, g.blocks, g.bytes);
                     g.suppression = Some(pattern.clone());
                     suppressed.push(g);
                 }
@@ -175,6 +163,25 @@ impl Matcher<'_> {
         }
         *leaks = kept;
         uses
+    }
+}
+
+/// Counts one suppressed group of `blocks` and `bytes` for the rule
+/// `pattern` in `uses` (in first-use order), saturating (issue 15: sums
+/// overflowed silently).
+pub fn tally_use(uses: &mut Vec<SuppressionUse>, pattern: &str, blocks: u64, bytes: u64) {
+    match uses.iter_mut().find(|u| u.pattern == pattern) {
+        Some(u) => {
+            u.groups = u.groups.saturating_add(1);
+            u.blocks = u.blocks.saturating_add(blocks);
+            u.bytes = u.bytes.saturating_add(bytes);
+        }
+        None => uses.push(SuppressionUse {
+            pattern: pattern.to_string(),
+            groups: 1,
+            blocks,
+            bytes,
+        }),
     }
 }
 
