@@ -690,10 +690,10 @@ impl Assembler<'_> {
     }
 
     /// The report of `snap` with at most `max_groups` groups in each list
-    /// (`leaks`, `suppressed`, `growth`): the largest ones, what
-    /// [`cap_groups`] leaves of [`Assembler::assemble`]'s report, with the
-    /// same `totals.groups_left_out`. The groups left out are counted,
-    /// never made (issue 15).
+    /// (`leaks`, `suppressed`, `growth`): the largest ones of
+    /// [`Assembler::assemble`]'s lists, what `leaks` leaves out counted in
+    /// `totals.groups_left_out`. The groups left out are counted, never
+    /// made (issue 15).
     pub fn assemble_at_most(&mut self, snap: &Snapshot, meta: DumpMeta, max_groups: usize) -> Report {
         let mut per_trace: HashMap<TraceId, (u64, u64)> = HashMap::new();
         let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();
@@ -701,14 +701,14 @@ impl Assembler<'_> {
         for &(_, b) in &snap.blocks {
             let counts = per_trace.entry(b.trace).or_default();
             counts.0 += 1;
-            counts.1 += b.size();
+            counts.1 = counts.1.saturating_add(b.size());
             let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
             if kind.counts_in_live_bytes() {
-                live_bytes += b.size();
+                live_bytes = live_bytes.saturating_add(b.size());
             }
             let k = by_memory.entry(kind).or_default();
             k.blocks += 1;
-            k.bytes += b.size();
+            k.bytes = k.bytes.saturating_add(b.size());
         }
         let mut traces: Vec<TraceCount> = per_trace
             .into_iter()
@@ -804,7 +804,8 @@ impl Assembler<'_> {
             crate::suppress::tally_use(&mut suppressions_used, pattern, g.blocks, g.bytes);
         }
 
-        // The cap, as `cap_groups` applies it to the full lists.
+        // The cap: the largest groups of each list; what `leaks` leaves out
+        // is counted (issue 15: 100,000 leaked groups made a 1 GB report).
         let mut groups_left_out = None;
         if leak_order.len() > max_groups {
             let mut left = LeftOut::default();
@@ -895,29 +896,6 @@ impl Assembler<'_> {
             timeline: None,
         }
     }
-}
-
-/// Keeps the `max` largest groups of each list (`leaks`, `suppressed`,
-/// `growth`; each list is sorted largest first) for writing; what `leaks`
-/// leaves out is counted in `totals.groups_left_out` (issue 15: 100,000
-/// leaked groups made a 1 GB report that took 13 s and 2.4 GB to write,
-/// and the CLI 29 s and 6.9 GB to read). A dump caps as it assembles
-/// ([`Assembler::assemble_at_most`]), never making the groups left out;
-/// this caps a report already made.
-pub fn cap_groups(r: &mut Report, max: usize) {
-    if r.leaks.len() > max {
-        let mut left = LeftOut::default();
-        for g in r.leaks.drain(max..) {
-            left.groups += 1;
-            left.blocks = left.blocks.saturating_add(g.blocks);
-            if !g.memory.is_address_space() {
-                left.bytes = left.bytes.saturating_add(g.bytes);
-            }
-        }
-        r.totals.groups_left_out = Some(left);
-    }
-    r.suppressed.truncate(max);
-    r.growth.truncate(max);
 }
 
 #[cfg(test)]
@@ -1319,6 +1297,25 @@ mod tests {
         g.observe([(&leak, 4, 40)]);
         let d6 = g.observe([(&leak, 4, 40), (&cache, 8, 80)]);
         assert_eq!(d6[1].bytes_delta, 80);
+    }
+
+    /// The cap as the dump applied it before issue 15's bound, to a report
+    /// already made: the `max` largest groups of each list kept, what
+    /// `leaks` leaves out counted in `totals.groups_left_out`.
+    fn cap_groups(r: &mut Report, max: usize) {
+        if r.leaks.len() > max {
+            let mut left = LeftOut::default();
+            for g in r.leaks.drain(max..) {
+                left.groups += 1;
+                left.blocks = left.blocks.saturating_add(g.blocks);
+                if !g.memory.is_address_space() {
+                    left.bytes = left.bytes.saturating_add(g.bytes);
+                }
+            }
+            r.totals.groups_left_out = Some(left);
+        }
+        r.suppressed.truncate(max);
+        r.growth.truncate(max);
     }
 
     // ---- the bounded dump gives what the straightforward one gave ----

@@ -130,7 +130,10 @@ fn on_first_allocation_call() {
         install_signal_handlers();
     }
     crate::deferred_warnings::flush();
-    refresh_rank();
+    // The rank again, on this program thread: a worker that sets RANK
+    // itself after start (mp.spawn workers often do) is reported under it
+    // (see `settings::read_rank`).
+    settings::read_rank();
     start_dumper();
     crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
 }
@@ -534,6 +537,12 @@ fn exit_report_for(status: Option<i32>, fatal_signal: Option<i32>, reason: Optio
         }
     }
     let blocked = FatalSignalsBlocked::new();
+    if fatal_signal.is_none() {
+        // Every exit report but the fatal-signal one (the dumper thread's)
+        // is written on a program thread, which may read the environment:
+        // the rank as it is now (see `settings::read_rank`).
+        settings::read_rank();
+    }
     let code = write_exit_report(status, fatal_signal, reason);
     EXIT_REPORT.store(EXIT_REPORT_DONE, Ordering::Release);
     wake_all(&EXIT_REPORT);
@@ -575,20 +584,8 @@ fn known_status() -> Option<i32> {
     }
 }
 
-/// Reads the launcher's rank again, on a program thread (never the
-/// dumper's: see `settings::read_rank`), before this thread starts the
-/// dumper or writes a report: a worker that sets `RANK` itself after
-/// start (`mp.spawn` workers often do) is reported under it. Not in a
-/// vfork child, which shares our memory.
-fn refresh_rank() {
-    if is_our_process() {
-        settings::read_rank();
-    }
-}
-
 /// Library destructor: after the program's own exit handlers.
 pub fn at_exit() {
-    refresh_rank();
     if let Some(code) = exit_report(known_status(), None) {
         // SAFETY: flush the program's stdio before leaving without exit().
         unsafe { libc::fflush(std::ptr::null_mut()) };
@@ -617,7 +614,6 @@ fn real_exit_immediately(status: c_int) -> ! {
 fn immediate_exit(status: c_int) -> ! {
     let code = std::panic::catch_unwind(|| {
         EXIT_STATUS.store(status as i64, Ordering::Release);
-        refresh_rank();
         exit_report(Some(status), None)
     })
     .ok()
@@ -868,7 +864,6 @@ fn before_exec() -> bool {
         return false;
     }
     errno_kept(|| {
-        refresh_rank();
         if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_AFTER_FAILED_EXEC {
             // This image's exec report stands: only the marker goes.
             crate::run_marker::on_report_written(Trigger::Exit, true);

@@ -121,7 +121,7 @@ pub fn report_dir() -> Option<PathBuf> {
 
 /// Reads the rank a distributed launcher gave this process (torchrun, MPI,
 /// Slurm). Only on the program's own threads (the constructor, the first
-/// allocation call, the exit paths; `lifecycle::refresh_rank`): the dumper
+/// allocation call, the exit reports those threads write): the dumper
 /// thread must not read the environment while the program may be changing
 /// it (glibc's getenv and setenv do not synchronize with each other), so
 /// its dumps use the rank read last.
