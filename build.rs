@@ -98,7 +98,9 @@ fn main() {
     println!("cargo:rustc-env=CUDALEAK_SIM_DIR={}", out.display());
     for f in [
         "driver.c",
+        "driver_entry_points.h",
         "runtime.c",
+        "cudart_lookups.h",
         "demo.c",
         "libcudart.so.12.map",
         "include/cuda.h",

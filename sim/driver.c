@@ -6,8 +6,9 @@
  * and get reused after a free), contexts whose destruction frees their
  * memory, primary contexts with reference counts, the virtual memory
  * management calls (handles, reservations, mappings), error codes, and
- * cuGetProcAddress with versioned names. Programs and the simulated
- * runtime use it exactly as they would use the real libcuda.so.1.
+ * cuGetProcAddress with versioned names as NVIDIA's driver resolves them
+ * (driver_entry_points.h), v1 entry points included. Programs and the
+ * simulated runtime use it exactly as they would use the real libcuda.so.1.
  *
  * Environment:
  *   SIMCUDA_DEVICES    number of devices (default 1, at most 8)
@@ -21,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include "cuda.h"
+#include "driver_entry_points.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -35,20 +37,25 @@ struct CUctx_st {
     int device;
     int primary;
     int active;
+    int usage; /* cuCtxCreate: 1, +1 per cuCtxAttach; cuCtxDetach to 0 destroys */
+    /* a green context's CUcontext (cuCtxFromGreenCtx): the primary context
+     * whose memory it allocates */
+    struct CUctx_st *owner;
 };
 
 /* ---- a small open-addressing table: key 0 is empty, ~0 a tombstone ---- */
 
 enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING, K_ARRAY, K_MIPMAPPED,
-           K_IMPORTED, K_POOL };
+           K_IMPORTED, K_POOL, K_POOL_IMPORT, K_EXT_BUFFER, K_REGISTERED, K_MULTICAST };
 
 struct entry {
     uint64_t key;
     uint64_t size;
-    uint64_t aux;   /* context, or the handle a mapping maps */
+    uint64_t aux;   /* context, the handle a mapping maps, or a handle's device */
     int kind;
-    int released;   /* handles: cuMemRelease seen */
-    int maps;       /* handles: live mappings */
+    int refs;       /* handles: references (cuMemCreate 1, +1 per retain); 0 once released */
+    int maps;       /* handles: live mappings and multicast binds */
+    int low;        /* memory: a v1 (32-bit) allocation, mmap'ed below 4 GiB */
 };
 
 struct table {
@@ -194,14 +201,21 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     return CUDA_SUCCESS;
 }
 
+/* Gives back the memory of a block of `memory` and erases it; the lock
+ * is held. A registration's memory is the program's own. */
+static void free_entry(struct entry *e) {
+    if (e->low)
+        munmap((void *)(uintptr_t)e->key, e->size);
+    else if (e->kind != K_REGISTERED)
+        backing_free((void *)(uintptr_t)e->key, e->size);
+    table_erase(e);
+}
+
 /* Frees everything that belongs to ctx; the lock is held. */
 static void release_context_memory(CUcontext ctx) {
     for (size_t i = 0; i < memory.cap; i++) {
         struct entry *e = &memory.e[i];
-        if (e->key && e->key != TOMBSTONE && e->aux == (uint64_t)(uintptr_t)ctx) {
-            backing_free((void *)(uintptr_t)e->key, e->size);
-            table_erase(e);
-        }
+        if (e->key && e->key != TOMBSTONE && e->aux == (uint64_t)(uintptr_t)ctx) free_entry(e);
     }
 }
 
@@ -214,20 +228,50 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->device = dev;
     c->active = 1;
+    c->usage = 1;
     current = c;
     *pctx = c;
     return CUDA_SUCCESS;
 }
 
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    return cuCtxCreate_v2(pctx, flags, dev);
+}
+
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    if (!ctx || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx || ctx->primary || ctx->owner) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
     release_context_memory(ctx);
     pthread_mutex_unlock(&lock);
     if (current == ctx) current = NULL;
     free(ctx);
     return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+
+/* The usage count of CUDA 2.0: cuCtxAttach counts one more user of the
+ * current context, cuCtxDetach one less, and the last one destroys it. */
+CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pctx || flags) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = current;
+    if (!c || c->primary || c->owner) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    c->usage++;
+    pthread_mutex_unlock(&lock);
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxDetach(CUcontext ctx) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ctx || ctx->primary || ctx->owner) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    int last = --ctx->usage == 0;
+    pthread_mutex_unlock(&lock);
+    return last ? cuCtxDestroy_v2(ctx) : CUDA_SUCCESS;
 }
 
 /* SIMCUDA_NO_CTX_QUERIES builds a driver without cuCtxGetCurrent and
@@ -257,15 +301,20 @@ CUresult cuCtxGetDevice(CUdevice *device) {
 }
 #endif
 
+/* One more reference to dev's primary context; the lock is held. */
+static void primary_retain(CUdevice dev) {
+    primary[dev].device = dev;
+    primary[dev].primary = 1;
+    primary[dev].active = 1;
+    primary_refs[dev]++;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
-    primary[dev].device = dev;
-    primary[dev].primary = 1;
-    primary[dev].active = 1;
-    primary_refs[dev]++;
+    primary_retain(dev);
     pthread_mutex_unlock(&lock);
     *pctx = &primary[dev];
     return CUDA_SUCCESS;
@@ -290,14 +339,91 @@ static CUresult primary_teardown(CUdevice dev, int reset) {
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_teardown(dev, 0); }
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_teardown(dev, 1); }
+/* CUDA 7.0's entry points, which NVIDIA's runtime still asks for (at 7000):
+ * the same calls. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_teardown(dev, 0); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_teardown(dev, 1); }
+
+/* ---- green contexts (CUDA 12.4) ----
+ * As NVIDIA documents them: creating one retains the device's primary
+ * context and destroying it releases that reference; its CUcontext
+ * (cuCtxFromGreenCtx) is "a normal primary context but with the resources
+ * of the green context": memory allocated while it is current belongs to
+ * the primary context and lives until that one is destroyed. */
+
+struct CUgreenCtx_st {
+    struct CUctx_st ctx;
+    struct CUgreenCtx_st *next;
+};
+static struct CUgreenCtx_st *greens; /* live ones */
+
+CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                          unsigned int flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phCtx || !desc || !(flags & CU_GREEN_CTX_DEFAULT_STREAM)) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    CUgreenCtx g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    primary_retain(dev);
+    g->ctx.device = dev;
+    g->ctx.active = 1;
+    g->ctx.owner = &primary[dev];
+    g->next = greens;
+    greens = g;
+    pthread_mutex_unlock(&lock);
+    *phCtx = g;
+    return CUDA_SUCCESS;
+}
+
+/* Whether g is a live green context; the lock is held. Unlinks it when
+ * `unlink` is set. */
+static int green_live(CUgreenCtx g, int unlink) {
+    for (CUgreenCtx *at = &greens; *at; at = &(*at)->next)
+        if (*at == g) {
+            if (unlink) *at = g->next;
+            return 1;
+        }
+    return 0;
+}
+
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    int live = hCtx && green_live(hCtx, 1);
+    pthread_mutex_unlock(&lock);
+    if (!live) return CUDA_ERROR_INVALID_CONTEXT;
+    if (current == &hCtx->ctx) current = NULL;
+    CUdevice dev = hCtx->ctx.device;
+    free(hCtx);
+    return primary_teardown(dev, 0);
+}
+
+CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pContext) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int live = hCtx && green_live(hCtx, 0);
+    pthread_mutex_unlock(&lock);
+    if (!live) return CUDA_ERROR_INVALID_CONTEXT;
+    *pContext = &hCtx->ctx;
+    return CUDA_SUCCESS;
+}
 
 /* ---- memory ---- */
+
+/* The context that owns memory allocated while `ctx` is current (a green
+ * context's primary context), or NULL when there is none to allocate in. */
+static CUcontext owning_context(CUcontext ctx) {
+    if (ctx && ctx->owner) ctx = ctx->owner;
+    return ctx && ctx->active ? ctx : NULL;
+}
 
 static CUresult allocate(void **out, size_t size, int kind) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
-    CUcontext ctx = current;
-    if (!ctx || !ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext ctx = owning_context(current);
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
     void *p = backing_alloc(size);
@@ -313,28 +439,81 @@ static CUresult allocate(void **out, size_t size, int kind) {
     return CUDA_SUCCESS;
 }
 
-/* Frees a block of `kind`; K_DEVICE also frees managed memory. */
+/* Whether cuMemFree(Async) frees a block of `kind`: device and managed
+ * memory, memory imported from another process's pool, and buffers
+ * mapped from external memory (NVIDIA documents cuMemFree for each). */
+static int freed_as_device(int kind) {
+    return kind == K_DEVICE || kind == K_MANAGED || kind == K_POOL_IMPORT || kind == K_EXT_BUFFER;
+}
+
+/* Frees a block of `kind`; K_DEVICE: whatever cuMemFree frees. */
 static CUresult release(uint64_t addr, int kind) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!addr) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     struct entry *e = table_find(&memory, addr);
-    if (!e || !(e->kind == kind || (kind == K_DEVICE && e->kind == K_MANAGED))) {
+    if (!e || !(e->kind == kind || (kind == K_DEVICE && freed_as_device(e->kind)))) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    table_erase(e);
-    backing_free((void *)(uintptr_t)addr, e->size);
+    free_entry(e);
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
 
-CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
-    /* The 32-bit API of CUDA < 3.2 cannot hold a 64-bit address. */
-    (void)dptr;
-    (void)bytesize;
+/* ---- the 32-bit entry points of CUDA < 3.2 ----
+ * Their device pointers are 32 bits wide. Whether NVIDIA's driver ever
+ * succeeds with them in a 64-bit process is not documented; the simulation
+ * succeeds whenever it can place the block below 4 GiB (MAP_32BIT, x86-64),
+ * so that what a hook does with a successful v1 call is tested, and
+ * returns CUDA_ERROR_NOT_SUPPORTED elsewhere. */
+static CUresult allocate_low(CUdeviceptr_v1 *out, size_t size) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = owning_context(current);
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
+#if defined(MAP_32BIT)
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((uint64_t)(uintptr_t)p + size > UINT32_MAX) {
+        munmap(p, size);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    pthread_mutex_lock(&lock);
+    struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = size,
+                      .aux = (uint64_t)(uintptr_t)ctx, .kind = K_DEVICE, .low = 1};
+    int failed = table_put(&memory, e);
+    pthread_mutex_unlock(&lock);
+    if (failed) {
+        munmap(p, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (CUdeviceptr_v1)(uintptr_t)p;
+    return CUDA_SUCCESS;
+#else
     return CUDA_ERROR_NOT_SUPPORTED;
+#endif
 }
+
+CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize) {
+    return allocate_low(dptr, bytesize);
+}
+
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width_bytes,
+                         unsigned int height, unsigned int element_size) {
+    if (!pitch || width_bytes == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (element_size != 4 && element_size != 8 && element_size != 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned int p = (width_bytes + 511) & ~511u;
+    CUresult r = allocate_low(dptr, (size_t)p * height);
+    if (r == CUDA_SUCCESS) *pitch = p;
+    return r;
+}
+
+CUresult cuMemFree(CUdeviceptr_v1 dptr) { return release(dptr, K_DEVICE); }
+
+CUresult cuMemAllocHost(void **pp, unsigned int bytesize) { return allocate(pp, bytesize, K_HOST); }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     return allocate((void **)dptr, bytesize, K_DEVICE);
@@ -419,6 +598,18 @@ static CUresult create_array(void **out, size_t w, size_t h, size_t d, CUarray_f
     return allocate(out, bytes, kind);
 }
 
+CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *a) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, 0, a->Format, a->NumChannels, 1,
+                        K_ARRAY);
+}
+
+CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *a) {
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    return create_array((void **)pHandle, a->Width, a->Height, a->Depth, a->Format,
+                        a->NumChannels, 1, K_ARRAY);
+}
+
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a) {
     if (!a) return CUDA_ERROR_INVALID_VALUE;
     return create_array((void **)pHandle, a->Width, a->Height, 0, a->Format, a->NumChannels, 1,
@@ -480,7 +671,148 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     return allocate((void **)pdptr, size, K_IMPORTED);
 }
 
+/* CUDA 4.1's entry point, which NVIDIA's runtime asks for at 4010 besides
+ * the _v2 at 11000: the same call here. */
+CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags) {
+    return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+}
+
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return release(dptr, K_IMPORTED); }
+
+/* Memory exported from a pool: the "export data" carries the address and
+ * size; importing maps a new block of that size, freed with cuMemFree. */
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) {
+    size_t size = 0;
+    CUresult r = cuMemGetAddressRange_v2(NULL, &size, ptr);
+    if (r || !shareData_out) return r ? r : CUDA_ERROR_INVALID_VALUE;
+    memset(shareData_out, 0, sizeof *shareData_out);
+    memcpy(shareData_out->reserved, &ptr, sizeof ptr);
+    memcpy(shareData_out->reserved + 8, &size, sizeof size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
+                                CUmemPoolPtrExportData *shareData) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!shareData || !pool) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct entry *p = table_find(&memory, (uint64_t)(uintptr_t)pool);
+    int is_pool = p && p->kind == K_POOL;
+    pthread_mutex_unlock(&lock);
+    size_t size;
+    memcpy(&size, shareData->reserved + 8, sizeof size);
+    if (!is_pool || !size) return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)ptr_out, size, K_POOL_IMPORT);
+}
+
+/* ---- external memory: an imported object, and what is mapped from it ---- */
+
+struct CUextMemory_st {
+    unsigned long long size;
+    struct CUextMemory_st *next;
+};
+static struct CUextMemory_st *externals; /* live ones */
+
+/* Whether m is live; the lock is held. Unlinks it when `unlink` is set. */
+static int external_live(CUexternalMemory m, int unlink) {
+    for (CUexternalMemory *at = &externals; *at; at = &(*at)->next)
+        if (*at == m) {
+            if (unlink) *at = m->next;
+            return 1;
+        }
+    return 0;
+}
+
+CUresult cuImportExternalMemory(CUexternalMemory *extMem_out,
+                                const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *desc) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!extMem_out || !desc || !desc->size || desc->type != CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUexternalMemory m = calloc(1, sizeof *m);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    m->size = desc->size;
+    pthread_mutex_lock(&lock);
+    m->next = externals;
+    externals = m;
+    pthread_mutex_unlock(&lock);
+    *extMem_out = m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDestroyExternalMemory(CUexternalMemory extMem) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    int live = extMem && external_live(extMem, 1);
+    pthread_mutex_unlock(&lock);
+    if (!live) return CUDA_ERROR_INVALID_VALUE;
+    free(extMem);
+    return CUDA_SUCCESS;
+}
+
+/* The mapped size of extMem, or 0 when it is not live. */
+static unsigned long long external_size(CUexternalMemory extMem) {
+    pthread_mutex_lock(&lock);
+    unsigned long long size = extMem && external_live(extMem, 0) ? extMem->size : 0;
+    pthread_mutex_unlock(&lock);
+    return size;
+}
+
+CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem,
+                                         const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *desc) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    unsigned long long size = external_size(extMem);
+    if (!desc || !size || !desc->size || desc->offset + desc->size > size)
+        return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)devPtr, desc->size, K_EXT_BUFFER);
+}
+
+CUresult cuExternalMemoryGetMappedMipmappedArray(
+    CUmipmappedArray *mipmap, CUexternalMemory extMem,
+    const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *desc) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!desc || !external_size(extMem)) return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_ARRAY3D_DESCRIPTOR *a = &desc->arrayDesc;
+    return create_array((void **)mipmap, a->Width, a->Height, a->Depth, a->Format, a->NumChannels,
+                        desc->numLevels, K_MIPMAPPED);
+}
+
+/* ---- page-locked host memory the program allocated itself ---- */
+
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!p || !bytesize || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = owning_context(current);
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_SUCCESS;
+    if (table_find(&memory, (uint64_t)(uintptr_t)p)) {
+        r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    } else {
+        struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = bytesize,
+                          .aux = (uint64_t)(uintptr_t)ctx, .kind = K_REGISTERED};
+        if (table_put(&memory, e)) r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* CUDA 4.0's entry point (6.5 added flags): the same call here. */
+CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags) {
+    return cuMemHostRegister_v2(p, bytesize, flags);
+}
+
+CUresult cuMemHostUnregister(void *p) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct entry *e = p ? table_find(&memory, (uint64_t)(uintptr_t)p) : NULL;
+    CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (e && e->kind == K_REGISTERED) {
+        free_entry(e);
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
 
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                       CUmemAllocationHandleType type, unsigned long long flags) {
@@ -503,7 +835,8 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     struct entry *src = table_find(&handles, (uint64_t)(uintptr_t)osHandle);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     if (src) {
-        struct entry e = {.key = next_handle++, .size = src->size, .kind = K_HANDLE};
+        struct entry e = {.key = next_handle++, .size = src->size, .aux = src->aux,
+                          .kind = K_HANDLE, .refs = 1};
         if (table_put(&handles, e) == 0) {
             *handle = e.key;
             r = CUDA_SUCCESS;
@@ -541,7 +874,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_DEVICE;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
-    struct entry e = {.key = next_handle++, .size = size, .kind = K_HANDLE};
+    struct entry e = {.key = next_handle++, .size = size, .aux = (uint64_t)prop->location.id,
+                      .kind = K_HANDLE, .refs = 1};
     int failed = table_put(&handles, e);
     pthread_mutex_unlock(&lock);
     if (failed) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -549,18 +883,199 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_SUCCESS;
 }
 
+/* Multicast binds: memory handle `mem` is bound to multicast object `mc`
+ * at `offset` for device `dev`. A bind keeps the memory alive, as a
+ * mapping does. */
+struct bind {
+    uint64_t mc, offset, mem;
+    int dev;
+};
+static struct bind *binds;
+static size_t n_binds, cap_binds;
+
+static void drop_reference(struct entry *h);
+
+/* Ends bind i (the lock is held): its memory may go. */
+static void unbind_at(size_t i) {
+    struct entry *m = table_find(&handles, binds[i].mem);
+    binds[i] = binds[--n_binds];
+    if (m) {
+        m->maps--;
+        if (m->maps == 0 && m->refs == 0) drop_reference(m);
+    }
+}
+
+/* Erases handle h once nothing refers to it (the lock is held); a
+ * multicast object takes its binds with it. */
+static void drop_reference(struct entry *h) {
+    uint64_t key = h->key;
+    int multicast = h->kind == K_MULTICAST;
+    table_erase(h);
+    if (!multicast) return;
+    for (size_t i = 0; i < n_binds;)
+        if (binds[i].mc == key)
+            unbind_at(i);
+        else
+            i++;
+}
+
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&lock);
     struct entry *e = table_find(&handles, handle);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (e && !e->released) {
-        e->released = 1;
-        if (e->maps == 0) table_erase(e);
+    if (e && e->refs > 0) {
+        e->refs--;
+        if (e->refs == 0 && e->maps == 0) drop_reference(e);
         r = CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&lock);
     return r;
+}
+
+/* The handle mapped at addr (anywhere in its mapping), or 0; the lock is
+ * held. */
+static uint64_t handle_mapped_at(uint64_t addr) {
+    for (size_t i = 0; i < mappings.cap; i++) {
+        struct entry *m = &mappings.e[i];
+        if (m->key && m->key != TOMBSTONE && addr >= m->key && addr < m->key + m->size)
+            return m->aux;
+    }
+    return 0;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    uint64_t h = handle_mapped_at((uint64_t)(uintptr_t)addr);
+    struct entry *e = h ? table_find(&handles, h) : NULL;
+    if (e) e->refs++;
+    pthread_mutex_unlock(&lock);
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    *handle = h;
+    return CUDA_SUCCESS;
+}
+
+/* ---- multicast objects: handles of their own, released by cuMemRelease ---- */
+
+CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!mcHandle || !prop || !prop->numDevices || !prop->size || prop->size % VMM_GRANULARITY ||
+        prop->flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct entry e = {.key = next_handle++, .size = prop->size, .kind = K_MULTICAST, .refs = 1};
+    int failed = table_put(&handles, e);
+    pthread_mutex_unlock(&lock);
+    if (failed) return CUDA_ERROR_OUT_OF_MEMORY;
+    *mcHandle = e.key;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop,
+                                   CUmulticastGranularity_flags option) {
+    (void)option;
+    if (!granularity || !prop) return CUDA_ERROR_INVALID_VALUE;
+    *granularity = VMM_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+/* A live multicast object (the lock is held). */
+static struct entry *multicast(uint64_t mc) {
+    struct entry *e = table_find(&handles, mc);
+    return e && e->kind == K_MULTICAST && e->refs > 0 ? e : NULL;
+}
+
+CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    int ok = multicast(mcHandle) != NULL;
+    pthread_mutex_unlock(&lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Binds memory handle mem (its device when dev < 0) to mc at mcOffset. */
+static CUresult bind(uint64_t mc, int dev, size_t mcOffset, uint64_t mem, size_t memOffset,
+                     size_t size, unsigned long long flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (flags || !size) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct entry *o = multicast(mc), *m = table_find(&handles, mem);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (o && m && m->kind == K_HANDLE && m->refs > 0 && mcOffset + size <= o->size &&
+        memOffset + size <= m->size) {
+        if (n_binds == cap_binds) {
+            size_t cap = cap_binds ? cap_binds * 2 : 16;
+            struct bind *b = realloc(binds, cap * sizeof *b);
+            if (!b) {
+                pthread_mutex_unlock(&lock);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            binds = b, cap_binds = cap;
+        }
+        binds[n_binds++] = (struct bind){mc, mcOffset, mem, dev < 0 ? (int)m->aux : dev};
+        m->maps++;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+                            CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size,
+                            unsigned long long flags) {
+    return bind(mcHandle, -1, mcOffset, memHandle, memOffset, size, flags);
+}
+
+CUresult cuMulticastBindMem_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+                               CUmemGenericAllocationHandle memHandle, size_t memOffset,
+                               size_t size, unsigned long long flags) {
+    if (dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    return bind(mcHandle, dev, mcOffset, memHandle, memOffset, size, flags);
+}
+
+/* The handle mapped at memptr, bound like cuMulticastBindMem. */
+static CUresult bind_addr(uint64_t mc, int dev, size_t mcOffset, CUdeviceptr memptr, size_t size,
+                          unsigned long long flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    uint64_t mem = handle_mapped_at(memptr);
+    pthread_mutex_unlock(&lock);
+    if (!mem) return CUDA_ERROR_INVALID_VALUE;
+    return bind(mc, dev, mcOffset, mem, 0, size, flags);
+}
+
+CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset,
+                             CUdeviceptr memptr, size_t size, unsigned long long flags) {
+    return bind_addr(mcHandle, -1, mcOffset, memptr, size, flags);
+}
+
+CUresult cuMulticastBindAddr_v2(CUmemGenericAllocationHandle mcHandle, CUdevice dev,
+                                size_t mcOffset, CUdeviceptr memptr, size_t size,
+                                unsigned long long flags) {
+    if (dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    return bind_addr(mcHandle, dev, mcOffset, memptr, size, flags);
+}
+
+CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset,
+                           size_t size) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    int found = 0;
+    for (size_t i = 0; i < n_binds;) {
+        struct bind *b = &binds[i];
+        if (b->mc == mcHandle && b->dev == dev && b->offset >= mcOffset &&
+            b->offset < mcOffset + size) {
+            unbind_at(i);
+            found = 1;
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
@@ -609,7 +1124,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     pthread_mutex_lock(&lock);
     struct entry *h = table_find(&handles, handle);
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    if (h && !h->released && offset + size <= h->size && inside_reservation(ptr, size) &&
+    if (h && h->refs > 0 && offset + size <= h->size && inside_reservation(ptr, size) &&
         !table_find(&mappings, ptr)) {
         struct entry m = {.key = ptr, .size = size, .aux = handle, .kind = K_MAPPING};
         if (table_put(&mappings, m) == 0) {
@@ -630,8 +1145,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
         if (!m->key || m->key == TOMBSTONE || m->key < ptr || m->key + m->size > ptr + size)
             continue;
         struct entry *h = table_find(&handles, m->aux);
-        if (h && --h->maps == 0 && h->released) table_erase(h);
         table_erase(m);
+        if (h && --h->maps == 0 && h->refs == 0) drop_reference(h);
         found = 1;
     }
     pthread_mutex_unlock(&lock);
@@ -659,70 +1174,83 @@ CUresult cuGetErrorName(CUresult error, const char **pstr) {
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-#define SYM(f) {#f, (void *)f}
-static const struct { const char *name; void *fn; } symbols[] = {
-    SYM(cuInit), SYM(cuDriverGetVersion), SYM(cuDeviceGet), SYM(cuDeviceGetCount),
-    SYM(cuCtxCreate_v2), SYM(cuCtxDestroy_v2), SYM(cuCtxSetCurrent),
-#ifndef SIMCUDA_NO_CTX_QUERIES
-    SYM(cuCtxGetCurrent), SYM(cuCtxGetDevice),
-#endif
-    SYM(cuDevicePrimaryCtxRetain), SYM(cuDevicePrimaryCtxRelease_v2),
-    SYM(cuDevicePrimaryCtxReset_v2), SYM(cuMemAlloc), SYM(cuMemAlloc_v2),
-    SYM(cuMemAllocPitch_v2), SYM(cuMemAllocManaged), SYM(cuMemAllocAsync),
-    SYM(cuMemAllocAsync_ptsz), SYM(cuMemAllocFromPoolAsync), SYM(cuMemAllocFromPoolAsync_ptsz),
-    SYM(cuMemAllocHost_v2), SYM(cuMemHostAlloc), SYM(cuMemFree_v2), SYM(cuMemFreeAsync),
-    SYM(cuMemFreeAsync_ptsz), SYM(cuMemFreeHost), SYM(cuMemCreate), SYM(cuMemRelease),
-    SYM(cuMemMap), SYM(cuMemUnmap), SYM(cuMemAddressReserve), SYM(cuMemAddressFree),
-    SYM(cuMemGetAllocationGranularity), SYM(cuGetProcAddress), SYM(cuGetProcAddress_v2),
-    SYM(cuArrayCreate_v2), SYM(cuArray3DCreate_v2), SYM(cuArrayDestroy),
-    SYM(cuMipmappedArrayCreate), SYM(cuMipmappedArrayDestroy),
-    SYM(cuMemGetAddressRange_v2), SYM(cuIpcGetMemHandle), SYM(cuIpcOpenMemHandle_v2),
-    SYM(cuIpcCloseMemHandle), SYM(cuMemExportToShareableHandle),
-    SYM(cuMemImportFromShareableHandle), SYM(cuMemPoolCreate), SYM(cuMemPoolDestroy),
-    SYM(cuGetErrorName),
+/* Every entry point with the name and version it is handed out by
+ * (driver_entry_points.h); fn is NULL for NVIDIA's variants that the
+ * simulation lacks. */
+struct entry_point {
+    const char *symbol, *name;
+    int version, per_thread;
+    void *fn;
+};
+#define SIM_ENTRY(sym, name, version, per_thread, params, args) \
+    {#sym, #name, version, per_thread, (void *)sym},
+#define SIM_ABSENT(sym, name, version, per_thread, ...) {#sym, #name, version, per_thread, NULL},
+static const struct entry_point entry_points[] = {
+    SIMCUDA_ENTRY_POINTS(SIM_ENTRY, SIM_ABSENT)
+    SIMCUDA_LOOKUP_ENTRY_POINTS(SIM_ENTRY, SIM_ABSENT)
 };
 
-/* Which versioned symbol a base name means at a given CUDA version, as the
- * driver's cuGetProcAddress resolves it ("cuMemAlloc" at >= 3020 is
- * cuMemAlloc_v2), and the per-thread-default-stream variants. */
-static const struct { const char *base; int since; const char *suffix; } versions[] = {
-    {"cuMemAlloc", 3020, "_v2"},
-    {"cuMemAllocPitch", 3020, "_v2"},
-    {"cuMemFree", 3020, "_v2"},
-    {"cuMemAllocHost", 3020, "_v2"},
-    {"cuCtxCreate", 3020, "_v2"},
-    {"cuCtxDestroy", 4000, "_v2"},
-    {"cuDevicePrimaryCtxRelease", 11000, "_v2"},
-    {"cuDevicePrimaryCtxReset", 11000, "_v2"},
-    {"cuGetProcAddress", 12000, "_v2"},
-    {"cuArrayCreate", 3020, "_v2"},
-    {"cuIpcOpenMemHandle", 11000, "_v2"},
-    {"cuMemGetAddressRange", 3020, "_v2"},
-    {"cuArray3DCreate", 3020, "_v2"},
-};
-static const char *per_thread[] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync"};
+/* What cuGetProcAddress(name, version, flags) resolves to, as NVIDIA's
+ * driver does it: the newest variant of `name` introduced at or before
+ * `version`; with the per-thread-default-stream flag, the newest such
+ * _ptsz/_ptds variant when the name has one. NULL with *status set when
+ * there is none: no such name, or only newer variants. */
+static const struct entry_point *resolve_entry_point(const char *name, int version,
+                                                     cuuint64_t flags,
+                                                     CUdriverProcAddressQueryResult *status) {
+    int per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    const struct entry_point *best = NULL, *best_pt = NULL;
+    int known = 0;
+    for (size_t i = 0; i < sizeof entry_points / sizeof entry_points[0]; i++) {
+        const struct entry_point *e = &entry_points[i];
+        if (strcmp(e->name, name)) continue;
+        known = 1;
+        if (e->version > version) continue;
+        const struct entry_point **slot = e->per_thread ? &best_pt : &best;
+        if (!*slot || (*slot)->version < e->version) *slot = e;
+    }
+    if (per_thread && best_pt) best = best_pt;
+    *status = best ? CU_GET_PROC_ADDRESS_SUCCESS
+                   : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                           : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (best && !best->fn) {
+        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return NULL;
+    }
+    return best;
+}
+
+/* For the tests: the exported symbol cuGetProcAddress hands out for
+ * (name, version, flags), or NULL. Not part of any CUDA API. */
+const char *simcuda_proc_symbol(const char *name, int version, unsigned long long flags) {
+    CUdriverProcAddressQueryResult status;
+    const struct entry_point *e = name ? resolve_entry_point(name, version, flags, &status) : NULL;
+    return e ? e->symbol : NULL;
+}
+
+/* For the tests (the wrapper driver): the name, version and per-thread
+ * flag a symbol is handed out by; 0 when the symbol is not an entry point. */
+int simcuda_symbol_version(const char *symbol, const char **name, int *version, int *per_thread) {
+    for (size_t i = 0; i < sizeof entry_points / sizeof entry_points[0]; i++) {
+        const struct entry_point *e = &entry_points[i];
+        if (e->fn && !strcmp(e->symbol, symbol)) {
+            *name = e->name;
+            *version = e->version;
+            *per_thread = e->per_thread;
+            return 1;
+        }
+    }
+    return 0;
+}
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-    char name[128];
-    if (strlen(symbol) > 100) return CUDA_ERROR_INVALID_VALUE;
-    strcpy(name, symbol);
-    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++)
-        if (!strcmp(symbol, versions[i].base) && cudaVersion >= versions[i].since)
-            strcat(name, versions[i].suffix);
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
-        for (size_t i = 0; i < sizeof per_thread / sizeof per_thread[0]; i++)
-            if (!strcmp(symbol, per_thread[i])) strcat(name, "_ptsz");
-    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++)
-        if (!strcmp(name, symbols[i].name)) {
-            *pfn = symbols[i].fn;
-            if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
-            return CUDA_SUCCESS;
-        }
-    *pfn = NULL;
-    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+    CUdriverProcAddressQueryResult st;
+    const struct entry_point *e = resolve_entry_point(symbol, cudaVersion, flags, &st);
+    if (status) *status = st;
+    *pfn = e ? e->fn : NULL;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {

@@ -1,24 +1,63 @@
 /*
  * cudaleak's simulated CUDA runtime, built as libcudart.so.12 and as an
- * object for static linking (like nvcc's default static cudart).
+ * object for static linking (like nvcc's default static cudart); tests
+ * build it as libcudart.so.13 with -DSIMCUDART_TRACE=13.
  *
  * Like the real runtime it never binds to the driver by symbol: on first
- * use it dlopen()s libcuda.so.1, dlsym()s "cuGetProcAddress_v2", and takes
- * every other driver function from that (with the per-thread-default-stream
- * flag for the _ptsz entry points). It retains the primary context of
+ * use it dlopen()s libcuda.so.1, dlsym()s "cuGetProcAddress_v2", and then
+ * makes every cuGetProcAddress request that NVIDIA's real libcudart 12.9
+ * (or 13.2) makes at start-up, with the same names, versions and flags
+ * (cudart_lookups.h, generated from the traces in sim/traces/). So it asks
+ * for each function at the version that introduced it, not at its own:
+ * cuMemAlloc at 3020 (cuMemAlloc_v2), cuDevicePrimaryCtxReset at 7000 (the
+ * v1 function), cuMemAllocAsync at 11020 with flags 0 and 2. Its own calls
+ * use only what those requests returned. It retains the primary context of
  * device 0 and makes it current on each thread that calls it.
  */
 #define _GNU_SOURCE
 #include "cuda.h"
 #include "cuda_runtime_api.h"
+#include "cudart_lookups.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef CUresult (*get_proc_t)(const char *, void **, int, cuuint64_t,
                                CUdriverProcAddressQueryResult *);
+
+#ifndef SIMCUDART_TRACE
+#define SIMCUDART_TRACE 12
+#endif
+#define PASTE_(a, b) a##b
+#define PASTE(a, b) PASTE_(a, b)
+#define SIMCUDART_LOOKUPS PASTE(SIMCUDART_LOOKUPS_, SIMCUDART_TRACE)
+
+/* Every request of the trace, and what the driver answered. */
+static struct lookup {
+    const char *name;
+    int version;
+    cuuint64_t flags;
+    void *fn;
+} lookups[] = {
+#define LOOKUP(name, version, flags) {name, version, flags, NULL},
+    SIMCUDART_LOOKUPS(LOOKUP)
+#undef LOOKUP
+};
+
+/* What the driver answered for a request the real runtime makes; a
+ * request it does not make is a mistake in this file. */
+static void *answered(const char *name, int version, cuuint64_t flags) {
+    for (size_t i = 0; i < sizeof lookups / sizeof lookups[0]; i++)
+        if (!strcmp(lookups[i].name, name) && lookups[i].version == version &&
+            lookups[i].flags == flags)
+            return lookups[i].fn;
+    fprintf(stderr, "simulated cudart: NVIDIA's runtime never asks for %s at %d, flags %llu\n",
+            name, version, (unsigned long long)flags);
+    abort();
+}
 
 static struct {
     CUresult (*Init)(unsigned int);
@@ -32,7 +71,6 @@ static struct {
     CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
     CUresult (*MemAllocAsync_ptsz)(CUdeviceptr *, size_t, CUstream);
     CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    CUresult (*MemAllocHost)(void **, size_t);
     CUresult (*MemHostAlloc)(void **, size_t, unsigned int);
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
@@ -44,7 +82,13 @@ static struct {
     CUresult (*MipmappedArrayCreate)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *,
                                      unsigned int);
     CUresult (*MipmappedArrayDestroy)(CUmipmappedArray);
-    get_proc_t GetProcAddress;
+    CUresult (*HostRegister)(void *, size_t, unsigned int);
+    CUresult (*HostUnregister)(void *);
+    CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+    CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+    get_proc_t GetProcAddress; /* from dlsym("cuGetProcAddress_v2") */
+    get_proc_t EntryPoint;     /* cuGetProcAddress at 12000: cudaGetDriverEntryPoint's */
 } drv;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -52,12 +96,14 @@ static cudaError_t init_error = cudaErrorInitializationError;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext primary_ctx; /* NULL after cudaDeviceReset until the next call */
 
-#define GET(field, name, flags)                                                          \
-    do {                                                                                 \
-        CUdriverProcAddressQueryResult st;                                               \
-        if (drv.GetProcAddress(name, (void **)&drv.field, CUDART_VERSION, flags, &st) || \
-            st != CU_GET_PROC_ADDRESS_SUCCESS)                                           \
-            return;                                                                      \
+/* drv.field = what the driver answered for (name, version, flags); the
+ * runtime cannot start without it. */
+#define GET(field, name, version, flags)                                 \
+    do {                                                                 \
+        if (!(*(void **)&drv.field = answered(name, version, flags))) { \
+            fprintf(stderr, "simulated cudart: the driver has no %s\n", name); \
+            return;                                                      \
+        }                                                                \
     } while (0)
 
 static void load_driver(void) {
@@ -68,35 +114,50 @@ static void load_driver(void) {
     }
     drv.GetProcAddress = (get_proc_t)dlsym(h, "cuGetProcAddress_v2");
     if (!drv.GetProcAddress) return;
-    GET(Init, "cuInit", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", CU_GET_PROC_ADDRESS_DEFAULT);
-    {
-        /* Optional: a driver built with SIMCUDA_NO_CTX_QUERIES lacks it, as
-         * some old or partial drivers do; then the context is set each time. */
+    /* Every request NVIDIA's runtime makes, whether or not this one uses
+     * the answer; the simulated driver lacks most of them (NULL). */
+    for (size_t i = 0; i < sizeof lookups / sizeof lookups[0]; i++) {
         CUdriverProcAddressQueryResult st;
-        if (drv.GetProcAddress("cuCtxGetCurrent", (void **)&drv.CtxGetCurrent, CUDART_VERSION,
-                               CU_GET_PROC_ADDRESS_DEFAULT, &st))
-            drv.CtxGetCurrent = NULL;
+        struct lookup *l = &lookups[i];
+        if (drv.GetProcAddress(l->name, &l->fn, l->version, l->flags, &st) ||
+            st != CU_GET_PROC_ADDRESS_SUCCESS)
+            l->fn = NULL;
     }
-    GET(CtxSetCurrent, "cuCtxSetCurrent", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemAlloc, "cuMemAlloc", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemAllocPitch, "cuMemAllocPitch", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemAllocManaged, "cuMemAllocManaged", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemAllocAsync, "cuMemAllocAsync", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemAllocAsync_ptsz, "cuMemAllocAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
-    GET(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemAllocHost, "cuMemAllocHost", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemHostAlloc, "cuMemHostAlloc", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemFree, "cuMemFree", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemFreeAsync, "cuMemFreeAsync", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MemFreeAsync_ptsz, "cuMemFreeAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
-    GET(MemFreeHost, "cuMemFreeHost", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(ArrayCreate, "cuArrayCreate", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(Array3DCreate, "cuArray3DCreate", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(ArrayDestroy, "cuArrayDestroy", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MipmappedArrayCreate, "cuMipmappedArrayCreate", CU_GET_PROC_ADDRESS_DEFAULT);
-    GET(MipmappedArrayDestroy, "cuMipmappedArrayDestroy", CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(EntryPoint, "cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(Init, "cuInit", 2000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 7000, CU_GET_PROC_ADDRESS_DEFAULT);
+    /* Optional: a driver built with SIMCUDA_NO_CTX_QUERIES lacks it, as
+     * some old or partial drivers do; then the context is set each time. */
+    drv.CtxGetCurrent = answered("cuCtxGetCurrent", 4000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(CtxSetCurrent, "cuCtxSetCurrent", 4000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemAlloc, "cuMemAlloc", 3020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemAllocPitch, "cuMemAllocPitch", 3020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemAllocManaged, "cuMemAllocManaged", 6000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemAllocAsync, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemAllocAsync_ptsz, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, CU_GET_PROC_ADDRESS_DEFAULT);
+    /* NVIDIA's runtime does not ask for cuMemAllocHost: pinned memory comes
+     * from cuMemHostAlloc. */
+    GET(MemHostAlloc, "cuMemHostAlloc", 2020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemFree, "cuMemFree", 3020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemFreeAsync, "cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemFreeAsync_ptsz, "cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(MemFreeHost, "cuMemFreeHost", 2000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(ArrayCreate, "cuArrayCreate", 3020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(Array3DCreate, "cuArray3DCreate", 3020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(ArrayDestroy, "cuArrayDestroy", 2000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MipmappedArrayCreate, "cuMipmappedArrayCreate", 5000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(HostRegister, "cuMemHostRegister", 6050, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(HostUnregister, "cuMemHostUnregister", 4000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(IpcGetMemHandle, "cuIpcGetMemHandle", 4010, CU_GET_PROC_ADDRESS_DEFAULT);
+    /* NVIDIA's runtime asks for cuIpcOpenMemHandle at 4010 and at 11000;
+     * which one cudaIpcOpenMemHandle calls is not known (docs/gpu-validation.md).
+     * This one calls the CUDA 4.1 entry point, the one a hook table of _v2
+     * names alone would miss. */
+    GET(IpcOpenMemHandle, "cuIpcOpenMemHandle", 4010, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(IpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, CU_GET_PROC_ADDRESS_DEFAULT);
     if (drv.Init(0) == CUDA_SUCCESS) init_error = cudaSuccess;
 }
 
@@ -187,7 +248,7 @@ cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream) {
 
 cudaError_t cudaMallocHost(void **ptr, size_t size) {
     INIT_OR_RETURN();
-    return to_runtime_error(drv.MemAllocHost(ptr, size));
+    return to_runtime_error(drv.MemHostAlloc(ptr, size, 0));
 }
 
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
@@ -301,9 +362,45 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
                                              enum cudaDriverEntryPointQueryResult *driverStatus) {
     INIT_OR_RETURN();
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    CUresult r = drv.GetProcAddress(symbol, funcPtr, (int)cudaVersion, flags, &st);
+    CUresult r = drv.EntryPoint(symbol, funcPtr, (int)cudaVersion, flags, &st);
     if (driverStatus) *driverStatus = (enum cudaDriverEntryPointQueryResult)st;
     return to_runtime_error(r);
+}
+
+/* ---- page-locked memory the program allocated ---- */
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
+    INIT_OR_RETURN();
+    CUresult r = drv.HostRegister(ptr, size, flags);
+    if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) return cudaErrorHostMemoryAlreadyRegistered;
+    return to_runtime_error(r);
+}
+
+cudaError_t cudaHostUnregister(void *ptr) {
+    INIT_OR_RETURN();
+    CUresult r = drv.HostUnregister(ptr);
+    if (r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) return cudaErrorHostMemoryNotRegistered;
+    return to_runtime_error(r);
+}
+
+/* ---- memory shared between processes ---- */
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
+    INIT_OR_RETURN();
+    if (!handle) return cudaErrorInvalidValue;
+    return to_runtime_error(drv.IpcGetMemHandle((CUipcMemHandle *)handle, (CUdeviceptr)devPtr));
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags) {
+    INIT_OR_RETURN();
+    CUipcMemHandle h;
+    memcpy(&h, &handle, sizeof h);
+    return to_runtime_error(drv.IpcOpenMemHandle((CUdeviceptr *)devPtr, h, flags));
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *devPtr) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.IpcCloseMemHandle((CUdeviceptr)devPtr));
 }
 
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,

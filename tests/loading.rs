@@ -19,7 +19,8 @@ fn tests_dir() -> PathBuf {
 }
 
 /// A second copy of the simulated runtime under another soname, as a
-/// plugin built for another CUDA version brings its own.
+/// plugin built for another CUDA version brings its own; it replays the
+/// lookups of NVIDIA's libcudart 13.2 where the first replays 12.9's.
 fn runtime_13() -> PathBuf {
     build(
         "libcudart.so.13",
@@ -28,6 +29,8 @@ fn runtime_13() -> PathBuf {
             "-shared",
             "-fPIC",
             "-Wl,-soname,libcudart.so.13",
+            // NVIDIA's libcudart 13.2's requests (sim/cudart_lookups.h)
+            "-DSIMCUDART_TRACE=13",
             &format!(
                 "-Wl,--version-script={}",
                 repo().join("sim/libcudart.so.13.map").display()
