@@ -171,6 +171,11 @@ const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
         "cudaMallocFromPoolAsync",
         &["cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"],
     ),
+    ("cudaHostRegister", &["cuMemHostRegister_v2", "cuMemHostRegister"]),
+    (
+        "cudaIpcOpenMemHandle",
+        &["cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"],
+    ),
 ];
 
 /// The api of a group whose trace is not in the depot.

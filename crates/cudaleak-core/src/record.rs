@@ -26,10 +26,16 @@ pub enum MemoryKind {
     Imported = 6,
     /// extension: a stream-ordered memory pool (cuMemPoolCreate) itself
     Pool = 7,
+    /// extension: host memory the program allocated and pinned
+    /// (cuMemHostRegister, cudaHostRegister); the pinning is what leaks
+    Registered = 8,
+    /// extension: a multicast object (cuMulticastCreate) itself; the
+    /// memory bound to it is physical memory of its own
+    Multicast = 9,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 8] = [
+    pub const ALL: [MemoryKind; 10] = [
         MemoryKind::Device,
         MemoryKind::Host,
         MemoryKind::Managed,
@@ -38,6 +44,8 @@ impl MemoryKind {
         MemoryKind::Array,
         MemoryKind::Imported,
         MemoryKind::Pool,
+        MemoryKind::Registered,
+        MemoryKind::Multicast,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,27 +58,37 @@ impl MemoryKind {
             MemoryKind::Array => "array",
             MemoryKind::Imported => "imported",
             MemoryKind::Pool => "pool",
+            MemoryKind::Registered => "registered",
+            MemoryKind::Multicast => "multicast",
         }
     }
 
     /// Whether the kind's bytes are memory this process allocated, counted
     /// in `live_bytes`: not reserved address space, not memory another
-    /// process allocated (imported), not a pool handle.
+    /// process allocated (imported), not a pool or multicast handle, not
+    /// host memory the program allocated itself and only pinned
+    /// (registered).
     pub fn counts_in_live_bytes(self) -> bool {
         !matches!(
             self,
-            MemoryKind::Reservation | MemoryKind::Imported | MemoryKind::Pool
+            MemoryKind::Reservation
+                | MemoryKind::Imported
+                | MemoryKind::Pool
+                | MemoryKind::Registered
+                | MemoryKind::Multicast
         )
     }
 
     /// The kind a report's `memory` field gives for this one: the shared
     /// schema's values are kept as they are; imported memory is device
     /// memory and a pool is reserved memory, with the precise kind in the
-    /// `memory_kind` extension.
+    /// `memory_kind` extension. Registered memory is host memory; a
+    /// multicast object, like a pool, is reserved memory.
     pub fn shared_kind(self) -> MemoryKind {
         match self {
             MemoryKind::Imported => MemoryKind::Device,
-            MemoryKind::Pool => MemoryKind::Reservation,
+            MemoryKind::Pool | MemoryKind::Multicast => MemoryKind::Reservation,
+            MemoryKind::Registered => MemoryKind::Host,
             k => k,
         }
     }
@@ -141,6 +159,22 @@ api_list! {
     cuIpcOpenMemHandle_v2,
     cuMemImportFromShareableHandle,
     cuMemPoolCreate,
+    // issue 22: the v1 entry points NVIDIA's driver still hands out, and
+    // the allocation kinds added then
+    cuMemAlloc,
+    cuMemAllocPitch,
+    cuMemAllocHost,
+    cuArrayCreate,
+    cuArray3DCreate,
+    cuIpcOpenMemHandle,
+    cuMemPoolImportPointer,
+    cuMulticastCreate,
+    cuImportExternalMemory,
+    cuExternalMemoryGetMappedBuffer,
+    cuExternalMemoryGetMappedMipmappedArray,
+    cuMemHostRegister,
+    cuMemHostRegister_v2,
+    cudaHostRegister,
 }
 
 impl Api {
@@ -155,7 +189,10 @@ impl Api {
     /// Whether the call returns a VMM handle (released by cuMemRelease),
     /// not an address.
     pub fn returns_handle(self) -> bool {
-        matches!(self, Api::cuMemCreate | Api::cuMemImportFromShareableHandle)
+        matches!(
+            self,
+            Api::cuMemCreate | Api::cuMemImportFromShareableHandle | Api::cuMulticastCreate
+        )
     }
 
     pub fn is_runtime(self) -> bool {
@@ -169,9 +206,9 @@ pub struct TraceId(pub u32);
 
 const SIZE_BITS: u32 = 48;
 const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
-const KIND_BITS: u32 = 3;
-/// The largest checkpoint epoch a block can carry (29 bits: half a
-/// billion checkpoints); later epochs are stored as this one.
+const KIND_BITS: u32 = 4;
+/// The largest checkpoint epoch a block can carry (28 bits: a quarter of
+/// a billion checkpoints); later epochs are stored as this one.
 pub const MAX_EPOCH: u32 = u32::MAX >> KIND_BITS;
 
 /// One live block. 16 bytes; the key (address or handle) is stored by the map.
@@ -182,7 +219,7 @@ pub struct Block {
     packed: u64,
     pub trace: TraceId,
     /// checkpoint epoch current when the block was allocated
-    /// (`cudaleak_checkpoint`; 29 bits) | memory kind (3 bits). The kind is
+    /// (`cudaleak_checkpoint`; 28 bits) | memory kind (4 bits). The kind is
     /// also in the trace, but a release needs it (which call may release
     /// what, and whether the bytes count) and reading it here spares a walk
     /// into the trace depot, cold memory in a busy program.

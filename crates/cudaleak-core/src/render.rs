@@ -440,6 +440,20 @@ fn by_kind(groups: &[Group]) -> String {
                     size(*bytes),
                     count(*blocks, "block")
                 )
+            } else if *k == crate::record::MemoryKind::Registered {
+                format!(
+                    "{} {} in {}, host memory pinned and never unregistered",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
+            } else if *k == crate::record::MemoryKind::Multicast {
+                format!(
+                    "{} {} in {}, multicast objects never released",
+                    k.name(),
+                    size(*bytes),
+                    count(*blocks, "block")
+                )
             } else {
                 format!("{} {} in {}", k.name(), size(*bytes), count(*blocks, "block"))
             }

@@ -132,7 +132,7 @@ pub struct Group {
     /// one of the shared schema's kinds (see `MemoryKind::shared_kind`)
     pub memory: MemoryKind,
     /// extension: the precise kind where `memory` cannot say it
-    /// ("imported", "pool")
+    /// ("imported", "pool", "registered", "multicast")
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_kind: Option<MemoryKind>,
     pub native_stack: Vec<NativeFrame>,

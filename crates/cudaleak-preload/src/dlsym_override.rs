@@ -14,7 +14,7 @@
 use crate::hook_table::{HookId, Layer};
 use crate::hooks::hook_address;
 use crate::loader::{is_own_address, real_dlclose, real_dlsym, real_dlsym_fn};
-use crate::resolve::{adopt_for_caller, global_real, offer, real_for_caller};
+use crate::resolve::{adopt_for_caller, caller_implements, global_real, offer, real_for_caller};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -68,6 +68,10 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
             return if behind != 0 { hook } else { not_found(name) };
         }
         let substitute = match id.layer() {
+            // A wrapper of the driver looking up the function it wraps
+            // below itself gets that function (issue 22: the hook called
+            // the wrapper back, forever).
+            Layer::Driver if caller_implements(caller, id) => false,
             Layer::Driver => offer(id, p, hook),
             Layer::Runtime => !is_own_address(p) && adopt_for_caller(id, p, caller),
         };

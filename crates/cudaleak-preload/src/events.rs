@@ -28,7 +28,7 @@ use crate::ffi::*;
 use crate::hook_table::{HookId, Layer};
 use crate::resolve;
 use crate::thread::{self, ThreadState};
-use crate::tracker;
+use crate::tracker::{self, Releases};
 use cudaleak_core::record::{Api, MemoryKind};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
@@ -134,14 +134,29 @@ impl HookCx<'_> {
     }
 }
 
-/// Memory kinds each release call accepts.
-pub type KindSet = &'static [MemoryKind];
-pub const FREES_DEVICE: KindSet = &[MemoryKind::Device, MemoryKind::Managed];
-pub const FREES_HOST: KindSet = &[MemoryKind::Host];
-pub const FREES_RESERVATION: KindSet = &[MemoryKind::Reservation];
-pub const FREES_ARRAY: KindSet = &[MemoryKind::Array];
-pub const FREES_IMPORTED: KindSet = &[MemoryKind::Imported];
-pub const FREES_POOL: KindSet = &[MemoryKind::Pool];
+/// The blocks each release call accepts (`tracker::Releases`).
+pub type KindSet = &'static Releases;
+const fn frees(kinds: &'static [MemoryKind], imported_by: &'static [Api]) -> Releases {
+    Releases { kinds, imported_by }
+}
+/// cuMemFree(Async): also memory imported from another process's pool and
+/// buffers mapped from external memory, which NVIDIA documents are freed so.
+pub const FREES_DEVICE: KindSet = &frees(
+    &[MemoryKind::Device, MemoryKind::Managed],
+    &[Api::cuMemPoolImportPointer, Api::cuExternalMemoryGetMappedBuffer],
+);
+pub const FREES_HOST: KindSet = &frees(&[MemoryKind::Host], &[]);
+pub const FREES_REGISTERED: KindSet = &frees(&[MemoryKind::Registered], &[]);
+pub const FREES_RESERVATION: KindSet = &frees(&[MemoryKind::Reservation], &[]);
+pub const FREES_ARRAY: KindSet = &frees(&[MemoryKind::Array], &[]);
+/// cuMipmappedArrayDestroy: also arrays mapped from external memory.
+pub const FREES_MIPMAPPED: KindSet = &frees(
+    &[MemoryKind::Array],
+    &[Api::cuExternalMemoryGetMappedMipmappedArray],
+);
+pub const FREES_IPC: KindSet = &frees(&[], &[Api::cuIpcOpenMemHandle, Api::cuIpcOpenMemHandle_v2]);
+pub const FREES_EXTERNAL: KindSet = &frees(&[], &[Api::cuImportExternalMemory]);
+pub const FREES_POOL: KindSet = &frees(&[MemoryKind::Pool], &[]);
 
 // ---- runtime calls (case 1) ----
 
@@ -191,12 +206,18 @@ fn calling_runtime(
 enum Out {
     /// pointer-sized out parameter holding the new address or handle
     Address(*mut u64),
+    /// the 32-bit device pointer of a CUDA < 3.2 entry point
+    Address32(*mut u32),
+    /// the key is an argument (cuMemHostRegister's host pointer)
+    Key(u64),
 }
 
 enum Size {
     Bytes(u64),
     /// cuMemAllocPitch: pitch (written by the call) × height
     Pitch(*mut usize, usize),
+    /// the v1 cuMemAllocPitch: a 32-bit pitch × height
+    Pitch32(*mut u32, usize),
     /// asked from the driver after the call (cuMemGetAddressRange_v2)
     OfAddress,
 }
@@ -229,12 +250,43 @@ impl Alloc {
         }
     }
 
-    /// cuIpcOpenMemHandle_v2: memory another process allocated; its size
-    /// is asked from the driver once opened.
-    pub fn imported(id: HookId, out: *mut u64) -> Alloc {
+    /// The 32-bit cuMemAlloc of CUDA < 3.2.
+    pub fn narrow(id: HookId, api: Api, out: *mut u32, size: usize) -> Alloc {
+        Alloc {
+            out: Out::Address32(out),
+            ..Alloc::new(id, api, MemoryKind::Device, std::ptr::null_mut(), size)
+        }
+    }
+
+    /// The 32-bit cuMemAllocPitch of CUDA < 3.2.
+    pub fn pitched_narrow(id: HookId, out: *mut u32, pitch: *mut u32, height: u32) -> Alloc {
+        Alloc {
+            out: Out::Address32(out),
+            size: Size::Pitch32(pitch, height as usize),
+            ..Alloc::new(
+                id,
+                Api::cuMemAllocPitch,
+                MemoryKind::Device,
+                std::ptr::null_mut(),
+                0,
+            )
+        }
+    }
+
+    /// cuIpcOpenMemHandle(_v2), cuMemPoolImportPointer: memory another
+    /// process allocated; its size is asked from the driver once opened.
+    pub fn imported(id: HookId, api: Api, out: *mut u64) -> Alloc {
         Alloc {
             size: Size::OfAddress,
-            ..Alloc::new(id, Api::cuIpcOpenMemHandle_v2, MemoryKind::Imported, out, 0)
+            ..Alloc::new(id, api, MemoryKind::Imported, out, 0)
+        }
+    }
+
+    /// cuMemHostRegister(_v2): the program's own host memory, pinned.
+    pub fn registered(id: HookId, api: Api, p: *mut c_void, size: usize) -> Alloc {
+        Alloc {
+            out: Out::Key(p as u64),
+            ..Alloc::new(id, api, MemoryKind::Registered, std::ptr::null_mut(), size)
         }
     }
 
@@ -260,6 +312,60 @@ pub fn array_2d_bytes(desc: *const CUDA_ARRAY_DESCRIPTOR) -> usize {
     let d = unsafe { &*desc };
     let element = array_element_bytes(d.format, d.num_channels);
     array_bytes(d.width, d.height, 0, element, 1) as usize
+}
+
+/// Bytes of a CUDA array from a v1 (CUDA < 3.2) descriptor.
+pub fn array_2d_bytes_v1(desc: *const CUDA_ARRAY_DESCRIPTOR_v1) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let element = array_element_bytes(d.format, d.num_channels);
+    array_bytes(d.width as usize, d.height as usize, 0, element, 1) as usize
+}
+
+/// Bytes of a 3D CUDA array from a v1 (CUDA < 3.2) descriptor.
+pub fn array_3d_bytes_v1(desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's descriptor, read before the call.
+    let d = unsafe { &*desc };
+    let element = array_element_bytes(d.format, d.num_channels);
+    array_bytes(d.width as usize, d.height as usize, d.depth as usize, element, 1) as usize
+}
+
+/// The size of a multicast object, from its properties.
+pub fn multicast_bytes(prop: *const CUmulticastObjectProp) -> usize {
+    // SAFETY: the caller's properties, read before the call when given.
+    (!prop.is_null()).then(|| unsafe { (*prop).size }).unwrap_or(0)
+}
+
+/// The size of an external memory object, from its handle description.
+pub fn external_bytes(desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> usize {
+    // SAFETY: as above.
+    (!desc.is_null())
+        .then(|| unsafe { (*desc).size } as usize)
+        .unwrap_or(0)
+}
+
+/// The size of a buffer mapped from external memory.
+pub fn external_buffer_bytes(desc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC) -> usize {
+    // SAFETY: as above.
+    (!desc.is_null())
+        .then(|| unsafe { (*desc).size } as usize)
+        .unwrap_or(0)
+}
+
+/// The nominal size of a mipmapped array mapped from external memory.
+pub fn external_mipmap_bytes(desc: *const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC) -> usize {
+    if desc.is_null() {
+        return 0;
+    }
+    // SAFETY: as above.
+    let d = unsafe { &*desc };
+    array_3d_bytes(&d.array_desc, d.num_levels)
 }
 
 /// Bytes of a 3D or mipmapped CUDA array from its descriptor.
@@ -302,19 +408,24 @@ impl Event for Alloc {
             tracker::note_failed_allocation();
             return;
         }
-        let Out::Address(out) = self.out;
-        if out.is_null() {
-            return;
-        }
         // SAFETY: the call succeeded, so it wrote its out parameter.
-        let key = unsafe { out.read_unaligned() };
+        let key = match self.out {
+            Out::Address(out) if !out.is_null() => unsafe { out.read_unaligned() },
+            Out::Address32(out) if !out.is_null() => u64::from(unsafe { out.read_unaligned() }),
+            Out::Key(key) if key != 0 => key,
+            _ => return,
+        };
         let size = match self.size {
             Size::Bytes(b) => b,
             // SAFETY: written by the successful call.
             Size::Pitch(p, h) if !p.is_null() => {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
             }
-            Size::Pitch(..) => 0,
+            // SAFETY: written by the successful call.
+            Size::Pitch32(p, h) if !p.is_null() => {
+                (unsafe { p.read_unaligned() } as u64).saturating_mul(h as u64)
+            }
+            Size::Pitch(..) | Size::Pitch32(..) => 0,
             Size::OfAddress => size_of_address(key),
         };
         let thread = cx.thread;
@@ -446,18 +557,126 @@ impl Event for Unmap {
     }
 }
 
+/// cuMemRetainAllocationHandle: one more reference to the handle it
+/// returns (the same handle the memory was mapped with).
+pub struct Retain(*mut CUmemGenericAllocationHandle);
+
+impl Retain {
+    pub fn new(handle: *mut CUmemGenericAllocationHandle) -> Retain {
+        Retain(handle)
+    }
+}
+
+impl Event for Retain {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        (!self.0.is_null()).then_some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
+        if result == CUDA_SUCCESS {
+            // SAFETY: written by the successful call.
+            tracker::handle_retained(unsafe { self.0.read_unaligned() });
+        }
+    }
+}
+
+/// cuMulticastBindMem/BindAddr(_v2): the bound memory lives as long as
+/// the bind.
+pub struct Bind {
+    mc: u64,
+    dev: CUdevice,
+    offset: u64,
+    mem: Option<u64>,
+    addr: u64,
+}
+
+impl Bind {
+    pub fn handle(mc: u64, dev: CUdevice, offset: usize, mem: u64) -> Bind {
+        Bind {
+            mc,
+            dev,
+            offset: offset as u64,
+            mem: Some(mem),
+            addr: 0,
+        }
+    }
+    pub fn address(mc: u64, dev: CUdevice, offset: usize, addr: u64) -> Bind {
+        Bind {
+            mc,
+            dev,
+            offset: offset as u64,
+            mem: None,
+            addr,
+        }
+    }
+}
+
+impl Event for Bind {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
+        if result == CUDA_SUCCESS {
+            tracker::bound(self.mc, self.dev, self.offset, self.mem, self.addr);
+        }
+    }
+}
+
+/// cuMulticastUnbind: taken out before the call, put back if it fails
+/// (case 3).
+pub struct McUnbind {
+    mc: u64,
+    dev: CUdevice,
+    offset: u64,
+    size: u64,
+}
+
+impl McUnbind {
+    pub fn new(mc: u64, dev: CUdevice, offset: usize, size: usize) -> McUnbind {
+        McUnbind {
+            mc,
+            dev,
+            offset: offset as u64,
+            size: size as u64,
+        }
+    }
+}
+
+impl Event for McUnbind {
+    type State = tracker::UnbindUndo;
+    fn before(&self, _: &mut HookCx) -> Option<tracker::UnbindUndo> {
+        Some(tracker::unbind_begin(self.mc, self.dev, self.offset, self.size))
+    }
+    fn after(&self, _: &mut HookCx, undo: tracker::UnbindUndo, result: c_int) {
+        tracker::unbind_finish(undo, result == CUDA_SUCCESS);
+    }
+}
+
 // ---- contexts ----
 
 pub enum ContextEvent {
     Destroy(u64),
+    Attach(*mut CUcontext),
+    Detach(u64),
     PrimaryRetain(*mut CUcontext, CUdevice),
     PrimaryRelease(CUdevice),
-    PrimaryReset(CUdevice),
+    /// the hook (v1 or _v2), for the runtime call it may serve
+    PrimaryReset(HookId, CUdevice),
+    GreenCreate(*mut CUgreenCtx, CUdevice),
+    GreenDestroy(u64),
+    GreenContext(*mut CUcontext, u64),
 }
 
 impl ContextEvent {
     pub fn destroy(ctx: CUcontext) -> ContextEvent {
         ContextEvent::Destroy(ctx as u64)
+    }
+    pub fn attach(pctx: *mut CUcontext) -> ContextEvent {
+        ContextEvent::Attach(pctx)
+    }
+    pub fn detach(ctx: CUcontext) -> ContextEvent {
+        ContextEvent::Detach(ctx as u64)
     }
     pub fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> ContextEvent {
         ContextEvent::PrimaryRetain(pctx, dev)
@@ -465,8 +684,17 @@ impl ContextEvent {
     pub fn primary_release(dev: CUdevice) -> ContextEvent {
         ContextEvent::PrimaryRelease(dev)
     }
-    pub fn primary_reset(dev: CUdevice) -> ContextEvent {
-        ContextEvent::PrimaryReset(dev)
+    pub fn primary_reset(id: HookId, dev: CUdevice) -> ContextEvent {
+        ContextEvent::PrimaryReset(id, dev)
+    }
+    pub fn green_create(pgreen: *mut CUgreenCtx, dev: CUdevice) -> ContextEvent {
+        ContextEvent::GreenCreate(pgreen, dev)
+    }
+    pub fn green_destroy(green: CUgreenCtx) -> ContextEvent {
+        ContextEvent::GreenDestroy(green as u64)
+    }
+    pub fn green_context(pctx: *mut CUcontext, green: CUgreenCtx) -> ContextEvent {
+        ContextEvent::GreenContext(pctx, green as u64)
     }
 }
 
@@ -479,20 +707,35 @@ impl Event for ContextEvent {
         if result != CUDA_SUCCESS {
             return;
         }
+        // SAFETY (the reads below): out parameters written by the
+        // successful call.
         match *self {
             ContextEvent::Destroy(ctx) => tracker::teardown_context(ctx),
-            ContextEvent::PrimaryRetain(pctx, dev) if !pctx.is_null() => {
-                // SAFETY: written by the successful call.
-                tracker::primary_retained(dev, unsafe { *pctx } as u64)
+            ContextEvent::Attach(pctx) if !pctx.is_null() => {
+                tracker::context_attached(unsafe { pctx.read_unaligned() } as u64)
             }
-            ContextEvent::PrimaryRetain(..) => {}
+            ContextEvent::Detach(ctx) => tracker::context_detached(ctx),
+            ContextEvent::PrimaryRetain(pctx, dev) if !pctx.is_null() => {
+                tracker::primary_retained(dev, unsafe { pctx.read_unaligned() } as u64)
+            }
             ContextEvent::PrimaryRelease(dev) => tracker::primary_released(dev),
-            ContextEvent::PrimaryReset(dev) => {
-                if let Some((_, rc)) = calling_runtime(cx.thread, HookId::cuDevicePrimaryCtxReset_v2) {
+            ContextEvent::PrimaryReset(id, dev) => {
+                if let Some((_, rc)) = calling_runtime(cx.thread, id) {
                     rc.torn_down.set(true);
                 }
                 tracker::primary_reset(dev)
             }
+            ContextEvent::GreenCreate(pgreen, dev) if !pgreen.is_null() => {
+                tracker::green_created(unsafe { pgreen.read_unaligned() } as u64, dev)
+            }
+            ContextEvent::GreenDestroy(green) => tracker::green_destroyed(green),
+            ContextEvent::GreenContext(pctx, green) if !pctx.is_null() => {
+                tracker::green_context(green, unsafe { pctx.read_unaligned() } as u64)
+            }
+            ContextEvent::Attach(..)
+            | ContextEvent::PrimaryRetain(..)
+            | ContextEvent::GreenCreate(..)
+            | ContextEvent::GreenContext(..) => {}
         }
     }
 }
@@ -541,9 +784,22 @@ impl Event for EntryPoint {
                     self.version,
                     self.flags,
                     self.hook_address,
+                    lookup_caller,
                 )
             };
         }
+    }
+}
+
+/// The return address of the hooked call that made an entry-point lookup:
+/// the first frame outside this library (libgcc's unwinder: one frame, a
+/// few microseconds, whatever CUDALEAK_STACK_DEPTH says).
+fn lookup_caller() -> usize {
+    let mut frame = [MaybeUninit::<u64>::uninit(); 1];
+    match crate::unwind::capture_dwarf(&mut frame) {
+        // SAFETY: the unwinder wrote the first `n` entries.
+        1 => unsafe { frame[0].assume_init() as usize },
+        _ => 0,
     }
 }
 
@@ -560,6 +816,8 @@ pub struct RuntimeAlloc {
     kind: MemoryKind,
     expects: &'static [HookId],
     out: *mut u64,
+    /// the key when it is an argument, not written to `out` (cudaHostRegister)
+    key: u64,
     size: RtSize,
 }
 
@@ -576,7 +834,22 @@ impl RuntimeAlloc {
             kind,
             expects,
             out,
+            key: 0,
             size,
+        }
+    }
+
+    /// cudaHostRegister: the program's own host memory, pinned.
+    pub fn registered(ptr: *mut c_void, size: usize) -> RuntimeAlloc {
+        RuntimeAlloc {
+            key: ptr as u64,
+            ..RuntimeAlloc::new(
+                Api::cudaHostRegister,
+                MemoryKind::Registered,
+                crate::hook_table::RUNTIME_HOST_REGISTER,
+                std::ptr::null_mut(),
+                RtSize::Bytes(size),
+            )
         }
     }
 
@@ -623,11 +896,14 @@ impl Event for RuntimeAlloc {
             tracker::note_failed_allocation();
             return;
         }
-        if self.out.is_null() {
+        let key = if self.key != 0 {
+            self.key
+        } else if self.out.is_null() {
             return;
-        }
-        // SAFETY: the call succeeded and wrote its out parameter.
-        let key = unsafe { self.out.read_unaligned() };
+        } else {
+            // SAFETY: the call succeeded and wrote its out parameter.
+            unsafe { self.out.read_unaligned() }
+        };
         if key == 0 {
             return; // cudaMalloc(&p, 0) returns NULL and allocates nothing
         }
@@ -687,7 +963,7 @@ impl Event for RuntimeReset {
     fn before(&self, cx: &mut HookCx) -> Option<()> {
         cx.publish(RuntimeCall::new(
             Api::cudaMalloc,
-            &[HookId::cuDevicePrimaryCtxReset_v2],
+            crate::hook_table::RUNTIME_DEVICE_RESET,
         ));
         Some(())
     }

@@ -134,3 +134,65 @@ pub struct CUipcMemHandle {
 }
 
 pub type MemGetAddressRangeFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
+
+/// The CUDA < 3.2 descriptors of the v1 `cuArrayCreate` and
+/// `cuArray3DCreate` (32-bit sizes).
+#[repr(C)]
+pub struct CUDA_ARRAY_DESCRIPTOR_v1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub format: c_int,
+    pub num_channels: c_uint,
+}
+
+#[repr(C)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_v1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub depth: c_uint,
+    pub format: c_int,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `CUmulticastObjectProp` (cuMulticastCreate): the size is read.
+#[repr(C)]
+pub struct CUmulticastObjectProp {
+    pub num_devices: c_uint,
+    pub size: usize,
+    pub handle_types: c_ulonglong,
+    pub flags: c_ulonglong,
+}
+
+pub type CUexternalMemory = *mut c_void;
+pub type CUgreenCtx = *mut c_void;
+
+/// `CUDA_EXTERNAL_MEMORY_HANDLE_DESC` (cuImportExternalMemory): the size is
+/// read; the handle is a union of at most two pointers.
+#[repr(C)]
+pub struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+    pub handle_type: c_int,
+    pub handle: [u64; 2],
+    pub size: c_ulonglong,
+    pub flags: c_uint,
+    pub reserved: [c_uint; 16],
+}
+
+/// `CUDA_EXTERNAL_MEMORY_BUFFER_DESC` (cuExternalMemoryGetMappedBuffer).
+#[repr(C)]
+pub struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+    pub offset: c_ulonglong,
+    pub size: c_ulonglong,
+    pub flags: c_uint,
+    pub reserved: [c_uint; 16],
+}
+
+/// `CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC`
+/// (cuExternalMemoryGetMappedMipmappedArray).
+#[repr(C)]
+pub struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC {
+    pub offset: c_ulonglong,
+    pub array_desc: CUDA_ARRAY3D_DESCRIPTOR,
+    pub num_levels: c_uint,
+    pub reserved: [c_uint; 16],
+}

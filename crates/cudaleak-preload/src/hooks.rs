@@ -17,6 +17,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 macro_rules! cuda_hooks {
     ($(
         $layer:ident fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+            $(as $base:ident @ $since:literal $($per_thread:ident)?)?
             => $event:expr;
     )*) => {
         /// The address handed out in place of the real function.

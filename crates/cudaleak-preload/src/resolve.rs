@@ -505,66 +505,61 @@ pub fn offer(id: HookId, p: usize, hook: usize) -> bool {
         return p == global_real(id);
     }
     // Driver: one libcuda per process, every address it gives for a name
-    // is the same function.
-    let _ = REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+    // is the same function. The global definition comes first: when a
+    // wrapper is libcuda.so.1 and the driver it loaded by path gives `p`,
+    // the program's own calls still go through the wrapper.
+    if global_real(id) == 0 {
+        let _ = REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+    }
     true
 }
 
-/// Newest CUDA version whose entry-point names this table was checked
-/// against. Lookups at a newer version are substituted only if the driver
-/// returns the same function for this version (a future `_v3` with another
-/// signature must never be handed our `_v2` hook).
-pub const CHECKED_CUDA_VERSION: c_int = 13000;
+/// Newest CUDA version whose entry-point names the hook table was checked
+/// against (the CUDA 13.5 headers' cudaTypedefs.h). Lookups at a newer
+/// version are substituted only if the driver returns the same function
+/// for this version (a future `_v3` with another signature must never be
+/// handed our `_v2` hook).
+pub const CHECKED_CUDA_VERSION: c_int = 13050;
 
-/// Which hook a `cuGetProcAddress(name, version, flags)` result is, by
-/// the driver's versioned-name rules ("cuMemAlloc" at >= 3020 is
-/// cuMemAlloc_v2; the per-thread flag selects `_ptsz` variants).
-pub fn hook_for_entry_point(name: &[u8], version: c_int, flags: u64) -> Option<HookId> {
-    let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
-    let since = |v: c_int| version >= v;
-    Some(match name {
-        b"cuMemAlloc" if since(3020) => HookId::cuMemAlloc_v2,
-        b"cuMemAllocPitch" if since(3020) => HookId::cuMemAllocPitch_v2,
-        b"cuMemFree" if since(3020) => HookId::cuMemFree_v2,
-        b"cuMemAllocHost" if since(3020) => HookId::cuMemAllocHost_v2,
-        b"cuMemHostAlloc" => HookId::cuMemHostAlloc,
-        b"cuMemAllocManaged" => HookId::cuMemAllocManaged,
-        b"cuMemFreeHost" => HookId::cuMemFreeHost,
-        b"cuMemAllocAsync" if per_thread => HookId::cuMemAllocAsync_ptsz,
-        b"cuMemAllocAsync" => HookId::cuMemAllocAsync,
-        b"cuMemFreeAsync" if per_thread => HookId::cuMemFreeAsync_ptsz,
-        b"cuMemFreeAsync" => HookId::cuMemFreeAsync,
-        b"cuMemAllocFromPoolAsync" if per_thread => HookId::cuMemAllocFromPoolAsync_ptsz,
-        b"cuMemAllocFromPoolAsync" => HookId::cuMemAllocFromPoolAsync,
-        b"cuMemCreate" => HookId::cuMemCreate,
-        b"cuMemRelease" => HookId::cuMemRelease,
-        b"cuMemMap" => HookId::cuMemMap,
-        b"cuMemUnmap" => HookId::cuMemUnmap,
-        b"cuMemAddressReserve" => HookId::cuMemAddressReserve,
-        b"cuMemAddressFree" => HookId::cuMemAddressFree,
-        b"cuArrayCreate" if since(3020) => HookId::cuArrayCreate_v2,
-        b"cuArray3DCreate" if since(3020) => HookId::cuArray3DCreate_v2,
-        b"cuArrayDestroy" => HookId::cuArrayDestroy,
-        b"cuMipmappedArrayCreate" => HookId::cuMipmappedArrayCreate,
-        b"cuMipmappedArrayDestroy" => HookId::cuMipmappedArrayDestroy,
-        b"cuIpcOpenMemHandle" if since(11000) => HookId::cuIpcOpenMemHandle_v2,
-        b"cuIpcCloseMemHandle" => HookId::cuIpcCloseMemHandle,
-        b"cuMemImportFromShareableHandle" => HookId::cuMemImportFromShareableHandle,
-        b"cuMemPoolCreate" => HookId::cuMemPoolCreate,
-        b"cuMemPoolDestroy" => HookId::cuMemPoolDestroy,
-        b"cuCtxDestroy" if since(4000) => HookId::cuCtxDestroy_v2,
-        b"cuDevicePrimaryCtxRetain" => HookId::cuDevicePrimaryCtxRetain,
-        b"cuDevicePrimaryCtxRelease" if since(11000) => HookId::cuDevicePrimaryCtxRelease_v2,
-        b"cuDevicePrimaryCtxReset" if since(11000) => HookId::cuDevicePrimaryCtxReset_v2,
-        b"cuGetProcAddress" if since(12000) => HookId::cuGetProcAddress_v2,
-        b"cuGetProcAddress" => HookId::cuGetProcAddress,
-        _ => return None,
-    })
+/// Whether the object holding `caller` defines driver function `id`
+/// itself: a library that wraps the driver (a GPU-sharing or quota shim,
+/// an API remoting layer, installed as libcuda.so.1) looking up the
+/// function it wraps in the driver below it. It gets that function, not
+/// our hook: the hook's real function is the global definition, the
+/// wrapper's own, and the two would call each other until the stack
+/// overflows (issue 22).
+pub fn caller_implements(caller: usize, id: HookId) -> bool {
+    if caller == 0 || is_own_address(caller) {
+        return false;
+    }
+    let Some((lo, hi)) = module_range(caller) else {
+        return false;
+    };
+    // The program's own scope starts with the program itself; any other
+    // object's with the object.
+    let handle = match scope_handle_of(caller) {
+        Some(h) => h as *mut c_void,
+        None => {
+            // SAFETY: NOLOAD lookup of the program, given back at once.
+            let main = unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+            if main.is_null() {
+                return false;
+            }
+            real_dlclose(main);
+            main
+        }
+    };
+    let p = real_dlsym(handle, id.c_name()) as usize;
+    p != 0 && lo <= p && p < hi
 }
 
 /// After a successful entry-point lookup that returned `*pfn`: hands out
 /// the hook (`hook_address`, from the hooks' floor) instead when the
 /// result is a function we wrap.
+///
+/// `caller` tells who made the lookup (asked only for a hooked name): an
+/// object that defines the function itself gets the function
+/// ([`caller_implements`]).
 ///
 /// # Safety
 /// `symbol` is a C string and `pfn` the lookup's out parameter.
@@ -574,6 +569,7 @@ pub unsafe fn substitute_entry_point(
     version: c_int,
     flags: u64,
     hook_address: fn(HookId) -> usize,
+    caller: impl FnOnce() -> usize,
 ) {
     if symbol.is_null() || pfn.is_null() {
         return;
@@ -586,10 +582,13 @@ pub unsafe fn substitute_entry_point(
     // Version 0: cudaGetDriverEntryPoint, which asks for the runtime's own
     // version; check against our newest.
     let asked = if version == 0 { c_int::MAX } else { version };
-    let Some(id) = hook_for_entry_point(name, asked, flags) else {
+    let Some(id) = HookId::for_entry_point(name, asked, flags) else {
         return;
     };
     if asked > CHECKED_CUDA_VERSION && !same_as_checked_version(symbol, p, flags) {
+        return;
+    }
+    if id.layer() == Layer::Driver && caller_implements(caller(), id) {
         return;
     }
     let hook = hook_address(id);
@@ -833,38 +832,6 @@ fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versioned_names_follow_the_driver_rules() {
-        assert_eq!(
-            hook_for_entry_point(b"cuMemAlloc", 3020, 0),
-            Some(HookId::cuMemAlloc_v2)
-        );
-        assert_eq!(
-            hook_for_entry_point(b"cuMemAlloc", 12040, 0),
-            Some(HookId::cuMemAlloc_v2)
-        );
-        assert_eq!(hook_for_entry_point(b"cuMemAlloc", 3010, 0), None);
-        assert_eq!(
-            hook_for_entry_point(
-                b"cuMemAllocAsync",
-                12000,
-                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-            ),
-            Some(HookId::cuMemAllocAsync_ptsz)
-        );
-        assert_eq!(
-            hook_for_entry_point(b"cuGetProcAddress", 12000, 0),
-            Some(HookId::cuGetProcAddress_v2)
-        );
-        assert_eq!(
-            hook_for_entry_point(b"cuGetProcAddress", 11080, 0),
-            Some(HookId::cuGetProcAddress)
-        );
-        assert_eq!(hook_for_entry_point(b"cuDevicePrimaryCtxReset", 10020, 0), None);
-        assert_eq!(hook_for_entry_point(b"cuMemcpy", 12000, 0), None);
-        assert_eq!(hook_for_entry_point(b"cublasCreate", 12000, 0), None);
-    }
 
     #[test]
     fn finds_the_real_dlsym() {

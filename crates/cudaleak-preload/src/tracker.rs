@@ -1,8 +1,8 @@
 //! Process-wide tracking state, and what the events do to it.
 //!
 //! Lock order (never taken the other way round): SNAPSHOT_LOCK → VMM →
-//! a map shard → TORN_DOWN. No lock here is held while a real CUDA function
-//! runs.
+//! a map shard → TORN_DOWN. ATTACHES and GREEN_INSERT are taken alone. No
+//! lock here is held while a real CUDA function runs.
 
 use crate::capture::Stack;
 use crate::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
@@ -142,11 +142,16 @@ fn sub_bytes(b: &Block) {
     }
 }
 
-/// Kinds whose memory belongs to a context and dies with it.
+/// Kinds whose memory belongs to a context and dies with it (a
+/// registration is undone with its context).
 fn context_bound(kind: MemoryKind) -> bool {
     matches!(
         kind,
-        MemoryKind::Device | MemoryKind::Host | MemoryKind::Managed | MemoryKind::Array
+        MemoryKind::Device
+            | MemoryKind::Host
+            | MemoryKind::Managed
+            | MemoryKind::Array
+            | MemoryKind::Registered
     )
 }
 
@@ -174,7 +179,7 @@ pub fn record_allocation(
         EPOCH.load(Ordering::Relaxed),
     );
     let map = if api.returns_handle() {
-        VMM.lock().handles.insert(key, HandleState::default());
+        VMM.lock().handles.insert(key, HandleState { maps: 0, refs: 1 });
         &HANDLES
     } else {
         &LIVE
@@ -185,10 +190,36 @@ pub fn record_allocation(
     add_bytes(&block);
 }
 
+/// Which blocks a release call takes: blocks of its memory kinds, and
+/// memory opened from elsewhere (`Imported`) by the calls it undoes: a
+/// pointer imported from another process's pool is freed with cuMemFree,
+/// one opened by cuIpcOpenMemHandle only with cuIpcCloseMemHandle.
+pub struct Releases {
+    pub kinds: &'static [MemoryKind],
+    pub imported_by: &'static [Api],
+}
+
+impl Releases {
+    fn accepts(&self, b: &Block) -> bool {
+        if self.kinds.contains(&b.kind()) {
+            return true;
+        }
+        if b.kind() != MemoryKind::Imported || self.imported_by.is_empty() {
+            return false;
+        }
+        // The depot reads without a lock. A block without a stack (the
+        // depot was full) is let through: the driver says whether the
+        // call may release it, and a failed release puts it back.
+        DEPOT
+            .get(b.trace)
+            .is_none_or(|t| self.imported_by.contains(&t.api))
+    }
+}
+
 /// Takes a block out of the live map before its release call (case 3 in
-/// events.rs); `None` when `addr` is not a live block of an accepted kind.
-pub fn remove_block(addr: u64, accepts: &[MemoryKind]) -> Option<Block> {
-    LIVE.remove_if(addr, |b| accepts.contains(&b.kind()))
+/// events.rs); `None` when `addr` is not a live block the call releases.
+pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
+    LIVE.remove_if(addr, |b| accepts.accepts(b))
 }
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
@@ -203,27 +234,42 @@ pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
 
 // ---- virtual memory management ----
 
+/// What keeps a handle's memory alive: its references (1 from the call
+/// that made it, +1 per cuMemRetainAllocationHandle, -1 per cuMemRelease)
+/// and its mappings and multicast binds. It dies when both are 0.
 #[derive(Clone, Copy, Default)]
 struct HandleState {
     maps: u32,
-    released: bool,
+    refs: u32,
+}
+
+/// Memory handle `mem` bound to multicast object `mc` at `offset`, for
+/// device `dev` (-1: not known).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Bind {
+    mc: u64,
+    dev: i32,
+    offset: u64,
+    mem: u64,
 }
 
 struct Vmm {
     /// mapped VA → (handle, size); ordered for range lookups in cuMemUnmap
     mappings: BTreeMap<u64, (u64, u64)>,
     handles: HashMap<u64, HandleState, AddrHash>,
+    binds: Vec<Bind>,
 }
 
 static VMM: FutexMutex<Vmm> = FutexMutex::new(Vmm {
     mappings: BTreeMap::new(),
     handles: HashMap::with_hasher(AddrHash),
+    binds: Vec::new(),
 });
 
 pub enum HandleRelease {
     NotLive,
     Removed(Block),
-    /// still mapped: physical memory lives until the last unmap
+    /// one reference less; still referenced or mapped: the memory lives on
     Deferred,
 }
 
@@ -231,10 +277,10 @@ pub fn release_handle_begin(handle: u64) -> HandleRelease {
     let mut vmm = VMM.lock();
     let state = vmm.handles.get(&handle).copied();
     match state {
-        Some(s) if s.released => HandleRelease::NotLive,
-        Some(s) if s.maps > 0 => {
+        Some(s) if s.refs == 0 => HandleRelease::NotLive,
+        Some(s) if s.refs > 1 || s.maps > 0 => {
             if let Some(st) = vmm.handles.get_mut(&handle) {
-                st.released = true;
+                st.refs -= 1;
             }
             HandleRelease::Deferred
         }
@@ -253,17 +299,34 @@ pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
         (HandleRelease::NotLive, _) => {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
         }
-        (HandleRelease::Removed(b), true) => sub_bytes(&b),
+        (HandleRelease::Removed(b), true) => {
+            sub_bytes(&b);
+            if b.kind() == MemoryKind::Multicast {
+                let gone = drop_binds_of(&mut VMM.lock(), handle);
+                gone.iter().for_each(|(_, b)| sub_bytes(b));
+            }
+        }
         (HandleRelease::Removed(b), false) => {
-            VMM.lock().handles.insert(handle, HandleState::default());
+            VMM.lock()
+                .handles
+                .insert(handle, HandleState { maps: 0, refs: 1 });
             HANDLES.restore(handle, b);
         }
         (HandleRelease::Deferred, true) => {}
         (HandleRelease::Deferred, false) => {
             if let Some(s) = VMM.lock().handles.get_mut(&handle) {
-                s.released = false;
+                s.refs += 1;
             }
         }
+    }
+}
+
+/// cuMemRetainAllocationHandle returned `handle`: one more reference,
+/// which a cuMemRelease will give back.
+pub fn handle_retained(handle: u64) {
+    let mut vmm = VMM.lock();
+    if HANDLES.get(handle).is_some() {
+        vmm.handles.entry(handle).or_default().refs += 1;
     }
 }
 
@@ -271,6 +334,98 @@ pub fn mapped(va: u64, size: u64, handle: u64) {
     let mut vmm = VMM.lock();
     vmm.mappings.insert(va, (handle, size));
     vmm.handles.entry(handle).or_default().maps += 1;
+}
+
+/// The handle mapped at `addr`, anywhere in its mapping.
+fn handle_mapped_at(vmm: &Vmm, addr: u64) -> Option<u64> {
+    let (&va, &(handle, size)) = vmm.mappings.range(..=addr).next_back()?;
+    (addr < va.saturating_add(size)).then_some(handle)
+}
+
+/// A multicast bind succeeded: memory handle `mem` (or the one mapped at
+/// `addr`) lives at least until it is unbound or the object goes.
+pub fn bound(mc: u64, dev: i32, offset: u64, mem: Option<u64>, addr: u64) {
+    let mut vmm = VMM.lock();
+    let Some(mem) = mem.or_else(|| handle_mapped_at(&vmm, addr)) else {
+        return; // memory of a pool (cudaMallocAsync), not a handle
+    };
+    let dev = if dev >= 0 {
+        dev
+    } else {
+        HANDLES.get(mem).and_then(|b| b.device()).map_or(-1, |d| d as i32)
+    };
+    vmm.binds.push(Bind { mc, dev, offset, mem });
+    vmm.handles.entry(mem).or_default().maps += 1;
+}
+
+/// Takes one mapping or bind off handle `h`; when that was the last and
+/// no reference is left, its block. `vmm` is locked.
+fn unreference(vmm: &mut Vmm, h: u64) -> Option<(u64, Block)> {
+    let st = vmm.handles.get_mut(&h)?;
+    st.maps = st.maps.saturating_sub(1);
+    if st.maps > 0 || st.refs > 0 {
+        return None;
+    }
+    vmm.handles.remove(&h);
+    HANDLES.remove(h).map(|b| (h, b))
+}
+
+/// A multicast object is gone: its binds with it; the blocks that died.
+fn drop_binds_of(vmm: &mut Vmm, mc: u64) -> Vec<(u64, Block)> {
+    let mut gone = Vec::new();
+    let mut i = 0;
+    while i < vmm.binds.len() {
+        if vmm.binds[i].mc == mc {
+            let b = vmm.binds.swap_remove(i);
+            gone.extend(unreference(vmm, b.mem));
+        } else {
+            i += 1;
+        }
+    }
+    gone
+}
+
+/// What cuMulticastUnbind took out, to put back if the call fails.
+pub struct UnbindUndo {
+    binds: Vec<Bind>,
+    handles: Vec<(u64, Block)>,
+}
+
+pub fn unbind_begin(mc: u64, dev: i32, offset: u64, size: u64) -> UnbindUndo {
+    let mut vmm = VMM.lock();
+    let end = offset.saturating_add(size);
+    let mut undo = UnbindUndo {
+        binds: Vec::new(),
+        handles: Vec::new(),
+    };
+    let mut i = 0;
+    while i < vmm.binds.len() {
+        let b = vmm.binds[i];
+        if b.mc == mc && (b.dev == dev || b.dev < 0) && (offset..end).contains(&b.offset) {
+            vmm.binds.swap_remove(i);
+            undo.handles.extend(unreference(&mut vmm, b.mem));
+            undo.binds.push(b);
+        } else {
+            i += 1;
+        }
+    }
+    undo
+}
+
+pub fn unbind_finish(undo: UnbindUndo, succeeded: bool) {
+    if succeeded {
+        undo.handles.iter().for_each(|(_, b)| sub_bytes(b));
+        return;
+    }
+    let mut vmm = VMM.lock();
+    for (h, b) in undo.handles {
+        vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
+        HANDLES.restore(h, b);
+    }
+    for b in undo.binds {
+        vmm.handles.entry(b.mem).or_default().maps += 1;
+        vmm.binds.push(b);
+    }
 }
 
 /// What cuMemUnmap took out, to put back if the call fails.
@@ -290,17 +445,7 @@ pub fn unmap_begin(va: u64, size: u64) -> UnmapUndo {
     let mut handles = Vec::new();
     for &(a, h, _) in &gone {
         vmm.mappings.remove(&a);
-        let mut drop_handle = false;
-        if let Some(st) = vmm.handles.get_mut(&h) {
-            st.maps = st.maps.saturating_sub(1);
-            drop_handle = st.maps == 0 && st.released;
-        }
-        if drop_handle {
-            vmm.handles.remove(&h);
-            if let Some(b) = HANDLES.remove(h) {
-                handles.push((h, b));
-            }
-        }
+        handles.extend(unreference(&mut vmm, h));
     }
     UnmapUndo {
         mappings: gone,
@@ -310,20 +455,18 @@ pub fn unmap_begin(va: u64, size: u64) -> UnmapUndo {
 
 pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
     if succeeded {
-        for (_, b) in &undo.handles {
+        for (h, b) in &undo.handles {
             sub_bytes(b);
+            if b.kind() == MemoryKind::Multicast {
+                let gone = drop_binds_of(&mut VMM.lock(), *h);
+                gone.iter().for_each(|(_, b)| sub_bytes(b));
+            }
         }
         return;
     }
     let mut vmm = VMM.lock();
     for (h, b) in undo.handles {
-        vmm.handles.insert(
-            h,
-            HandleState {
-                maps: 0,
-                released: true,
-            },
-        );
+        vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
         HANDLES.restore(h, b);
     }
     for (a, h, s) in undo.mappings {
@@ -371,7 +514,11 @@ fn current_context(thread: &ThreadState) -> (u8, Option<u8>) {
     let slot = if last == ctx && last_slot != 0 {
         last_slot
     } else {
-        let s = slot_of(ctx).unwrap_or_else(|| add_context(ctx));
+        // A green context's CUcontext allocates the primary context's
+        // memory: its blocks take the primary context's slot, and die
+        // with it.
+        let owner = primary_of_green_context(ctx).unwrap_or(ctx);
+        let s = slot_of(owner).unwrap_or_else(|| add_context(owner));
         thread.last_context.set((ctx, s));
         s
     };
@@ -406,8 +553,101 @@ fn add_context(ctx: u64) -> u8 {
 
 /// Moves every block of a destroyed context to TORN_DOWN.
 pub fn teardown_context(ctx: u64) {
+    forget_attaches(ctx);
     let Some(slot) = slot_of(ctx) else { return };
     teardown_slots(|s| s == slot);
+}
+
+// ---- CUDA 2.0's context usage count (cuCtxAttach / cuCtxDetach) ----
+
+/// Contexts attached to (cuCtxAttach) more often than detached, with the
+/// count of attaches not yet matched; the context's creation is the one
+/// reference a last cuCtxDetach takes away. A deprecated API: a few slots.
+static ATTACHES: FutexMutex<[(u64, u32); 16]> = FutexMutex::new([(0, 0); 16]);
+
+pub fn context_attached(ctx: u64) {
+    let mut a = ATTACHES.lock();
+    if let Some(e) = a.iter_mut().find(|e| e.0 == ctx && e.1 > 0) {
+        e.1 += 1;
+    } else if let Some(e) = a.iter_mut().find(|e| e.1 == 0) {
+        *e = (ctx, 1);
+    }
+}
+
+/// A successful cuCtxDetach: the last one destroyed the context.
+pub fn context_detached(ctx: u64) {
+    {
+        let mut a = ATTACHES.lock();
+        if let Some(e) = a.iter_mut().find(|e| e.0 == ctx && e.1 > 0) {
+            e.1 -= 1;
+            return;
+        }
+    }
+    teardown_context(ctx);
+}
+
+fn forget_attaches(ctx: u64) {
+    let mut a = ATTACHES.lock();
+    a.iter_mut().filter(|e| e.0 == ctx).for_each(|e| *e = (0, 0));
+}
+
+// ---- green contexts (CUDA 12.4) ----
+//
+// cuGreenCtxCreate retains the device's primary context and
+// cuGreenCtxDestroy releases it (NVIDIA's documentation of both); the
+// green context's CUcontext (cuCtxFromGreenCtx) is "a normal primary
+// context" with other SM resources. So a green context owns no memory:
+// what is allocated while it is current is the primary context's and dies
+// with that one, and a green context that outlives the program's own
+// references keeps the primary context, and its blocks, alive.
+
+const MAX_GREEN: usize = 64;
+/// green context handle, its device + 1, and its CUcontext (0 until asked)
+static GREEN: [(AtomicU64, AtomicI64, AtomicU64); MAX_GREEN] =
+    [const { (AtomicU64::new(0), AtomicI64::new(0), AtomicU64::new(0)) }; MAX_GREEN];
+static GREEN_INSERT: FutexMutex<()> = FutexMutex::new(());
+
+pub fn green_created(green: u64, dev: CUdevice) {
+    let Some(d) = device_index(dev) else { return };
+    PRIMARY_REFS[d].fetch_add(1, Ordering::AcqRel);
+    let _g = GREEN_INSERT.lock();
+    if let Some(e) = GREEN.iter().find(|e| e.0.load(Ordering::Acquire) == 0) {
+        e.2.store(0, Ordering::Relaxed);
+        e.1.store(d as i64 + 1, Ordering::Relaxed);
+        e.0.store(green, Ordering::Release);
+    }
+}
+
+pub fn green_destroyed(green: u64) {
+    let dev = {
+        let _g = GREEN_INSERT.lock();
+        let Some(e) = GREEN.iter().find(|e| e.0.load(Ordering::Acquire) == green) else {
+            return;
+        };
+        e.0.store(0, Ordering::Release);
+        e.1.load(Ordering::Relaxed) - 1
+    };
+    primary_released(dev as CUdevice);
+}
+
+/// cuCtxFromGreenCtx: `ctx` allocates the primary context's memory.
+pub fn green_context(green: u64, ctx: u64) {
+    if let Some(e) = GREEN.iter().find(|e| e.0.load(Ordering::Acquire) == green) {
+        e.2.store(ctx, Ordering::Release);
+    }
+}
+
+/// The primary context whose memory `ctx`, a green context's CUcontext,
+/// allocates (when that primary context is known).
+fn primary_of_green_context(ctx: u64) -> Option<u64> {
+    let e = GREEN
+        .iter()
+        .find(|e| e.0.load(Ordering::Acquire) != 0 && e.2.load(Ordering::Acquire) == ctx)?;
+    let d = usize::try_from(e.1.load(Ordering::Relaxed) - 1).ok()?;
+    match PRIMARY_CONTEXT.get(d)?.load(Ordering::Acquire) {
+        0 => None,
+        p => Some(p),
+    }
 }
 
 fn teardown_slots(matches: impl Fn(u8) -> bool) {
@@ -521,6 +761,8 @@ pub fn lock_all_for_fork() {
     LIVE.lock_all();
     HANDLES.lock_all();
     TORN_DOWN.raw_lock();
+    ATTACHES.raw_lock();
+    GREEN_INSERT.raw_lock();
 }
 
 /// pthread_atfork parent.
@@ -528,6 +770,8 @@ pub fn lock_all_for_fork() {
 /// # Safety
 /// After [`lock_all_for_fork`] on this thread.
 pub unsafe fn unlock_all_after_fork() {
+    GREEN_INSERT.raw_unlock();
+    ATTACHES.raw_unlock();
     TORN_DOWN.raw_unlock();
     HANDLES.unlock_all();
     LIVE.unlock_all();
@@ -544,6 +788,8 @@ pub unsafe fn unlock_all_after_fork() {
 /// # Safety
 /// After [`lock_all_for_fork`], in the single-threaded child.
 pub unsafe fn reset_in_child_and_unlock() {
+    GREEN_INSERT.raw_unlock();
+    ATTACHES.raw_unlock();
     let torn = TORN_DOWN.get_unchecked();
     *torn = Vec::new();
     TORN_DOWN.raw_unlock();
@@ -555,6 +801,7 @@ pub unsafe fn reset_in_child_and_unlock() {
     let vmm = VMM.get_unchecked();
     vmm.mappings = BTreeMap::new();
     vmm.handles = HashMap::with_hasher(AddrHash);
+    vmm.binds = Vec::new();
     VMM.raw_unlock();
     SNAPSHOT_LOCK.raw_unlock();
     SITES.reset();
