@@ -46,13 +46,15 @@ void via_entry_point_by_version(void) {
     CUdeviceptr p; CHECK(((alloc_async_fn)f)(&p, 666, 0)); /* LEAK cudaGetDriverEntryPointByVersion */
 }
 
-/* Before CUDA 3.2, "cuMemAlloc" is the 32-bit v1 entry point, which is not
- * wrapped: the lookup must return exactly what the driver returns. */
+/* Before CUDA 3.2, "cuMemAlloc" is the 32-bit v1 entry point (hooked too,
+ * issue 22): a lookup at 3010 must never get the 64-bit cuMemAlloc_v2 or
+ * its hook, whose ABI differs. */
 void old_versions_pass_through(void) {
-    void *f;
+    void *f, *v2;
     CHECK(getproc("cuMemAlloc", &f, 3010, 0, NULL));
-    if (f != dlsym(driver, "cuMemAlloc")) {
-        fprintf(stderr, "cuMemAlloc at 3010 was replaced\n");
+    CHECK(getproc("cuMemAlloc", &v2, 3020, 0, NULL));
+    if (f == v2) {
+        fprintf(stderr, "cuMemAlloc at 3010 was given cuMemAlloc_v2\n");
         exit(4);
     }
     /* A name that is not a CUDA function is still not found. */
