@@ -416,3 +416,44 @@ fn default_suppressions_cover_library_one_time_allocations_and_can_be_turned_off
     assert_eq!(r.leaks.len(), 2);
     assert!(r.suppressed.is_empty());
 }
+
+/// Issue 22: a run in which nothing was reported leaves no report
+/// directory it made itself behind; one that existed stays, and so does
+/// one that holds reports.
+#[test]
+fn run_leaves_no_empty_report_directory_it_made() {
+    let d = TempDir::new("cli-empty-dir");
+    // --dir with two levels that do not exist: both go again.
+    let nested = d.path().join("made/reports");
+    let out = cli_run(
+        &["run", "--dir", nested.to_str().unwrap(), "--", "/bin/true"],
+        d.path(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no process made a CUDA allocation"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !d.path().join("made").exists(),
+        "the directories run made are left"
+    );
+    // The default, ./cudaleak-reports, likewise.
+    let out = cli_run(&["run", "--", "/bin/true"], d.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!d.path().join("cudaleak-reports").exists());
+    // A directory that was there before is the user's: it stays.
+    let mine = d.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    let out = cli_run(
+        &["run", "--dir", mine.to_str().unwrap(), "--", "/bin/true"],
+        d.path(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(mine.is_dir());
+    // Reported: the directory is kept with its reports.
+    let out = run_leak_n(&d, &[], "1", "0", "0");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(reports_in(&d.path().join("reports")).len(), 1);
+}

@@ -273,11 +273,13 @@ pub fn run(a: RunArgs) -> CliResult {
         .clone()
         .or_else(|| std::env::var_os("CUDALEAK_DIR").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("cudaleak-reports"));
+    let made = missing_directories(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
     let dir = dir
         .canonicalize()
         .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let made: Vec<PathBuf> = made.iter().filter_map(|d| d.canonicalize().ok()).collect();
 
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
@@ -360,7 +362,30 @@ pub fn run(a: RunArgs) -> CliResult {
     };
 
     let outcome = summarize(&dir, &run_id);
+    // Nothing reported: the directories this run made for its reports are
+    // not left behind (issue 22). Only empty ones go (remove_dir fails on
+    // any other), innermost first.
+    for d in &made {
+        if std::fs::remove_dir(d).is_err() {
+            break;
+        }
+    }
     Ok(gate_status(a.fail_on_leak, code, &outcome))
+}
+
+/// `dir` and those of its ancestors that do not exist yet, innermost first:
+/// what `create_dir_all` will make.
+fn missing_directories(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut d = Some(dir);
+    while let Some(p) = d.filter(|p| !p.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(p).is_ok() {
+            break;
+        }
+        out.push(p.to_path_buf());
+        d = p.parent();
+    }
+    out
 }
 
 /// What the reports of one run say.
