@@ -339,23 +339,31 @@ pub fn array_3d_bytes_v1(desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> usize {
 /// The size of a multicast object, from its properties.
 pub fn multicast_bytes(prop: *const CUmulticastObjectProp) -> usize {
     // SAFETY: the caller's properties, read before the call when given.
-    (!prop.is_null()).then(|| unsafe { (*prop).size }).unwrap_or(0)
+    if prop.is_null() {
+        0
+    } else {
+        unsafe { (*prop).size }
+    }
 }
 
 /// The size of an external memory object, from its handle description.
 pub fn external_bytes(desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> usize {
     // SAFETY: as above.
-    (!desc.is_null())
-        .then(|| unsafe { (*desc).size } as usize)
-        .unwrap_or(0)
+    if desc.is_null() {
+        0
+    } else {
+        unsafe { (*desc).size as usize }
+    }
 }
 
 /// The size of a buffer mapped from external memory.
 pub fn external_buffer_bytes(desc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC) -> usize {
     // SAFETY: as above.
-    (!desc.is_null())
-        .then(|| unsafe { (*desc).size } as usize)
-        .unwrap_or(0)
+    if desc.is_null() {
+        0
+    } else {
+        unsafe { (*desc).size as usize }
+    }
 }
 
 /// The nominal size of a mipmapped array mapped from external memory.

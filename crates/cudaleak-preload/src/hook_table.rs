@@ -489,10 +489,9 @@ impl HookId {
     /// about 420 at start-up): a scan of the table, no allocation.
     pub fn for_entry_point(name: &[u8], version: std::ffi::c_int, flags: u64) -> Option<HookId> {
         let per_thread = flags & crate::ffi::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
-        let (mut plain, mut threaded): (
-            Option<(std::ffi::c_int, HookId)>,
-            Option<(std::ffi::c_int, HookId)>,
-        ) = (None, None);
+        // (version introduced, hook) of the newest variant so far
+        type Newest = Option<(std::ffi::c_int, HookId)>;
+        let (mut plain, mut threaded): (Newest, Newest) = (None, None);
         for id in ALL_HOOKS {
             let Some(e) = id.entry_point_name() else { continue };
             if e.name.as_bytes() != name || e.since > version {
