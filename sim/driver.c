@@ -855,6 +855,30 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool) { return release((uint64_t)(uintptr_t)pool, K_POOL); }
 
+/* A pool shared with another process: the "file descriptor" is the pool's
+ * address; importing makes a pool of this process, destroyed on its own. */
+CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                          CUmemAllocationHandleType type, unsigned long long flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle_out || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct entry *p = table_find(&memory, (uint64_t)(uintptr_t)pool);
+    int is_pool = p && p->kind == K_POOL;
+    pthread_mutex_unlock(&lock);
+    if (!is_pool) return CUDA_ERROR_INVALID_VALUE;
+    *(uint64_t *)handle_out = (uint64_t)(uintptr_t)pool;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                            CUmemAllocationHandleType type,
+                                            unsigned long long flags) {
+    if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return allocate((void **)pool_out, 64, K_POOL);
+}
+
 /* ---- virtual memory management ---- */
 
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,

@@ -122,6 +122,14 @@
     ENTRY(cuMemPoolCreate, cuMemPoolCreate, 11020, 0,                                            \
           (CUmemoryPool * pool, const CUmemPoolProps *props), (pool, props))                      \
     ENTRY(cuMemPoolDestroy, cuMemPoolDestroy, 11020, 0, (CUmemoryPool pool), (pool))             \
+    ENTRY(cuMemPoolExportToShareableHandle, cuMemPoolExportToShareableHandle, 11020, 0,          \
+          (void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType type,                   \
+           unsigned long long flags),                                                             \
+          (handle_out, pool, type, flags))                                                        \
+    ENTRY(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle, 11020, 0,      \
+          (CUmemoryPool * pool_out, void *handle, CUmemAllocationHandleType type,                 \
+           unsigned long long flags),                                                             \
+          (pool_out, handle, type, flags))                                                        \
     ENTRY(cuMemPoolExportPointer, cuMemPoolExportPointer, 11020, 0,                              \
           (CUmemPoolPtrExportData * shareData_out, CUdeviceptr ptr), (shareData_out, ptr))        \
     ENTRY(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, 0,                              \

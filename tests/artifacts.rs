@@ -75,6 +75,7 @@ const EXPORTS: &[&str] = &[
     "cuMulticastBindAddr_v2",
     "cuMulticastUnbind",
     "cuMemPoolImportPointer",
+    "cuMemPoolImportFromShareableHandle",
     "cuImportExternalMemory",
     "cuDestroyExternalMemory",
     "cuExternalMemoryGetMappedBuffer",

@@ -54,11 +54,15 @@ fn wheel_lib() -> Option<PathBuf> {
 /// The environments a program meets: no libcuda anywhere (this machine),
 /// and the simulated libcuda.so.1 alone on the library path.
 fn environments() -> Vec<(&'static str, String)> {
-    let dir = target_dir().join("cudaleak-tests").join("only-simulated-driver");
-    std::fs::create_dir_all(&dir).unwrap();
-    let tmp = dir.join(format!(".libcuda.so.1.{}", std::process::id()));
-    std::fs::copy(sim_dir().join("libcuda.so.1"), &tmp).unwrap();
-    std::fs::rename(&tmp, dir.join("libcuda.so.1")).unwrap();
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = target_dir().join("cudaleak-tests").join("only-simulated-driver");
+        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+        std::fs::copy(sim_dir().join("libcuda.so.1"), &tmp).unwrap();
+        std::fs::rename(&tmp, dir.join("libcuda.so.1")).unwrap();
+        dir
+    });
     vec![
         ("no driver", String::new()),
         ("simulated driver", dir.display().to_string()),

@@ -337,15 +337,25 @@ fn a_retained_handle_is_one_more_reference_and_a_pair_hides_no_leak() {
 fn memory_imported_from_a_pool_is_freed_with_cu_mem_free() {
     let (r, _) = kind_case(
         "pool",
-        &[(
-            "cuMemPoolImportPointer",
-            MemoryKind::Device,
-            Some(MemoryKind::Imported),
-            4096,
-            "import_from_pool",
-            "/* LEAK pool import */",
-        )],
-        2,
+        &[
+            (
+                "cuMemPoolImportPointer",
+                MemoryKind::Device,
+                Some(MemoryKind::Imported),
+                4096,
+                "import_from_pool",
+                "/* LEAK pool import */",
+            ),
+            (
+                "cuMemPoolImportFromShareableHandle",
+                MemoryKind::Reservation,
+                Some(MemoryKind::Pool),
+                0,
+                "import_pool",
+                "/* LEAK shared pool */",
+            ),
+        ],
+        3,
     );
     assert_eq!(r.totals.live_bytes, 0, "another process's memory");
     assert_eq!(r.totals.by_memory[&MemoryKind::Imported].bytes, 4096);

@@ -16,8 +16,14 @@ use support::*;
 
 const MODES: [&str; 3] = ["dlsym", "getproc", "both"];
 
-/// The wrapper, as libcuda.so.1 in a directory of its own (returned).
+/// The wrapper, as libcuda.so.1 in a directory of its own (returned);
+/// made once per test process (the tests run in parallel).
 fn wrapper_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_wrapper_dir).clone()
+}
+
+fn make_wrapper_dir() -> PathBuf {
     let built = build(
         "libcuda-wrapper.so",
         &["sim/driver_wrapper.c"],

@@ -278,6 +278,11 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                          CUmemAllocationHandleType type, unsigned long long flags);
+CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                            CUmemAllocationHandleType type,
+                                            unsigned long long flags);
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
 CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
                                 CUmemPoolPtrExportData *shareData);

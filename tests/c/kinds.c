@@ -7,7 +7,9 @@
  *                         leak: the creator's reference is never given back,
  *                         and the retain/release pair must not hide it
  *   kinds MODE pool       memory imported from another process's pool
- *                         (cuMemPoolImportPointer), freed with cuMemFree
+ *                         (cuMemPoolImportPointer), freed with cuMemFree,
+ *                         and a pool another process shared
+ *                         (cuMemPoolImportFromShareableHandle)
  *   kinds MODE multicast  a multicast object, memory bound to it and
  *                         released while bound (the bind keeps it alive)
  *   kinds MODE external   external memory (Vulkan, DMA-BUF), a buffer and a
@@ -59,6 +61,15 @@ __attribute__((noinline)) static CUdeviceptr import_from_pool(CUmemoryPool pool,
     return p;
 }
 
+__attribute__((noinline)) static CUmemoryPool import_pool(CUmemoryPool pool) {
+    uint64_t fd;
+    const CUmemAllocationHandleType fd_type = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CHECK(cuMemPoolExportToShareableHandle(&fd, pool, fd_type, 0));
+    CUmemoryPool shared;
+    CHECK(cuMemPoolImportFromShareableHandle(&shared, (void *)(uintptr_t)fd, fd_type, 0)); /* LEAK shared pool */
+    return shared;
+}
+
 static void pool(void) {
     CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
@@ -80,6 +91,9 @@ static void pool(void) {
         CHECK(cuMemFree_v2(again));
     }
     CHECK(cuMemFree_v2(exported));
+    CUmemoryPool shared = import_pool(pool);
+    if (!leak) CHECK(cuMemPoolDestroy(shared));
+    if (bad) EXPECT(cuMemPoolDestroy(shared), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuMemPoolDestroy(pool));
 }
 

@@ -175,6 +175,7 @@ api_list! {
     cuMemHostRegister,
     cuMemHostRegister_v2,
     cudaHostRegister,
+    cuMemPoolImportFromShareableHandle,
 }
 
 impl Api {

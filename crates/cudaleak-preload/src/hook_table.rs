@@ -224,6 +224,12 @@ macro_rules! for_each_cuda_hook {
             Driver fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const c_void) -> CUresult
                 as cuMemPoolCreate @ 11020
                 => Alloc::new(HookId::cuMemPoolCreate, Api::cuMemPoolCreate, Pool, pool.cast(), 0);
+            // A pool another process shared: this process's to destroy.
+            Driver fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void,
+                                                         handle_type: c_int, flags: c_ulonglong) -> CUresult
+                as cuMemPoolImportFromShareableHandle @ 11020
+                => Alloc::new(HookId::cuMemPoolImportFromShareableHandle, Api::cuMemPoolImportFromShareableHandle,
+                              Pool, pool.cast(), 0);
             Driver fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult as cuMemPoolDestroy @ 11020
                 => Free::new(HookId::cuMemPoolDestroy, pool as u64, FREES_POOL);
 
