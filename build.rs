@@ -51,9 +51,6 @@ fn main() {
         "-Wall",
         &inc,
         "-Wl,-soname,libcuda.so.1",
-        // Its entry points call each other directly, as NVIDIA's driver's
-        // do, never through a hook that happens to be preloaded.
-        "-Wl,-Bsymbolic-functions",
         "-o",
         &p("libcuda.so.1"),
         &src("driver.c"),

@@ -30,6 +30,13 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* The entry points call each other directly, as NVIDIA's driver's do,
+ * never through whatever a preloaded library exports under the same name:
+ * a call goes to `f_local`, a hidden alias of `f` (what glibc does; a
+ * linker flag would do too, but zig's linker, which builds the wheel's
+ * copy, takes no -Bsymbolic-functions). */
+#define LOCAL(f) extern __typeof__(f) f##_local __attribute__((alias(#f), visibility("hidden")))
+
 #define MAX_DEVICES 8
 #define VMM_GRANULARITY (2u << 20)
 
@@ -233,9 +240,10 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     *pctx = c;
     return CUDA_SUCCESS;
 }
+LOCAL(cuCtxCreate_v2);
 
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
-    return cuCtxCreate_v2(pctx, flags, dev);
+    return cuCtxCreate_v2_local(pctx, flags, dev);
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
@@ -248,8 +256,9 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     free(ctx);
     return CUDA_SUCCESS;
 }
+LOCAL(cuCtxDestroy_v2);
 
-CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2_local(ctx); }
 
 /* The usage count of CUDA 2.0: cuCtxAttach counts one more user of the
  * current context, cuCtxDetach one less, and the last one destroys it. */
@@ -271,7 +280,7 @@ CUresult cuCtxDetach(CUcontext ctx) {
     pthread_mutex_lock(&lock);
     int last = --ctx->usage == 0;
     pthread_mutex_unlock(&lock);
-    return last ? cuCtxDestroy_v2(ctx) : CUDA_SUCCESS;
+    return last ? cuCtxDestroy_v2_local(ctx) : CUDA_SUCCESS;
 }
 
 /* SIMCUDA_NO_CTX_QUERIES builds a driver without cuCtxGetCurrent and
@@ -539,20 +548,22 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
     (void)stream;
     return allocate((void **)dptr, bytesize, K_DEVICE);
 }
+LOCAL(cuMemAllocAsync);
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
-    return cuMemAllocAsync(dptr, bytesize, stream);
+    return cuMemAllocAsync_local(dptr, bytesize, stream);
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream stream) {
     (void)pool;
-    return cuMemAllocAsync(dptr, bytesize, stream);
+    return cuMemAllocAsync_local(dptr, bytesize, stream);
 }
+LOCAL(cuMemAllocFromPoolAsync);
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream stream) {
-    return cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream);
+    return cuMemAllocFromPoolAsync_local(dptr, bytesize, pool, stream);
 }
 
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return allocate(pp, bytesize, K_HOST); }
@@ -567,8 +578,9 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     (void)stream;
     return release(dptr, K_DEVICE);
 }
+LOCAL(cuMemFreeAsync);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
-    return cuMemFreeAsync(dptr, stream);
+    return cuMemFreeAsync_local(dptr, stream);
 }
 CUresult cuMemFreeHost(void *p) { return release((uint64_t)(uintptr_t)p, K_HOST); }
 
@@ -652,10 +664,11 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     pthread_mutex_unlock(&lock);
     return r;
 }
+LOCAL(cuMemGetAddressRange_v2);
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
     size_t size = 0;
-    CUresult r = cuMemGetAddressRange_v2(NULL, &size, dptr);
+    CUresult r = cuMemGetAddressRange_v2_local(NULL, &size, dptr);
     if (r || !pHandle) return r ? r : CUDA_ERROR_INVALID_VALUE;
     memset(pHandle, 0, sizeof *pHandle);
     memcpy(pHandle->reserved, &dptr, sizeof dptr);
@@ -670,11 +683,12 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     if (!size) return CUDA_ERROR_INVALID_VALUE;
     return allocate((void **)pdptr, size, K_IMPORTED);
 }
+LOCAL(cuIpcOpenMemHandle_v2);
 
 /* CUDA 4.1's entry point, which NVIDIA's runtime asks for at 4010 besides
  * the _v2 at 11000: the same call here. */
 CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags) {
-    return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+    return cuIpcOpenMemHandle_v2_local(pdptr, handle, flags);
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return release(dptr, K_IMPORTED); }
@@ -683,7 +697,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return release(dptr, K_IMPORTED
  * size; importing maps a new block of that size, freed with cuMemFree. */
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) {
     size_t size = 0;
-    CUresult r = cuMemGetAddressRange_v2(NULL, &size, ptr);
+    CUresult r = cuMemGetAddressRange_v2_local(NULL, &size, ptr);
     if (r || !shareData_out) return r ? r : CUDA_ERROR_INVALID_VALUE;
     memset(shareData_out, 0, sizeof *shareData_out);
     memcpy(shareData_out->reserved, &ptr, sizeof ptr);
@@ -795,10 +809,11 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
     pthread_mutex_unlock(&lock);
     return r;
 }
+LOCAL(cuMemHostRegister_v2);
 
 /* CUDA 4.0's entry point (6.5 added flags): the same call here. */
 CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags) {
-    return cuMemHostRegister_v2(p, bytesize, flags);
+    return cuMemHostRegister_v2_local(p, bytesize, flags);
 }
 
 CUresult cuMemHostUnregister(void *p) {
@@ -1276,7 +1291,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     *pfn = e ? e->fn : NULL;
     return e ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
+LOCAL(cuGetProcAddress_v2);
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
-    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+    return cuGetProcAddress_v2_local(symbol, pfn, cudaVersion, flags, NULL);
 }

@@ -253,7 +253,6 @@ fn driver_without_context_queries() -> PathBuf {
             "-O2",
             "-DSIMCUDA_NO_CTX_QUERIES",
             "-Wl,-soname,libcuda.so.1",
-            "-Wl,-Bsymbolic-functions",
             "-lpthread",
         ],
     );
