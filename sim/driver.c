@@ -30,12 +30,18 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* The entry points call each other directly, as NVIDIA's driver's do,
- * never through whatever a preloaded library exports under the same name:
- * a call goes to `f_local`, a hidden alias of `f` (what glibc does; a
- * linker flag would do too, but zig's linker, which builds the wheel's
- * copy, takes no -Bsymbolic-functions). */
-#define LOCAL(f) extern __typeof__(f) f##_local __attribute__((alias(#f), visibility("hidden")))
+/* The entry points call each other, and cuGetProcAddress hands them out,
+ * directly, as NVIDIA's driver does, never through whatever another
+ * library in the process (a preloaded one, a wrapper installed as
+ * libcuda.so.1) exports under the same name: through `f_local`, a hidden
+ * alias of each entry point `f` (what glibc does; a linker flag would do
+ * too, but zig's linker, which builds the wheel's copy, takes no
+ * -Bsymbolic-functions). */
+#define LOCAL(sym, ...) \
+    extern __typeof__(sym) sym##_local __attribute__((alias(#sym), visibility("hidden")));
+#define NO_LOCAL(...)
+SIMCUDA_ENTRY_POINTS(LOCAL, NO_LOCAL)
+SIMCUDA_LOOKUP_ENTRY_POINTS(LOCAL, NO_LOCAL)
 
 #define MAX_DEVICES 8
 #define VMM_GRANULARITY (2u << 20)
@@ -240,7 +246,6 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     *pctx = c;
     return CUDA_SUCCESS;
 }
-LOCAL(cuCtxCreate_v2);
 
 CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     return cuCtxCreate_v2_local(pctx, flags, dev);
@@ -256,7 +261,6 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
     free(ctx);
     return CUDA_SUCCESS;
 }
-LOCAL(cuCtxDestroy_v2);
 
 CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2_local(ctx); }
 
@@ -548,7 +552,6 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
     (void)stream;
     return allocate((void **)dptr, bytesize, K_DEVICE);
 }
-LOCAL(cuMemAllocAsync);
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
     return cuMemAllocAsync_local(dptr, bytesize, stream);
@@ -559,7 +562,6 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     (void)pool;
     return cuMemAllocAsync_local(dptr, bytesize, stream);
 }
-LOCAL(cuMemAllocFromPoolAsync);
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream stream) {
@@ -578,7 +580,6 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     (void)stream;
     return release(dptr, K_DEVICE);
 }
-LOCAL(cuMemFreeAsync);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
     return cuMemFreeAsync_local(dptr, stream);
 }
@@ -664,7 +665,6 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     pthread_mutex_unlock(&lock);
     return r;
 }
-LOCAL(cuMemGetAddressRange_v2);
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
     size_t size = 0;
@@ -683,7 +683,6 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsign
     if (!size) return CUDA_ERROR_INVALID_VALUE;
     return allocate((void **)pdptr, size, K_IMPORTED);
 }
-LOCAL(cuIpcOpenMemHandle_v2);
 
 /* CUDA 4.1's entry point, which NVIDIA's runtime asks for at 4010 besides
  * the _v2 at 11000: the same call here. */
@@ -809,7 +808,6 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
     pthread_mutex_unlock(&lock);
     return r;
 }
-LOCAL(cuMemHostRegister_v2);
 
 /* CUDA 4.0's entry point (6.5 added flags): the same call here. */
 CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags) {
@@ -1222,7 +1220,7 @@ struct entry_point {
     void *fn;
 };
 #define SIM_ENTRY(sym, name, version, per_thread, params, args) \
-    {#sym, #name, version, per_thread, (void *)sym},
+    {#sym, #name, version, per_thread, (void *)sym##_local},
 #define SIM_ABSENT(sym, name, version, per_thread, ...) {#sym, #name, version, per_thread, NULL},
 static const struct entry_point entry_points[] = {
     SIMCUDA_ENTRY_POINTS(SIM_ENTRY, SIM_ABSENT)
@@ -1291,7 +1289,6 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     *pfn = e ? e->fn : NULL;
     return e ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
-LOCAL(cuGetProcAddress_v2);
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
     return cuGetProcAddress_v2_local(symbol, pfn, cudaVersion, flags, NULL);
