@@ -82,7 +82,7 @@ pub fn find_library() -> Result<PathBuf, String> {
         dir.display()
     ));
     Err(format!(
-        "cannot find libcudaleak.so; looked in: {} (install the wheel with `pip install cudaleak`, build it with `cargo build --release`, or set CUDALEAK_LIBRARY)",
+        "cannot find libcudaleak.so; looked in: {}. Set CUDALEAK_LIBRARY to its path, or install again from source, which builds the command and the library together: `pip install --force-reinstall ./cudaleak` (a clone) or `pip install --force-reinstall git+URL`; in a checkout, `cargo build --release` puts both in target/release. `cudaleak lib` prints the library found",
         tried.join(", ")
     ))
 }
