@@ -201,16 +201,18 @@ def _triple():
 
 def _build_library(cargo, zig, profile):
     """Builds libcudaleak.so and copies it to python/cudaleak/_lib/, where
-    maturin takes it into the wheel. A target directory of its own: cargo-
-    zigbuild and maturin set the compiler environment differently, and in
-    one directory each would rebuild what the other built."""
-    target_dir = os.path.join(_target_directory(cargo), "wheel-lib")
+    maturin takes it into the wheel. With zig, in a target directory of its
+    own: cargo-zigbuild and maturin set the compiler environment
+    differently, and in one directory each would rebuild what the other
+    built. Without, in maturin's, which then finds the crates the two
+    share already built."""
     env = dict(os.environ)
     env["CARGO"] = cargo
     if zig is not None:
         glibc = _manylinux_glibc(_maturin_config().get("compatibility"))
         env.update(zig.env)
         cmd = [zig.cargo_zigbuild, "zigbuild", "--target", "%s.%s" % (_triple(), glibc)]
+        cmd += ["--target-dir", os.path.join(_target_directory(cargo), "wheel-lib")]
         _note("building libcudaleak.so with zig, for glibc %s" % glibc)
     else:
         cmd = [cargo, "build"]
@@ -220,8 +222,6 @@ def _build_library(cargo, zig, profile):
         LIBRARY_CRATE,
         "--profile",
         profile,
-        "--target-dir",
-        target_dir,
         "--message-format=json-render-diagnostics",
     ]
     out = _run_checked(cmd, env=env, stdout=subprocess.PIPE)
