@@ -10,18 +10,19 @@ where maturin packs it as a file of the Python package
 the sdist hook adds the library's crate to maturin's sdist, which only
 carries the command's own path dependencies. docs/packaging.md says why.
 
-Linking: with zig (the ``ziglang`` and ``cargo-zigbuild`` packages, which
-the wheel hooks ask the frontend for on Linux x86_64 and aarch64) both
+Linking: with zig (the ``ziglang`` and ``cargo-zigbuild`` packages) both
 binaries are linked against the glibc of pyproject.toml's ``compatibility``
-tag and the wheel carries that manylinux tag, the same wheel
-scripts/build-wheel.sh makes. Without zig (config setting ``zig=no``, or an
-environment without it under ``--no-build-isolation``) they are linked by
-this machine's C toolchain and the wheel gets the plain platform tag
+tag and the wheel carries that manylinux tag, the wheel
+scripts/build-wheel.sh makes. Without zig they are linked by this
+machine's C toolchain and the wheel gets the plain platform tag
 (``linux_x86_64``), which promises nothing beyond this machine.
 
-Config settings (``pip ... -C zig=no``, ``python -m build -C zig=no``, or the
-environment variable CUDALEAK_BUILD_ZIG): ``zig`` = ``auto`` (the default:
-zig when it is there), ``yes`` (fail without it) or ``no``.
+The config setting ``zig`` (``pip ... -C zig=yes``, ``python -m build -C
+zig=yes``, or the environment variable CUDALEAK_BUILD_ZIG) chooses:
+``auto`` (the default) uses zig when the build's environment has it (a
+``--no-build-isolation`` build in an environment with both packages);
+``yes`` asks the frontend for both (on Linux x86_64 and aarch64) and fails
+without them; ``no`` never uses zig.
 
 Runs on every Python the package supports (3.8 and later).
 """
@@ -320,7 +321,9 @@ def get_requires_for_build_wheel(config_settings=None):
     import maturin
 
     requires = list(maturin.get_requires_for_build_wheel(config_settings))
-    if _zig_mode(config_settings) != "no" and _zig_platform():
+    # Only when asked: docs/packaging.md, "The tag", says why isolated
+    # builds do not fetch zig by default.
+    if _zig_mode(config_settings) == "yes" and _zig_platform():
         requires += ZIG_REQUIREMENTS
     return requires
 
