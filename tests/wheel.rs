@@ -917,7 +917,10 @@ fn route_pipx_install_of_a_clone() {
     let pipx_bin = venv.root.path().join("pipx-bin");
     let pipx = |args: &[&str]| {
         let mut cmd = venv.build_command(on_path("pipx").to_str().unwrap());
+        // pipx's classic backend, pip: with uv beside it pipx would use
+        // uv, which the uv route tests already.
         cmd.args(args)
+            .env("PIPX_DEFAULT_BACKEND", "pip")
             .env("PIPX_HOME", &pipx_home)
             .env("PIPX_BIN_DIR", &pipx_bin)
             .env("PIPX_MAN_DIR", venv.root.path().join("pipx-man"));
