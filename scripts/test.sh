@@ -18,10 +18,10 @@ cd "$(dirname "$0")/.."
 venv=target/test-venv
 stamp="$venv/requirements.stamp"
 # What the offline installs in tests/wheel.rs take from target/wheelhouse:
-# pytest, and what a build from source asks for with build isolation
-# (pyproject.toml's build-system requires; ziglang and cargo-zigbuild, for
-# -C zig=yes, are already in the venv through requirements-wheel.txt).
-wheelhouse="pytest maturin>=1.9,<2"
+# pytest; what a build from source asks for with build isolation
+# (pyproject.toml's build-system requires); and pip, which pipx brings up
+# to date in its shared environment.
+wheelhouse="pytest maturin>=1.9,<2 pip"
 if ! { cat requirements-dev.txt requirements-wheel.txt; echo "$wheelhouse"; } | cmp -s - "$stamp"; then
     rm -rf "$venv" target/wheelhouse
     python3 -m venv "$venv"
