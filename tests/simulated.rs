@@ -92,3 +92,58 @@ fn run_simulated_runs_a_program_of_ones_own_on_the_bundled_driver() {
         r[0].leaks[0].python_stack
     );
 }
+
+/// A test that leaks on the simulated runtime, found by its usual name.
+const TEST_LEAKY_PY: &str = "\
+import ctypes
+
+cudart = ctypes.CDLL(\"libcudart.so.12\")
+KEPT = []
+
+
+def test_leaks():
+    block = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(block), 4096) == 0  # LEAK
+    KEPT.append(block)
+";
+
+/// README.md, "From a checkout, without installing": `cudaleak run` puts
+/// the checkout's python/ on PYTHONPATH and the plugin is named with -p.
+#[test]
+fn from_a_checkout_the_readme_pytest_command_fails_the_leaking_test() {
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+    assert!(readme.contains("target/release/cudaleak run -- pytest -p cudaleak.pytest_plugin --cuda-leaks"));
+    let d = TempDir::new("checkout-pytest");
+    std::fs::write(d.path().join("test_leaky.py"), TEST_LEAKY_PY).unwrap();
+    let reports = d.path().join("reports");
+    let mut cmd = cli_command(
+        &[
+            "run",
+            "--simulated",
+            "--dir",
+            reports.to_str().unwrap(),
+            "--",
+            "pytest",
+            "-p",
+            "cudaleak.pytest_plugin",
+            "--cuda-leaks",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "test_leaky.py",
+        ],
+        d.path(),
+    );
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .env_remove("PYTHONPATH")
+        .env_remove("PYTEST_ADDOPTS")
+        .env("CUDALEAK_LIBRARY", lib());
+    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
+    assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
+    let line = TEST_LEAKY_PY.lines().position(|l| l.contains("# LEAK")).unwrap() + 1;
+    assert!(
+        stdout.contains("test_leaky.py::test_leaks leaked 4.0 KiB (4096 bytes) of CUDA memory in 1 block"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("test_leaky.py:{line}")), "{stdout}");
+}
