@@ -103,7 +103,7 @@ def _cargo():
 def _zig_mode(config_settings):
     value = None
     if config_settings:
-        value = config_settings.get("zig", config_settings.get("cudaleak.zig"))
+        value = config_settings.get("zig")
     if value is None:
         value = os.environ.get("CUDALEAK_BUILD_ZIG", "auto")
     value = str(value).strip().lower()
