@@ -41,6 +41,9 @@ import tempfile
 # and the tests install.
 ZIG_REQUIREMENTS = ["ziglang>=0.13,<0.18", "cargo-zigbuild>=0.20,<0.25"]
 LIBRARY_CRATE = "cudaleak-preload"
+# The workspace's root package, the one maturin builds (pyproject.toml's
+# manifest-path).
+COMMAND_CRATE = "cudaleak-cli"
 LIBRARY_CRATE_DIR = "crates/cudaleak-preload"
 # Where maturin finds the library: pyproject.toml, [tool.maturin] include.
 LIBRARY_IN_PACKAGE = os.path.join("python", "cudaleak", "_lib", "libcudaleak.so")
@@ -205,8 +208,9 @@ def _build_library(cargo, zig, profile):
     maturin takes it into the wheel. With zig, in a target directory of its
     own: cargo-zigbuild and maturin set the compiler environment
     differently, and in one directory each would rebuild what the other
-    built. Without, in maturin's, which then finds the crates the two
-    share already built."""
+    built. Without, the command's crate too, in one cargo run: the crates
+    the two share are built once, with the features of both, and maturin
+    then finds the command built."""
     env = dict(os.environ)
     env["CARGO"] = cargo
     if zig is not None:
@@ -214,17 +218,12 @@ def _build_library(cargo, zig, profile):
         env.update(zig.env)
         cmd = [zig.cargo_zigbuild, "zigbuild", "--target", "%s.%s" % (_triple(), glibc)]
         cmd += ["--target-dir", os.path.join(_target_directory(cargo), "wheel-lib")]
+        cmd += ["-p", LIBRARY_CRATE]
         _note("building libcudaleak.so with zig, for glibc %s" % glibc)
     else:
-        cmd = [cargo, "build"]
-        _note("building libcudaleak.so with this machine's linker")
-    cmd += [
-        "-p",
-        LIBRARY_CRATE,
-        "--profile",
-        profile,
-        "--message-format=json-render-diagnostics",
-    ]
+        cmd = [cargo, "build", "-p", LIBRARY_CRATE, "-p", COMMAND_CRATE]
+        _note("building libcudaleak.so and the command with this machine's linker")
+    cmd += ["--profile", profile, "--message-format=json-render-diagnostics"]
     out = _run_checked(cmd, env=env, stdout=subprocess.PIPE)
     library = None
     for line in out.stdout.decode(errors="replace").splitlines():
