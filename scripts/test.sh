@@ -17,15 +17,20 @@ cd "$(dirname "$0")/.."
 
 venv=target/test-venv
 stamp="$venv/requirements.stamp"
-if ! cat requirements-dev.txt requirements-wheel.txt | cmp -s - "$stamp"; then
+# What the offline installs in tests/wheel.rs take from target/wheelhouse:
+# pytest; what a build from source asks for with build isolation
+# (pyproject.toml's build-system requires); and pip, which pipx brings up
+# to date in its shared environment.
+wheelhouse="pytest maturin>=1.9,<2 pip"
+if ! { cat requirements-dev.txt requirements-wheel.txt; echo "$wheelhouse"; } | cmp -s - "$stamp"; then
     rm -rf "$venv" target/wheelhouse
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         -r requirements-dev.txt -r requirements-wheel.txt
-    # pytest's wheels, for the offline installs in tests/wheel.rs.
+    # shellcheck disable=SC2086 # one requirement per word
     "$venv/bin/python" -m pip download --quiet --disable-pip-version-check \
-        --dest target/wheelhouse pytest
-    cat requirements-dev.txt requirements-wheel.txt >"$stamp"
+        --dest target/wheelhouse $wheelhouse
+    { cat requirements-dev.txt requirements-wheel.txt; echo "$wheelhouse"; } >"$stamp"
 fi
 export PATH="$PWD/$venv/bin:$PATH"
 

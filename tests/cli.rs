@@ -371,6 +371,15 @@ fn run_says_where_it_looked_for_the_library() {
         stderr.contains(&d.path().join("libcudaleak.so").display().to_string()),
         "{stderr}"
     );
+    // Ways that exist: no package of that name is published (issue 25).
+    for way in [
+        "CUDALEAK_LIBRARY",
+        "pip install --force-reinstall ./cudaleak",
+        "cudaleak lib",
+    ] {
+        assert!(stderr.contains(way), "{way}: {stderr}");
+    }
+    assert!(!stderr.contains("pip install cudaleak"), "{stderr}");
 }
 
 #[test]

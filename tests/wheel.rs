@@ -14,6 +14,7 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -514,4 +515,528 @@ fn uninstall_leaves_nothing_behind() {
     assert!(left.is_empty(), "left behind: {left:?}");
     let removed: Vec<&String> = before.difference(&after).collect();
     assert!(removed.is_empty(), "removed: {removed:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Installing from source, every standard way (issue 25): each route starts
+// from a clean clone of HEAD, offline (pip, uv and pipx get the wheelhouse
+// in place of the index, with their caches off or fresh; cargo gets
+// CARGO_NET_OFFLINE and the crates `cargo build` already fetched), and
+// gives a fresh environment the command, the library, the module and the
+// pytest plugin.
+//
+// Build once, install many times: the routes that build in the clone share
+// one build (cargo finds it fresh); a route that builds elsewhere (pip's
+// copy of a git URL, an unpacked sdist) rebuilds only the project's three
+// crates, as every route shares one cargo target directory,
+// target/install-routes. That directory holds build outputs only, never
+// sources: a file missing from a clone or an sdist still fails its build.
+
+/// The routes' one build at a time: their outputs share cargo's target
+/// directory, and a slow build does not starve the others' deadlines.
+static ROUTE_BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const BUILD_DEADLINE: Duration = Duration::from_secs(1800);
+
+/// The toolchain's own bin directory (cargo, rustc: not rustup's proxies,
+/// which look for the user's HOME), from the cargo running these tests.
+fn toolchain_bin() -> PathBuf {
+    let cargo = std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| on_path("cargo"));
+    let dir = cargo.canonicalize().unwrap().parent().unwrap().to_path_buf();
+    assert!(dir.join("rustc").is_file(), "no rustc beside {}", cargo.display());
+    dir
+}
+
+fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cargo"))
+}
+
+fn wheelhouse() -> PathBuf {
+    support::repo().join("target/wheelhouse")
+}
+
+/// HEAD, cloned as a user clones it; the git URL route clones this clone.
+struct CleanCopy {
+    _root: TempDir,
+    clone: PathBuf,
+    head: String,
+}
+
+fn git(args: &[&str], dir: &Path) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn clean_copy() -> &'static CleanCopy {
+    static COPY: OnceLock<CleanCopy> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let repo = support::repo();
+        let head = git(&["rev-parse", "HEAD"], &repo);
+        if !git(&["status", "--porcelain", "--untracked-files=no"], &repo).is_empty() {
+            eprintln!(
+                "NOTE: the install routes build HEAD ({head}); this checkout's uncommitted changes are not in it"
+            );
+        }
+        let root = TempDir::new("clean-copy");
+        let clone = root.path().join("cudaleak");
+        git(
+            &["clone", "--quiet", "--no-checkout", repo.to_str().unwrap(), clone.to_str().unwrap()],
+            root.path(),
+        );
+        git(&["checkout", "--quiet", &head], &clone);
+        CleanCopy {
+            _root: root,
+            clone,
+            head,
+        }
+    })
+}
+
+impl Venv {
+    /// `program` with what a build from source needs besides the clean
+    /// environment: Rust (the toolchain running these tests, offline), the
+    /// wheelhouse in place of the package index, and no pip cache (a wheel
+    /// an earlier run built must not stand in for this build).
+    fn build_command(&self, program: &str) -> Command {
+        let mut cmd = self.command(program);
+        cmd.env(
+            "PATH",
+            format!(
+                "{}:{}:/usr/bin:/bin",
+                self.dir().join("bin").display(),
+                toolchain_bin().display()
+            ),
+        )
+        .env("CARGO_HOME", cargo_home())
+        .env("CARGO_NET_OFFLINE", "true")
+        .env("CARGO_TARGET_DIR", support::repo().join("target/install-routes"))
+        .env("PIP_FIND_LINKS", wheelhouse())
+        .env("PIP_NO_CACHE_DIR", "1")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("SIMCUDA_RUNTIME");
+        cmd
+    }
+
+    /// Runs a build (or an install that builds), one at a time; returns
+    /// its output and prints how long it took.
+    fn build(&self, what: &str, cmd: Command) -> String {
+        let _one = ROUTE_BUILD.lock().unwrap_or_else(|e| e.into_inner());
+        let start = std::time::Instant::now();
+        let (status, stdout, stderr) = run_command(cmd, BUILD_DEADLINE);
+        // Past the test harness's capture, so that the suite's log shows
+        // what each route costs.
+        let _ = writeln!(
+            std::io::stderr(),
+            "    install route: {what}: {:.0} s",
+            start.elapsed().as_secs_f64()
+        );
+        assert!(status.success(), "{what}: {status}\n{stdout}\n{stderr}");
+        stdout
+    }
+}
+
+/// What every route must give, checked with the installed programs:
+/// `cudaleak demo` exits 0 with the demo's summary line (README.md, "What
+/// a report looks like"); `cudaleak lib` names a file of this
+/// installation, under `root`; `import cudaleak` finds the same library;
+/// pytest shows the plugin's options without `-p`.
+fn assert_route_works(route: &str, venv: &Venv, bin: &Path, root: &Path) {
+    let exe = |name: &str| bin.join(name).to_str().unwrap().to_string();
+    let (code, stdout, stderr) = venv.run(&exe("cudaleak"), &["demo"]);
+    assert_eq!(code, Some(0), "{route}: cudaleak demo\n{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("cudaleak: 74448896 bytes leaked in 5 blocks; report:"),
+        "{route}: cudaleak demo\n{stderr}"
+    );
+    let (code, lib, stderr) = venv.run(&exe("cudaleak"), &["lib"]);
+    assert_eq!(code, Some(0), "{route}: cudaleak lib\n{stderr}");
+    let lib = PathBuf::from(lib.trim());
+    assert!(
+        lib.is_file() && lib.starts_with(root.canonicalize().unwrap()),
+        "{route}: cudaleak lib names {}, not a file under {}",
+        lib.display(),
+        root.display()
+    );
+    let (code, from_module, stderr) = venv.run(
+        &exe("python"),
+        &["-c", "import cudaleak; print(cudaleak.library_path())"],
+    );
+    assert_eq!(code, Some(0), "{route}: import cudaleak\n{stderr}");
+    assert_eq!(from_module.trim(), lib.to_str().unwrap(), "{route}");
+    let (code, help, stderr) = venv.run(&exe("pytest"), &["--help"]);
+    assert_eq!(code, Some(0), "{route}: pytest --help\n{stderr}");
+    for option in ["--cuda-leaks", "--cuda-leaks-warmup", "--cuda-leaks-framework"] {
+        assert!(
+            help.contains(option),
+            "{route}: pytest --help lacks {option}:\n{help}"
+        );
+    }
+}
+
+/// `pip wheel ./clone`, with build isolation: the build every route in the
+/// clone then finds fresh. Returns the wheel.
+fn wheel_built_from_the_clone() -> &'static (TempDir, PathBuf) {
+    static WHEEL: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    WHEEL.get_or_init(|| {
+        let copy = clean_copy();
+        let out = TempDir::new("route-pip-wheel");
+        let venv = installed();
+        let mut cmd = venv.build_command("python");
+        cmd.args(["-m", "pip", "wheel", "--no-deps", "--wheel-dir"])
+            .arg(out.path())
+            .arg(&copy.clone);
+        venv.build("pip wheel ./clone (the first build)", cmd);
+        let wheels: Vec<PathBuf> = std::fs::read_dir(out.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(wheels.len(), 1, "{wheels:?}");
+        let wheel = wheels[0].clone();
+        (out, wheel)
+    })
+}
+
+/// The file names in a wheel, with the version's dist-info and data names.
+fn wheel_contents(wheel: &Path) -> BTreeSet<String> {
+    let out = Command::new(on_path("python3"))
+        .args([
+            "-c",
+            "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
+        ])
+        .arg(wheel)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_pip_wheel_then_install_gives_a_plain_platform_tag_without_zig() {
+    let (_, wheel) = wheel_built_from_the_clone();
+    let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    // Isolated builds get no zig unless asked (-C zig=yes): the plain tag,
+    // which promises nothing beyond this machine.
+    assert_eq!(
+        name,
+        format!(
+            "cudaleak-{}-py3-none-linux_{}.whl",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::ARCH
+        )
+    );
+    // The same files as the script's manylinux wheel.
+    assert_eq!(wheel_contents(wheel), wheel_contents(&self::wheel()));
+    let venv = Venv::new("route-pip-wheel");
+    venv.pip_install(&["pytest", wheel.to_str().unwrap()]);
+    assert_route_works(
+        "pip wheel + pip install",
+        &venv,
+        &venv.dir().join("bin"),
+        &venv.dir(),
+    );
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_pip_install_of_a_clone() {
+    let copy = clean_copy();
+    wheel_built_from_the_clone();
+    let venv = Venv::new("route-pip-install");
+    let mut cmd = venv.build_command("python");
+    cmd.args(["-m", "pip", "install", "--quiet", "pytest"])
+        .arg(&copy.clone);
+    venv.build("pip install ./clone", cmd);
+    assert_route_works("pip install ./clone", &venv, &venv.dir().join("bin"), &venv.dir());
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_pip_install_editable_of_a_clone() {
+    let copy = clean_copy();
+    wheel_built_from_the_clone();
+    let venv = Venv::new("route-pip-editable");
+    let mut cmd = venv.build_command("python");
+    cmd.args(["-m", "pip", "install", "--quiet", "pytest", "--editable"])
+        .arg(&copy.clone);
+    venv.build("pip install -e ./clone", cmd);
+    // The package is the clone's python/, the library built into it.
+    assert_route_works(
+        "pip install -e ./clone",
+        &venv,
+        &venv.dir().join("bin"),
+        &copy.clone,
+    );
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_pip_install_of_a_git_url() {
+    let copy = clean_copy();
+    wheel_built_from_the_clone();
+    let venv = Venv::new("route-git-url");
+    let url = format!("git+file://{}@{}", copy.clone.display(), copy.head);
+    let mut cmd = venv.build_command("python");
+    cmd.args(["-m", "pip", "install", "--quiet", "pytest", &url]);
+    venv.build("pip install git+file://clone", cmd);
+    assert_route_works("pip install git+URL", &venv, &venv.dir().join("bin"), &venv.dir());
+}
+
+/// Every file git tracks that a build reads: the sdist must hold each.
+const SDIST_MUST_HOLD: [&str; 9] = [
+    "Cargo.toml",
+    "Cargo.lock",
+    "build.rs",
+    "pyproject.toml",
+    "build_backend/",
+    "src/",
+    "crates/",
+    "sim/",
+    "python/cudaleak/",
+];
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_sdist_holds_what_its_build_needs_and_installs_alone() {
+    let copy = clean_copy();
+    wheel_built_from_the_clone();
+    let venv = Venv::new("route-sdist");
+    let dist = venv.root.path().join("dist");
+    let mut cmd = venv.build_command(on_path("python3").to_str().unwrap());
+    cmd.args(["-m", "build", "--sdist", "--outdir"])
+        .arg(&dist)
+        .arg(&copy.clone);
+    venv.build("python -m build --sdist ./clone", cmd);
+    let sdists: Vec<PathBuf> = std::fs::read_dir(&dist)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(sdists.len(), 1, "{sdists:?}");
+    let sdist = &sdists[0];
+    let top = format!("cudaleak-{}/", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        sdist.file_name().unwrap().to_string_lossy(),
+        format!("cudaleak-{}.tar.gz", env!("CARGO_PKG_VERSION"))
+    );
+    let listed = Command::new("tar").arg("tzf").arg(sdist).output().unwrap();
+    assert!(listed.status.success());
+    let files: BTreeSet<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(&top))
+        .map(str::to_string)
+        .collect();
+    let tracked = git(&["ls-files"], &copy.clone);
+    let needed: Vec<&str> = tracked
+        .lines()
+        .filter(|f| {
+            SDIST_MUST_HOLD
+                .iter()
+                .any(|p| f == p || (p.ends_with('/') && f.starts_with(p)))
+                || f.starts_with("schema/")
+                || f.starts_with("suppressions/")
+        })
+        .collect();
+    assert!(needed.len() > 40, "{needed:?}");
+    let missing: Vec<&&str> = needed.iter().filter(|f| !files.contains(**f)).collect();
+    assert!(missing.is_empty(), "the sdist lacks {missing:?}");
+    assert!(files.contains("PKG-INFO"), "{files:?}");
+    let binaries: Vec<&String> = files.iter().filter(|f| f.ends_with(".so")).collect();
+    assert!(binaries.is_empty(), "the sdist holds built files: {binaries:?}");
+    // Its Cargo.toml is the workspace's, every member in it.
+    let cargo_toml = Command::new("tar")
+        .args(["xzf"])
+        .arg(sdist)
+        .args(["-O", &format!("{top}Cargo.toml")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&cargo_toml.stdout),
+        std::fs::read_to_string(copy.clone.join("Cargo.toml")).unwrap()
+    );
+
+    // Alone: pip unpacks it into a directory of its own and builds there.
+    let alone = venv.root.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    let moved = alone.join(sdist.file_name().unwrap());
+    std::fs::rename(sdist, &moved).unwrap();
+    let mut cmd = venv.build_command("python");
+    cmd.args(["-m", "pip", "install", "--quiet", "pytest"])
+        .arg(&moved);
+    venv.build("pip install cudaleak-VERSION.tar.gz", cmd);
+    assert_route_works("sdist + pip install", &venv, &venv.dir().join("bin"), &venv.dir());
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_uv_pip_install_of_a_clone() {
+    let copy = clean_copy();
+    wheel_built_from_the_clone();
+    let venv = Venv::new("route-uv");
+    let mut cmd = venv.build_command(on_path("uv").to_str().unwrap());
+    cmd.args([
+        "pip",
+        "install",
+        "--quiet",
+        "--offline",
+        "--no-index",
+        "--find-links",
+    ])
+    .arg(wheelhouse())
+    .arg("--python")
+    .arg(venv.bin("python"))
+    .arg("pytest")
+    .arg(&copy.clone)
+    .env("UV_CACHE_DIR", venv.root.path().join("uv-cache"));
+    venv.build("uv pip install ./clone", cmd);
+    assert_route_works(
+        "uv pip install ./clone",
+        &venv,
+        &venv.dir().join("bin"),
+        &venv.dir(),
+    );
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn route_pipx_install_of_a_clone() {
+    let copy = clean_copy();
+    wheel_built_from_the_clone();
+    let venv = Venv::new("route-pipx");
+    let pipx_home = venv.root.path().join("pipx");
+    let pipx_bin = venv.root.path().join("pipx-bin");
+    let pipx = |args: &[&str]| {
+        let mut cmd = venv.build_command(on_path("pipx").to_str().unwrap());
+        // pipx's classic backend, pip: with uv beside it pipx would use
+        // uv, which the uv route tests already.
+        cmd.args(args)
+            .env("PIPX_DEFAULT_BACKEND", "pip")
+            .env("PIPX_HOME", &pipx_home)
+            .env("PIPX_BIN_DIR", &pipx_bin)
+            .env("PIPX_MAN_DIR", venv.root.path().join("pipx-man"));
+        cmd
+    };
+    let mut install = pipx(&["install"]);
+    install.arg(&copy.clone);
+    venv.build("pipx install ./clone", install);
+    venv.build(
+        "pipx inject cudaleak pytest",
+        pipx(&["inject", "--include-apps", "cudaleak", "pytest"]),
+    );
+    // pipx links the apps into its bin directory; the library is in the
+    // environment pipx made for the package.
+    assert!(pipx_bin.join("cudaleak").exists());
+    let app_venv = pipx_home.join("venvs/cudaleak");
+    let (code, _, stderr) = venv.run(pipx_bin.join("cudaleak").to_str().unwrap(), &["--version"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_route_works("pipx install ./clone", &venv, &app_venv.join("bin"), &app_venv);
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn without_rust_the_build_stops_at_once_with_one_line() {
+    let copy = clean_copy();
+    let venv = Venv::new("route-no-rust");
+    for (what, args) in [
+        ("pip install", &["install", "--quiet"][..]),
+        (
+            "pip wheel",
+            &["wheel", "--quiet", "--no-deps", "--wheel-dir", "wheels"][..],
+        ),
+    ] {
+        let mut cmd = venv.build_command("python");
+        // Nothing of Rust on PATH (nor in HOME, a fresh one), no CARGO.
+        cmd.env("PATH", venv.dir().join("bin"))
+            .env_remove("CARGO")
+            .args(["-m", "pip"])
+            .args(args)
+            .arg(&copy.clone);
+        let start = std::time::Instant::now();
+        let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(300));
+        let took = start.elapsed();
+        assert!(!status.success(), "{what}: {stdout}\n{stderr}");
+        let lines: Vec<&str> = stdout
+            .lines()
+            .chain(stderr.lines())
+            .map(str::trim)
+            .filter(|l| l.starts_with("cudaleak: "))
+            .collect();
+        assert_eq!(lines.len(), 1, "{what}:\n{stdout}\n{stderr}");
+        assert!(
+            lines[0].starts_with("cudaleak: building from source needs Rust 1.85 or newer")
+                && lines[0].contains("cargo is not on PATH")
+                && lines[0].contains("https://rustup.rs"),
+            "{}",
+            lines[0]
+        );
+        // At once: before anything is compiled.
+        assert!(took < Duration::from_secs(120), "{what} took {took:?}");
+    }
+    // Never half a package: nothing installed, no wheel.
+    assert!(!venv.bin("cudaleak").exists());
+    let (code, _, _) = venv.run("python", &["-c", "import cudaleak"]);
+    assert_ne!(code, Some(0), "cudaleak is importable");
+    assert!(
+        !venv.work().join("wheels").exists()
+            || std::fs::read_dir(venv.work().join("wheels"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}
+
+#[test]
+#[ignore = "builds from a clean clone: scripts/test.sh runs these"]
+fn the_backend_asks_for_zig_only_when_told() {
+    // Through `build`'s frontend, as any PEP 517 frontend calls it.
+    let copy = clean_copy();
+    let venv = installed();
+    let probe = "\
+import build, json, sys
+b = build.ProjectBuilder(sys.argv[1])
+print(json.dumps({k: sorted(b.get_requires_for_build('wheel', s)) for k, s in
+      [('default', {}), ('yes', {'zig': 'yes'}), ('no', {'zig': 'no'})]}))
+print(json.dumps(sorted(b.build_system_requires)))
+";
+    let mut cmd = venv.build_command(on_path("python3").to_str().unwrap());
+    cmd.args(["-c", probe]).arg(&copy.clone);
+    let out = venv.build("get_requires_for_build_wheel", cmd);
+    let mut lines = out.lines();
+    let requires: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let system: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(system, serde_json::json!(["maturin>=1.9,<2"]));
+    assert_eq!(requires["default"], serde_json::json!([]));
+    assert_eq!(requires["no"], serde_json::json!([]));
+    // The ranges requirements-wheel.txt installs for scripts/build-wheel.sh.
+    let pinned = std::fs::read_to_string(support::repo().join("requirements-wheel.txt")).unwrap();
+    let yes: Vec<&str> = requires["yes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(yes.len(), 2, "{yes:?}");
+    for r in yes {
+        assert!(
+            pinned.lines().any(|l| l.trim() == r),
+            "{r} is not in requirements-wheel.txt"
+        );
+    }
 }

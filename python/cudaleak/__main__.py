@@ -13,7 +13,9 @@ def main():
     if command is None:
         sys.stderr.write(
             "cudaleak: cannot find the cudaleak command next to this Python package "
-            "(reinstall it with `pip install cudaleak`, or build it with `cargo build --release`)\n"
+            "(install again from source, which builds the command with the package: "
+            "`pip install --force-reinstall ./cudaleak` from a clone, or `pip install --force-reinstall git+URL`; "
+            "in a checkout, `cargo build --release` builds it into target/release)\n"
         )
         return 2
     os.execv(command, [command] + sys.argv[1:])

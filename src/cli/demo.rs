@@ -31,7 +31,11 @@ fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
 /// had made it, and wrote through their symlinks: a planted
 /// `libcuda.so.1 -> victim` got a root-owned file overwritten (issue 15).
 fn private_dir() -> Result<PathBuf, String> {
-    let template = std::env::temp_dir().join("cudaleak-demo-XXXXXX");
+    private_dir_named("cudaleak-demo")
+}
+
+fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
+    let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
     let mut bytes = CString::new(template.as_os_str().as_bytes())
         .map_err(|_| format!("{}: NUL in the path", template.display()))?
         .into_bytes_with_nul();
@@ -110,4 +114,48 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         page.display()
     );
     Ok(0)
+}
+
+/// `cudaleak run --simulated`: the bundled simulated CUDA driver and
+/// runtime (libcuda.so.1, libcudart.so.12, backed by host memory) in a new
+/// private directory put first on the command's LD_LIBRARY_PATH, so that a
+/// program loading CUDA by its usual names gets them: one's own program on
+/// cudaleak without a GPU, as the demo runs. The files go when this is
+/// dropped, after the command and its summary.
+pub struct SimulatedDriver {
+    dir: PathBuf,
+}
+
+impl SimulatedDriver {
+    pub fn for_command(cmd: &mut Command) -> Result<SimulatedDriver, String> {
+        use std::io::Write;
+        let sim = SimulatedDriver {
+            dir: private_dir_named("cudaleak-sim")?,
+        };
+        for (name, bytes) in FILES.iter().filter(|(name, _)| name.starts_with("lib")) {
+            write_exe(&sim.dir, name, bytes)?;
+        }
+        let mut path = OsString::from(&sim.dir);
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", path);
+        // Not eprintln!: `run` must not panic on a closed stderr.
+        let _ = writeln!(
+            std::io::stderr(),
+            "cudaleak: on the simulated CUDA driver (libcuda.so.1 and libcudart.so.12 from {}, first on LD_LIBRARY_PATH); no GPU is used",
+            sim.dir.display()
+        );
+        Ok(sim)
+    }
+}
+
+impl Drop for SimulatedDriver {
+    fn drop(&mut self) {
+        for (name, _) in FILES {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }

@@ -41,11 +41,27 @@ fn python_package_candidates(bin_dir: &std::path::Path) -> Vec<PathBuf> {
         pythons.sort_by_key(|p| std::cmp::Reverse(python_version(p)));
         for python in pythons {
             for packages in ["site-packages", "dist-packages"] {
-                found.push(python.join(packages).join(PYTHON_PACKAGE_LIBRARY));
+                let site = python.join(packages);
+                found.push(site.join(PYTHON_PACKAGE_LIBRARY));
+                found.extend(editable_package_dirs(&site).map(|d| d.join(PYTHON_PACKAGE_LIBRARY)));
             }
         }
     }
     found
+}
+
+/// An editable install (`pip install -e ./cudaleak`) leaves no package in
+/// site-packages, only maturin's `cudaleak.pth` naming the clone's
+/// python/ directory, where the build put the library.
+fn editable_package_dirs(site: &std::path::Path) -> impl Iterator<Item = PathBuf> {
+    cudaleak_core::safe_read::read_regular_text(&site.join("cudaleak.pth"), 64 * 1024)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('/'))
+        .map(PathBuf::from)
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 /// (3, 11) for .../python3.11, so that 3.10 sorts above 3.9.
@@ -82,7 +98,7 @@ pub fn find_library() -> Result<PathBuf, String> {
         dir.display()
     ));
     Err(format!(
-        "cannot find libcudaleak.so; looked in: {} (install the wheel with `pip install cudaleak`, build it with `cargo build --release`, or set CUDALEAK_LIBRARY)",
+        "cannot find libcudaleak.so; looked in: {}. Set CUDALEAK_LIBRARY to its path, or install again from source, which builds the command and the library together: `pip install --force-reinstall ./cudaleak` (a clone) or `pip install --force-reinstall git+URL`; in a checkout, `cargo build --release` puts both in target/release. `cudaleak lib` prints the library found",
         tried.join(", ")
     ))
 }

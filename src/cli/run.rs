@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// Do not apply the built-in suppressions (CUDALEAK_DEFAULT_SUPPRESSIONS=0)
     #[arg(long)]
     no_default_suppressions: bool,
+    /// Run COMMAND on cudaleak's bundled simulated CUDA driver and runtime (libcuda.so.1,
+    /// libcudart.so.12, backed by host memory), put first on LD_LIBRARY_PATH: try it without a GPU
+    #[arg(long)]
+    simulated: bool,
     /// The command to run
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -285,6 +289,10 @@ pub fn run(a: RunArgs) -> CliResult {
     cmd.args(&a.command[1..]);
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));
     cmd.env("CUDALEAK_DIR", &dir);
+    let _simulated = a
+        .simulated
+        .then(|| super::demo::SimulatedDriver::for_command(&mut cmd))
+        .transpose()?;
     if let Some(s) = &a.suppressions {
         let text = safe_read::read_regular_text(s, cudaleak_core::report::MAX_REPORT_BYTES)
             .map_err(|e| format!("cannot read suppressions file {}: {e}", s.display()))?;
