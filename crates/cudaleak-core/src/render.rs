@@ -3,7 +3,9 @@
 //! JSON is the report model itself (serde).
 
 use crate::python::PythonFrame;
-use crate::report::{saturating_sum, Group, MergedFrame, NativeFrame, Report, SuppressionUse, Trend};
+use crate::report::{
+    saturating_sum, Group, MergedFrame, NativeFrame, OomRequest, Report, SuppressionUse, Trend, Trigger,
+};
 use crate::units::{count, size, size_exact};
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -376,6 +378,9 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         g.kind().name(),
         trend_note(g.trend)
     );
+    if g.pytorch_cache_segment {
+        let _ = writeln!(out, "    {PYTORCH_CACHE_NOTE}");
+    }
     for l in display_frames_with(g, opts.max_frames, opts.full_stacks) {
         let _ = writeln!(out, "{l}");
     }
@@ -383,6 +388,199 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         let _ = writeln!(out, "    (no stack recorded)");
     }
     out.push('\n');
+}
+
+/// What a group of PyTorch's caching allocator is (issue 21).
+const PYTORCH_CACHE_NOTE: &str =
+    "(PyTorch cache segment: memory the caching allocator reserved, which holds tensors or none; not one tensor)";
+
+/// The hint under a report that shows PyTorch cache segments.
+pub const PYTORCH_CACHE_HINT: &str = "hint: groups marked \"PyTorch cache segment\" are reserved memory of PyTorch's caching allocator; run under `cudaleak run --pytorch` (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync) to see each tensor with the line that made it";
+
+/// Whether any group of `r` is a PyTorch cache segment.
+fn shows_pytorch_cache(r: &Report) -> bool {
+    let peak = r.peak.iter().flat_map(|p| &p.groups);
+    r.leaks.iter().chain(&r.suppressed).chain(peak).any(|g| g.pytorch_cache_segment)
+}
+
+/// The process's start (Unix ms), from its instance token
+/// (`<start ms>-<random>`, `writer::instance_token`).
+fn process_start_ms(r: &Report) -> Option<i64> {
+    r.instance.as_deref()?.split('-').next()?.parse().ok()
+}
+
+/// When `at_ms` was, in words: `+12.3 s` after the process started, else
+/// relative to the report.
+fn moment(r: &Report, at_ms: i64) -> String {
+    match process_start_ms(r) {
+        // The peak's time comes from the coarse clock, which may read a
+        // few milliseconds behind the start's.
+        Some(start) if at_ms.saturating_add(1000) >= start => {
+            format!("+{:.1} s", at_ms.saturating_sub(start).max(0) as f64 / 1000.0)
+        }
+        _ if at_ms <= r.timestamp_ms => format!("{:.1} s before this dump", (r.timestamp_ms - at_ms) as f64 / 1000.0),
+        _ => format!("{:.1} s after this dump", (at_ms - r.timestamp_ms) as f64 / 1000.0),
+    }
+}
+
+/// The failed request as a group, for its frames.
+fn request_group(o: &OomRequest) -> Group {
+    Group {
+        merged_stack: o.merged_stack.clone(),
+        ..Group::new(
+            1,
+            o.requested_bytes,
+            &o.api,
+            crate::record::MemoryKind::Device,
+            o.native_stack.clone(),
+            o.python_stack.clone(),
+        )
+    }
+}
+
+/// Where the request was made, for one line: its innermost Python line,
+/// else its innermost native frame with a function that is not machinery,
+/// with its file and line.
+fn request_site(o: &OomRequest) -> String {
+    if let Some(p) = o.python_stack.first() {
+        return python_label(p);
+    }
+    o.native_stack
+        .iter()
+        .find(|f| f.function.is_some() && !is_noise(f))
+        .and_then(|f| frame_key_label(&MergedFrame::Native(f.clone())))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+/// `(free 256.0 MiB of 768.0 MiB)`, or what of it is known.
+fn device_memory(o: &OomRequest) -> String {
+    let dev = o.device.map(|d| format!("device {d}: ")).unwrap_or_default();
+    match (o.device_free_bytes, o.device_total_bytes) {
+        (Some(free), Some(total)) => format!("{dev}free {} of {}", size(free), size(total)),
+        (Some(free), None) => format!("{dev}free {}", size(free)),
+        _ => format!("{dev}free memory unknown"),
+    }
+}
+
+/// The failed request, first in an `oom` report's text.
+fn oom_block(out: &mut String, r: &Report, o: &OomRequest, opts: &TextOptions) {
+    let _ = writeln!(
+        out,
+        "Out of memory: {} of {} ({} bytes) failed at {} ({}){}:",
+        escape(&o.api),
+        size(o.requested_bytes),
+        o.requested_bytes,
+        moment(r, o.timestamp_ms),
+        device_memory(o),
+        if o.failed_calls > 1 {
+            format!("; {} failed calls within 1 s", o.failed_calls)
+        } else {
+            String::new()
+        }
+    );
+    let g = request_group(o);
+    for l in display_frames_with(&g, opts.max_frames, opts.full_stacks) {
+        let _ = writeln!(out, "{l}");
+    }
+    if g.native_stack.is_empty() && g.python_stack.is_empty() {
+        let _ = writeln!(out, "    (no stack recorded)");
+    }
+    let _ = writeln!(
+        out,
+        "\nWhat this process held at that moment: {} in {}.\n",
+        size_exact(r.totals.live_bytes),
+        count(r.totals.live_blocks, "block")
+    );
+}
+
+/// Groups in the short lists (peak, stderr lines).
+const SHORT_LIST: usize = 5;
+
+/// "At the peak (1.4 GiB at +12.3 s):" and its largest groups, one line
+/// each.
+fn peak_section(out: &mut String, r: &Report) {
+    let Some(p) = &r.peak else { return };
+    if p.bytes == 0 {
+        return;
+    }
+    let _ = writeln!(out, "{THIN_RULE}");
+    let _ = writeln!(out, "At the peak ({} at {}):", size(p.bytes), moment(r, p.timestamp_ms));
+    let shown: Vec<&Group> = p.groups.iter().take(SHORT_LIST).collect();
+    for (g, label) in shown.iter().zip(group_labels(&shown)) {
+        let _ = writeln!(
+            out,
+            "  {} in {}: {}{}",
+            size(g.bytes),
+            count(g.blocks, "block"),
+            label,
+            if g.pytorch_cache_segment {
+                " [PyTorch cache segment]"
+            } else {
+                ""
+            }
+        );
+    }
+    let rest: Vec<&Group> = p.groups.iter().skip(SHORT_LIST).collect();
+    let left = p.groups_left_out.unwrap_or_default();
+    let (more, bytes, blocks) = (
+        rest.len() as u64 + left.groups,
+        saturating_sum(rest.iter().map(|g| g.bytes)).saturating_add(left.bytes),
+        saturating_sum(rest.iter().map(|g| g.blocks)).saturating_add(left.blocks),
+    );
+    if more > 0 {
+        let _ = writeln!(
+            out,
+            "  ... and {}, {} in {}",
+            count(more, "more group"),
+            size(bytes),
+            count(blocks, "block")
+        );
+    }
+    out.push('\n');
+}
+
+/// What the library prints on stderr when it writes an `oom` report: one
+/// line, then the largest groups live at that moment, one line each.
+pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
+    let mut out = String::new();
+    let Some(o) = &r.oom else { return out };
+    let calls = if o.failed_calls > 1 {
+        format!(" ({} failed calls within 1 s)", o.failed_calls)
+    } else {
+        String::new()
+    };
+    let _ = write!(
+        out,
+        "cudaleak: out of memory: {} of {} at {} failed{calls} ({}); this process holds {} in {}",
+        escape(&o.api),
+        size(o.requested_bytes),
+        request_site(o),
+        device_memory(o),
+        size(r.totals.live_bytes),
+        count(r.totals.live_blocks, "block"),
+    );
+    match report_path {
+        Some(p) => {
+            let _ = writeln!(out, "; report: {}", escape(p));
+        }
+        None => out.push('\n'),
+    }
+    let shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).take(3).collect();
+    for (g, label) in shown.iter().zip(group_labels(&shown)) {
+        let _ = writeln!(
+            out,
+            "cudaleak:   {} in {}: {}{}",
+            size(g.bytes),
+            count(g.blocks, "block"),
+            label,
+            if g.pytorch_cache_segment {
+                " [PyTorch cache segment]"
+            } else {
+                ""
+            }
+        );
+    }
+    out
 }
 
 fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
@@ -482,6 +680,9 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     }
     limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
+    if r.leaks.iter().take(opts.max_groups).any(|g| g.pytorch_cache_segment) {
+        let _ = writeln!(out, "{PYTORCH_CACHE_HINT}\n");
+    }
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     let _ = writeln!(
         out,
@@ -583,6 +784,9 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     );
     limits_reached(&mut out, t);
     out.push('\n');
+    if let Some(o) = &r.oom {
+        oom_block(&mut out, r, o, opts);
+    }
     let verb = if r.trigger == crate::report::Trigger::Exit {
         "Leaked"
     } else {
@@ -628,6 +832,22 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         );
     }
     suppressions_table(&mut out, &r.suppressions_used);
+    peak_section(&mut out, r);
+    if !r.oom_events.is_empty() && r.trigger != Trigger::Oom {
+        let _ = writeln!(
+            out,
+            "Out of memory before this dump: {} ({} failed calls in all){}.",
+            count(r.oom_events.len() as u64, "episode"),
+            saturating_sum(r.oom_events.iter().map(|e| e.failed_calls)),
+            match r.oom_events.iter().filter_map(|e| e.report.as_deref()).next() {
+                Some(first) => format!("; the first report: {}", escape(first)),
+                None => String::new(),
+            }
+        );
+    }
+    if shows_pytorch_cache(r) {
+        let _ = writeln!(out, "{PYTORCH_CACHE_HINT}\n");
+    }
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     if r.trigger == crate::report::Trigger::Exit {
         let _ = writeln!(out, "{}", summary_line(bytes, blocks));
