@@ -13,6 +13,11 @@
  *   SIMCUDA_DEVICES    number of devices (default 1, at most 8)
  *   SIMCUDA_MAX_ALLOC  larger requests fail with CUDA_ERROR_OUT_OF_MEMORY
  *                      (default 64 GiB)
+ *   SIMCUDA_DEVICE_BYTES  each device's memory: device memory, arrays and
+ *                      cuMemCreate allocations that do not fit in what is
+ *                      left fail with CUDA_ERROR_OUT_OF_MEMORY, and
+ *                      cuMemGetInfo reports it (default: unlimited, and
+ *                      cuMemGetInfo reports SIMCUDA_MAX_ALLOC as the total)
  *   SIMCUDA_BACKING    "malloc": one malloc/free per allocation, so that a
  *                      malloc tracker (heaptrack, memray) sees each one;
  *                      default: like the real driver, a freed block's
@@ -148,6 +153,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static int device_count = 1;
 static uint64_t max_alloc = 64ULL << 30;
+static uint64_t device_bytes;             /* 0: unlimited */
+static uint64_t device_used[MAX_DEVICES]; /* under the lock */
 static __thread CUcontext current;
 static struct CUctx_st primary[MAX_DEVICES];
 static int primary_refs[MAX_DEVICES];
@@ -165,6 +172,8 @@ CUresult cuInit(unsigned int flags) {
         if (d && atoi(d) > 0) device_count = atoi(d) > MAX_DEVICES ? MAX_DEVICES : atoi(d);
         const char *m = getenv("SIMCUDA_MAX_ALLOC");
         if (m && strtoull(m, NULL, 0) > 0) max_alloc = strtoull(m, NULL, 0);
+        const char *cap = getenv("SIMCUDA_DEVICE_BYTES");
+        if (cap && strtoull(cap, NULL, 0) > 0) device_bytes = strtoull(cap, NULL, 0);
         const char *b = getenv("SIMCUDA_BACKING");
         plain_malloc = b && !strcmp(b, "malloc");
         initialized = 1;
@@ -194,11 +203,29 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     return CUDA_SUCCESS;
 }
 
+/* Device memory of a device (SIMCUDA_DEVICE_BYTES): kinds that live in it
+ * take from it; a request that does not fit fails. The lock is held. */
+static int uses_device_memory(int kind) {
+    return kind == K_DEVICE || kind == K_ARRAY || kind == K_MIPMAPPED || kind == K_HANDLE;
+}
+
+static int device_take(int dev, int kind, uint64_t size) {
+    if (!uses_device_memory(kind) || dev < 0 || dev >= MAX_DEVICES) return 0;
+    if (device_bytes && (size > device_bytes || device_used[dev] > device_bytes - size)) return -1;
+    device_used[dev] += size;
+    return 0;
+}
+
+static void device_give(int dev, int kind, uint64_t size) {
+    if (uses_device_memory(kind) && dev >= 0 && dev < MAX_DEVICES) device_used[dev] -= size;
+}
+
 /* Frees everything that belongs to ctx; the lock is held. */
 static void release_context_memory(CUcontext ctx) {
     for (size_t i = 0; i < memory.cap; i++) {
         struct entry *e = &memory.e[i];
         if (e->key && e->key != TOMBSTONE && e->aux == (uint64_t)(uintptr_t)ctx) {
+            device_give(ctx->device, e->kind, e->size);
             backing_free((void *)(uintptr_t)e->key, e->size);
             table_erase(e);
         }
@@ -300,11 +327,16 @@ static CUresult allocate(void **out, size_t size, int kind) {
     if (!ctx || !ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
+    if (device_take(ctx->device, kind, size)) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     void *p = backing_alloc(size);
     struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = size,
                       .aux = (uint64_t)(uintptr_t)ctx, .kind = kind};
     if (!p || table_put(&memory, e)) {
         if (p) backing_free(p, size);
+        device_give(ctx->device, kind, size);
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -324,6 +356,7 @@ static CUresult release(uint64_t addr, int kind) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     table_erase(e);
+    device_give(((CUcontext)(uintptr_t)e->aux)->device, e->kind, e->size);
     backing_free((void *)(uintptr_t)addr, e->size);
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
@@ -532,6 +565,13 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     return CUDA_SUCCESS;
 }
 
+/* A physical allocation gone: its device memory is free again (imported
+ * handles, aux 0, took none). The lock is held. */
+static void handle_erase(struct entry *h) {
+    if (h->aux) device_give((int)(h->aux - 1), K_HANDLE, h->size);
+    table_erase(h);
+}
+
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -541,8 +581,15 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_DEVICE;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
-    struct entry e = {.key = next_handle++, .size = size, .kind = K_HANDLE};
+    if (device_take(prop->location.id, K_HANDLE, size)) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* aux: the device + 1, whose memory the handle takes */
+    struct entry e = {.key = next_handle++, .size = size, .kind = K_HANDLE,
+                      .aux = (uint64_t)prop->location.id + 1};
     int failed = table_put(&handles, e);
+    if (failed) device_give(prop->location.id, K_HANDLE, size);
     pthread_mutex_unlock(&lock);
     if (failed) return CUDA_ERROR_OUT_OF_MEMORY;
     *handle = e.key;
@@ -556,7 +603,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     if (e && !e->released) {
         e->released = 1;
-        if (e->maps == 0) table_erase(e);
+        if (e->maps == 0) handle_erase(e);
         r = CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&lock);
@@ -630,12 +677,38 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
         if (!m->key || m->key == TOMBSTONE || m->key < ptr || m->key + m->size > ptr + size)
             continue;
         struct entry *h = table_find(&handles, m->aux);
-        if (h && --h->maps == 0 && h->released) table_erase(h);
+        if (h && --h->maps == 0 && h->released) handle_erase(h);
         table_erase(m);
         found = 1;
     }
     pthread_mutex_unlock(&lock);
     return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- how much device memory is left ---- */
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUcontext ctx = current;
+    if (!ctx || !ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    uint64_t total = device_bytes ? device_bytes : max_alloc;
+    uint64_t used = device_used[ctx->device];
+    pthread_mutex_unlock(&lock);
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    return CUDA_SUCCESS;
+}
+
+/* The API of CUDA < 3.2, with 32-bit sizes. */
+CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes) {
+    size_t f, t;
+    CUresult r = cuMemGetInfo_v2(&f, &t);
+    if (r) return r;
+    *free_bytes = f > 0xffffffffu ? 0xffffffffu : (unsigned int)f;
+    *total_bytes = t > 0xffffffffu ? 0xffffffffu : (unsigned int)t;
+    return CUDA_SUCCESS;
 }
 
 /* ---- entry points ---- */
@@ -679,7 +752,7 @@ static const struct { const char *name; void *fn; } symbols[] = {
     SYM(cuMemGetAddressRange_v2), SYM(cuIpcGetMemHandle), SYM(cuIpcOpenMemHandle_v2),
     SYM(cuIpcCloseMemHandle), SYM(cuMemExportToShareableHandle),
     SYM(cuMemImportFromShareableHandle), SYM(cuMemPoolCreate), SYM(cuMemPoolDestroy),
-    SYM(cuGetErrorName),
+    SYM(cuGetErrorName), SYM(cuMemGetInfo), SYM(cuMemGetInfo_v2),
 };
 
 /* Which versioned symbol a base name means at a given CUDA version, as the
@@ -699,6 +772,7 @@ static const struct { const char *base; int since; const char *suffix; } version
     {"cuIpcOpenMemHandle", 11000, "_v2"},
     {"cuMemGetAddressRange", 3020, "_v2"},
     {"cuArray3DCreate", 3020, "_v2"},
+    {"cuMemGetInfo", 3020, "_v2"},
 };
 static const char *per_thread[] = {"cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync"};
 

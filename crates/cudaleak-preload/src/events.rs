@@ -22,10 +22,15 @@
 //!    gets the same address from the driver between the two.
 //! 4. Panics are caught on both sides of the real call (never across
 //!    `extern "C"`); a failed `before` still calls the real function.
+//! 5. A call that fails for lack of memory is one out-of-memory failure
+//!    (`oom.rs`) at the level of case 1: the driver hook under a runtime
+//!    call only marks the runtime call, which reports it with its own API
+//!    and stack once its real call has returned.
 
 use crate::capture::Stack;
 use crate::ffi::*;
 use crate::hook_table::{HookId, Layer};
+use crate::oom;
 use crate::resolve;
 use crate::thread::{self, ThreadState};
 use crate::tracker;
@@ -156,6 +161,8 @@ pub struct RuntimeCall {
     released: Cell<bool>,
     /// a driver context hook handled a teardown
     torn_down: Cell<bool>,
+    /// the driver allocation it made ran out of memory (case 5)
+    out_of_memory: Cell<bool>,
 }
 
 impl RuntimeCall {
@@ -166,6 +173,7 @@ impl RuntimeCall {
             handled: Cell::new(false),
             released: Cell::new(false),
             torn_down: Cell::new(false),
+            out_of_memory: Cell::new(false),
         }
     }
 }
@@ -195,8 +203,9 @@ enum Out {
 
 enum Size {
     Bytes(u64),
-    /// cuMemAllocPitch: pitch (written by the call) × height
-    Pitch(*mut usize, usize),
+    /// cuMemAllocPitch: pitch (written by the call) × height; and the
+    /// bytes asked for, width × height
+    Pitch(*mut usize, usize, u64),
     /// asked from the driver after the call (cuMemGetAddressRange_v2)
     OfAddress,
 }
@@ -222,9 +231,9 @@ impl Alloc {
         }
     }
 
-    pub fn pitched(id: HookId, api: Api, out: *mut u64, pitch: *mut usize, height: usize) -> Alloc {
+    pub fn pitched(id: HookId, api: Api, out: *mut u64, pitch: *mut usize, width: usize, height: usize) -> Alloc {
         Alloc {
-            size: Size::Pitch(pitch, height),
+            size: Size::Pitch(pitch, height, (width as u64).saturating_mul(height as u64)),
             ..Alloc::new(id, api, MemoryKind::Device, out, 0)
         }
     }
@@ -285,6 +294,17 @@ pub fn runtime_array_bytes(desc: *const cudaChannelFormatDesc, extent: cudaExten
     RtSize::Bytes(bytes as usize)
 }
 
+impl Alloc {
+    /// The bytes the call asked for (0 when it cannot say: an IPC handle).
+    fn requested(&self) -> u64 {
+        match self.size {
+            Size::Bytes(b) => b,
+            Size::Pitch(_, _, asked) => asked,
+            Size::OfAddress => 0,
+        }
+    }
+}
+
 impl Event for Alloc {
     type State = ();
 
@@ -300,6 +320,23 @@ impl Event for Alloc {
         }
         if result != CUDA_SUCCESS {
             tracker::note_failed_allocation();
+            if result == CUDA_ERROR_OUT_OF_MEMORY {
+                match runtime {
+                    // Case 5: the runtime call reports it.
+                    Some((_, rc)) => rc.out_of_memory.set(true),
+                    None => {
+                        let (thread, api, kind) = (cx.thread, self.api, self.kind);
+                        let failure = oom::Failure {
+                            api,
+                            requested: self.requested(),
+                            device: self.device,
+                        };
+                        oom::on_out_of_memory(failure, thread, || {
+                            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
+                        });
+                    }
+                }
+            }
             return;
         }
         let Out::Address(out) = self.out;
@@ -311,7 +348,7 @@ impl Event for Alloc {
         let size = match self.size {
             Size::Bytes(b) => b,
             // SAFETY: written by the successful call.
-            Size::Pitch(p, h) if !p.is_null() => {
+            Size::Pitch(p, h, _) if !p.is_null() => {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
             }
             Size::Pitch(..) => 0,
@@ -551,8 +588,22 @@ impl Event for EntryPoint {
 
 pub enum RtSize {
     Bytes(usize),
-    /// pitch out parameter × rows
-    Pitch(*mut usize, usize),
+    /// pitch out parameter × rows; the bytes asked for (width × rows)
+    Pitch(*mut usize, usize, u64),
+}
+
+impl RtSize {
+    /// A pitched allocation of `rows` rows of `width` bytes each.
+    pub fn pitch(pitch: *mut usize, width: usize, rows: usize) -> RtSize {
+        RtSize::Pitch(pitch, rows, (width as u64).saturating_mul(rows as u64))
+    }
+
+    fn requested(&self) -> u64 {
+        match *self {
+            RtSize::Bytes(b) => b as u64,
+            RtSize::Pitch(_, _, asked) => asked,
+        }
+    }
 }
 
 pub struct RuntimeAlloc {
@@ -598,7 +649,7 @@ impl RuntimeAlloc {
             MemoryKind::Device,
             crate::hook_table::RUNTIME_MALLOC_PITCH,
             out,
-            RtSize::Pitch(pitch, extent.height.saturating_mul(extent.depth)),
+            RtSize::pitch(pitch, extent.width, extent.height.saturating_mul(extent.depth)),
         )
     }
 }
@@ -615,12 +666,22 @@ impl Event for RuntimeAlloc {
 
     fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
         cx.unpublish();
-        if cx.runtime.as_ref().is_none_or(|rc| rc.handled.get()) {
+        let Some(rc) = cx.runtime.as_ref() else {
+            return;
+        };
+        if rc.handled.get() {
+            // Case 5: the driver call it made ran out, and so did this call.
+            if rc.out_of_memory.get() && result != CUDA_SUCCESS {
+                self.out_of_memory(cx);
+            }
             return;
         }
         if result != CUDA_SUCCESS {
             // The driver hook counts failures it sees; count those it did not.
             tracker::note_failed_allocation();
+            if result == CUDA_ERROR_MEMORY_ALLOCATION {
+                self.out_of_memory(cx);
+            }
             return;
         }
         if self.out.is_null() {
@@ -634,13 +695,29 @@ impl Event for RuntimeAlloc {
         let size = match self.size {
             RtSize::Bytes(b) => b as u64,
             // SAFETY: written by the successful call.
-            RtSize::Pitch(p, rows) if !p.is_null() => {
+            RtSize::Pitch(p, rows, _) if !p.is_null() => {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(rows as u64)
             }
             RtSize::Pitch(..) => 0,
         };
         let thread = cx.thread;
         tracker::record_allocation(key, size, self.api, self.kind, cx.stack(), None, thread);
+    }
+}
+
+impl RuntimeAlloc {
+    /// This runtime call failed for lack of memory: one failure, with the
+    /// runtime call's API and the stack captured when it began.
+    fn out_of_memory(&self, cx: &mut HookCx) {
+        let (thread, api, kind) = (cx.thread, self.api, self.kind);
+        let failure = oom::Failure {
+            api,
+            requested: self.size.requested(),
+            device: None,
+        };
+        oom::on_out_of_memory(failure, thread, || {
+            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
+        });
     }
 }
 
