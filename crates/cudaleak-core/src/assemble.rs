@@ -370,9 +370,14 @@ fn build_group(t: &TraceRef, acc: Acc, mut native: Vec<NativeFrame>, python: Vec
 
 /// A function of PyTorch's default CUDA caching allocator (demangled, or
 /// mangled where demangling failed): a block allocated through it is a
-/// segment the allocator reserved, which it carves into tensors.
+/// segment the allocator reserved, which it carves into tensors. The
+/// `backend:cudaMallocAsync` allocator lives in the same namespace
+/// (`c10::cuda::CUDACachingAllocator::CudaMallocAsync`) but makes one
+/// allocation per tensor: not a cache.
 pub fn is_pytorch_caching_allocator(function: &str) -> bool {
-    function.contains("c10::cuda::CUDACachingAllocator") || function.contains("3c104cuda20CUDACachingAllocator")
+    let caching = function.contains("c10::cuda::CUDACachingAllocator")
+        || function.contains("3c104cuda20CUDACachingAllocator");
+    caching && !function.contains("CudaMallocAsync")
 }
 
 /// The group of blocks whose trace is not in the depot.
@@ -958,7 +963,14 @@ impl Assembler<'_> {
                         bytes,
                     })
                     .collect();
-                (sites, if p.timestamp_ms > 0 { p.timestamp_ms } else { meta.timestamp_ms })
+                (
+                    sites,
+                    if p.timestamp_ms > 0 {
+                        p.timestamp_ms
+                    } else {
+                        meta.timestamp_ms
+                    },
+                )
             };
             let (groups, groups_left_out) = self.plain_groups(&mut table, counts, max_groups);
             Peak {
@@ -1091,6 +1103,22 @@ mod tests {
             kind: MemoryKind::Device,
             native,
             python: &[],
+        }
+    }
+
+    #[test]
+    fn pytorch_cache_segments_are_the_native_allocator_s_only() {
+        for (name, cache) in [
+            ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long, CUstream_st*)", true),
+            ("c10::cuda::CUDACachingAllocator::Native::ExpandableSegment::map(c10::cuda::CUDACachingAllocator::Native::SegmentRange)", true),
+            ("c10::cuda::CUDACachingAllocator::THCCachingAllocator::malloc(void**, int, unsigned long, CUstream_st*)", true),
+            ("_ZN3c104cuda20CUDACachingAllocator6Native22DeviceCachingAllocator6mallocEimP11CUstream_st", true),
+            ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::mallocAsync(void**, int, unsigned long, CUstream_st*)", false),
+            ("_ZN3c104cuda20CUDACachingAllocator15CudaMallocAsync11mallocAsyncEPPvimP11CUstream_st", false),
+            ("at::cuda::setWorkspaceForHandle()", false),
+            ("cudaMalloc", false),
+        ] {
+            assert_eq!(is_pytorch_caching_allocator(name), cache, "{name}");
         }
     }
 
