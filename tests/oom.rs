@@ -32,7 +32,13 @@ fn frame(g_native: &[cudaleak_core::report::NativeFrame], i: usize) -> (String, 
     let f = &g_native[i];
     (
         f.function.clone().unwrap_or_default(),
-        f.file.as_deref().unwrap_or("").rsplit('/').next().unwrap().to_string(),
+        f.file
+            .as_deref()
+            .unwrap_or("")
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string(),
         f.line.unwrap_or(-1),
     )
 }
@@ -49,7 +55,10 @@ fn group<'a>(groups: &'a [Group], function: &str) -> &'a Group {
         .unwrap_or_else(|| {
             panic!(
                 "no group at {function}: {:?}",
-                groups.iter().map(|g| frame(&g.native_stack, 0)).collect::<Vec<_>>()
+                groups
+                    .iter()
+                    .map(|g| frame(&g.native_stack, 0))
+                    .collect::<Vec<_>>()
             )
         })
 }
@@ -64,7 +73,9 @@ fn shape(groups: &[Group]) -> Vec<(u64, u64, (String, String, i64))> {
 
 fn untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut cmd = Command::new(program);
-    cmd.args(args).env("LD_LIBRARY_PATH", sim_dir()).env_remove("LD_PRELOAD");
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", sim_dir())
+        .env_remove("LD_PRELOAD");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -105,9 +116,16 @@ fn an_oom_report_holds_what_was_live_before_the_program_reacted() {
     assert_eq!(o.requested_bytes, 40 * MIB);
     assert_eq!(o.failed_calls, 2, "the retry within a second counts in it");
     assert_eq!(o.device, Some(0));
-    assert_eq!(o.device_free_bytes, Some(8 * MIB), "64 MiB less weights and cache");
+    assert_eq!(
+        o.device_free_bytes,
+        Some(8 * MIB),
+        "64 MiB less weights and cache"
+    );
     assert_eq!(o.device_total_bytes, Some(64 * MIB));
-    assert_eq!(frame(&o.native_stack, 0), at("request", line_of(OOM_C, "/* REQUEST */")));
+    assert_eq!(
+        frame(&o.native_stack, 0),
+        at("request", line_of(OOM_C, "/* REQUEST */"))
+    );
     assert_eq!(frame(&o.native_stack, 1).0, "main");
     assert!(o.python_stack.is_empty());
     // What was live at the failure, before the program freed its cache.
@@ -124,7 +142,10 @@ fn an_oom_report_holds_what_was_live_before_the_program_reacted() {
     assert_eq!(r.oom_events.len(), 1);
     assert_eq!(r.oom_events[0].report.as_deref(), Some(oom_file.as_str()));
     assert_eq!(r.oom_events[0].timestamp_ms, o.timestamp_ms);
-    assert_eq!(r.timestamp_ms, o.timestamp_ms, "the report shows the moment of the failure");
+    assert_eq!(
+        r.timestamp_ms, o.timestamp_ms,
+        "the report shows the moment of the failure"
+    );
 
     // The exit report is still the exit report.
     let exits = by_trigger(&reports, Trigger::Exit);
@@ -137,13 +158,24 @@ fn an_oom_report_holds_what_was_live_before_the_program_reacted() {
     );
     let t = &e.totals;
     assert_eq!(
-        (t.allocations, t.frees, t.failed_allocations, t.live_bytes, t.peak_bytes),
+        (
+            t.allocations,
+            t.frees,
+            t.failed_allocations,
+            t.live_bytes,
+            t.peak_bytes
+        ),
         (5, 4, 2, 32 * MIB, 56 * MIB)
     );
     let ev = &e.oom_events;
     assert_eq!(ev.len(), 1);
     assert_eq!(
-        (ev[0].api.as_str(), ev[0].requested_bytes, ev[0].failed_calls, ev[0].device),
+        (
+            ev[0].api.as_str(),
+            ev[0].requested_bytes,
+            ev[0].failed_calls,
+            ev[0].device
+        ),
         ("cudaMalloc", 40 * MIB, 2, Some(0))
     );
     assert_eq!(ev[0].report.as_deref(), Some(oom_file.as_str()));
@@ -186,7 +218,10 @@ fn an_oom_report_holds_what_was_live_before_the_program_reacted() {
             && body[0].ends_with(" (device 0: free 8.0 MiB of 64.0 MiB); 2 failed calls within 1 s:"),
         "{text}"
     );
-    assert!(body[1].contains(" in request ") && body[1].ends_with(&format!("oom.c:{}", line_of(OOM_C, "/* REQUEST */"))));
+    assert!(
+        body[1].contains(" in request ")
+            && body[1].ends_with(&format!("oom.c:{}", line_of(OOM_C, "/* REQUEST */")))
+    );
     assert!(text.contains("What this process held at that moment: 56.0 MiB (58720256 bytes) in 5 blocks."));
     assert!(text.contains("\nAt the peak (56.0 MiB at +"), "{text}");
 }
@@ -203,7 +238,10 @@ fn the_oom_report_is_written_while_the_process_runs() {
     assert_eq!(status.code(), Some(1));
     assert_eq!(lines, ["request of 41943040 bytes: rc=2 errno=1234 out=(nil)"; 2]);
     let all = reports_in(dir.path());
-    assert_eq!(all.iter().map(|r| r.trigger).collect::<Vec<_>>(), [Trigger::Oom, Trigger::Exit]);
+    assert_eq!(
+        all.iter().map(|r| r.trigger).collect::<Vec<_>>(),
+        [Trigger::Oom, Trigger::Exit]
+    );
 }
 
 #[test]
@@ -212,7 +250,12 @@ fn an_oom_from_python_names_the_python_line() {
     let helper = build(
         "libpy_helper.so",
         &["tests/c/py_helper.c"],
-        &["-shared", "-fPIC", &sim.join("libcudart.so.12").display().to_string(), "-lpthread"],
+        &[
+            "-shared",
+            "-fPIC",
+            &sim.join("libcudart.so.12").display().to_string(),
+            "-lpthread",
+        ],
     );
     let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = repo().join("tests/python/oom.py");
@@ -232,8 +275,14 @@ fn an_oom_from_python_names_the_python_line() {
     let ooms = by_trigger(&reports, Trigger::Oom);
     assert_eq!(ooms.len(), 1, "{}", out.stderr);
     let o = ooms[0].oom.as_ref().unwrap();
-    assert_eq!((o.api.as_str(), o.requested_bytes, o.failed_calls), ("cudaMalloc", 40 * MIB, 2));
-    assert_eq!((o.device_free_bytes, o.device_total_bytes), (Some(8 * MIB), Some(64 * MIB)));
+    assert_eq!(
+        (o.api.as_str(), o.requested_bytes, o.failed_calls),
+        ("cudaMalloc", 40 * MIB, 2)
+    );
+    assert_eq!(
+        (o.device_free_bytes, o.device_total_bytes),
+        (Some(8 * MIB), Some(64 * MIB))
+    );
     let py: Vec<(String, String, i64)> = o
         .python_stack
         .iter()
@@ -295,7 +344,10 @@ fn the_peak_holds_what_was_freed_since_and_not_what_came_later() {
             (8, 8 * MIB, at("forward", line_of(OOM_C, "/* ACTIVATION */"))),
         ]
     );
-    assert_eq!(peak.groups.iter().map(|g| g.bytes).sum::<u64>(), r.totals.peak_bytes);
+    assert_eq!(
+        peak.groups.iter().map(|g| g.bytes).sum::<u64>(),
+        r.totals.peak_bytes
+    );
     assert!(peak.groups_left_out.is_none());
     // The later block is a leak, not part of the peak.
     assert_eq!(group(&r.leaks, "later").bytes, 64 << 10);
@@ -305,7 +357,9 @@ fn the_peak_holds_what_was_freed_since_and_not_what_came_later() {
     let file = out.dir.path().join(file_name(out.dir.path(), &r));
     let text = Command::new(cli()).arg("report").arg(&file).output().unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
-    let start = text.find("At the peak (18.0 MiB at +").unwrap_or_else(|| panic!("{text}"));
+    let start = text
+        .find("At the peak (18.0 MiB at +")
+        .unwrap_or_else(|| panic!("{text}"));
     let section: Vec<&str> = text[start..].lines().take(3).collect();
     assert_eq!(
         section[1..],
@@ -341,7 +395,10 @@ fn an_oom_storm_from_8_threads_writes_a_bounded_set_of_reports() {
     assert_eq!(exits.len(), 1, "the exit report is not lost");
     assert_eq!(reports.len(), 4);
     let e = exits[0];
-    assert_eq!(e.totals.failed_allocations, failed, "every failed call counted once");
+    assert_eq!(
+        e.totals.failed_allocations, failed,
+        "every failed call counted once"
+    );
     let events = &e.oom_events;
     // 3.5 s of failures: an episode starts at most each second.
     assert!((4..=5).contains(&events.len()), "{events:#?}");
@@ -355,7 +412,10 @@ fn an_oom_storm_from_8_threads_writes_a_bounded_set_of_reports() {
                 .find(|r| file_name(out.dir.path(), r) == name)
                 .unwrap_or_else(|| panic!("{name} is not in the directory"));
             let o = r.oom.as_ref().unwrap();
-            assert_eq!((o.failed_calls, o.timestamp_ms), (ev.failed_calls, ev.timestamp_ms));
+            assert_eq!(
+                (o.failed_calls, o.timestamp_ms),
+                (ev.failed_calls, ev.timestamp_ms)
+            );
             assert_eq!(frame(&o.native_stack, 0).0, "storm_worker");
         } else {
             assert_eq!(ev.report, None, "past the cap");
@@ -370,15 +430,30 @@ fn an_oom_storm_from_8_threads_writes_a_bounded_set_of_reports() {
 
 #[test]
 fn cudaleak_oom_reports_caps_the_reports_and_0_turns_them_off() {
-    let out = run_traced(&oom_program(), &["oom"], &[device(), ("CUDALEAK_OOM_REPORTS", "0")]);
+    let out = run_traced(
+        &oom_program(),
+        &["oom"],
+        &[device(), ("CUDALEAK_OOM_REPORTS", "0")],
+    );
     assert_eq!(out.status.code(), Some(1));
     let r = out.report();
     assert_eq!(r.trigger, Trigger::Exit);
     assert_eq!(r.oom_events.len(), 1, "the episode is still listed");
-    assert_eq!((r.oom_events[0].failed_calls, r.oom_events[0].report.as_deref()), (2, None));
-    assert!(out.stderr_lines_with("out of memory").is_empty(), "{}", out.stderr);
+    assert_eq!(
+        (r.oom_events[0].failed_calls, r.oom_events[0].report.as_deref()),
+        (2, None)
+    );
+    assert!(
+        out.stderr_lines_with("out of memory").is_empty(),
+        "{}",
+        out.stderr
+    );
 
-    let out = run_traced(&oom_program(), &["oom"], &[device(), ("CUDALEAK_OOM_REPORTS", "lots")]);
+    let out = run_traced(
+        &oom_program(),
+        &["oom"],
+        &[device(), ("CUDALEAK_OOM_REPORTS", "lots")],
+    );
     assert_eq!(out.status.code(), Some(1));
     let warnings = out.stderr_lines_with("CUDALEAK_OOM_REPORTS");
     assert_eq!(
@@ -397,18 +472,33 @@ fn driver_and_vmm_calls_that_run_out_are_reported_at_their_level() {
     assert_eq!(out.stdout, "cuMemAlloc_v2: rc=2 errno=77\n");
     let reports = out.reports();
     let o = by_trigger(&reports, Trigger::Oom)[0].oom.clone().unwrap();
-    assert_eq!((o.api.as_str(), o.requested_bytes, o.device), ("cuMemAlloc_v2", 80 * MIB, Some(0)));
-    assert_eq!((o.device_free_bytes, o.device_total_bytes), (Some(64 * MIB), Some(64 * MIB)));
-    assert_eq!(frame(&o.native_stack, 0), at("main", line_of(OOM_C, "/* DRIVER REQUEST */")));
+    assert_eq!(
+        (o.api.as_str(), o.requested_bytes, o.device),
+        ("cuMemAlloc_v2", 80 * MIB, Some(0))
+    );
+    assert_eq!(
+        (o.device_free_bytes, o.device_total_bytes),
+        (Some(64 * MIB), Some(64 * MIB))
+    );
+    assert_eq!(
+        frame(&o.native_stack, 0),
+        at("main", line_of(OOM_C, "/* DRIVER REQUEST */"))
+    );
 
     let out = run_traced(&oom, &["vmm"], &[device()]);
     out.assert_success();
     assert_eq!(out.stdout, "cuMemCreate: rc=2\n");
     let reports = out.reports();
     let o = by_trigger(&reports, Trigger::Oom)[0].oom.clone().unwrap();
-    assert_eq!((o.api.as_str(), o.requested_bytes, o.device), ("cuMemCreate", 80 * MIB, Some(0)));
+    assert_eq!(
+        (o.api.as_str(), o.requested_bytes, o.device),
+        ("cuMemCreate", 80 * MIB, Some(0))
+    );
     assert_eq!(o.device_total_bytes, Some(64 * MIB));
-    assert_eq!(frame(&o.native_stack, 0), at("main", line_of(OOM_C, "/* VMM REQUEST */")));
+    assert_eq!(
+        frame(&o.native_stack, 0),
+        at("main", line_of(OOM_C, "/* VMM REQUEST */"))
+    );
 }
 
 fn cli_in(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
@@ -432,7 +522,10 @@ fn cudaleak_run_lists_oom_reports_and_its_gate_is_unchanged_by_them() {
         &[device()],
     );
     assert_eq!(code, Some(1), "{stderr}");
-    let listed: Vec<&str> = stderr.lines().skip_while(|l| !l.contains("1 report out of memory:")).collect();
+    let listed: Vec<&str> = stderr
+        .lines()
+        .skip_while(|l| !l.contains("1 report out of memory:"))
+        .collect();
     assert!(listed.len() > 1, "{stderr}");
     assert!(
         listed[1].contains("oom: cudaMalloc of 40.0 MiB failed, 2 calls (holding 56.0 MiB in 5 blocks; ")
@@ -447,7 +540,10 @@ fn cudaleak_run_lists_oom_reports_and_its_gate_is_unchanged_by_them() {
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("cudaleak: 1 report out of memory:"), "{stderr}");
-    assert!(stderr.contains("cudaleak: 0 bytes leaked in 0 blocks"), "{stderr}");
+    assert!(
+        stderr.contains("cudaleak: 0 bytes leaked in 0 blocks"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -469,7 +565,11 @@ fn pytorch_presets_merge_the_allocator_settings() {
     };
     assert_eq!(run(&["--pytorch"], None).1, "backend:cudaMallocAsync|unset");
     assert_eq!(
-        run(&["--pytorch"], Some("expandable_segments:True, backend:native,max_split_size_mb:128")).1,
+        run(
+            &["--pytorch"],
+            Some("expandable_segments:True, backend:native,max_split_size_mb:128")
+        )
+        .1,
         "expandable_segments:True,max_split_size_mb:128,backend:cudaMallocAsync|unset"
     );
     assert_eq!(run(&["--pytorch-no-cache"], None).1, "unset|1");
@@ -504,14 +604,38 @@ fn pytorch_cache_segments_are_labelled_with_the_hint() {
     assert!(!plain.pytorch_cache_segment);
     // The peak says it too.
     let peak = r.peak.as_ref().unwrap();
-    assert!(peak.groups.iter().find(|g| g.bytes == 20 * MIB).unwrap().pytorch_cache_segment);
+    assert!(
+        peak.groups
+            .iter()
+            .find(|g| g.bytes == 20 * MIB)
+            .unwrap()
+            .pytorch_cache_segment
+    );
     // Text: the exit summary and `cudaleak report` label it and give the hint, once.
     for text in [out.stderr.clone(), {
         let file = out.dir.path().join(file_name(out.dir.path(), &r));
-        String::from_utf8(Command::new(cli()).arg("report").arg(&file).output().unwrap().stdout).unwrap()
+        String::from_utf8(
+            Command::new(cli())
+                .arg("report")
+                .arg(&file)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
     }] {
-        assert_eq!(text.matches("(PyTorch cache segment: memory the caching allocator reserved").count(), 1, "{text}");
-        assert_eq!(text.matches("hint: groups marked \"PyTorch cache segment\"").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("(PyTorch cache segment: memory the caching allocator reserved")
+                .count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("hint: groups marked \"PyTorch cache segment\"")
+                .count(),
+            1,
+            "{text}"
+        );
         assert!(text.contains("cudaleak run --pytorch"), "{text}");
     }
 }
@@ -530,6 +654,13 @@ fn the_peak_of_racing_threads_is_within_one_percent() {
     let diff = sum.abs_diff(peak.bytes);
     assert!(diff * 100 <= peak.bytes, "groups {sum}, peak {}", peak.bytes);
     // 1000 to 4000 blocks of 16 KiB, by how the threads overlapped.
-    assert!((1000 * 16384..=4000 * 16384).contains(&peak.bytes), "{}", peak.bytes);
-    assert!(peak.groups.iter().all(|g| g.bytes % 16384 == 0 && g.bytes <= 1000 * 16384));
+    assert!(
+        (1000 * 16384..=4000 * 16384).contains(&peak.bytes),
+        "{}",
+        peak.bytes
+    );
+    assert!(peak
+        .groups
+        .iter()
+        .all(|g| g.bytes % 16384 == 0 && g.bytes <= 1000 * 16384));
 }

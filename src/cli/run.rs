@@ -483,7 +483,11 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
                 && r.instance.as_deref() == Some(a.instance.as_str())
                 && !matches!(
                     r.trigger,
-                    Trigger::Signal | Trigger::Api | Trigger::Interval | Trigger::ContextTeardown | Trigger::Oom
+                    Trigger::Signal
+                        | Trigger::Api
+                        | Trigger::Interval
+                        | Trigger::ContextTeardown
+                        | Trigger::Oom
                 )
         });
         if finished {

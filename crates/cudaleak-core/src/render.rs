@@ -400,7 +400,11 @@ pub const PYTORCH_CACHE_HINT: &str = "hint: groups marked \"PyTorch cache segmen
 /// Whether any group of `r` is a PyTorch cache segment.
 fn shows_pytorch_cache(r: &Report) -> bool {
     let peak = r.peak.iter().flat_map(|p| &p.groups);
-    r.leaks.iter().chain(&r.suppressed).chain(peak).any(|g| g.pytorch_cache_segment)
+    r.leaks
+        .iter()
+        .chain(&r.suppressed)
+        .chain(peak)
+        .any(|g| g.pytorch_cache_segment)
 }
 
 /// The process's start (Unix ms), from its instance token
@@ -418,8 +422,14 @@ fn moment(r: &Report, at_ms: i64) -> String {
         Some(start) if at_ms.saturating_add(1000) >= start => {
             format!("+{:.1} s", at_ms.saturating_sub(start).max(0) as f64 / 1000.0)
         }
-        _ if at_ms <= r.timestamp_ms => format!("{:.1} s before this dump", (r.timestamp_ms - at_ms) as f64 / 1000.0),
-        _ => format!("{:.1} s after this dump", (at_ms - r.timestamp_ms) as f64 / 1000.0),
+        _ if at_ms <= r.timestamp_ms => format!(
+            "{:.1} s before this dump",
+            (r.timestamp_ms - at_ms) as f64 / 1000.0
+        ),
+        _ => format!(
+            "{:.1} s after this dump",
+            (at_ms - r.timestamp_ms) as f64 / 1000.0
+        ),
     }
 }
 
@@ -504,7 +514,12 @@ fn peak_section(out: &mut String, r: &Report) {
         return;
     }
     let _ = writeln!(out, "{THIN_RULE}");
-    let _ = writeln!(out, "At the peak ({} at {}):", size(p.bytes), moment(r, p.timestamp_ms));
+    let _ = writeln!(
+        out,
+        "At the peak ({} at {}):",
+        size(p.bytes),
+        moment(r, p.timestamp_ms)
+    );
     let shown: Vec<&Group> = p.groups.iter().take(SHORT_LIST).collect();
     for (g, label) in shown.iter().zip(group_labels(&shown)) {
         let _ = writeln!(
@@ -680,7 +695,11 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     }
     limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
-    if r.leaks.iter().take(opts.max_groups).any(|g| g.pytorch_cache_segment) {
+    if r.leaks
+        .iter()
+        .take(opts.max_groups)
+        .any(|g| g.pytorch_cache_segment)
+    {
         let _ = writeln!(out, "{PYTORCH_CACHE_HINT}\n");
     }
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());

@@ -87,7 +87,8 @@ impl Site {
     #[cold]
     #[inline(never)]
     fn note_peak_slow(&self, peak: u64) {
-        self.at_peak.store(self.live.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.at_peak
+            .store(self.live.load(Ordering::Relaxed), Ordering::Relaxed);
         self.seen.store(peak, Ordering::Relaxed);
     }
 }
@@ -309,14 +310,19 @@ mod tests {
 
         fn read_peak(&self) -> std::collections::BTreeMap<u32, (u64, u64)> {
             let mut out = std::collections::BTreeMap::new();
-            self.sites.for_each_at_peak(10_000, self.peak, |t, bytes, blocks| {
-                out.insert(t.0, (bytes, blocks));
-            });
+            self.sites
+                .for_each_at_peak(10_000, self.peak, |t, bytes, blocks| {
+                    out.insert(t.0, (bytes, blocks));
+                });
             out
         }
 
         fn expected(&self) -> std::collections::BTreeMap<u32, (u64, u64)> {
-            self.at_peak.iter().filter(|(_, v)| v.0 > 0 || v.1 > 0).map(|(k, v)| (*k, *v)).collect()
+            self.at_peak
+                .iter()
+                .filter(|(_, v)| v.0 > 0 || v.1 > 0)
+                .map(|(k, v)| (*k, *v))
+                .collect()
         }
     }
 
@@ -333,13 +339,18 @@ mod tests {
             p.free(2, 100);
         }
         p.alloc(3, 10); // later, below the peak
-        assert_eq!(p.read_peak(), [(1, (1000, 1)), (2, (400, 4))].into_iter().collect());
+        assert_eq!(
+            p.read_peak(),
+            [(1, (1000, 1)), (2, (400, 4))].into_iter().collect()
+        );
         assert_eq!(p.peak, 1400);
         // A new, higher peak replaces the old one.
         p.alloc(4, 5000);
         assert_eq!(
             p.read_peak(),
-            [(1, (1000, 1)), (3, (10, 1)), (4, (5000, 1))].into_iter().collect()
+            [(1, (1000, 1)), (3, (10, 1)), (4, (5000, 1))]
+                .into_iter()
+                .collect()
         );
     }
 
@@ -379,4 +390,3 @@ mod tests {
         }
     }
 }
-

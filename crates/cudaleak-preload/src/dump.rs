@@ -269,7 +269,14 @@ fn write_oom_report(state: &mut DumpState, p: &oom::Pending) {
     oom::set_report(p.serial, Some(name));
     // A dump like the others: its growth is since the previous dump, and
     // the next one's since this one.
-    let report = assemble_at_most(state, &p.snapshot, meta, true, settings::config().max_groups, Some(p));
+    let report = assemble_at_most(
+        state,
+        &p.snapshot,
+        meta,
+        true,
+        settings::config().max_groups,
+        Some(p),
+    );
     let path = write(&report);
     oom::set_report(
         p.serial,

@@ -231,7 +231,14 @@ impl Alloc {
         }
     }
 
-    pub fn pitched(id: HookId, api: Api, out: *mut u64, pitch: *mut usize, width: usize, height: usize) -> Alloc {
+    pub fn pitched(
+        id: HookId,
+        api: Api,
+        out: *mut u64,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+    ) -> Alloc {
         Alloc {
             size: Size::Pitch(pitch, height, (width as u64).saturating_mul(height as u64)),
             ..Alloc::new(id, api, MemoryKind::Device, out, 0)
@@ -303,6 +310,22 @@ impl Alloc {
             Size::OfAddress => 0,
         }
     }
+
+    /// This driver call, made by no runtime call we saw, ran out of memory.
+    /// Out of line: the hot path of a successful call stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn out_of_memory(&self, cx: &mut HookCx) {
+        let (thread, api, kind) = (cx.thread, self.api, self.kind);
+        let failure = oom::Failure {
+            api,
+            requested: self.requested(),
+            device: self.device,
+        };
+        oom::on_out_of_memory(failure, thread, &mut || {
+            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
+        });
+    }
 }
 
 impl Event for Alloc {
@@ -324,17 +347,7 @@ impl Event for Alloc {
                 match runtime {
                     // Case 5: the runtime call reports it.
                     Some((_, rc)) => rc.out_of_memory.set(true),
-                    None => {
-                        let (thread, api, kind) = (cx.thread, self.api, self.kind);
-                        let failure = oom::Failure {
-                            api,
-                            requested: self.requested(),
-                            device: self.device,
-                        };
-                        oom::on_out_of_memory(failure, thread, || {
-                            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
-                        });
-                    }
+                    None => self.out_of_memory(cx),
                 }
             }
             return;
@@ -664,24 +677,22 @@ impl Event for RuntimeAlloc {
         Some(())
     }
 
+    // Inlined into the hooks (out of line, it cost 20 instructions a call).
+    #[inline(always)]
     fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
         cx.unpublish();
-        let Some(rc) = cx.runtime.as_ref() else {
-            return;
-        };
-        if rc.handled.get() {
-            // Case 5: the driver call it made ran out, and so did this call.
-            if rc.out_of_memory.get() && result != CUDA_SUCCESS {
-                self.out_of_memory(cx);
-            }
+        if result != CUDA_SUCCESS {
+            // By value: passing `self` made the hook spill the event to
+            // memory on every call.
+            let failure = oom::Failure {
+                api: self.api,
+                requested: self.size.requested(),
+                device: None,
+            };
+            Self::failed(cx, result, failure, self.kind);
             return;
         }
-        if result != CUDA_SUCCESS {
-            // The driver hook counts failures it sees; count those it did not.
-            tracker::note_failed_allocation();
-            if result == CUDA_ERROR_MEMORY_ALLOCATION {
-                self.out_of_memory(cx);
-            }
+        if cx.runtime.as_ref().is_none_or(|rc| rc.handled.get()) {
             return;
         }
         if self.out.is_null() {
@@ -706,18 +717,30 @@ impl Event for RuntimeAlloc {
 }
 
 impl RuntimeAlloc {
-    /// This runtime call failed for lack of memory: one failure, with the
-    /// runtime call's API and the stack captured when it began.
-    fn out_of_memory(&self, cx: &mut HookCx) {
-        let (thread, api, kind) = (cx.thread, self.api, self.kind);
-        let failure = oom::Failure {
-            api,
-            requested: self.size.requested(),
-            device: None,
+    /// The call failed. Out of line, so that a successful call's path is
+    /// what it was before out-of-memory reports.
+    #[cold]
+    #[inline(never)]
+    fn failed(cx: &mut HookCx, result: c_int, failure: oom::Failure, kind: MemoryKind) {
+        let Some(rc) = cx.runtime.as_ref() else {
+            return;
         };
-        oom::on_out_of_memory(failure, thread, || {
-            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
-        });
+        let out_of_memory = if rc.handled.get() {
+            // Case 5: the driver call it made ran out, and so did this call.
+            rc.out_of_memory.get()
+        } else {
+            // The driver hook counts failures it sees; count those it did not.
+            tracker::note_failed_allocation();
+            result == CUDA_ERROR_MEMORY_ALLOCATION
+        };
+        if out_of_memory {
+            // One failure, with the runtime call's API and the stack
+            // captured when it began.
+            let (thread, api) = (cx.thread, failure.api);
+            oom::on_out_of_memory(failure, thread, &mut || {
+                cx.stack().intern(&tracker::DEPOT, api, kind, thread)
+            });
+        }
     }
 }
 

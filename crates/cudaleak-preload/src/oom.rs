@@ -82,6 +82,17 @@ struct Log {
     reports_taken: u32,
 }
 
+impl Log {
+    /// Adds an episode, keeping the first `OOM_EVENTS_KEPT / 2` (their
+    /// reports) and the latest ones.
+    fn push(&mut self, e: Episode) {
+        if self.episodes.len() >= OOM_EVENTS_KEPT {
+            self.episodes.remove(OOM_EVENTS_KEPT / 2);
+        }
+        self.episodes.push(e);
+    }
+}
+
 static LOG: FutexMutex<Log> = FutexMutex::new(Log {
     episodes: Vec::new(),
     next_serial: 0,
@@ -107,7 +118,10 @@ pub struct Pending {
 static PENDING: FutexMutex<Vec<Pending>> = FutexMutex::new(Vec::new());
 
 fn clock_ms(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid out pointer.
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return 0;
@@ -121,7 +135,9 @@ fn mono_ms() -> u64 {
 
 /// An allocation call failed for lack of memory; `trace` interns its
 /// stack (called only when a report is to be made).
-pub fn on_out_of_memory(failure: Failure, thread: &ThreadState, trace: impl FnOnce() -> TraceId) {
+#[cold]
+#[inline(never)]
+pub fn on_out_of_memory(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> TraceId) {
     // SAFETY: errno is thread-local (case 4).
     let errno = unsafe { *libc::__errno_location() };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record(failure, thread, trace)));
@@ -129,7 +145,7 @@ pub fn on_out_of_memory(failure: Failure, thread: &ThreadState, trace: impl FnOn
     unsafe { *libc::__errno_location() = errno };
 }
 
-fn record(failure: Failure, thread: &ThreadState, trace: impl FnOnce() -> TraceId) {
+fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> TraceId) {
     let now = mono_ms();
     let timestamp_ms = clock_ms(libc::CLOCK_REALTIME);
     let device = failure
@@ -152,11 +168,7 @@ fn record(failure: Failure, thread: &ThreadState, trace: impl FnOnce() -> TraceI
         if take {
             log.reports_taken += 1;
         }
-        if log.episodes.len() >= OOM_EVENTS_KEPT {
-            // Keep the first ones (their reports) and the latest ones.
-            log.episodes.remove(OOM_EVENTS_KEPT / 2);
-        }
-        log.episodes.push(Episode {
+        log.push(Episode {
             serial,
             start_mono_ms: now,
             timestamp_ms,
@@ -164,7 +176,11 @@ fn record(failure: Failure, thread: &ThreadState, trace: impl FnOnce() -> TraceI
             requested: failure.requested,
             failed_calls: 1,
             device,
-            report: if take { ReportState::Pending } else { ReportState::None },
+            report: if take {
+                ReportState::Pending
+            } else {
+                ReportState::None
+            },
         });
         if !take {
             return;
@@ -289,4 +305,33 @@ pub unsafe fn reset_in_child_and_unlock() {
     log.reports_taken = 0;
     PENDING.raw_unlock();
     LOG.raw_unlock();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_keeps_the_first_episodes_and_the_latest() {
+        let mut log = Log {
+            episodes: Vec::new(),
+            next_serial: 0,
+            reports_taken: 0,
+        };
+        for serial in 0..100 {
+            log.push(Episode {
+                serial,
+                start_mono_ms: serial * 1000,
+                timestamp_ms: 0,
+                api: Api::cudaMalloc,
+                requested: 1,
+                failed_calls: 1,
+                device: None,
+                report: ReportState::None,
+            });
+        }
+        let kept: Vec<u64> = log.episodes.iter().map(|e| e.serial).collect();
+        let want: Vec<u64> = (0..32).chain(68..100).collect();
+        assert_eq!(kept, want);
+    }
 }

@@ -144,7 +144,10 @@ fn new_peak(now: u64) {
 /// Unix time in ms from the coarse clock (a vDSO read, no system call;
 /// its tick is 1-4 ms).
 fn coarse_now_ms() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid out pointer.
     if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
         return 0;
@@ -496,6 +499,13 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
         None => SNAPSHOT_LOCK.lock(),
     };
     let mut snap = Snapshot::default();
+    // Sized first (one short lock per shard): growing the copy by doubling
+    // moved it several times (issue 21: the out-of-memory snapshot is taken
+    // on the failing thread).
+    if timeout.is_none() {
+        let live = LIVE.counts().live + HANDLES.counts().live;
+        snap.blocks.reserve(live as usize + live as usize / 16 + 64);
+    }
     let mut counts = MapCounts::default();
     let mut skipped = 0;
     for map in [&LIVE, &HANDLES] {
