@@ -580,7 +580,10 @@ pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
         }
         None => out.push('\n'),
     }
-    let shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).take(3).collect();
+    // What holds the memory, suppressed or not: the three largest.
+    let mut shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).collect();
+    shown.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    shown.truncate(3);
     for (g, label) in shown.iter().zip(group_labels(&shown)) {
         let _ = writeln!(
             out,
@@ -997,5 +1000,48 @@ mod tests {
                 "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#2]",
             ]
         );
+    }
+
+    /// The out-of-memory lines and the peak section escape what comes
+    /// from the report (a name with an escape sequence and a newline
+    /// cannot forge lines), and the oom report's text starts with the
+    /// failed request.
+    #[test]
+    fn oom_and_peak_text_escape_what_the_report_holds() {
+        let group = r#"{"blocks": 2, "bytes": 3145728, "api": "cudaMalloc", "memory": "device",
+            "native_stack": [{"address": "0x10", "function": "evil\u001b[2K\nname", "file": "a.c",
+                              "line": 3, "module": null}],
+            "python_stack": []}"#;
+        let text = format!(
+            r#"{{"format": "cudaleak", "version": 1, "trigger": "oom", "sequence": 1, "pid": 7,
+                "command": ["p"], "instance": "1000-abcdef01", "timestamp_ms": 3500,
+                "totals": {{"live_blocks": 2, "live_bytes": 3145728, "peak_bytes": 4194304,
+                            "allocations": 3, "frees": 1, "failed_allocations": 1, "invalid_frees": 0}},
+                "leaks": [{group}], "growth": [],
+                "oom": {{"api": "cudaMalloc", "requested_bytes": 1048576,
+                         "native_stack": [], "python_stack": [{{"function": "step\u001b]0;x", "file": "t.py", "line": 9}}],
+                         "device": 0, "device_free_bytes": 0, "device_total_bytes": 4194304,
+                         "failed_calls": 3, "timestamp_ms": 3500}},
+                "peak": {{"bytes": 4194304, "timestamp_ms": 2200, "groups": [{group}]}}}}"#
+        );
+        let r = Report::parse(&text).unwrap();
+        let lines = oom_lines(&r, Some("/r/x\n.json"));
+        assert!(!lines.contains('\u{1b}'), "{lines}");
+        assert_eq!(
+            lines.lines().collect::<Vec<_>>(),
+            [
+                "cudaleak: out of memory: cudaMalloc of 1.0 MiB at step\\x1b]0;x t.py:9 failed (3 failed calls within 1 s) \
+                 (device 0: free 0 bytes of 4.0 MiB); this process holds 3.0 MiB in 2 blocks; report: /r/x\\n.json",
+                "cudaleak:   3.0 MiB in 2 blocks: cudaMalloc (device memory) at evil\\x1b[2K\\nname a.c:3",
+            ]
+        );
+        let full = super::text(&r, None, &TextOptions::default());
+        assert!(!full.contains('\u{1b}'));
+        let body: Vec<&str> = full.lines().skip_while(|l| !l.is_empty()).skip(1).collect();
+        assert_eq!(
+            body[0],
+            "Out of memory: cudaMalloc of 1.0 MiB (1048576 bytes) failed at +2.5 s (device 0: free 0 bytes of 4.0 MiB); 3 failed calls within 1 s:"
+        );
+        assert!(full.contains("At the peak (4.0 MiB at +1.2 s):\n  3.0 MiB in 2 blocks: cudaMalloc (device memory) at evil\\x1b[2K\\nname a.c:3\n"), "{full}");
     }
 }
