@@ -503,6 +503,42 @@ fn driver_and_vmm_calls_that_run_out_are_reported_at_their_level() {
     );
 }
 
+#[test]
+fn every_allocation_kind_that_runs_out_writes_its_report() {
+    let exe = oom_program();
+    for (kind, api, requested) in [
+        ("async", "cudaMallocAsync", 80 * MIB),
+        ("pool", "cudaMallocFromPoolAsync", 80 * MIB),
+        ("managed", "cudaMallocManaged", 1 << 50),
+        ("host", "cudaMallocHost", 1 << 50),
+        ("pitch", "cudaMallocPitch", 100 * MIB),
+        ("array", "cudaMallocArray", 128 * MIB),
+    ] {
+        let out = run_traced(&exe, &["kind", kind], &[device()]);
+        out.assert_success();
+        assert_eq!(out.stdout, format!("{kind}: rc=2\n"));
+        let reports = out.reports();
+        let ooms = by_trigger(&reports, Trigger::Oom);
+        assert_eq!(ooms.len(), 1, "{kind}: {}", out.stderr);
+        let o = ooms[0].oom.as_ref().unwrap();
+        assert_eq!(
+            (o.api.as_str(), o.requested_bytes, o.failed_calls, o.device),
+            (api, requested, 1, Some(0)),
+            "{kind}"
+        );
+        assert_eq!(
+            frame(&o.native_stack, 0),
+            at("main", line_of(OOM_C, &format!("/* KIND {kind} */"))),
+            "{kind}"
+        );
+        let exit = by_trigger(&reports, Trigger::Exit);
+        assert_eq!(
+            exit[0].totals.failed_allocations, 1,
+            "{kind}: one failure, at one level"
+        );
+    }
+}
+
 fn cli_in(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut cmd = cli_command(args, cwd);
     for (k, v) in env {

@@ -12,6 +12,9 @@
  *               freed; then a small block (64 KiB, kept).
  *   storm SECS  8 threads fail cudaMalloc(1 GiB) in a loop for SECS
  *               seconds; prints the number of failed calls.
+ *   kind K      one request of allocation kind K that does not fit: async,
+ *               pool, managed and host (1 PiB, past SIMCUDA_MAX_ALLOC),
+ *               pitch (100 rows of 1 MiB), array (4096 x 8192 floats).
  *
  * Every status and errno the program sees is printed: the output must be
  * the same with the library and without.
@@ -115,6 +118,23 @@ int main(int argc, char **argv) {
         load_weights(10 * MIB);
         forward();
         later();
+        return 0;
+    }
+    if (!strcmp(mode, "kind") && argc > 2) {
+        const char *k = argv[2];
+        void *p = NULL;
+        size_t pitch = 0;
+        cudaArray_t a = NULL;
+        const struct cudaChannelFormatDesc one_float = {32, 0, 0, 0, cudaChannelFormatKindFloat};
+        int rc;
+        if (!strcmp(k, "async")) rc = cudaMallocAsync(&p, 80 * MIB, 0); /* KIND async */
+        else if (!strcmp(k, "pool")) rc = cudaMallocFromPoolAsync(&p, 80 * MIB, 0, 0); /* KIND pool */
+        else if (!strcmp(k, "managed")) rc = cudaMallocManaged(&p, 1ULL << 50, 1); /* KIND managed */
+        else if (!strcmp(k, "host")) rc = cudaMallocHost(&p, 1ULL << 50); /* KIND host */
+        else if (!strcmp(k, "pitch")) rc = cudaMallocPitch(&p, &pitch, MIB, 100); /* KIND pitch */
+        else if (!strcmp(k, "array")) rc = cudaMallocArray(&a, &one_float, 4096, 8192, 0); /* KIND array */
+        else return 2;
+        printf("%s: rc=%d\n", k, rc);
         return 0;
     }
     if (!strcmp(mode, "storm")) {
