@@ -11,6 +11,14 @@
  *                                             RSS growth in bytes per block
  *   pairs dump N DEPTH                        N live blocks over 1024 distinct
  *                                             stacks, then times cudaleak_dump()
+ *   pairs oom N DEPTH                         N live blocks over 1024 distinct
+ *                                             stacks, then times a cudaMalloc that
+ *                                             fails for lack of memory (1 PiB):
+ *                                             microseconds the failing thread
+ *                                             waited (issue 21: the snapshot of
+ *                                             an out-of-memory report); a line
+ *                                             before it gives a second failure's
+ *                                             (counted in the first's report)
  */
 #include "cuda.h"
 #include "cuda_runtime_api.h"
@@ -26,9 +34,14 @@ static const char *mode;
 static long pairs;
 static int depth;
 
+/* BENCH_CPU_TIME=1: the thread's CPU time instead of wall time, for one
+ * thread on a loaded machine (wall time also counts the time the thread
+ * waited for a CPU). */
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
@@ -87,6 +100,17 @@ static void work(void) {
         }
         printf("%.1f\n", (double)(rss_bytes() - before) / pairs);
         exit(0); /* the measurement is done; skip the exit report */
+    } else if (!strcmp(mode, "oom")) {
+        for (long i = 0; i < pairs; i++) route((int)(i % 1024), 0);
+        void *p;
+        double t0 = now();
+        if (cudaMalloc(&p, 1ULL << 50) != cudaErrorMemoryAllocation) abort();
+        double t1 = now();
+        if (cudaMalloc(&p, 1ULL << 50) != cudaErrorMemoryAllocation) abort();
+        double t2 = now();
+        printf("second failure: %.1f us\n", (t2 - t1) / 1e3);
+        printf("%.1f\n", (t1 - t0) / 1e3);
+        exit(0);
     } else if (!strcmp(mode, "dump")) {
         for (long i = 0; i < pairs; i++) route((int)(i % 1024), 0);
         int (*dump)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "cudaleak_dump");
@@ -126,12 +150,14 @@ int main(int argc, char **argv) {
     pairs = atol(argv[2]);
     depth = atoi(argv[3]);
     int threads = argc > 4 ? atoi(argv[4]) : 1;
+    const char *cpu = getenv("BENCH_CPU_TIME");
+    if (cpu && !strcmp(cpu, "1") && threads == 1) clock_id = CLOCK_THREAD_CPUTIME_ID;
     CUcontext ctx;
     cudaFree(NULL); /* initialize the runtime and its context */
     cuInit(0);
     cuDevicePrimaryCtxRetain(&ctx, 0);
     cuCtxSetCurrent(ctx);
-    if (!strcmp(mode, "hold") || !strcmp(mode, "dump")) {
+    if (!strcmp(mode, "hold") || !strcmp(mode, "dump") || !strcmp(mode, "oom")) {
         nest(depth);
         return 0;
     }

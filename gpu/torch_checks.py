@@ -1,6 +1,6 @@
 """PyTorch under cudaleak (scripts/gpu-validate.sh).
 
-    python3 torch_checks.py leak|clean|phases|phases-clean|overhead|nccl|cublas
+    python3 torch_checks.py leak|clean|phases|phases-clean|overhead|nccl|cublas|oom|peak
 """
 
 import os
@@ -106,6 +106,43 @@ def overhead():
     print("%.3f ms/step" % ((time.perf_counter() - t0) * 1000 / 500))
 
 
+def oom():
+    """A real out-of-memory error (issue 21): weights kept, a request of
+    1.5 times the free memory. PyTorch frees its cache and retries before
+    it raises; the oom report shows what was live before that."""
+    opt = setup()
+    train_step(opt, keep=False)
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    print("free %d of %d bytes before the request" % (free, total))
+    try:
+        big = torch.empty(int(free * 1.5) // 4, device="cuda")  # OOM request
+        print("no error: %d bytes" % (big.numel() * 4))
+    except torch.cuda.OutOfMemoryError as e:
+        print("OutOfMemoryError:", str(e).splitlines()[0])
+        sys.exit(1)
+
+
+def peak():
+    """The peak of a training step with large activations (issue 21): the
+    exit report's peak against PyTorch's own max_memory_allocated."""
+    global model
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.cuda.reset_peak_memory_stats()
+    x = torch.randn(8192, 4096, device="cuda")
+    loss = model(x).square().mean()  # PEAK activations
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+    print("torch max_memory_allocated %d max_memory_reserved %d" % (
+        torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
+    del x, loss
+    print("dump written:", cudaleak.dump("after the step"))
+
+
 def nccl():
     import torch.distributed as dist
 
@@ -136,4 +173,6 @@ if __name__ == "__main__":
         "overhead": overhead,
         "nccl": nccl,
         "cublas": cublas,
+        "oom": oom,
+        "peak": peak,
     }[mode]()

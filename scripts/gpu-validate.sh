@@ -7,13 +7,13 @@
 # ARTIFACTS holds libcudaleak.so and cudaleak, built elsewhere with
 # `cargo build --release` (the GPU machine has no cargo); OUT receives
 # summary.txt (everything printed) and reports.tar.gz. Sections: env nvcc
-# python torch frameworks libraries overhead bench (default: all). Needs
+# python torch oom frameworks libraries overhead bench (default: all). Needs
 # nvidia-smi, nvcc, gcc and python3 with torch, cupy and jax installed.
 set -uo pipefail
 ART=$(realpath "$1")
 OUT=$(realpath "$2")
 shift 2
-SECTIONS=${*:-env nvcc python torch frameworks libraries overhead bench}
+SECTIONS=${*:-env nvcc python torch oom frameworks libraries overhead bench}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/cudaleak-gpu.XXXXXX)
 CLI="$ART/cudaleak"
@@ -90,7 +90,7 @@ for g in r["leaks"]:
 torch)
     d=$WORK/torch; mkdir -p "$d"
     say "PyTorch, PYTORCH_NO_CUDA_MEMORY_CACHING=1: a tensor kept per step"
-    step leak 300 "$CLI" run --pytorch --dir "$d/leak" -- python3 "$ROOT/gpu/torch_checks.py" leak
+    step leak 300 "$CLI" run --pytorch-no-cache --dir "$d/leak" -- python3 "$ROOT/gpu/torch_checks.py" leak
     "$CLI" report --format json "$d/leak" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
@@ -98,7 +98,7 @@ for g in r["leaks"][:12]:
     py = " <- ".join("%s:%s" % (f["function"], f["line"]) for f in g["python_stack"][:3])
     print("%10d bytes %3d block(s) %-16s %s" % (g["bytes"], g["blocks"], g["api"], py or "(no Python frames)"))'
     say "PyTorch, no caching: checkpoint region clean, then leaky"
-    step clean 300 "$CLI" run --pytorch --dir "$d/clean" -- python3 "$ROOT/gpu/torch_checks.py" clean
+    step clean 300 "$CLI" run --pytorch-no-cache --dir "$d/clean" -- python3 "$ROOT/gpu/torch_checks.py" clean
     say "PyTorch, default caching allocator: three SIGUSR1 dumps"
     for v in phases phases-clean; do
         step "$v" 300 "$CLI" run --dir "$d/$v" -- python3 "$ROOT/gpu/torch_checks.py" $v
@@ -108,6 +108,29 @@ for g in r["leaks"][:12]:
         say "PyTorch, PYTORCH_CUDA_ALLOC_CONF=$conf: a tensor kept per step"
         step "leak $conf" 300 env PYTORCH_CUDA_ALLOC_CONF=$conf "$CLI" run --dir "$d/$conf" -- python3 "$ROOT/gpu/torch_checks.py" leak
         LINES_MAX=80 reports "$d/$conf"
+    done
+    ;;
+oom)
+    # Issue 21: a real PyTorch out-of-memory error and the peak of a step,
+    # under the default caching allocator and under --pytorch.
+    d=$WORK/oom; mkdir -p "$d"
+    for preset in default --pytorch; do
+        flag=${preset#default}
+        say "PyTorch out of memory ($preset)"
+        step "oom $preset" 300 "$CLI" run $flag --dir "$d/oom$flag" -- python3 "$ROOT/gpu/torch_checks.py" oom
+        for f in "$d/oom$flag"/*.oom.json; do LINES_MAX=60 reports "$f"; done
+        say "PyTorch peak of a training step ($preset)"
+        step "peak $preset" 300 "$CLI" run $flag --dir "$d/peak$flag" -- python3 "$ROOT/gpu/torch_checks.py" peak
+        for f in "$d/peak$flag"/*.api.json; do
+            "$CLI" report --format json "$f" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+p = r.get("peak") or {}
+print("peak_bytes", r["totals"]["peak_bytes"], "peak groups", len(p.get("groups", [])), "sum", sum(g["bytes"] for g in p.get("groups", [])))
+for g in p.get("groups", [])[:8]:
+    py = " <- ".join("%s:%s" % (f["function"], f["line"]) for f in g["python_stack"][:3])
+    print("%12d bytes %4d block(s) %-16s%s %s" % (g["bytes"], g["blocks"], g["api"], " [cache]" if g.get("pytorch_cache_segment") else "", py))'
+        done
     done
     ;;
 frameworks)
@@ -122,7 +145,7 @@ libraries)
     d=$WORK/lib; mkdir -p "$d"
     for m in cublas nccl; do
         say "one-time allocations of $m (no caching, default suppressions off)"
-        step $m 300 "$CLI" run --pytorch --no-default-suppressions --dir "$d/$m" -- python3 "$ROOT/gpu/torch_checks.py" $m
+        step $m 300 "$CLI" run --pytorch-no-cache --no-default-suppressions --dir "$d/$m" -- python3 "$ROOT/gpu/torch_checks.py" $m
         "$CLI" report --format json "$d/$m" | python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)
@@ -138,7 +161,7 @@ for g in r["leaks"]:
     ;;
 overhead)
     say "overhead of a training step (MLP 512-512-10, batch 128), median of 3"
-    for cfg in none cudaleak cudaleak-nocache none-nocache; do
+    for cfg in none cudaleak cudaleak-nocache none-nocache none-async cudaleak-async; do
         times=()
         for i in 1 2 3; do
             case $cfg in
@@ -146,6 +169,9 @@ overhead)
                 none-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
                 cudaleak) t=$(CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
                 cudaleak-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
+                # what `cudaleak run --pytorch` sets (issue 21)
+                none-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
+                cudaleak-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
             esac
             times+=("${t%% *}")
         done
@@ -169,7 +195,7 @@ sanity)
 torch-dump)
     d=$WORK/torch; mkdir -p "$d"
     say "PyTorch, no caching: a tensor kept per step, live dump at the end"
-    step leak 300 "$CLI" run --pytorch --dir "$d/leak-dump" -- python3 "$ROOT/gpu/torch_checks.py" leak
+    step leak 300 "$CLI" run --pytorch-no-cache --dir "$d/leak-dump" -- python3 "$ROOT/gpu/torch_checks.py" leak
     for f in "$d/leak-dump"/*.api.json; do LINES_MAX=40 reports --top 3 "$f"; done
     ;;
 bench)

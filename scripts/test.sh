@@ -43,4 +43,4 @@ cargo test --release --test wheel -- --ignored
 # The processes-under-LD_PRELOAD suites once more, on the library the wheel
 # ships (zig-linked against glibc 2.28, without debug info).
 CUDALEAK_TEST_LIBRARY=python/cudaleak/_lib/libcudaleak.so \
-    cargo test --release --test interception --test python --test live
+    cargo test --release --test interception --test python --test live --test oom

@@ -14,6 +14,11 @@
  *   SIMCUDA_DEVICES    number of devices (default 1, at most 8)
  *   SIMCUDA_MAX_ALLOC  larger requests fail with CUDA_ERROR_OUT_OF_MEMORY
  *                      (default 64 GiB)
+ *   SIMCUDA_DEVICE_BYTES  each device's memory: device memory, arrays and
+ *                      cuMemCreate allocations that do not fit in what is
+ *                      left fail with CUDA_ERROR_OUT_OF_MEMORY, and
+ *                      cuMemGetInfo reports it (default: unlimited, and
+ *                      cuMemGetInfo reports SIMCUDA_MAX_ALLOC as the total)
  *   SIMCUDA_BACKING    "malloc": one malloc/free per allocation, so that a
  *                      malloc tracker (heaptrack, memray) sees each one;
  *                      default: like the real driver, a freed block's
@@ -69,6 +74,7 @@ struct entry {
     int refs;       /* handles: references (cuMemCreate 1, +1 per retain); 0 once released */
     int maps;       /* handles: live mappings and multicast binds */
     int low;        /* memory: a v1 (32-bit) allocation, mmap'ed below 4 GiB */
+    int takes_device; /* handles: cuMemCreate's, which take device memory (SIMCUDA_DEVICE_BYTES) */
 };
 
 struct table {
@@ -168,6 +174,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static int device_count = 1;
 static uint64_t max_alloc = 64ULL << 30;
+static uint64_t device_bytes;             /* 0: unlimited */
+static uint64_t device_used[MAX_DEVICES]; /* under the lock */
 static __thread CUcontext current;
 static struct CUctx_st primary[MAX_DEVICES];
 static int primary_refs[MAX_DEVICES];
@@ -185,6 +193,8 @@ CUresult cuInit(unsigned int flags) {
         if (d && atoi(d) > 0) device_count = atoi(d) > MAX_DEVICES ? MAX_DEVICES : atoi(d);
         const char *m = getenv("SIMCUDA_MAX_ALLOC");
         if (m && strtoull(m, NULL, 0) > 0) max_alloc = strtoull(m, NULL, 0);
+        const char *cap = getenv("SIMCUDA_DEVICE_BYTES");
+        if (cap && strtoull(cap, NULL, 0) > 0) device_bytes = strtoull(cap, NULL, 0);
         const char *b = getenv("SIMCUDA_BACKING");
         plain_malloc = b && !strcmp(b, "malloc");
         initialized = 1;
@@ -214,9 +224,28 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     return CUDA_SUCCESS;
 }
 
+/* Device memory of a device (SIMCUDA_DEVICE_BYTES): kinds that live in it
+ * take from it; a request that does not fit fails. The lock is held. */
+static int uses_device_memory(int kind) {
+    return kind == K_DEVICE || kind == K_ARRAY || kind == K_MIPMAPPED || kind == K_HANDLE;
+}
+
+static int device_take(int dev, int kind, uint64_t size) {
+    if (!uses_device_memory(kind) || dev < 0 || dev >= MAX_DEVICES) return 0;
+    if (device_bytes && (size > device_bytes || device_used[dev] > device_bytes - size)) return -1;
+    device_used[dev] += size;
+    return 0;
+}
+
+static void device_give(int dev, int kind, uint64_t size) {
+    if (uses_device_memory(kind) && dev >= 0 && dev < MAX_DEVICES) device_used[dev] -= size;
+}
+
 /* Gives back the memory of a block of `memory` and erases it; the lock
  * is held. A registration's memory is the program's own. */
 static void free_entry(struct entry *e) {
+    if (uses_device_memory(e->kind) && e->aux)
+        device_give(((CUcontext)(uintptr_t)e->aux)->device, e->kind, e->size);
     if (e->low)
         munmap((void *)(uintptr_t)e->key, e->size);
     else if (e->kind != K_REGISTERED)
@@ -439,11 +468,16 @@ static CUresult allocate(void **out, size_t size, int kind) {
     if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
+    if (device_take(ctx->device, kind, size)) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     void *p = backing_alloc(size);
     struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = size,
                       .aux = (uint64_t)(uintptr_t)ctx, .kind = kind};
     if (!p || table_put(&memory, e)) {
         if (p) backing_free(p, size);
+        device_give(ctx->device, kind, size);
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -496,7 +530,11 @@ static CUresult allocate_low(CUdeviceptr_v1 *out, size_t size) {
     pthread_mutex_lock(&lock);
     struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = size,
                       .aux = (uint64_t)(uintptr_t)ctx, .kind = K_DEVICE, .low = 1};
-    int failed = table_put(&memory, e);
+    int failed = device_take(ctx->device, K_DEVICE, size);
+    if (!failed) {
+        failed = table_put(&memory, e);
+        if (failed) device_give(ctx->device, K_DEVICE, size);
+    }
     pthread_mutex_unlock(&lock);
     if (failed) {
         munmap(p, size);
@@ -911,9 +949,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_DEVICE;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
+    if (device_take(prop->location.id, K_HANDLE, size)) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     struct entry e = {.key = next_handle++, .size = size, .aux = (uint64_t)prop->location.id,
-                      .kind = K_HANDLE, .refs = 1};
+                      .kind = K_HANDLE, .refs = 1, .takes_device = 1};
     int failed = table_put(&handles, e);
+    if (failed) device_give(prop->location.id, K_HANDLE, size);
     pthread_mutex_unlock(&lock);
     if (failed) return CUDA_ERROR_OUT_OF_MEMORY;
     *handle = e.key;
@@ -947,6 +990,9 @@ static void unbind_at(size_t i) {
 static void drop_reference(struct entry *h) {
     uint64_t key = h->key;
     int multicast = h->kind == K_MULTICAST;
+    /* A physical allocation gone: its device memory is free again
+     * (imported handles took none). */
+    if (h->takes_device) device_give((int)h->aux, K_HANDLE, h->size);
     table_erase(h);
     if (!multicast) return;
     for (size_t i = 0; i < n_binds;)
@@ -1188,6 +1234,32 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     }
     pthread_mutex_unlock(&lock);
     return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- how much device memory is left ---- */
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUcontext ctx = current;
+    if (!ctx || !ctx->active) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    uint64_t total = device_bytes ? device_bytes : max_alloc;
+    uint64_t used = device_used[ctx->device];
+    pthread_mutex_unlock(&lock);
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    return CUDA_SUCCESS;
+}
+
+/* The API of CUDA < 3.2, with 32-bit sizes. */
+CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes) {
+    size_t f, t;
+    CUresult r = cuMemGetInfo_v2_local(&f, &t);
+    if (r) return r;
+    *free_bytes = f > 0xffffffffu ? 0xffffffffu : (unsigned int)f;
+    *total_bytes = t > 0xffffffffu ? 0xffffffffu : (unsigned int)t;
+    return CUDA_SUCCESS;
 }
 
 /* ---- entry points ---- */

@@ -71,8 +71,10 @@
     ENTRY(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040, 0, (CUcontext *pContext, CUgreenCtx hCtx), \
           (pContext, hCtx))                                                                       \
     /* ---- memory ---- */                                                                        \
-    ABSENT(cuMemGetInfo, cuMemGetInfo, 2000, 0)                                                  \
-    ABSENT(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0)                                               \
+    ENTRY(cuMemGetInfo, cuMemGetInfo, 2000, 0, (unsigned int *free_bytes, unsigned int *total_bytes), \
+          (free_bytes, total_bytes))                                                               \
+    ENTRY(cuMemGetInfo_v2, cuMemGetInfo, 3020, 0, (size_t *free_bytes, size_t *total_bytes),      \
+          (free_bytes, total_bytes))                                                               \
     ENTRY(cuMemAlloc, cuMemAlloc, 2000, 0, (CUdeviceptr_v1 * dptr, unsigned int bytesize),       \
           (dptr, bytesize))                                                                       \
     ENTRY(cuMemAlloc_v2, cuMemAlloc, 3020, 0, (CUdeviceptr * dptr, size_t bytesize),             \

@@ -388,7 +388,7 @@ fn presets_set_what_they_document() {
     let out = cli_run(&["run", "--pytorch", "--jax", "--", "/usr/bin/env"], d.path());
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     for want in [
-        "PYTORCH_NO_CUDA_MEMORY_CACHING=1",
+        "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",
         "XLA_PYTHON_CLIENT_PREALLOCATE=false",
         "XLA_PYTHON_CLIENT_ALLOCATOR=platform",
     ] {

@@ -5,6 +5,7 @@
 mod support;
 
 use cudaleak_core::record::MemoryKind;
+use cudaleak_core::report::Trigger;
 use support::*;
 
 const EVERY_API: &str = "tests/c/every_api.c";
@@ -305,7 +306,13 @@ fn edge_cases_count_failures_and_bad_frees_and_pass_errors_through() {
         "reused=1",
         "the driver should reuse the address"
     );
-    let r = out.report();
+    // The two out-of-memory failures (1 PiB, runtime then driver) are one
+    // episode, with its report (issue 21); the exit report is the other.
+    let reports = out.reports();
+    assert_eq!(reports.len(), 2, "{}", out.stderr);
+    let oom = reports[0].oom.as_ref().expect("an oom report first");
+    assert_eq!((oom.api.as_str(), oom.failed_calls), ("cudaMalloc", 2));
+    let r = reports[1].clone();
     assert_eq!(r.totals.failed_allocations, 3);
     assert_eq!(r.totals.invalid_frees, 5);
     assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
@@ -411,10 +418,11 @@ fn an_exec_d_program_gets_its_own_report() {
     let out = run_traced(&program("fork"), &["exec", other.to_str().unwrap()], &[]);
     out.assert_success();
     let reports = out.reports();
-    assert_eq!(reports.len(), 2, "{}", out.stderr);
+    // The exec'd program's out-of-memory report (issue 21) and two exit reports.
+    assert_eq!(reports.len(), 3, "{}", out.stderr);
     let exec_d = reports
         .iter()
-        .find(|r| r.command[0].ends_with("edge_cases"))
+        .find(|r| r.command[0].ends_with("edge_cases") && r.trigger == Trigger::Exit)
         .expect("exec'd report");
     assert_eq!(exec_d.leaks.len(), 1);
     assert_eq!(exec_d.leaks[0].bytes, 4096);
@@ -503,7 +511,9 @@ fn bad_environment_values_warn_once_each_and_change_nothing() {
         .filter(|l| l.starts_with("cudaleak: ignoring"))
         .collect();
     assert_eq!(warnings.len(), 3, "{}", out.stderr);
-    assert_eq!(out.report().leaks.len(), 1);
+    let reports = out.reports();
+    assert_eq!(reports.len(), 2, "an oom report and the exit report");
+    assert_eq!(reports[1].leaks.len(), 1);
 }
 
 #[test]

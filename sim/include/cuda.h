@@ -211,6 +211,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize); /* pre-3.2 */
+CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes); /* pre-3.2 */
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width_bytes,
                             size_t height, unsigned int element_size);

@@ -27,10 +27,14 @@ pub struct RunArgs {
     /// Suppressions file in LeakSanitizer's format (CUDALEAK_SUPPRESSIONS)
     #[arg(long)]
     suppressions: Option<PathBuf>,
-    /// PyTorch preset: PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that the caching allocator does not keep
-    /// freed tensors' memory and hide tensor-level leaks (each tensor becomes one cudaMalloc)
+    /// PyTorch preset: PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (merged with yours), so that each
+    /// tensor is one cudaMallocAsync and its line is shown, while the driver's pool keeps allocation fast
     #[arg(long)]
     pytorch: bool,
+    /// PyTorch without its cache: PYTORCH_NO_CUDA_MEMORY_CACHING=1, each tensor one cudaMalloc/cudaFree
+    /// (slower training steps; for PyTorch versions without the cudaMallocAsync backend)
+    #[arg(long, conflicts_with = "pytorch")]
+    pytorch_no_cache: bool,
     /// JAX preset: XLA_PYTHON_CLIENT_PREALLOCATE=false and XLA_PYTHON_CLIENT_ALLOCATOR=platform, so that
     /// XLA neither grabs most of the GPU up front nor pools buffers (each buffer becomes one allocation)
     #[arg(long)]
@@ -303,6 +307,10 @@ pub fn run(a: RunArgs) -> CliResult {
         );
     }
     if a.pytorch {
+        let mine = std::env::var("PYTORCH_CUDA_ALLOC_CONF").unwrap_or_default();
+        cmd.env("PYTORCH_CUDA_ALLOC_CONF", with_async_backend(&mine));
+    }
+    if a.pytorch_no_cache {
         cmd.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
     }
     if a.jax {
@@ -396,6 +404,20 @@ fn missing_directories(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `PYTORCH_CUDA_ALLOC_CONF` (`key:value,key:value`) with
+/// `backend:cudaMallocAsync`: the user's other settings kept, in order,
+/// any other backend replaced (issue 21).
+fn with_async_backend(conf: &str) -> String {
+    let mut parts: Vec<&str> = conf
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .filter(|p| p.split(':').next().map(str::trim) != Some("backend"))
+        .collect();
+    parts.push("backend:cudaMallocAsync");
+    parts.join(",")
+}
+
 /// What the reports of one run say.
 #[derive(Debug, Default)]
 struct RunOutcome {
@@ -422,6 +444,35 @@ fn gate_status(fail_on_leak: bool, code: u8, outcome: &RunOutcome) -> u8 {
     }
 }
 
+/// The out-of-memory reports of the run, one line each (issue 21). They
+/// change nothing in the gate's status: running out of memory is the
+/// program's own failure, which its status already says.
+fn list_oom_reports(ooms: &mut [(PathBuf, Report)]) {
+    if ooms.is_empty() {
+        return;
+    }
+    ooms.sort_by_key(|(_, r)| (r.timestamp_ms, r.pid, r.sequence));
+    note!("cudaleak: {} out of memory:", count(ooms.len() as u64, "report"));
+    for (p, r) in ooms.iter() {
+        let Some(o) = &r.oom else { continue };
+        note!(
+            "  {} {}: {} of {} failed{} (holding {} in {}; {})",
+            escape(&combine::rank_label(r)),
+            escape(r.command.first().map(String::as_str).unwrap_or("?")),
+            escape(&o.api),
+            cudaleak_core::units::size(o.requested_bytes),
+            if o.failed_calls > 1 {
+                format!(", {} calls", o.failed_calls)
+            } else {
+                String::new()
+            },
+            cudaleak_core::units::size(r.totals.live_bytes),
+            count(r.totals.live_blocks, "block"),
+            escape(&p.display().to_string())
+        );
+    }
+}
+
 fn is_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
@@ -431,6 +482,7 @@ fn is_alive(pid: i32) -> bool {
 /// and one per process whose report is missing (a marker left behind).
 fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
     let mut reports: Vec<(PathBuf, Report)> = Vec::new();
+    let mut ooms: Vec<(PathBuf, Report)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -439,7 +491,12 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
                 continue;
             }
             match Report::read(&e.path()) {
-                Ok(r) if r.run_id.as_deref() == Some(run_id) => reports.push((e.path(), r)),
+                Ok(r) if r.run_id.as_deref() == Some(run_id) => {
+                    if r.trigger == Trigger::Oom {
+                        ooms.push((e.path(), r.clone()));
+                    }
+                    reports.push((e.path(), r))
+                }
                 Ok(_) => {}
                 Err(err) => note!(
                     "cudaleak: skipping {}: {err}",
@@ -459,7 +516,11 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
                 && r.instance.as_deref() == Some(a.instance.as_str())
                 && !matches!(
                     r.trigger,
-                    Trigger::Signal | Trigger::Api | Trigger::Interval | Trigger::ContextTeardown
+                    Trigger::Signal
+                        | Trigger::Api
+                        | Trigger::Interval
+                        | Trigger::ContextTeardown
+                        | Trigger::Oom
                 )
         });
         if finished {
@@ -522,6 +583,7 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
             escape(&p.display().to_string())
         );
     }
+    list_oom_reports(&mut ooms);
     let bytes = saturating_sum(exits.iter().map(|(_, r)| r.leaked_bytes()));
     let blocks = saturating_sum(exits.iter().map(|(_, r)| r.leaked_blocks()));
     note!("{}", render::summary_line(bytes, blocks));

@@ -319,21 +319,41 @@ pub fn group_at<'a>(r: &'a Report, function: &str, file: &str, line: i64) -> &'a
         })
 }
 
-fn schema_validator(path: &Path) -> jsonschema::Validator {
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+fn read_schema(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn schema_validator(schema: &Value, path: &Path) -> jsonschema::Validator {
+    jsonschema::draft202012::new(schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The shared contract lets the project add triggers to the schema's list
+/// ("wherever else the project adds triggers (see the schema's list)"):
+/// the shared schema is checked with its list of triggers extended by the
+/// project's (issue 21 added "oom"), every other field as it is.
+fn with_project_triggers(mut shared: Value, ours: &Value) -> Value {
+    let ours = ours["properties"]["trigger"]["enum"].as_array().unwrap();
+    let list = shared["properties"]["trigger"]["enum"].as_array_mut().unwrap();
+    for t in ours {
+        if !list.contains(t) {
+            list.push(t.clone());
+        }
+    }
+    shared
 }
 
 /// Validates against the project's schema and, where the checkout has it,
 /// the shared contract schema beside it.
 pub fn validate(v: &Value) {
-    let mut paths = vec![repo().join("schema/report.schema.json")];
+    let ours_path = repo().join("schema/report.schema.json");
+    let ours = read_schema(&ours_path);
+    let mut schemas = vec![(ours.clone(), ours_path)];
     let shared = repo().join("../shared/report.schema.json");
     if shared.is_file() {
-        paths.push(shared);
+        schemas.push((with_project_triggers(read_schema(&shared), &ours), shared));
     }
-    for p in paths {
-        let validator = schema_validator(&p);
+    for (schema, p) in schemas {
+        let validator = schema_validator(&schema, &p);
         let errors: Vec<String> = validator
             .iter_errors(v)
             .map(|e| format!("{e} at {}", e.instance_path()))

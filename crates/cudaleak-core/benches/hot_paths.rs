@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the work the core does on every allocation and
-//! release: the live-map insert/remove pair and the stack-depot lookup.
+//! release: the live-map insert/remove pair, the stack-depot lookup, and the
+//! live and peak bytes bookkeeping with its per-call-site counters.
 //! They were used to tune those two structures; the end-to-end figures and
 //! the goals live in `scripts/bench.py` and docs/performance.md.
 //!
@@ -14,6 +15,7 @@ use cudaleak_core::depot::{Depot, TraceKey};
 use cudaleak_core::live_map::LiveMap;
 use cudaleak_core::python::PyRawFrame;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
+use cudaleak_core::site_counters::SiteCounters;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn main() {
@@ -53,6 +55,55 @@ fn live_map_pair_threads(bencher: divan::Bencher) {
     static MAP: LiveMap = LiveMap::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     bencher.bench(|| alloc_free_pair(&MAP, &COUNTER));
+}
+
+/// The process's live and peak bytes, as `tracker.rs` keeps them.
+struct Bytes {
+    live: AtomicU64,
+    peak: AtomicU64,
+}
+
+/// What an allocation and its release of 256 bytes cost the byte counts
+/// without the per-call-site counters (the library before issue 21, when
+/// the timeline was off): a locked add each, a compare with the peak.
+#[divan::bench]
+fn bytes_pair_without_sites(bencher: divan::Bencher) {
+    let b = Bytes {
+        live: AtomicU64::new(1 << 20),
+        peak: AtomicU64::new(2 << 20),
+    };
+    bencher.bench(|| {
+        let now = b.live.fetch_add(256, Ordering::Relaxed) + 256;
+        if now > b.peak.load(Ordering::Relaxed) {
+            b.peak.fetch_max(now, Ordering::Relaxed);
+        }
+        b.live.fetch_sub(divan::black_box(256), Ordering::Relaxed);
+    });
+}
+
+/// The same with the call site's counters and the peak's lazy snapshot
+/// (`site_counters.rs`), as `tracker::add_bytes`/`sub_bytes` do them since
+/// issue 21: the difference from the benchmark above is what the peak
+/// costs an alloc/free pair (budget: 5 ns).
+#[divan::bench]
+fn bytes_pair_with_sites(bencher: divan::Bencher) {
+    let b = Bytes {
+        live: AtomicU64::new(1 << 20),
+        peak: AtomicU64::new(2 << 20),
+    };
+    let sites = Box::new(SiteCounters::new());
+    let trace = TraceId(3);
+    sites.add(trace, 1 << 20, 0);
+    bencher.bench(|| {
+        let peak = b.peak.load(Ordering::Relaxed);
+        sites.add(divan::black_box(trace), 256, peak);
+        let now = b.live.fetch_add(256, Ordering::Relaxed) + 256;
+        if now > peak {
+            b.peak.fetch_max(now, Ordering::Relaxed);
+        }
+        sites.sub(divan::black_box(trace), 256, b.peak.load(Ordering::Relaxed));
+        b.live.fetch_sub(divan::black_box(256), Ordering::Relaxed);
+    });
 }
 
 fn native_stack(depth: usize, salt: u64) -> Vec<u64> {

@@ -20,8 +20,8 @@ use crate::group_key::{is_call_machinery_named, KeyDigest, KeyFrameRef};
 use crate::python::{eval_groups, CodeTable, PyRawFrame, PythonFrame};
 use crate::record::{Block, MemoryKind, TraceId};
 use crate::report::{
-    BlockExample, Group, KindTotals, LeftOut, MergedFrame, NativeFrame, RawStack, Report, SuppressionUse,
-    Totals, Trend, Trigger, FORMAT, VERSION,
+    BlockExample, Group, KindTotals, LeftOut, MergedFrame, NativeFrame, Peak, RawStack, Report,
+    SuppressionUse, Totals, Trend, Trigger, FORMAT, VERSION,
 };
 use crate::suppress::{Matcher, Suppressions};
 use crate::symbolize::{hex, SymbolSource};
@@ -61,6 +61,20 @@ pub struct Snapshot {
     pub invalid_frees: u64,
     pub peak_bytes: u64,
     pub incomplete_shards: u64,
+    /// what each call site held at the process's peak (`site_counters.rs`),
+    /// read with the blocks; None: the report has no `peak`
+    pub peak: Option<PeakSites>,
+}
+
+/// Live bytes and blocks per call site at the process's peak.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeakSites {
+    /// the process's peak live bytes the sites were read at
+    pub bytes: u64,
+    /// Unix time of the peak in milliseconds (0: not known)
+    pub timestamp_ms: i64,
+    /// (trace, blocks, bytes) of every call site with something live then
+    pub sites: Vec<(TraceId, u64, u64)>,
 }
 
 /// Per-group history across the dumps of one process, by the digest of
@@ -323,6 +337,7 @@ fn add_raw_stack(m: &mut Group, g: Group) {
         .sort_by_key(|r| std::cmp::Reverse((r.bytes, r.blocks)));
     m.blocks += g.blocks;
     m.bytes += g.bytes;
+    m.pytorch_cache_segment |= g.pytorch_cache_segment;
     let room = EXAMPLES_PER_GROUP.saturating_sub(m.examples.len());
     m.examples.extend(g.examples.into_iter().take(room));
 }
@@ -347,11 +362,27 @@ fn build_group(t: &TraceRef, acc: Acc, mut native: Vec<NativeFrame>, python: Vec
     } else {
         merge_stacks(&native, t.python, &python)
     };
+    let pytorch_cache_segment = native
+        .iter()
+        .any(|f| f.function.as_deref().is_some_and(is_pytorch_caching_allocator));
     Group {
         merged_stack,
         examples: acc.examples,
+        pytorch_cache_segment,
         ..Group::new(acc.blocks, acc.bytes, api, t.kind, native, python)
     }
+}
+
+/// A function of PyTorch's default CUDA caching allocator (demangled, or
+/// mangled where demangling failed): a block allocated through it is a
+/// segment the allocator reserved, which it carves into tensors. The
+/// `backend:cudaMallocAsync` allocator lives in the same namespace
+/// (`c10::cuda::CUDACachingAllocator::CudaMallocAsync`) but makes one
+/// allocation per tensor: not a cache.
+pub fn is_pytorch_caching_allocator(function: &str) -> bool {
+    let caching = function.contains("c10::cuda::CUDACachingAllocator")
+        || function.contains("3c104cuda20CUDACachingAllocator");
+    caching && !function.contains("CudaMallocAsync")
 }
 
 /// The group of blocks whose trace is not in the depot.
@@ -370,6 +401,7 @@ fn unknown_group(acc: Acc) -> Group {
 }
 
 /// One trace's live blocks in a dump, and the group it joined.
+#[derive(Clone, Copy)]
 struct TraceCount {
     id: TraceId,
     /// index into the dump's groups
@@ -500,6 +532,17 @@ fn label_ranks(table: &FrameTable, groups: &[GroupSummary]) -> Vec<u32> {
     groups.iter().map(|g| rank[&g.label]).collect()
 }
 
+/// The order of a dump's lists: bytes, then blocks (both largest first),
+/// API, and the label's rank ([`label_ranks`]).
+fn group_order(groups: &[GroupSummary], ranks: &[u32], a: u32, b: u32) -> Ordering {
+    let (x, y) = (&groups[a as usize], &groups[b as usize]);
+    y.bytes
+        .cmp(&x.bytes)
+        .then(y.blocks.cmp(&x.blocks))
+        .then_with(|| x.api.cmp(y.api))
+        .then_with(|| ranks[a as usize].cmp(&ranks[b as usize]))
+}
+
 /// Everything a dump needs besides the snapshot.
 pub struct Assembler<'a> {
     pub depot: &'a Depot,
@@ -613,6 +656,84 @@ impl Assembler<'_> {
             label,
             verdict: verdicts.of_stack(table, native, python),
         }
+    }
+
+    /// Groups `traces` (sorted by trace id) by merged stack
+    /// (`group_key.rs`), symbolizing each through `table`: one summary per
+    /// group, in order of first trace; each trace's `group` is set.
+    fn summarize(
+        &mut self,
+        table: &mut FrameTable,
+        verdicts: &mut NameVerdicts,
+        traces: &mut [TraceCount],
+    ) -> Vec<GroupSummary> {
+        let mut groups: Vec<GroupSummary> = Vec::new();
+        let mut index: HashMap<KeyDigest, u32> = HashMap::with_capacity(traces.len());
+        let (mut native, mut python) = (Vec::new(), Vec::new());
+        for t in traces.iter_mut() {
+            let f = self.facts(table, verdicts, &mut native, &mut python, t.id);
+            match index.entry(f.digest) {
+                Entry::Occupied(e) => {
+                    t.group = *e.get();
+                    let g = &mut groups[t.group as usize];
+                    // `add_raw_stack`: the group shows its largest raw stack.
+                    if (t.bytes, t.blocks) > g.largest {
+                        g.largest = (t.bytes, t.blocks);
+                        g.label = f.label;
+                        g.verdict = f.verdict;
+                    }
+                    g.blocks += t.blocks;
+                    g.bytes += t.bytes;
+                }
+                Entry::Vacant(e) => {
+                    t.group = groups.len() as u32;
+                    e.insert(t.group);
+                    groups.push(GroupSummary {
+                        digest: f.digest,
+                        blocks: t.blocks,
+                        bytes: t.bytes,
+                        api: f.api,
+                        kind: f.kind,
+                        largest: (t.bytes, t.blocks),
+                        label: f.label,
+                        verdict: f.verdict,
+                    });
+                }
+            }
+        }
+        groups
+    }
+
+    /// The groups of the call-site counts `traces` (the process's peak),
+    /// largest first, at most `max_groups` of them and what the rest hold.
+    /// No suppressions apply: the peak is what held memory, whoever it was.
+    fn plain_groups(
+        &mut self,
+        table: &mut FrameTable,
+        mut traces: Vec<TraceCount>,
+        max_groups: usize,
+    ) -> (Vec<Group>, Option<LeftOut>) {
+        traces.sort_unstable_by_key(|t| t.id);
+        let no_rules = Suppressions::none();
+        let mut verdicts = NameVerdicts::new(&no_rules);
+        let groups = self.summarize(table, &mut verdicts, &mut traces);
+        let ranks = label_ranks(table, &groups);
+        let mut order: Vec<u32> = (0..groups.len() as u32).collect();
+        order.sort_by(|a, b| group_order(&groups, &ranks, *a, *b));
+        let mut left_out = None;
+        if order.len() > max_groups {
+            let mut left = LeftOut::default();
+            for &i in &order[max_groups..] {
+                let g = &groups[i as usize];
+                left.groups += 1;
+                left.blocks = left.blocks.saturating_add(g.blocks);
+                left.bytes = left.bytes.saturating_add(g.bytes);
+            }
+            left_out = Some(left);
+        }
+        order.truncate(max_groups);
+        let mut made = self.materialize(table, &Snapshot::default(), &traces, &order);
+        (order.iter().filter_map(|i| made.remove(i)).collect(), left_out)
     }
 
     /// The full group of trace `id`, from the frames in `table`.
@@ -730,55 +851,13 @@ impl Assembler<'_> {
         // traces are symbolized first, then merged by key, in trace order.
         let mut table = FrameTable::new();
         let mut verdicts = NameVerdicts::new(self.suppressions);
-        let mut groups: Vec<GroupSummary> = Vec::new();
-        {
-            let mut index: HashMap<KeyDigest, u32> = HashMap::with_capacity(traces.len());
-            let (mut native, mut python) = (Vec::new(), Vec::new());
-            for t in &mut traces {
-                let f = self.facts(&mut table, &mut verdicts, &mut native, &mut python, t.id);
-                match index.entry(f.digest) {
-                    Entry::Occupied(e) => {
-                        t.group = *e.get();
-                        let g = &mut groups[t.group as usize];
-                        // `add_raw_stack`: the group shows its largest raw stack.
-                        if (t.bytes, t.blocks) > g.largest {
-                            g.largest = (t.bytes, t.blocks);
-                            g.label = f.label;
-                            g.verdict = f.verdict;
-                        }
-                        g.blocks += t.blocks;
-                        g.bytes += t.bytes;
-                    }
-                    Entry::Vacant(e) => {
-                        t.group = groups.len() as u32;
-                        e.insert(t.group);
-                        groups.push(GroupSummary {
-                            digest: f.digest,
-                            blocks: t.blocks,
-                            bytes: t.bytes,
-                            api: f.api,
-                            kind: f.kind,
-                            largest: (t.bytes, t.blocks),
-                            label: f.label,
-                            verdict: f.verdict,
-                        });
-                    }
-                }
-            }
-        }
+        let groups = self.summarize(&mut table, &mut verdicts, &mut traces);
         let changes = self
             .growth
             .observe(groups.iter().map(|g| (&g.digest, g.blocks, g.bytes)));
 
         let ranks = label_ranks(&table, &groups);
-        let order = |a: &u32, b: &u32| -> Ordering {
-            let (x, y) = (&groups[*a as usize], &groups[*b as usize]);
-            y.bytes
-                .cmp(&x.bytes)
-                .then(y.blocks.cmp(&x.blocks))
-                .then_with(|| x.api.cmp(y.api))
-                .then_with(|| ranks[*a as usize].cmp(&ranks[*b as usize]))
-        };
+        let order = |a: &u32, b: &u32| -> Ordering { group_order(&groups, &ranks, *a, *b) };
         let all: Vec<u32> = (0..groups.len() as u32).collect();
         // Growth: unsuppressed groups that grew, in group order, then
         // sorted (stable, as every sort here).
@@ -863,6 +942,49 @@ impl Assembler<'_> {
             .collect();
 
         let live_blocks = snap.blocks.len() as u64;
+        let peak_bytes = snap.peak_bytes.max(live_bytes);
+        let peak = snap.peak.as_ref().map(|p| {
+            // Live bytes above the peak the counters were read at (a race
+            // between the two reads): this snapshot is the peak.
+            let (counts, timestamp_ms) = if live_bytes > p.bytes {
+                let here = traces
+                    .iter()
+                    .filter(|t| {
+                        self.depot
+                            .get(t.id)
+                            .is_none_or(|tr| tr.kind.counts_in_live_bytes())
+                    })
+                    .map(|t| TraceCount { group: 0, ..*t })
+                    .collect();
+                (here, meta.timestamp_ms)
+            } else {
+                let sites = p
+                    .sites
+                    .iter()
+                    .map(|&(id, blocks, bytes)| TraceCount {
+                        id,
+                        group: 0,
+                        blocks,
+                        bytes,
+                    })
+                    .collect();
+                (
+                    sites,
+                    if p.timestamp_ms > 0 {
+                        p.timestamp_ms
+                    } else {
+                        meta.timestamp_ms
+                    },
+                )
+            };
+            let (groups, groups_left_out) = self.plain_groups(&mut table, counts, max_groups);
+            Peak {
+                bytes: peak_bytes,
+                timestamp_ms,
+                groups,
+                groups_left_out,
+            }
+        });
         Report {
             format: FORMAT.into(),
             version: VERSION,
@@ -878,7 +1000,7 @@ impl Assembler<'_> {
             totals: Totals {
                 live_blocks,
                 live_bytes,
-                peak_bytes: snap.peak_bytes.max(live_bytes),
+                peak_bytes,
                 allocations: snap.allocations,
                 frees: snap.frees,
                 failed_allocations: snap.failed_allocations,
@@ -899,6 +1021,9 @@ impl Assembler<'_> {
             merged_from: vec![],
             run_id: None,
             timeline: None,
+            oom: None,
+            peak,
+            oom_events: Vec::new(),
         }
     }
 }
@@ -983,6 +1108,22 @@ mod tests {
             kind: MemoryKind::Device,
             native,
             python: &[],
+        }
+    }
+
+    #[test]
+    fn pytorch_cache_segments_are_the_native_allocator_s_only() {
+        for (name, cache) in [
+            ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long, CUstream_st*)", true),
+            ("c10::cuda::CUDACachingAllocator::Native::ExpandableSegment::map(c10::cuda::CUDACachingAllocator::Native::SegmentRange)", true),
+            ("c10::cuda::CUDACachingAllocator::THCCachingAllocator::malloc(void**, int, unsigned long, CUstream_st*)", true),
+            ("_ZN3c104cuda20CUDACachingAllocator6Native22DeviceCachingAllocator6mallocEimP11CUstream_st", true),
+            ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::mallocAsync(void**, int, unsigned long, CUstream_st*)", false),
+            ("_ZN3c104cuda20CUDACachingAllocator15CudaMallocAsync11mallocAsyncEPPvimP11CUstream_st", false),
+            ("at::cuda::setWorkspaceForHandle()", false),
+            ("cudaMalloc", false),
+        ] {
+            assert_eq!(is_pytorch_caching_allocator(name), cache, "{name}");
         }
     }
 
@@ -1453,6 +1594,9 @@ mod tests {
             merged_from: vec![],
             run_id: None,
             timeline: None,
+            oom: None,
+            peak: None,
+            oom_events: Vec::new(),
         };
         cap_groups(&mut r, max);
         r

@@ -186,6 +186,11 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         merged_from: reports.iter().map(|(p, _)| p.display().to_string()).collect(),
         run_id: same(|r| r.run_id.clone()),
         timeline: None,
+        // Processes peak and run out of memory at their own moments: a
+        // merged report has no one moment to show.
+        oom: None,
+        peak: None,
+        oom_events: Vec::new(),
     })
 }
 

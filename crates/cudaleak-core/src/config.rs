@@ -85,6 +85,11 @@ pub const FLAGS: &[Flag] = &[
         help: "distinct stacks stored per process (at most 67108863); blocks from new stacks past it have none, counted in totals.stacks_dropped",
     },
     Flag {
+        name: "CUDALEAK_OOM_REPORTS",
+        default: "3",
+        help: "out-of-memory reports (trigger \"oom\") written per process, at most 1000; failures within 1 s of a report's count in it; 0 writes none",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -128,9 +133,15 @@ pub struct Config {
     pub max_groups: usize,
     /// distinct stacks stored (CUDALEAK_MAX_STACKS)
     pub max_stacks: u32,
+    /// out-of-memory reports per process (CUDALEAK_OOM_REPORTS); 0: none
+    pub oom_reports: u32,
 }
 
 pub const DEFAULT_MAX_GROUPS: usize = 1000;
+pub const DEFAULT_OOM_REPORTS: u32 = 3;
+/// The most `CUDALEAK_OOM_REPORTS` takes: each report holds a copy of the
+/// live map in memory until it is written (about a second).
+pub const MAX_OOM_REPORTS: u32 = 1000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -150,6 +161,7 @@ impl Default for Config {
             timeline: None,
             max_groups: DEFAULT_MAX_GROUPS,
             max_stacks: crate::depot::DEFAULT_MAX_TRACES,
+            oom_reports: DEFAULT_OOM_REPORTS,
         }
     }
 }
@@ -336,6 +348,12 @@ impl Config {
                 _ => bad("CUDALEAK_MAX_STACKS", &v, "expected 1 to 67108863", "4194303"),
             }
         }
+        if let Some(v) = get("CUDALEAK_OOM_REPORTS") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n <= MAX_OOM_REPORTS => c.oom_reports = n,
+                _ => bad("CUDALEAK_OOM_REPORTS", &v, "expected a count, 0 to 1000", "3"),
+            }
+        }
         if let Some(v) = get("CUDALEAK_UNWINDER") {
             match v.trim() {
                 "fast" => c.unwinder = Unwinder::Fast,
@@ -418,9 +436,10 @@ mod tests {
             ("CUDALEAK_STACK_DEPTH", "1000"),
             ("CUDALEAK_INTERVAL", "-3"),
             ("CUDALEAK_UNWINDER", "gdb"),
+            ("CUDALEAK_OOM_REPORTS", "1001"),
         ]);
         assert_eq!(c, Config::default());
-        assert_eq!(w.len(), 6, "{w:#?}");
+        assert_eq!(w.len(), 7, "{w:#?}");
         assert!(w.iter().all(|l| l.starts_with("cudaleak: ")));
     }
 
@@ -433,8 +452,10 @@ mod tests {
             ("CUDALEAK_PYTHON", "0"),
             ("CUDALEAK_STACK_DEPTH", "0"),
             ("CUDALEAK_INTERVAL", "0.5"),
+            ("CUDALEAK_OOM_REPORTS", "0"),
         ]);
         assert!(w.is_empty());
+        assert_eq!(c.oom_reports, 0);
         assert_eq!(c.dir, Some(PathBuf::from("/tmp/r")));
         assert_eq!(c.signal, None);
         assert_eq!(c.exitcode, 23);

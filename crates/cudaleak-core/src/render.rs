@@ -3,7 +3,9 @@
 //! JSON is the report model itself (serde).
 
 use crate::python::PythonFrame;
-use crate::report::{saturating_sum, Group, MergedFrame, NativeFrame, Report, SuppressionUse, Trend};
+use crate::report::{
+    saturating_sum, Group, MergedFrame, NativeFrame, OomRequest, Report, SuppressionUse, Trend, Trigger,
+};
 use crate::units::{count, size, size_exact};
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -376,6 +378,9 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         g.kind().name(),
         trend_note(g.trend)
     );
+    if g.pytorch_cache_segment {
+        let _ = writeln!(out, "    {PYTORCH_CACHE_NOTE}");
+    }
     for l in display_frames_with(g, opts.max_frames, opts.full_stacks) {
         let _ = writeln!(out, "{l}");
     }
@@ -383,6 +388,217 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
         let _ = writeln!(out, "    (no stack recorded)");
     }
     out.push('\n');
+}
+
+/// What a group of PyTorch's caching allocator is (issue 21).
+const PYTORCH_CACHE_NOTE: &str =
+    "(PyTorch cache segment: memory the caching allocator reserved, which holds tensors or none; not one tensor)";
+
+/// The hint under a report that shows PyTorch cache segments.
+pub const PYTORCH_CACHE_HINT: &str = "hint: groups marked \"PyTorch cache segment\" are reserved memory of PyTorch's caching allocator; run under `cudaleak run --pytorch` (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync) to see each tensor with the line that made it";
+
+/// Whether any group of `r` is a PyTorch cache segment.
+fn shows_pytorch_cache(r: &Report) -> bool {
+    let peak = r.peak.iter().flat_map(|p| &p.groups);
+    r.leaks
+        .iter()
+        .chain(&r.suppressed)
+        .chain(peak)
+        .any(|g| g.pytorch_cache_segment)
+}
+
+/// The process's start (Unix ms), from its instance token
+/// (`<start ms>-<random>`, `writer::instance_token`).
+fn process_start_ms(r: &Report) -> Option<i64> {
+    r.instance.as_deref()?.split('-').next()?.parse().ok()
+}
+
+/// When `at_ms` was, in words: `+12.3 s` after the process started, else
+/// relative to the report.
+fn moment(r: &Report, at_ms: i64) -> String {
+    match process_start_ms(r) {
+        // The peak's time comes from the coarse clock, which may read a
+        // few milliseconds behind the start's.
+        Some(start) if at_ms.saturating_add(1000) >= start => {
+            format!("+{:.1} s", at_ms.saturating_sub(start).max(0) as f64 / 1000.0)
+        }
+        _ if at_ms <= r.timestamp_ms => format!(
+            "{:.1} s before this dump",
+            (r.timestamp_ms - at_ms) as f64 / 1000.0
+        ),
+        _ => format!(
+            "{:.1} s after this dump",
+            (at_ms - r.timestamp_ms) as f64 / 1000.0
+        ),
+    }
+}
+
+/// The failed request as a group, for its frames.
+fn request_group(o: &OomRequest) -> Group {
+    Group {
+        merged_stack: o.merged_stack.clone(),
+        ..Group::new(
+            1,
+            o.requested_bytes,
+            &o.api,
+            crate::record::MemoryKind::Device,
+            o.native_stack.clone(),
+            o.python_stack.clone(),
+        )
+    }
+}
+
+/// Where the request was made, for one line: its innermost Python line,
+/// else its innermost native frame with a function that is not machinery,
+/// with its file and line.
+fn request_site(o: &OomRequest) -> String {
+    if let Some(p) = o.python_stack.first() {
+        return python_label(p);
+    }
+    o.native_stack
+        .iter()
+        .find(|f| f.function.is_some() && !is_noise(f))
+        .and_then(|f| frame_key_label(&MergedFrame::Native(f.clone())))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+/// `(free 256.0 MiB of 768.0 MiB)`, or what of it is known.
+fn device_memory(o: &OomRequest) -> String {
+    let dev = o.device.map(|d| format!("device {d}: ")).unwrap_or_default();
+    match (o.device_free_bytes, o.device_total_bytes) {
+        (Some(free), Some(total)) => format!("{dev}free {} of {}", size(free), size(total)),
+        (Some(free), None) => format!("{dev}free {}", size(free)),
+        _ => format!("{dev}free memory unknown"),
+    }
+}
+
+/// The failed request, first in an `oom` report's text.
+fn oom_block(out: &mut String, r: &Report, o: &OomRequest, opts: &TextOptions) {
+    let _ = writeln!(
+        out,
+        "Out of memory: {} of {} ({} bytes) failed at {} ({}){}:",
+        escape(&o.api),
+        size(o.requested_bytes),
+        o.requested_bytes,
+        moment(r, o.timestamp_ms),
+        device_memory(o),
+        if o.failed_calls > 1 {
+            format!("; {} failed calls within 1 s", o.failed_calls)
+        } else {
+            String::new()
+        }
+    );
+    let g = request_group(o);
+    for l in display_frames_with(&g, opts.max_frames, opts.full_stacks) {
+        let _ = writeln!(out, "{l}");
+    }
+    if g.native_stack.is_empty() && g.python_stack.is_empty() {
+        let _ = writeln!(out, "    (no stack recorded)");
+    }
+    let _ = writeln!(
+        out,
+        "\nWhat this process held at that moment: {} in {}.\n",
+        size_exact(r.totals.live_bytes),
+        count(r.totals.live_blocks, "block")
+    );
+}
+
+/// Groups in the short lists (peak, stderr lines).
+const SHORT_LIST: usize = 5;
+
+/// "At the peak (1.4 GiB at +12.3 s):" and its largest groups, one line
+/// each.
+fn peak_section(out: &mut String, r: &Report) {
+    let Some(p) = &r.peak else { return };
+    if p.bytes == 0 {
+        return;
+    }
+    let _ = writeln!(out, "{THIN_RULE}");
+    let _ = writeln!(
+        out,
+        "At the peak ({} at {}):",
+        size(p.bytes),
+        moment(r, p.timestamp_ms)
+    );
+    let shown: Vec<&Group> = p.groups.iter().take(SHORT_LIST).collect();
+    for (g, label) in shown.iter().zip(group_labels(&shown)) {
+        let _ = writeln!(
+            out,
+            "  {} in {}: {}{}",
+            size(g.bytes),
+            count(g.blocks, "block"),
+            label,
+            if g.pytorch_cache_segment {
+                " [PyTorch cache segment]"
+            } else {
+                ""
+            }
+        );
+    }
+    let rest: Vec<&Group> = p.groups.iter().skip(SHORT_LIST).collect();
+    let left = p.groups_left_out.unwrap_or_default();
+    let (more, bytes, blocks) = (
+        rest.len() as u64 + left.groups,
+        saturating_sum(rest.iter().map(|g| g.bytes)).saturating_add(left.bytes),
+        saturating_sum(rest.iter().map(|g| g.blocks)).saturating_add(left.blocks),
+    );
+    if more > 0 {
+        let _ = writeln!(
+            out,
+            "  ... and {}, {} in {}",
+            count(more, "more group"),
+            size(bytes),
+            count(blocks, "block")
+        );
+    }
+    out.push('\n');
+}
+
+/// What the library prints on stderr when it writes an `oom` report: one
+/// line, then the largest groups live at that moment, one line each.
+pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
+    let mut out = String::new();
+    let Some(o) = &r.oom else { return out };
+    let calls = if o.failed_calls > 1 {
+        format!(" ({} failed calls within 1 s)", o.failed_calls)
+    } else {
+        String::new()
+    };
+    let _ = write!(
+        out,
+        "cudaleak: out of memory: {} of {} at {} failed{calls} ({}); this process holds {} in {}",
+        escape(&o.api),
+        size(o.requested_bytes),
+        request_site(o),
+        device_memory(o),
+        size(r.totals.live_bytes),
+        count(r.totals.live_blocks, "block"),
+    );
+    match report_path {
+        Some(p) => {
+            let _ = writeln!(out, "; report: {}", escape(p));
+        }
+        None => out.push('\n'),
+    }
+    // What holds the memory, suppressed or not: the three largest.
+    let mut shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).collect();
+    shown.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    shown.truncate(3);
+    for (g, label) in shown.iter().zip(group_labels(&shown)) {
+        let _ = writeln!(
+            out,
+            "cudaleak:   {} in {}: {}{}",
+            size(g.bytes),
+            count(g.blocks, "block"),
+            label,
+            if g.pytorch_cache_segment {
+                " [PyTorch cache segment]"
+            } else {
+                ""
+            }
+        );
+    }
+    out
 }
 
 fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
@@ -496,6 +712,13 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
     }
     limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
+    if r.leaks
+        .iter()
+        .take(opts.max_groups)
+        .any(|g| g.pytorch_cache_segment)
+    {
+        let _ = writeln!(out, "{PYTORCH_CACHE_HINT}\n");
+    }
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     let _ = writeln!(
         out,
@@ -597,6 +820,9 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     );
     limits_reached(&mut out, t);
     out.push('\n');
+    if let Some(o) = &r.oom {
+        oom_block(&mut out, r, o, opts);
+    }
     let verb = if r.trigger == crate::report::Trigger::Exit {
         "Leaked"
     } else {
@@ -642,6 +868,22 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         );
     }
     suppressions_table(&mut out, &r.suppressions_used);
+    peak_section(&mut out, r);
+    if !r.oom_events.is_empty() && r.trigger != Trigger::Oom {
+        let _ = writeln!(
+            out,
+            "Out of memory before this dump: {} ({} failed calls in all){}.",
+            count(r.oom_events.len() as u64, "episode"),
+            saturating_sum(r.oom_events.iter().map(|e| e.failed_calls)),
+            match r.oom_events.iter().filter_map(|e| e.report.as_deref()).next() {
+                Some(first) => format!("; the first report: {}", escape(first)),
+                None => String::new(),
+            }
+        );
+    }
+    if shows_pytorch_cache(r) {
+        let _ = writeln!(out, "{PYTORCH_CACHE_HINT}\n");
+    }
     let (bytes, blocks) = (r.leaked_bytes(), r.leaked_blocks());
     if r.trigger == crate::report::Trigger::Exit {
         let _ = writeln!(out, "{}", summary_line(bytes, blocks));
@@ -772,5 +1014,48 @@ mod tests {
                 "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#2]",
             ]
         );
+    }
+
+    /// The out-of-memory lines and the peak section escape what comes
+    /// from the report (a name with an escape sequence and a newline
+    /// cannot forge lines), and the oom report's text starts with the
+    /// failed request.
+    #[test]
+    fn oom_and_peak_text_escape_what_the_report_holds() {
+        let group = r#"{"blocks": 2, "bytes": 3145728, "api": "cudaMalloc", "memory": "device",
+            "native_stack": [{"address": "0x10", "function": "evil\u001b[2K\nname", "file": "a.c",
+                              "line": 3, "module": null}],
+            "python_stack": []}"#;
+        let text = format!(
+            r#"{{"format": "cudaleak", "version": 1, "trigger": "oom", "sequence": 1, "pid": 7,
+                "command": ["p"], "instance": "1000-abcdef01", "timestamp_ms": 3500,
+                "totals": {{"live_blocks": 2, "live_bytes": 3145728, "peak_bytes": 4194304,
+                            "allocations": 3, "frees": 1, "failed_allocations": 1, "invalid_frees": 0}},
+                "leaks": [{group}], "growth": [],
+                "oom": {{"api": "cudaMalloc", "requested_bytes": 1048576,
+                         "native_stack": [], "python_stack": [{{"function": "step\u001b]0;x", "file": "t.py", "line": 9}}],
+                         "device": 0, "device_free_bytes": 0, "device_total_bytes": 4194304,
+                         "failed_calls": 3, "timestamp_ms": 3500}},
+                "peak": {{"bytes": 4194304, "timestamp_ms": 2200, "groups": [{group}]}}}}"#
+        );
+        let r = Report::parse(&text).unwrap();
+        let lines = oom_lines(&r, Some("/r/x\n.json"));
+        assert!(!lines.contains('\u{1b}'), "{lines}");
+        assert_eq!(
+            lines.lines().collect::<Vec<_>>(),
+            [
+                "cudaleak: out of memory: cudaMalloc of 1.0 MiB at step\\x1b]0;x t.py:9 failed (3 failed calls within 1 s) \
+                 (device 0: free 0 bytes of 4.0 MiB); this process holds 3.0 MiB in 2 blocks; report: /r/x\\n.json",
+                "cudaleak:   3.0 MiB in 2 blocks: cudaMalloc (device memory) at evil\\x1b[2K\\nname a.c:3",
+            ]
+        );
+        let full = super::text(&r, None, &TextOptions::default());
+        assert!(!full.contains('\u{1b}'));
+        let body: Vec<&str> = full.lines().skip_while(|l| !l.is_empty()).skip(1).collect();
+        assert_eq!(
+            body[0],
+            "Out of memory: cudaMalloc of 1.0 MiB (1048576 bytes) failed at +2.5 s (device 0: free 0 bytes of 4.0 MiB); 3 failed calls within 1 s:"
+        );
+        assert!(full.contains("At the peak (4.0 MiB at +1.2 s):\n  3.0 MiB in 2 blocks: cudaMalloc (device memory) at evil\\x1b[2K\\nname a.c:3\n"), "{full}");
     }
 }

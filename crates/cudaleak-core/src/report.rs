@@ -22,6 +22,9 @@ pub enum Trigger {
     Interval,
     ContextTeardown,
     FatalSignal,
+    /// extension: an allocation call failed for lack of memory (issue 21);
+    /// the report shows what was live at that moment
+    Oom,
 }
 
 impl Trigger {
@@ -33,6 +36,7 @@ impl Trigger {
             Trigger::Interval => "interval",
             Trigger::ContextTeardown => "context-teardown",
             Trigger::FatalSignal => "fatal-signal",
+            Trigger::Oom => "oom",
         }
     }
 }
@@ -159,6 +163,12 @@ pub struct Group {
     /// `group_key.rs`), largest first; empty when there was one
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub raw_stacks: Vec<RawStack>,
+    /// extension: the group's memory is a segment of PyTorch's caching
+    /// allocator (its native stack passes through
+    /// `c10::cuda::CUDACachingAllocator`): memory PyTorch reserved, which
+    /// holds many tensors or none, not one tensor
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pytorch_cache_segment: bool,
 }
 
 /// extension: one native stack of a group, with what it allocated.
@@ -233,6 +243,75 @@ pub struct Report {
     /// report (`CUDALEAK_TIMELINE`)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<SampledTimeline>,
+    /// extension: the failed request of an `oom` report (issue 21)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom: Option<OomRequest>,
+    /// extension: what was live when the process's live bytes were highest
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<Peak>,
+    /// extension: the process's out-of-memory episodes up to this report
+    /// (absent before the first); bounded, see `OOM_EVENTS_KEPT`
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oom_events: Vec<OomEvent>,
+}
+
+/// extension: the allocation call that failed for lack of memory, as an
+/// `oom` report gives it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomRequest {
+    /// the call the program made (a runtime call is one failure, whatever
+    /// driver calls it made)
+    pub api: String,
+    pub requested_bytes: u64,
+    pub native_stack: Vec<NativeFrame>,
+    pub python_stack: Vec<PythonFrame>,
+    /// Python frames in the place of the interpreter's, as in a group
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_stack: Vec<MergedFrame>,
+    /// the device the call allocated on, when known
+    pub device: Option<u32>,
+    /// the real driver's `cuMemGetInfo_v2` right after the failure (null
+    /// when it could not be had)
+    pub device_free_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
+    /// the failed calls this report stands for: the first, and those that
+    /// failed within one second after it
+    pub failed_calls: u64,
+    /// Unix time of the first failure, in milliseconds
+    pub timestamp_ms: i64,
+}
+
+/// extension: one out-of-memory episode of a process: a failed
+/// allocation call and those that failed within one second after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomEvent {
+    pub timestamp_ms: i64,
+    pub api: String,
+    pub requested_bytes: u64,
+    pub failed_calls: u64,
+    pub device: Option<u32>,
+    /// file name of the episode's `oom` report; null when
+    /// CUDALEAK_OOM_REPORTS stopped it (or it was not written yet)
+    pub report: Option<String>,
+}
+
+/// Episodes `oom_events` keeps: the first [`OOM_EVENTS_KEPT`] / 2 and the
+/// latest ones; `totals.failed_allocations` counts every failed call.
+pub const OOM_EVENTS_KEPT: usize = 64;
+
+/// extension: the high-water mark of the process's live bytes and the
+/// groups live at that moment (blocks freed since included).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peak {
+    /// equal to `totals.peak_bytes`
+    pub bytes: u64,
+    /// Unix time at which the peak was reached, in milliseconds
+    pub timestamp_ms: i64,
+    /// largest first, at most CUDALEAK_MAX_GROUPS; no suppressions apply
+    pub groups: Vec<Group>,
+    /// the groups past the cap
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_left_out: Option<LeftOut>,
 }
 
 /// extension: live memory over time by call site (`CUDALEAK_TIMELINE`;
@@ -285,6 +364,10 @@ pub fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 /// Why a file is not a report this version can read.
@@ -389,6 +472,7 @@ impl Group {
             suppression: None,
             trend: None,
             raw_stacks: Vec::new(),
+            pytorch_cache_segment: false,
         }
     }
 

@@ -272,6 +272,9 @@ impl Stack {
         id
     }
 
+    /// Out of line: a new trace is the rare case, and inlined here it made
+    /// the common one (a replayed stack) save more registers.
+    #[inline(never)]
     fn intern_new(&self, depot: &Depot, api: Api, kind: MemoryKind) -> TraceId {
         let key = TraceKey {
             api,

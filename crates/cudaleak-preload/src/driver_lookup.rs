@@ -101,6 +101,8 @@ pub static CU_CTX_GET_DEVICE: Helper = Helper::new(c"cuCtxGetDevice");
 pub static CU_GET_PROC_ADDRESS_V2: Helper = Helper::new(c"cuGetProcAddress_v2");
 /// The size of memory opened from another process (cuIpcOpenMemHandle_v2).
 pub static CU_MEM_GET_ADDRESS_RANGE_V2: Helper = Helper::new(c"cuMemGetAddressRange_v2");
+/// Free and total device memory when an allocation ran out (`oom.rs`).
+pub static CU_MEM_GET_INFO_V2: Helper = Helper::new(c"cuMemGetInfo_v2");
 
 /// After a `dlclose` unloaded objects (`resolve.rs`): forgets the helpers
 /// that pointed into them, and the libcuda handle (looked up again).
@@ -110,6 +112,7 @@ pub fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
         &CU_CTX_GET_DEVICE,
         &CU_GET_PROC_ADDRESS_V2,
         &CU_MEM_GET_ADDRESS_RANGE_V2,
+        &CU_MEM_GET_INFO_V2,
     ] {
         helper.forget_if_unloaded(is_gone);
     }

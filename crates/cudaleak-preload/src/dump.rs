@@ -4,11 +4,11 @@
 //! symbolization and writing run with none, so allocating threads are never
 //! held up by more than one shard's copy.
 
-use crate::settings::{self, instance, report_dir, warn};
-use crate::{python, tracker};
+use crate::settings::{self, instance, report_dir, warn, write_stderr};
+use crate::{oom, python, tracker};
 use cudaleak_core::assemble::{Assembler, DumpMeta, GrowthTracker, Snapshot};
 use cudaleak_core::lock::FutexMutex;
-use cudaleak_core::report::{Report, Trigger};
+use cudaleak_core::report::{OomRequest, Report, Trigger};
 use cudaleak_core::suppress::Suppressions;
 use cudaleak_core::symbolize::ProcessSymbolizer;
 use cudaleak_core::writer::{self, ReportName};
@@ -133,17 +133,19 @@ pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
 
 /// Assembles a report from `snap` with the process's dump state.
 pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: bool) -> Report {
-    assemble_at_most(state, snap, meta, growth, usize::MAX)
+    assemble_at_most(state, snap, meta, growth, usize::MAX, None)
 }
 
 /// [`assemble`], with at most `max_groups` groups per list: the rest are
-/// counted, never made (issue 15).
+/// counted, never made (issue 15). With `oom`, the report of that failed
+/// request.
 fn assemble_at_most(
     state: &mut DumpState,
     snap: &Snapshot,
     meta: DumpMeta,
     growth: bool,
     max_groups: usize,
+    oom: Option<&oom::Pending>,
 ) -> Report {
     let mut scratch = GrowthTracker::default();
     let growth_tracker = if growth { &mut state.growth } else { &mut scratch };
@@ -157,7 +159,34 @@ fn assemble_at_most(
     let mut report = assembler.assemble_at_most(snap, meta, max_groups);
     report.timeline = crate::sampler::for_report(&tracker::sampler_sources(), &mut assembler);
     report.run_id = crate::run_marker::run_id();
+    if let Some(p) = oom {
+        report.oom = Some(oom_request(&mut assembler, p));
+    }
+    report.oom_events = oom::events();
     report
+}
+
+/// The failed request of `p`, its stack symbolized as a group's (a driver
+/// call in a static runtime named by the runtime entry point, as groups
+/// are).
+fn oom_request(assembler: &mut Assembler, p: &oom::Pending) -> OomRequest {
+    let site = (p.trace.0 != 0).then(|| assembler.site_group(p.trace)).flatten();
+    let (api, native_stack, python_stack, merged_stack) = match site {
+        Some(g) => (g.api, g.native_stack, g.python_stack, g.merged_stack),
+        None => (p.api.name().to_string(), vec![], vec![], vec![]),
+    };
+    OomRequest {
+        api,
+        requested_bytes: p.requested,
+        native_stack,
+        python_stack,
+        merged_stack,
+        device: p.device,
+        device_free_bytes: p.device_free,
+        device_total_bytes: p.device_total,
+        failed_calls: oom::failed_calls(p.serial),
+        timestamp_ms: p.timestamp_ms,
+    }
 }
 
 /// Runs `f` with the dump state, creating it on first use.
@@ -175,11 +204,16 @@ pub fn dump(req: Request) -> Option<Outcome> {
     if !tracker::saw_allocation_call() {
         return None;
     }
+    if matches!(req.trigger, Trigger::Exit | Trigger::FatalSignal) {
+        // The process ends: its out-of-memory reports come first, whether
+        // or not their second is over.
+        write_oom_reports(true, req.lock_timeout);
+    }
     with_state(req.lock_timeout, |state| {
         let snap = tracker::snapshot(req.lock_timeout)?;
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
-        let report = assemble_at_most(state, &snap, meta, true, settings::config().max_groups);
+        let report = assemble_at_most(state, &snap, meta, true, settings::config().max_groups, None);
         if settings::config().interval.is_some() {
             state.timeline.record(&report);
         }
@@ -202,6 +236,59 @@ pub fn dump(req: Request) -> Option<Outcome> {
         Some(Outcome { report, path })
     })
     .flatten()
+}
+
+/// Writes the out-of-memory reports whose episode is over (`oom.rs`), or
+/// every one waiting with `all` (at exit); each gets one line on stderr,
+/// then its three largest groups (CUDALEAK_SUMMARY=0: none).
+pub fn write_oom_reports(all: bool, lock_timeout: Option<Duration>) {
+    for p in oom::take_due(all) {
+        let serial = p.serial;
+        let written = with_state(lock_timeout, |state| write_oom_report(state, &p));
+        if written.is_none() {
+            oom::set_report(serial, None);
+        }
+    }
+}
+
+fn write_oom_report(state: &mut DumpState, p: &oom::Pending) {
+    state.sequence += 1;
+    let mut meta = meta_for(&Request::new(Trigger::Oom), state.sequence);
+    // The report shows the moment of the failure.
+    meta.timestamp_ms = p.timestamp_ms;
+    let name = ReportName {
+        hostname: meta.hostname.clone().unwrap_or_else(|| "unknown".into()),
+        rank: meta.rank,
+        pid: meta.pid,
+        instance: instance(),
+        sequence: meta.sequence,
+        trigger: Trigger::Oom.name(),
+    }
+    .file_name();
+    // Its own episode names it in `oom_events`.
+    oom::set_report(p.serial, Some(name));
+    // A dump like the others: its growth is since the previous dump, and
+    // the next one's since this one.
+    let report = assemble_at_most(
+        state,
+        &p.snapshot,
+        meta,
+        true,
+        settings::config().max_groups,
+        Some(p),
+    );
+    let path = write(&report);
+    oom::set_report(
+        p.serial,
+        path.as_ref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+    );
+    crate::run_marker::on_report_written(Trigger::Oom, path.is_some());
+    if settings::config().summary {
+        let shown = path.as_deref().map(|p| p.to_string_lossy());
+        write_stderr(cudaleak_core::render::oom_lines(&report, shown.as_deref()).as_bytes());
+    }
 }
 
 fn report_name(r: &Report) -> ReportName {

@@ -22,10 +22,15 @@
 //!    gets the same address from the driver between the two.
 //! 4. Panics are caught on both sides of the real call (never across
 //!    `extern "C"`); a failed `before` still calls the real function.
+//! 5. A call that fails for lack of memory is one out-of-memory failure
+//!    (`oom.rs`) at the level of case 1: the driver hook under a runtime
+//!    call only marks the runtime call, which reports it with its own API
+//!    and stack once its real call has returned.
 
 use crate::capture::Stack;
 use crate::ffi::*;
 use crate::hook_table::{HookId, Layer};
+use crate::oom;
 use crate::resolve;
 use crate::thread::{self, ThreadState};
 use crate::tracker::{self, Releases};
@@ -171,6 +176,8 @@ pub struct RuntimeCall {
     released: Cell<bool>,
     /// a driver context hook handled a teardown
     torn_down: Cell<bool>,
+    /// the driver allocation it made ran out of memory (case 5)
+    out_of_memory: Cell<bool>,
 }
 
 impl RuntimeCall {
@@ -181,6 +188,7 @@ impl RuntimeCall {
             handled: Cell::new(false),
             released: Cell::new(false),
             torn_down: Cell::new(false),
+            out_of_memory: Cell::new(false),
         }
     }
 }
@@ -214,10 +222,12 @@ enum Out {
 
 enum Size {
     Bytes(u64),
-    /// cuMemAllocPitch: pitch (written by the call) × height
-    Pitch(*mut usize, usize),
-    /// the v1 cuMemAllocPitch: a 32-bit pitch × height
-    Pitch32(*mut u32, usize),
+    /// cuMemAllocPitch: pitch (written by the call) × height; and the
+    /// bytes asked for, width × height
+    Pitch(*mut usize, usize, u64),
+    /// the v1 cuMemAllocPitch: a 32-bit pitch × height; and the bytes
+    /// asked for
+    Pitch32(*mut u32, usize, u64),
     /// asked from the driver after the call (cuMemGetAddressRange_v2)
     OfAddress,
 }
@@ -243,9 +253,16 @@ impl Alloc {
         }
     }
 
-    pub fn pitched(id: HookId, api: Api, out: *mut u64, pitch: *mut usize, height: usize) -> Alloc {
+    pub fn pitched(
+        id: HookId,
+        api: Api,
+        out: *mut u64,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+    ) -> Alloc {
         Alloc {
-            size: Size::Pitch(pitch, height),
+            size: Size::Pitch(pitch, height, (width as u64).saturating_mul(height as u64)),
             ..Alloc::new(id, api, MemoryKind::Device, out, 0)
         }
     }
@@ -259,10 +276,10 @@ impl Alloc {
     }
 
     /// The 32-bit cuMemAllocPitch of CUDA < 3.2.
-    pub fn pitched_narrow(id: HookId, out: *mut u32, pitch: *mut u32, height: u32) -> Alloc {
+    pub fn pitched_narrow(id: HookId, out: *mut u32, pitch: *mut u32, width: u32, height: u32) -> Alloc {
         Alloc {
             out: Out::Address32(out),
-            size: Size::Pitch32(pitch, height as usize),
+            size: Size::Pitch32(pitch, height as usize, u64::from(width) * u64::from(height)),
             ..Alloc::new(
                 id,
                 Api::cuMemAllocPitch,
@@ -399,6 +416,33 @@ pub fn runtime_array_bytes(desc: *const cudaChannelFormatDesc, extent: cudaExten
     RtSize::Bytes(bytes as usize)
 }
 
+impl Alloc {
+    /// The bytes the call asked for (0 when it cannot say: an IPC handle).
+    fn requested(&self) -> u64 {
+        match self.size {
+            Size::Bytes(b) => b,
+            Size::Pitch(_, _, asked) | Size::Pitch32(_, _, asked) => asked,
+            Size::OfAddress => 0,
+        }
+    }
+
+    /// This driver call, made by no runtime call we saw, ran out of memory.
+    /// Out of line: the hot path of a successful call stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn out_of_memory(&self, cx: &mut HookCx) {
+        let (thread, api, kind) = (cx.thread, self.api, self.kind);
+        let failure = oom::Failure {
+            api,
+            requested: self.requested(),
+            device: self.device,
+        };
+        oom::on_out_of_memory(failure, thread, &mut || {
+            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
+        });
+    }
+}
+
 impl Event for Alloc {
     type State = ();
 
@@ -414,6 +458,13 @@ impl Event for Alloc {
         }
         if result != CUDA_SUCCESS {
             tracker::note_failed_allocation();
+            if result == CUDA_ERROR_OUT_OF_MEMORY {
+                match runtime {
+                    // Case 5: the runtime call reports it.
+                    Some((_, rc)) => rc.out_of_memory.set(true),
+                    None => self.out_of_memory(cx),
+                }
+            }
             return;
         }
         // SAFETY: the call succeeded, so it wrote its out parameter.
@@ -426,11 +477,11 @@ impl Event for Alloc {
         let size = match self.size {
             Size::Bytes(b) => b,
             // SAFETY: written by the successful call.
-            Size::Pitch(p, h) if !p.is_null() => {
+            Size::Pitch(p, h, _) if !p.is_null() => {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
             }
             // SAFETY: written by the successful call.
-            Size::Pitch32(p, h) if !p.is_null() => {
+            Size::Pitch32(p, h, _) if !p.is_null() => {
                 (unsafe { p.read_unaligned() } as u64).saturating_mul(h as u64)
             }
             Size::Pitch(..) | Size::Pitch32(..) => 0,
@@ -815,8 +866,22 @@ fn lookup_caller() -> usize {
 
 pub enum RtSize {
     Bytes(usize),
-    /// pitch out parameter × rows
-    Pitch(*mut usize, usize),
+    /// pitch out parameter × rows; the bytes asked for (width × rows)
+    Pitch(*mut usize, usize, u64),
+}
+
+impl RtSize {
+    /// A pitched allocation of `rows` rows of `width` bytes each.
+    pub fn pitch(pitch: *mut usize, width: usize, rows: usize) -> RtSize {
+        RtSize::Pitch(pitch, rows, (width as u64).saturating_mul(rows as u64))
+    }
+
+    fn requested(&self) -> u64 {
+        match *self {
+            RtSize::Bytes(b) => b as u64,
+            RtSize::Pitch(_, _, asked) => asked,
+        }
+    }
 }
 
 pub struct RuntimeAlloc {
@@ -879,7 +944,7 @@ impl RuntimeAlloc {
             MemoryKind::Device,
             crate::hook_table::RUNTIME_MALLOC_PITCH,
             out,
-            RtSize::Pitch(pitch, extent.height.saturating_mul(extent.depth)),
+            RtSize::pitch(pitch, extent.width, extent.height.saturating_mul(extent.depth)),
         )
     }
 }
@@ -894,14 +959,22 @@ impl Event for RuntimeAlloc {
         Some(())
     }
 
+    // Inlined into the hooks (out of line, it cost 20 instructions a call).
+    #[inline(always)]
     fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
         cx.unpublish();
-        if cx.runtime.as_ref().is_none_or(|rc| rc.handled.get()) {
+        if result != CUDA_SUCCESS {
+            // By value: passing `self` made the hook spill the event to
+            // memory on every call.
+            let failure = oom::Failure {
+                api: self.api,
+                requested: self.size.requested(),
+                device: None,
+            };
+            Self::failed(cx, result, failure, self.kind);
             return;
         }
-        if result != CUDA_SUCCESS {
-            // The driver hook counts failures it sees; count those it did not.
-            tracker::note_failed_allocation();
+        if cx.runtime.as_ref().is_none_or(|rc| rc.handled.get()) {
             return;
         }
         let key = if self.key != 0 {
@@ -918,13 +991,41 @@ impl Event for RuntimeAlloc {
         let size = match self.size {
             RtSize::Bytes(b) => b as u64,
             // SAFETY: written by the successful call.
-            RtSize::Pitch(p, rows) if !p.is_null() => {
+            RtSize::Pitch(p, rows, _) if !p.is_null() => {
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(rows as u64)
             }
             RtSize::Pitch(..) => 0,
         };
         let thread = cx.thread;
         tracker::record_allocation(key, size, self.api, self.kind, cx.stack(), None, thread);
+    }
+}
+
+impl RuntimeAlloc {
+    /// The call failed. Out of line, so that a successful call's path is
+    /// what it was before out-of-memory reports.
+    #[cold]
+    #[inline(never)]
+    fn failed(cx: &mut HookCx, result: c_int, failure: oom::Failure, kind: MemoryKind) {
+        let Some(rc) = cx.runtime.as_ref() else {
+            return;
+        };
+        let out_of_memory = if rc.handled.get() {
+            // Case 5: the driver call it made ran out, and so did this call.
+            rc.out_of_memory.get()
+        } else {
+            // The driver hook counts failures it sees; count those it did not.
+            tracker::note_failed_allocation();
+            result == CUDA_ERROR_MEMORY_ALLOCATION
+        };
+        if out_of_memory {
+            // One failure, with the runtime call's API and the stack
+            // captured when it began.
+            let (thread, api) = (cx.thread, failure.api);
+            oom::on_out_of_memory(failure, thread, &mut || {
+                cx.stack().intern(&tracker::DEPOT, api, kind, thread)
+            });
+        }
     }
 }
 

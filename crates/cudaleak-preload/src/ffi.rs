@@ -22,6 +22,10 @@ pub const CUDA_SUCCESS: c_int = 0;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 /// cudaErrorInsufficientDriver, for a runtime entry point with no runtime.
 pub const CUDA_ERROR_INSUFFICIENT_DRIVER: cudaError_t = 35;
+/// The driver's "out of memory" (`CUDA_ERROR_OUT_OF_MEMORY`).
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+/// The runtime's "out of memory" (`cudaErrorMemoryAllocation`).
+pub const CUDA_ERROR_MEMORY_ALLOCATION: cudaError_t = 2;
 
 /// cuGetProcAddress flags
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
@@ -196,3 +200,5 @@ pub struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC {
     pub num_levels: c_uint,
     pub reserved: [c_uint; 16],
 }
+/// `cuMemGetInfo_v2`: free and total memory of the current context's device.
+pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;

@@ -46,11 +46,12 @@ macro_rules! for_each_cuda_hook {
                 => Alloc::new(HookId::cuMemAlloc_v2, Api::cuMemAlloc_v2, Device, dptr, size);
             Driver fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint,
                                       element_size: c_uint) -> CUresult as cuMemAllocPitch @ 2000
-                => Alloc::pitched_narrow(HookId::cuMemAllocPitch, dptr, pitch, height);
+                => Alloc::pitched_narrow(HookId::cuMemAllocPitch, dptr, pitch, width, height);
             Driver fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize,
                                          height: usize, element_size: c_uint) -> CUresult
                 as cuMemAllocPitch @ 3020
-                => Alloc::pitched(HookId::cuMemAllocPitch_v2, Api::cuMemAllocPitch_v2, dptr, pitch, height);
+                => Alloc::pitched(HookId::cuMemAllocPitch_v2, Api::cuMemAllocPitch_v2, dptr, pitch, width,
+                                  height);
             Driver fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult
                 as cuMemAllocManaged @ 6000
                 => Alloc::new(HookId::cuMemAllocManaged, Api::cuMemAllocManaged, Managed, dptr, size);
@@ -305,7 +306,7 @@ macro_rules! for_each_cuda_hook {
             Runtime fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize,
                                        height: usize) -> cudaError_t
                 => RuntimeAlloc::new(Api::cudaMallocPitch, Device, RUNTIME_MALLOC_PITCH, ptr.cast(),
-                                     RtSize::Pitch(pitch, height));
+                                     RtSize::pitch(pitch, width, height));
             Runtime fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cudaError_t
                 => RuntimeAlloc::pitched_3d(pitched, extent);
             Runtime fn cudaFree(ptr: *mut c_void) -> cudaError_t

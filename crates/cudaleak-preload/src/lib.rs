@@ -11,7 +11,7 @@
 //! 3. per-thread state: `thread`
 //! 4. stack capture: `unwind`, `python`, `capture`
 //! 5. the tracked state: `tracker`
-//! 6. real functions, and what each call means: `resolve`, `events`
+//! 6. real functions, what each call means, out-of-memory moments: `resolve`, `events`, `oom`
 //! 7. the hooks: `hooks`
 //! 8. the process's life: `dlsym_override`, `dump`, `lifecycle`, `api`
 //!
@@ -42,7 +42,7 @@
 //! - `tracker`: the process-wide state (live map, depot, contexts, VMM);
 //! - `resolve`: the real function behind each hook, per calling object,
 //!   and the `dlclose` override; `events`: what each call means for the
-//!   live map;
+//!   live map; `oom`: a failed allocation's snapshot, taken in its hook;
 //! - `hooks`: the exported functions, generated from the table;
 //! - `dlsym_override`: `dlsym` hands out hooks; `dump`: snapshot → report
 //!   → file; `lifecycle`: start, fork, dumper thread, signals, exit paths;
@@ -65,6 +65,7 @@ mod hook_table;
 mod hooks;
 mod lifecycle;
 mod loader;
+mod oom;
 mod python;
 mod python_layouts;
 mod resolve;

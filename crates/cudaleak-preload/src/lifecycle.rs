@@ -220,6 +220,7 @@ fn dumper_rounds() {
     loop {
         let seen = WAKE.load(Ordering::Acquire);
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dump::write_oom_reports(false, None);
             let fatal = FATAL_SIGNAL.load(Ordering::Acquire);
             if fatal != 0 && !FATAL_DONE.load(Ordering::Acquire) {
                 exit_report(None, Some(fatal));
@@ -445,6 +446,7 @@ fn die_by_default_action(sig: c_int) -> ! {
 /// under the lock again); not done yet: the wait is one report's fsync.
 extern "C" fn fork_prepare() {
     dump::DUMP_STATE.raw_lock();
+    crate::oom::lock_for_fork();
     tracker::lock_all_for_fork();
 }
 
@@ -452,6 +454,7 @@ extern "C" fn fork_parent() {
     // SAFETY: the prepare handler took these locks on this thread.
     unsafe {
         tracker::unlock_all_after_fork();
+        crate::oom::unlock_after_fork();
         dump::DUMP_STATE.raw_unlock();
     }
 }
@@ -460,6 +463,7 @@ extern "C" fn fork_child() {
     // SAFETY: single-threaded child; the prepare handler took the locks.
     unsafe {
         tracker::reset_in_child_and_unlock();
+        crate::oom::reset_in_child_and_unlock();
         if let Some(state) = dump::DUMP_STATE.get_unchecked().as_mut() {
             state.reset_for_child();
         }

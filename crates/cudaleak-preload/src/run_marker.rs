@@ -103,7 +103,7 @@ pub fn on_first_allocation_call(
 pub fn on_report_written(trigger: Trigger, written: bool) {
     let live = matches!(
         trigger,
-        Trigger::Signal | Trigger::Api | Trigger::Interval | Trigger::ContextTeardown
+        Trigger::Signal | Trigger::Api | Trigger::Interval | Trigger::ContextTeardown | Trigger::Oom
     );
     if live || !written || MARKER_PID.load(Ordering::Acquire) != this_pid() {
         return;

@@ -8,7 +8,7 @@ use crate::capture::Stack;
 use crate::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::ffi::*;
 use crate::thread::ThreadState;
-use cudaleak_core::assemble::Snapshot;
+use cudaleak_core::assemble::{PeakSites, Snapshot};
 use cudaleak_core::config::Config;
 use cudaleak_core::depot::Depot;
 use cudaleak_core::live_map::{AddrHash, LiveMap, MapCounts};
@@ -24,13 +24,10 @@ pub static LIVE: LiveMap = LiveMap::new();
 /// Physical allocations (cuMemCreate), by handle: another key space.
 pub static HANDLES: LiveMap = LiveMap::new();
 pub static DEPOT: Depot = Depot::new();
-/// Live bytes and blocks per trace, for the sampled timeline (`sampler.rs`).
+/// Live bytes and blocks per trace, now and at the process's peak: every
+/// report's `peak`, and the sampled timeline (`sampler.rs`). Always kept
+/// (issue 21; docs/performance.md has their cost).
 pub static SITES: SiteCounters = SiteCounters::new();
-/// Whether the hooks keep [`SITES`]: only with `CUDALEAK_TIMELINE` (set once
-/// at start), so that a process without a timeline pays one predictable
-/// branch instead of a second contended atomic per event (the 4-thread
-/// storm in tests/live.rs).
-static COUNT_SITES: AtomicBool = AtomicBool::new(false);
 /// Blocks still live when their context was destroyed: leaked by the
 /// program, kept for the reports, but out of LIVE so that the driver's
 /// reuse of their addresses cannot be mistaken for them.
@@ -43,6 +40,8 @@ static FAILED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
 static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
 static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+/// When PEAK_BYTES was last raised (Unix ms, to the coarse clock's tick).
+static PEAK_TIME_MS: AtomicI64 = AtomicI64::new(0);
 static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Checkpoint epoch; stored in each block (`cudaleak_checkpoint`).
 pub static EPOCH: AtomicU32 = AtomicU32::new(0);
@@ -62,7 +61,6 @@ pub fn set_tracking(on: bool) {
 /// (called once at load with the configuration in force).
 pub fn configure(c: &Config) {
     DEPOT.set_max_traces(c.max_stacks);
-    COUNT_SITES.store(c.timeline.is_some(), Ordering::Relaxed);
 }
 
 /// What the lifecycle does at the first allocation call of a process (or
@@ -118,26 +116,48 @@ pub fn note_internal_error() {
     INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Live and peak bytes count memory, not reserved address space.
+/// Live and peak bytes count memory, not reserved address space. The call
+/// site is told the peak before the block counts (`site_counters.rs`).
 fn add_bytes(b: &Block) {
     if !b.kind().counts_in_live_bytes() {
         return;
     }
     let n = b.size();
-    if COUNT_SITES.load(Ordering::Relaxed) {
-        SITES.add(b.trace, n);
-    }
+    let peak = PEAK_BYTES.load(Ordering::Relaxed);
+    SITES.add(b.trace, n, peak);
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
-    if now > PEAK_BYTES.load(Ordering::Relaxed) {
-        PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
+    if now > peak {
+        new_peak(now);
     }
+}
+
+/// Live bytes went past the peak: only while memory grows, never in a
+/// steady alloc/free loop.
+#[cold]
+#[inline(never)]
+fn new_peak(now: u64) {
+    if PEAK_BYTES.fetch_max(now, Ordering::Relaxed) < now {
+        PEAK_TIME_MS.store(coarse_now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// Unix time in ms from the coarse clock (a vDSO read, no system call;
+/// its tick is 1-4 ms).
+fn coarse_now_ms() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
-        if COUNT_SITES.load(Ordering::Relaxed) {
-            SITES.sub(b.trace, b.size());
-        }
+        SITES.sub(b.trace, b.size(), PEAK_BYTES.load(Ordering::Relaxed));
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
@@ -499,6 +519,11 @@ fn device_of_slot(slot: u8) -> Option<u8> {
     }
 }
 
+/// The device of the calling thread's current context, if known.
+pub fn current_device(thread: &ThreadState) -> Option<u8> {
+    current_context(thread).1
+}
+
 /// The calling thread's current context, as (slot, device).
 fn current_context(thread: &ThreadState) -> (u8, Option<u8>) {
     let Some(get) = CU_CTX_GET_CURRENT.get::<CtxGetCurrentFn>() else {
@@ -714,6 +739,13 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
         None => SNAPSHOT_LOCK.lock(),
     };
     let mut snap = Snapshot::default();
+    // Sized first (one short lock per shard): growing the copy by doubling
+    // moved it several times (issue 21: the out-of-memory snapshot is taken
+    // on the failing thread).
+    if timeout.is_none() {
+        let live = LIVE.counts().live + HANDLES.counts().live;
+        snap.blocks.reserve(live as usize + live as usize / 16 + 64);
+    }
     let mut counts = MapCounts::default();
     let mut skipped = 0;
     for map in [&LIVE, &HANDLES] {
@@ -727,9 +759,25 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
     snap.frees = counts.removed;
     snap.failed_allocations = FAILED_ALLOCATIONS.load(Ordering::Relaxed);
     snap.invalid_frees = INVALID_FREES.load(Ordering::Relaxed);
-    snap.peak_bytes = PEAK_BYTES.load(Ordering::Relaxed);
+    let peak = PEAK_BYTES.load(Ordering::Relaxed);
+    snap.peak_bytes = peak;
+    snap.peak = Some(peak_sites(peak));
     snap.incomplete_shards = skipped as u64;
     Some(snap)
+}
+
+/// What each call site held when the process reached `peak`, the current
+/// peak (`site_counters.rs`): one pass over the call sites, no lock.
+fn peak_sites(peak: u64) -> PeakSites {
+    let mut sites = Vec::new();
+    SITES.for_each_at_peak(DEPOT.len(), peak, |trace, bytes, blocks| {
+        sites.push((trace, blocks, bytes))
+    });
+    PeakSites {
+        bytes: peak,
+        timestamp_ms: PEAK_TIME_MS.load(Ordering::Relaxed),
+        sites,
+    }
 }
 
 /// Live blocks allocated at or after checkpoint epoch `epoch`.
@@ -808,6 +856,7 @@ pub unsafe fn reset_in_child_and_unlock() {
     for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
         c.store(0, Ordering::Relaxed);
     }
+    PEAK_TIME_MS.store(0, Ordering::Relaxed);
     for r in &PRIMARY_REFS {
         r.store(0, Ordering::Relaxed);
     }
