@@ -19,6 +19,20 @@
  *                                             an out-of-memory report); a line
  *                                             before it gives a second failure's
  *                                             (counted in the first's report)
+ *   pairs fresh N DEPTH                       ns per pair, each pair from a call
+ *                                             stack never seen before (24 levels
+ *                                             of two functions: 16M stacks), so
+ *                                             the stack depot grows by one per pair
+ *   pairs leaks N DEPTH                       N blocks leaked from N distinct
+ *                                             stacks (N = 1: one leak), then exits;
+ *                                             prints the CLOCK_REALTIME of the end
+ *                                             of main in ns: what follows until
+ *                                             the process is gone is the exit
+ *                                             report's time (issue 24)
+ *
+ * BENCH_CPU_TIME=1 times one thread by its CPU time; BENCH_CPU_TIME=process
+ * times any number of threads by the process's CPU time, printed per pair
+ * per thread: the cost of sharing (issue 24: 2 threads vs 1).
  */
 #include "cuda.h"
 #include "cuda_runtime_api.h"
@@ -78,6 +92,29 @@ static void route(int bits, int level) {
     }
 }
 
+/* A fresh stack for each of 2^24 values: 24 levels, each through one of
+ * two functions, chosen by one bit of the value. */
+static void fresh(long bits, int level, int free_it);
+__attribute__((noinline)) static void fresh_a(long bits, int level, int free_it) {
+    fresh(bits, level + 1, free_it);
+    __asm__ volatile("" ::: "memory");
+}
+__attribute__((noinline)) static void fresh_b(long bits, int level, int free_it) {
+    fresh(bits, level + 1, free_it);
+    __asm__ volatile("" ::: "memory");
+}
+static void fresh(long bits, int level, int free_it) {
+    if (level == 24) {
+        void *p;
+        if (cudaMalloc(&p, 64)) abort();
+        if (free_it && cudaFree(p)) abort();
+    } else if (bits & (1L << level)) {
+        fresh_a(bits, level, free_it);
+    } else {
+        fresh_b(bits, level, free_it);
+    }
+}
+
 static void work(void) {
     if (!strcmp(mode, "runtime")) {
         for (long i = 0; i < pairs; i++) {
@@ -92,6 +129,14 @@ static void work(void) {
     } else if (!strcmp(mode, "mixed")) {
         route_frees = 1;
         for (long i = 0; i < pairs; i++) route((int)(i % 1024), 0);
+    } else if (!strcmp(mode, "fresh")) {
+        for (long i = 0; i < pairs; i++) fresh(i, 0, 1);
+    } else if (!strcmp(mode, "leaks")) {
+        for (long i = 0; i < pairs; i++) fresh(i, 0, 0);
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        printf("%.0f\n", t.tv_sec * 1e9 + t.tv_nsec);
+        fflush(stdout);
     } else if (!strcmp(mode, "hold")) {
         long before = rss_bytes();
         for (long i = 0; i < pairs; i++) {
@@ -152,12 +197,13 @@ int main(int argc, char **argv) {
     int threads = argc > 4 ? atoi(argv[4]) : 1;
     const char *cpu = getenv("BENCH_CPU_TIME");
     if (cpu && !strcmp(cpu, "1") && threads == 1) clock_id = CLOCK_THREAD_CPUTIME_ID;
+    if (cpu && !strcmp(cpu, "process")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
     CUcontext ctx;
     cudaFree(NULL); /* initialize the runtime and its context */
     cuInit(0);
     cuDevicePrimaryCtxRetain(&ctx, 0);
     cuCtxSetCurrent(ctx);
-    if (!strcmp(mode, "hold") || !strcmp(mode, "dump") || !strcmp(mode, "oom")) {
+    if (!strcmp(mode, "hold") || !strcmp(mode, "dump") || !strcmp(mode, "oom") || !strcmp(mode, "leaks")) {
         nest(depth);
         return 0;
     }

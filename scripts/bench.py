@@ -21,7 +21,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import re
 import tempfile
+import time
 from datetime import date
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -172,6 +174,122 @@ def oom_delay(work, reports, pairs, args):
                 "the snapshot" if name == "cudaleak" else "")
 
 
+# ---- issue 24: instructions per pair, fresh stacks, threads, exit reports ----
+
+def collected_instructions(env, argv):
+    """Instructions the program (and the library in it) executed, counted
+    by callgrind: stable on a shared, noisy machine where nanoseconds are
+    not."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + argv
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s" % (" ".join(cmd), out.returncode, out.stderr[-2000:]))
+    m = re.findall(r"Collected : (\d+)", out.stderr)
+    if not m:
+        raise RuntimeError("no callgrind total in:\n" + out.stderr[-2000:])
+    return int(m[-1])
+
+
+def per_pair_instructions(env, argv_of, n1, n2):
+    """Instructions per pair, by differencing two run lengths: start-up,
+    exit and the exit report cancel out."""
+    return (collected_instructions(env, argv_of(n2)) - collected_instructions(env, argv_of(n1))) / (n2 - n1)
+
+
+def instructions(work, reports, pairs, args):
+    """Instructions per alloc/free pair that the library adds, per case,
+    and memray's for the Python pair in the same run."""
+    if not have("valgrind"):
+        print("valgrind not found (apt-get install valgrind): instruction counts skipped", file=sys.stderr)
+        return
+    env = base_env(work, reports)
+    on = dict(env, LD_PRELOAD=LIB)
+    n1, n2 = 2000, 6000
+    cases = [
+        ("C caller, one stack, 20 frames", lambda n: [pairs, "runtime", str(n), "20"], {}),
+        ("C caller, stacks off", lambda n: [pairs, "runtime", str(n), "20"], {"CUDALEAK_STACK_DEPTH": "0"}),
+        ("C caller, driver API, 20 frames", lambda n: [pairs, "driver", str(n), "20"], {}),
+        ("C caller, 1024 stacks in turn", lambda n: [pairs, "mixed", str(n), "20"], {}),
+        ("C caller, a fresh stack every pair", lambda n: [pairs, "fresh", str(n), "20"], {}),
+    ]
+    for label, argv_of, extra in cases:
+        base = per_pair_instructions(env, argv_of, n1, n2)
+        lib = per_pair_instructions(dict(on, **extra), argv_of, n1, n2)
+        row("instructions per pair, %s: cudaleak" % label, "%.0f" % (lib - base), "instr",
+            "program alone: %.0f" % base)
+    script = os.path.join(ROOT, "bench", "py_pairs.py")
+    py = lambda n: [sys.executable, script, str(n), "20"]  # noqa: E731
+    base = per_pair_instructions(env, py, n1, n2)
+    lib = per_pair_instructions(on, py, n1, n2)
+    row("instructions per pair, Python (ctypes CDLL), 20 frames: cudaleak", "%.0f" % (lib - base), "instr",
+        "program alone: %.0f" % base)
+    if have_memray():
+        out = os.path.join(reports, "memray-instr.bin")
+        mem = lambda n: [sys.executable, "-m", "memray", "run", "--native", "-q", "-f", "-o", out,  # noqa: E731
+                         script, str(n), "20"]
+        m = per_pair_instructions(env, mem, n1, n2)
+        row("instructions per pair, Python (ctypes CDLL), 20 frames: memray --native", "%.0f" % (m - base),
+            "instr", "ratio cudaleak / memray %.2f (goal <= 0.20)" % ((lib - base) / (m - base)))
+
+
+def fresh_stacks(work, reports, pairs, args):
+    """A call stack never seen before on every pair: the depot grows by one
+    stack per pair. Goal: the cost at 10M within 1.5x the cost at 100k."""
+    env = base_env(work, reports)
+    configs = {"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}
+    cost = {}
+    for n in (100_000, args.fresh_pairs):
+        med = side_by_side(configs, [pairs, "fresh", str(n), "20"], max(1, args.runs // 2))
+        cost[n] = med["cudaleak"] - med["no library"]
+        row("fresh stack every pair, %d pairs: cudaleak" % n, "%.0f" % med["cudaleak"], "ns",
+            "+%.0f ns (program alone %.0f)" % (cost[n], med["no library"]))
+    row("fresh stacks: cost at %d / cost at 100k" % args.fresh_pairs,
+        "%.2f" % (cost[args.fresh_pairs] / cost[100_000]), "", "goal <= 1.5")
+
+
+def threads_cpu(work, reports, pairs, args):
+    """CPU time per pair per thread with 1, 2 and 8 allocating threads
+    (the process's CPU clock, so waiting for a core is not counted).
+    Goal: the library's cost at 2 and 8 threads within 1.2x its cost at 1."""
+    env = dict(base_env(work, reports), BENCH_CPU_TIME="process")
+    configs = {"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}
+    one = None
+    for t in (1, 2, 8):
+        n = max(10_000, args.pairs // (2 * t))
+        med = side_by_side(configs, [pairs, "runtime", str(n), "20", str(t)], args.runs)
+        cost = med["cudaleak"] - med["no library"]
+        one = cost if t == 1 else one
+        row("CPU per pair, %d thread(s): cudaleak" % t, "%.0f" % med["cudaleak"], "ns",
+            "+%.0f ns; %.2fx the 1-thread cost (goal <= 1.2)" % (cost, cost / one))
+
+
+def exit_time(env, argv):
+    """Milliseconds from the end of main (the program prints its
+    CLOCK_REALTIME) until the process is gone: the exit report's time."""
+    out = subprocess.run(argv, env=env, capture_output=True, text=True)
+    gone = time.time_ns()
+    if out.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s" % (" ".join(argv), out.returncode, out.stderr[-2000:]))
+    return (gone - float(out.stdout.split()[-1])) / 1e6
+
+
+def exit_reports(work, reports, pairs, args):
+    """The exit report's time: one leak (goal <= 10 ms), and 1M leaks
+    from 1M distinct stacks with the timeline on and off (goal <= 3 s)."""
+    env = base_env(work, reports)
+    cases = [
+        ("1 leak, no library", env, 1),
+        ("1 leak, cudaleak", dict(env, LD_PRELOAD=LIB), 1),
+        ("%d leaks, distinct stacks, cudaleak" % args.exit_leaks, dict(env, LD_PRELOAD=LIB), args.exit_leaks),
+        ("%d leaks, distinct stacks, cudaleak, timeline on" % args.exit_leaks,
+         dict(env, LD_PRELOAD=LIB, CUDALEAK_TIMELINE="1"), args.exit_leaks),
+    ]
+    for label, e, n in cases:
+        runs = args.runs if n == 1 else max(1, args.runs // 2)
+        t = statistics.median(exit_time(e, [pairs, "leaks", str(n), "20"]) for _ in range(runs))
+        row("exit report, %s" % label, "%.1f" % t, "ms", "goal <= 10" if n == 1 else "goal <= 3000")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -184,7 +302,10 @@ def main():
     ap.add_argument("--only-baseline", action="store_true", help="run only the --baseline-lib comparison")
     ap.add_argument("--cpu-time", action="store_true", help="time single-thread pairs by the thread's CPU time, "
                     "not wall time (a loaded machine: the wait for a CPU is not the hooks' cost)")
-    ap.add_argument("--only", choices=["old-driver", "oom"], help="run one section only")
+    ap.add_argument("--fresh-pairs", type=int, default=10_000_000, help="pairs of the long fresh-stacks run")
+    ap.add_argument("--exit-leaks", type=int, default=1_000_000, help="leaks of the large exit report")
+    ap.add_argument("--only", choices=["old-driver", "oom", "instructions", "fresh", "threads", "exit"],
+                    help="run one section only")
     args = ap.parse_args()
     global CPU_TIME
     CPU_TIME = args.cpu_time
@@ -211,8 +332,10 @@ def main():
         if args.only_baseline:
             shutil.rmtree(work, ignore_errors=True)
             return
-    if args.only == "oom":
-        oom_delay(work, reports, pairs, args)
+    sections = {"oom": oom_delay, "instructions": instructions, "fresh": fresh_stacks,
+                "threads": threads_cpu, "exit": exit_reports}
+    if args.only in sections:
+        sections[args.only](work, reports, pairs, args)
         shutil.rmtree(work, ignore_errors=True)
         return
     old_driver(work, reports, pairs, args)
@@ -293,6 +416,10 @@ def main():
         for name, v in th.items():
             row("throughput, %d thread(s), 20 frames: %s" % (t, name), "%.2f" % (1e3 / v * t), "M pairs/s",
                 "%.0f ns per pair per thread" % v)
+    threads_cpu(work, reports, pairs, args)
+    fresh_stacks(work, reports, pairs, args)
+    exit_reports(work, reports, pairs, args)
+    instructions(work, reports, pairs, args)
     shutil.rmtree(work, ignore_errors=True)
 
 
