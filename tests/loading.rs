@@ -342,6 +342,40 @@ fn a_runtime_unloaded_and_loaded_again_is_called_and_attributed_anew() {
     assert_eq!((r.totals.allocations, r.totals.frees), (4, 2));
 }
 
+#[test]
+fn a_global_runtime_loaded_after_a_private_one_answers_a_new_lookup() {
+    // Issue 24: the adopted private function answers after one compare
+    // until the program looks a runtime name up again; that lookup must
+    // reach the global copy loaded since (status 18 if it did not).
+    let program = build(
+        "runtime_late_global",
+        &["tests/c/runtime_late_global.c"],
+        &["-ldl"],
+    );
+    let private = runtime_13();
+    let global = sim_dir().join("libcudart.so.12");
+    let out = run_both(
+        &program,
+        &[private.to_str().unwrap(), global.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.stdout.contains("private 2, global 1"), "{}", out.stdout);
+    let r = out.report();
+    for (bytes, marker) in [
+        (3131, "/* LEAK private copy */"),
+        (2424, "/* LEAK global copy */"),
+    ] {
+        let g = group_of(&r, bytes);
+        assert_eq!((g.api.as_str(), g.blocks), ("cudaMalloc", 1), "{bytes}");
+        innermost_is(
+            g,
+            "main",
+            "runtime_late_global.c",
+            line_of("tests/c/runtime_late_global.c", marker),
+        );
+    }
+}
+
 const ARRAYS: &str = "tests/c/arrays.c";
 
 /// (marker, function, api, bytes) of each planted array leak.

@@ -14,7 +14,9 @@
 use crate::hook_table::{HookId, Layer};
 use crate::hooks::hook_address;
 use crate::loader::{is_own_address, real_dlclose, real_dlsym, real_dlsym_fn};
-use crate::resolve::{adopt_for_caller, caller_implements, global_real, offer, real_for_caller};
+use crate::resolve::{
+    adopt_for_caller, caller_implements, global_real, note_scope_event, offer, real_for_caller,
+};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -49,6 +51,12 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
             // definition, not our hook (whose real function, looked up in
             // the wrapper's scope, is the wrapper: endless recursion).
             return PASS;
+        }
+        if id.layer() == Layer::Runtime {
+            // The program may now hold a runtime function that a global
+            // lookup answers differently than before (issue 24: the
+            // adopted answer is trusted between such events).
+            note_scope_event();
         }
         let p = real_dlsym(handle, name) as usize;
         if p == 0 {

@@ -322,6 +322,7 @@ fn module_scope_lookup(caller: usize, id: HookId) -> usize {
 /// and a hook may run under the loader lock, from a constructor).
 #[cold]
 fn claim_caller(caller: usize) -> Option<(usize, usize)> {
+    note_scope_event();
     let Some((lo, hi)) = module_range(caller) else {
         LAST_UNKNOWN_CALLER.store(caller, Ordering::Relaxed);
         return None;
@@ -420,11 +421,59 @@ fn scope_handle_of(addr: usize) -> Option<usize> {
 /// one, never a private copy.
 static ADOPTED: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
 
+/// Moments at which a global runtime definition can have appeared for a
+/// caller whose scope has none: a new object calls a runtime hook for the
+/// first time ([`claim_caller`]), the program looks a runtime name up
+/// through our `dlsym`, or something is unloaded. Counted by us, so that
+/// reading it is one load, not `dl_iterate_phdr` under the loader lock.
+static SCOPE_EVENTS: AtomicU64 = AtomicU64::new(1);
+/// [`SCOPE_EVENTS`] when the global lookup of runtime function `id` last
+/// found nothing while an adopted function answered (0: never).
+static GLOBAL_ABSENT_AT: [AtomicU64; HOOK_COUNT] = [const { AtomicU64::new(0) }; HOOK_COUNT];
+
+/// Counts a moment at which a runtime name's global answer can change
+/// (see [`SCOPE_EVENTS`]).
+pub fn note_scope_event() {
+    SCOPE_EVENTS.fetch_add(1, Ordering::AcqRel);
+}
+
 /// The global definition of runtime function `id`, else the adopted one.
+///
+/// The bug (issue 24): with a runtime loaded by `ctypes.CDLL` (RTLD_LOCAL)
+/// the global slot stays empty, and every call asked the loader whether
+/// one had appeared since (`dl_iterate_phdr`, glibc's loader lock, four
+/// times per Python pair: +470 instructions). A global definition can
+/// only matter to a caller that reaches this hook anew, and each way to
+/// do that is one of our [`SCOPE_EVENTS`]; between them the adopted
+/// answer stands after one compare.
 #[inline]
 fn global_or_adopted(id: HookId) -> usize {
+    let p = REAL[id as usize].load(Ordering::Acquire);
+    if p != 0 {
+        return p;
+    }
+    let adopted = ADOPTED[id as usize].load(Ordering::Acquire);
+    if adopted != 0
+        && GLOBAL_ABSENT_AT[id as usize].load(Ordering::Acquire) == SCOPE_EVENTS.load(Ordering::Acquire)
+    {
+        return adopted;
+    }
+    global_or_adopted_slow(id)
+}
+
+#[cold]
+#[inline(never)]
+fn global_or_adopted_slow(id: HookId) -> usize {
+    // Read before the lookup: an event during it makes the next call look again.
+    let events = SCOPE_EVENTS.load(Ordering::Acquire);
     match global_real(id) {
-        0 => ADOPTED[id as usize].load(Ordering::Acquire),
+        0 => {
+            let adopted = ADOPTED[id as usize].load(Ordering::Acquire);
+            if adopted != 0 {
+                GLOBAL_ABSENT_AT[id as usize].store(events, Ordering::Release);
+            }
+            adopted
+        }
         p => p,
     }
 }
@@ -775,6 +824,7 @@ fn forget_unloaded_since(s: &mut Snapshot) {
 /// Drops what pointed into objects that `is_gone` says are no longer
 /// loaded.
 fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
+    note_scope_event();
     let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
     for obj in &CALLERS[..used] {
         let lo = obj.lo.load(Ordering::Relaxed);
