@@ -16,7 +16,7 @@
 
 use crate::depot::{Depot, TraceRef};
 use crate::frame_table::{FrameTable, NativeId, PythonId, StrId};
-use crate::group_key::{is_call_machinery_named, KeyDigest, KeyFrameRef};
+use crate::group_key::{is_call_machinery_named, FrameDigest, KeyDigest, KeyFrameRef};
 use crate::python::{eval_groups, CodeTable, PyRawFrame, PythonFrame};
 use crate::record::{Block, MemoryKind, TraceId};
 use crate::report::{
@@ -578,6 +578,7 @@ impl Assembler<'_> {
         &mut self,
         table: &mut FrameTable,
         verdicts: &mut NameVerdicts,
+        digests: &mut FrameDigests,
         native: &mut Vec<NativeId>,
         python: &mut Vec<PythonId>,
         id: TraceId,
@@ -611,12 +612,6 @@ impl Assembler<'_> {
         // The key as `GroupKey::of` makes it from the group `build_group`
         // would make.
         let memory = t.kind.shared_kind();
-        let native_key = |f: NativeId| KeyFrameRef::Native {
-            function: table.function(f),
-            file: table.file(f),
-            line: table.line(f),
-            module: table.module(f),
-        };
         let merged = if python.is_empty() {
             Vec::new()
         } else {
@@ -625,22 +620,18 @@ impl Assembler<'_> {
             })
         };
         let digest = if merged.is_empty() {
-            KeyDigest::of(api, memory, native.iter().map(|&f| native_key(f)))
+            KeyDigest::of_digests(api, memory, native.iter().map(|&f| digests.native(table, f)))
         } else {
             let frames = merged.iter().filter_map(|m| match *m {
-                MergedRef::Python(i) => Some(KeyFrameRef::Python {
-                    function: table.python_function(python[i]),
-                    file: table.python_file(python[i]),
-                    line: table.python_line(python[i]),
-                }),
+                MergedRef::Python(i) => Some(digests.python(table, python[i])),
                 MergedRef::Native(i)
                     if is_call_machinery_named(table.module(native[i]), table.function(native[i])) =>
                 {
                     None
                 }
-                MergedRef::Native(i) => Some(native_key(native[i])),
+                MergedRef::Native(i) => Some(digests.native(table, native[i])),
             });
-            KeyDigest::of(api, memory, frames)
+            KeyDigest::of_digests(api, memory, frames)
         };
         let label = match python.first() {
             Some(&p) => Label::Python(p),
@@ -670,8 +661,9 @@ impl Assembler<'_> {
         let mut groups: Vec<GroupSummary> = Vec::new();
         let mut index: HashMap<KeyDigest, u32> = HashMap::with_capacity(traces.len());
         let (mut native, mut python) = (Vec::new(), Vec::new());
+        let mut digests = FrameDigests::default();
         for t in traces.iter_mut() {
-            let f = self.facts(table, verdicts, &mut native, &mut python, t.id);
+            let f = self.facts(table, verdicts, &mut digests, &mut native, &mut python, t.id);
             match index.entry(f.digest) {
                 Entry::Occupied(e) => {
                     t.group = *e.get();
@@ -1025,6 +1017,44 @@ impl Assembler<'_> {
             peak,
             oom_events: Vec::new(),
         }
+    }
+}
+
+/// Each distinct frame's [`FrameDigest`] of one dump, by its id in the
+/// dump's [`FrameTable`]: computed the first time a trace holds it.
+#[derive(Default)]
+struct FrameDigests {
+    native: Vec<Option<FrameDigest>>,
+    python: Vec<Option<FrameDigest>>,
+}
+
+impl FrameDigests {
+    fn native(&mut self, table: &FrameTable, f: NativeId) -> FrameDigest {
+        Self::cached(&mut self.native, f as usize, || {
+            FrameDigest::of(KeyFrameRef::Native {
+                function: table.function(f),
+                file: table.file(f),
+                line: table.line(f),
+                module: table.module(f),
+            })
+        })
+    }
+
+    fn python(&mut self, table: &FrameTable, p: PythonId) -> FrameDigest {
+        Self::cached(&mut self.python, p as usize, || {
+            FrameDigest::of(KeyFrameRef::Python {
+                function: table.python_function(p),
+                file: table.python_file(p),
+                line: table.python_line(p),
+            })
+        })
+    }
+
+    fn cached(v: &mut Vec<Option<FrameDigest>>, i: usize, make: impl FnOnce() -> FrameDigest) -> FrameDigest {
+        if v.len() <= i {
+            v.resize(i + 1, None);
+        }
+        *v[i].get_or_insert_with(make)
     }
 }
 

@@ -197,6 +197,47 @@ impl Hasher for Hasher128 {
     }
 }
 
+/// One frame of a key as 128 bits, by the same prefix-free encoding: a
+/// dump computes it once per distinct frame, not once per trace that
+/// holds the frame (issue 24: hashing every frame's strings for every
+/// trace was half of a 100k-stack exit report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameDigest(u128);
+
+fn hasher128() -> Hasher128 {
+    let mut second = DefaultHasher::new();
+    second.write_u64(0x9e37_79b9_7f4a_7c15);
+    Hasher128(DefaultHasher::new(), second)
+}
+
+impl Hasher128 {
+    fn finish128(&self) -> u128 {
+        (u128::from(self.0.finish()) << 64) | u128::from(self.1.finish())
+    }
+}
+
+impl FrameDigest {
+    pub fn of(f: KeyFrameRef<'_>) -> FrameDigest {
+        let mut h = hasher128();
+        match f {
+            KeyFrameRef::Native {
+                function,
+                file,
+                line,
+                module,
+            } => {
+                h.write_u8(1);
+                (function, file, line, module.map(basename)).hash(&mut h);
+            }
+            KeyFrameRef::Python { function, file, line } => {
+                h.write_u8(2);
+                (function, file, line).hash(&mut h);
+            }
+        }
+        FrameDigest(h.finish128())
+    }
+}
+
 impl KeyDigest {
     /// The digest of the key with these parts (as [`GroupKey::of`] makes
     /// them: the frames already chosen, in order).
@@ -205,29 +246,23 @@ impl KeyDigest {
         memory: MemoryKind,
         frames: impl IntoIterator<Item = KeyFrameRef<'a>>,
     ) -> KeyDigest {
-        let mut second = DefaultHasher::new();
-        second.write_u64(0x9e37_79b9_7f4a_7c15);
-        let mut h = Hasher128(DefaultHasher::new(), second);
+        KeyDigest::of_digests(api, memory, frames.into_iter().map(FrameDigest::of))
+    }
+
+    /// [`KeyDigest::of`] from the frames' digests (fixed-size, so the
+    /// sequence stays prefix-free).
+    pub fn of_digests(
+        api: &str,
+        memory: MemoryKind,
+        frames: impl IntoIterator<Item = FrameDigest>,
+    ) -> KeyDigest {
+        let mut h = hasher128();
         (api, memory).hash(&mut h);
         for f in frames {
-            match f {
-                KeyFrameRef::Native {
-                    function,
-                    file,
-                    line,
-                    module,
-                } => {
-                    h.write_u8(1);
-                    (function, file, line, module.map(basename)).hash(&mut h);
-                }
-                KeyFrameRef::Python { function, file, line } => {
-                    h.write_u8(2);
-                    (function, file, line).hash(&mut h);
-                }
-            }
+            h.write_u128(f.0);
         }
         h.write_u8(0);
-        KeyDigest((u128::from(h.0.finish()) << 64) | u128::from(h.1.finish()))
+        KeyDigest(h.finish128())
     }
 }
 
