@@ -321,6 +321,28 @@ mod tests {
     }
 
     #[test]
+    fn a_module_without_line_tables_of_its_own_is_named_from_its_symbols_only() {
+        // libc.so.6 as distributions ship it: stripped, its DWARF in a
+        // separate debug file (libc6-dbg), which a dump must not inflate.
+        let malloc = libc::malloc as usize as u64;
+        let module = module_of(malloc).expect("libc is loaded");
+        assert!(
+            matches!(ModuleSymbols::of_file(&module), ModuleSymbols::SymbolsOnly(_)),
+            "{module} carries line tables of its own: this test needs a distribution's stripped libc"
+        );
+        // A return address inside malloc (past its first instruction).
+        let frames = ProcessSymbolizer::new().symbolize(malloc + 2);
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        let f = &frames[0];
+        assert!(
+            f.function.as_deref().is_some_and(|n| n.contains("malloc")),
+            "{f:?}"
+        );
+        assert_eq!((f.file.as_deref(), f.line), (None, None), "{f:?}");
+        assert!(f.offset.is_some() && f.build_id.is_some(), "{f:?}");
+    }
+
+    #[test]
     fn symbolizes_an_address_of_this_test_binary() {
         let ra = here();
         let frames = ProcessSymbolizer::new().symbolize(ra);
