@@ -8,6 +8,7 @@
 //! their strings kept once, so a stack is a list of small ids into this
 //! table and full frames are made only for the groups that are written.
 
+use crate::live_map::AddrHash;
 use crate::python::{CodeTable, PyRawFrame, PythonFrame};
 use crate::report::NativeFrame;
 use crate::symbolize::SymbolSource;
@@ -73,7 +74,9 @@ pub struct FrameTable {
     native: Vec<Native>,
     /// the frames of each return address seen, innermost first: a range of
     /// `native`
-    by_return_address: HashMap<u64, (NativeId, NativeId)>,
+    /// (addresses hashed by a multiply-shift, not SipHash: one lookup per
+    /// frame of every trace of a dump)
+    by_return_address: HashMap<u64, (NativeId, NativeId), AddrHash>,
     python: Vec<Python>,
     /// by (code object, guard, instruction offset): what resolution reads
     by_python_raw: HashMap<(u64, u64, u32), PythonId>,
