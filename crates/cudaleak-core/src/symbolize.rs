@@ -324,7 +324,7 @@ mod tests {
     fn a_module_without_line_tables_of_its_own_is_named_from_its_symbols_only() {
         // libc.so.6 as distributions ship it: stripped, its DWARF in a
         // separate debug file (libc6-dbg), which a dump must not inflate.
-        let malloc = libc::malloc as usize as u64;
+        let malloc = libc::malloc as *const () as u64;
         let module = module_of(malloc).expect("libc is loaded");
         assert!(
             matches!(ModuleSymbols::of_file(&module), ModuleSymbols::SymbolsOnly(_)),
