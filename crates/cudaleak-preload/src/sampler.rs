@@ -17,7 +17,6 @@ use cudaleak_core::record::MemoryKind;
 use cudaleak_core::report::SampledTimeline;
 use cudaleak_core::site_counters::SiteCounters;
 use cudaleak_core::site_timeline::SiteHistory;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// What a sample reads.
@@ -36,8 +35,10 @@ struct Sampler {
     pid: i32,
     history: SiteHistory,
     next: Instant,
-    /// memory kind of each trace seen, so the depot is read once per trace
-    kinds: HashMap<u32, MemoryKind>,
+    /// memory kind of each trace seen, by trace id (ids are dense), so the
+    /// depot is read once per trace (issue 24: a hashed map of a million
+    /// traces made each sample of a large process cost seconds)
+    kinds: Vec<Option<MemoryKind>>,
 }
 
 /// Taken only with a timeout: after a fork in the middle of a sample the
@@ -55,7 +56,7 @@ fn with_sampler<R>(period: Duration, f: impl FnOnce(&mut Sampler) -> R) -> Optio
             pid,
             history: SiteHistory::new(period),
             next: Instant::now(),
-            kinds: HashMap::new(),
+            kinds: Vec::new(),
         });
     }
     guard.as_mut().map(f)
@@ -64,10 +65,12 @@ fn with_sampler<R>(period: Duration, f: impl FnOnce(&mut Sampler) -> R) -> Optio
 fn sample(s: &mut Sampler, src: &Sources) {
     let mut live = Vec::new();
     src.sites.for_each_live(src.depot.len(), |trace, bytes, blocks| {
-        let kind = *s
-            .kinds
-            .entry(trace.0)
-            .or_insert_with(|| src.depot.get(trace).map_or(MemoryKind::Device, |t| t.kind));
+        let i = trace.0 as usize;
+        if s.kinds.len() <= i {
+            s.kinds.resize(i + 1, None);
+        }
+        let kind =
+            *s.kinds[i].get_or_insert_with(|| src.depot.get(trace).map_or(MemoryKind::Device, |t| t.kind));
         live.push((trace, bytes, blocks, kind));
     });
     let now_ms = std::time::SystemTime::now()
