@@ -38,8 +38,24 @@ pub static SNAPSHOT_LOCK: FutexMutex<()> = FutexMutex::new(());
 
 static FAILED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
-static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
-static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
+/// A value alone in its 64-byte cache line.
+///
+/// The bug (issue 24): two threads doubled the library's cost per pair
+/// with no lock waited on. `LIVE_BYTES`, written by every allocation and
+/// release, shared its line with `PEAK_BYTES`, `EPOCH` and `TRACKING`,
+/// which every event reads: each write took the line from the other core.
+#[repr(align(64))]
+struct OwnLine<T>(T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+static LIVE_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
+static PEAK_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
 /// When PEAK_BYTES was last raised (Unix ms, to the coarse clock's tick).
 static PEAK_TIME_MS: AtomicI64 = AtomicI64::new(0);
 static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
