@@ -302,13 +302,17 @@ def main():
     ap.add_argument("--only-baseline", action="store_true", help="run only the --baseline-lib comparison")
     ap.add_argument("--cpu-time", action="store_true", help="time single-thread pairs by the thread's CPU time, "
                     "not wall time (a loaded machine: the wait for a CPU is not the hooks' cost)")
+    ap.add_argument("--lib", help="the libcudaleak.so to measure (default: target/release/libcudaleak.so), "
+                    "e.g. an older build for instruction counts before and after a change")
     ap.add_argument("--fresh-pairs", type=int, default=10_000_000, help="pairs of the long fresh-stacks run")
     ap.add_argument("--exit-leaks", type=int, default=1_000_000, help="leaks of the large exit report")
     ap.add_argument("--only", choices=["old-driver", "oom", "instructions", "fresh", "threads", "exit"],
                     help="run one section only")
     args = ap.parse_args()
-    global CPU_TIME
+    global CPU_TIME, LIB
     CPU_TIME = args.cpu_time
+    if args.lib:
+        LIB = os.path.abspath(args.lib)
     if not os.path.exists(LIB):
         sys.exit("build first: cargo build --release")
     heaptrack, memray = have("heaptrack"), have_memray()

@@ -191,13 +191,27 @@ pub fn reports_in(dir: &Path) -> Vec<Report> {
     out
 }
 
+/// Spawns `cmd`. A program a test has just copied or built can be "text
+/// file busy" for a moment: another test thread's fork inherited the
+/// writing descriptor until its exec closed it (a known race of every
+/// threaded test harness, rust-lang/rust#114554). Retried, briefly.
+pub fn spawn_when_not_busy(cmd: &mut Command) -> std::process::Child {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r.expect("spawn"),
+        }
+    }
+}
+
 /// Runs `cmd` with a deadline; kills it and fails the test past it.
 pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn_when_not_busy(&mut cmd);
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let t_out = std::thread::spawn(move || {
