@@ -579,3 +579,136 @@ fn diff_refuses_export_formats_with_a_clear_line() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.starts_with("cudaleak: diff has no --format pprof"), "{err}");
 }
+
+/// leak_n 3 2's events in order: a clean 1-byte allocation and its free,
+/// 3 x 100 bytes at site_a, 2 x 200 at site_b.
+#[test]
+fn allocation_trace_keeps_the_last_events_and_the_snapshot_replays_them() {
+    let off = planted();
+    assert!(off.report().allocation_trace.is_none(), "off by default");
+
+    let out = run_traced(&leak_n(), &["3", "2"], &[("CUDALEAK_TRACE", "64")]);
+    out.assert_success();
+    let t = out.report().allocation_trace.expect("allocation_trace");
+    assert_eq!((t.capacity, t.recorded), (64, 7));
+    let seen: Vec<(&str, u64)> = t.events.iter().map(|e| (e.action.as_str(), e.size)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("alloc", 1),
+            ("free", 1),
+            ("alloc", 100),
+            ("alloc", 100),
+            ("alloc", 100),
+            ("alloc", 200),
+            ("alloc", 200)
+        ]
+    );
+    assert_eq!(
+        t.events[0].address, t.events[1].address,
+        "the free names the block"
+    );
+    let site_fn = |i: usize| {
+        let g = &t.sites[t.events[i].site.unwrap() as usize];
+        g.native_stack[0].function.clone().unwrap()
+    };
+    assert_eq!(
+        (site_fn(2), site_fn(5)),
+        ("site_a".to_string(), "site_b".to_string())
+    );
+    assert!(t
+        .events
+        .windows(2)
+        .all(|w| w[0].timestamp_us <= w[1].timestamp_us));
+
+    let file = out.dir.path().join("snapshot.pickle");
+    std::fs::write(
+        &file,
+        export(&["report", "--format", "torch-snapshot", "."], out.dir.path()),
+    )
+    .unwrap();
+    let mut cmd = Command::new(python());
+    cmd.arg("-c")
+        .arg(
+            "import json, pickle, sys\n\
+             s = pickle.load(open(sys.argv[1], 'rb'))\n\
+             print(json.dumps([[e['action'], e['size'], e['addr'], e['frames'][0]['name'] if e['frames'] else None] for e in s['device_traces'][0]]))",
+        )
+        .arg(&file);
+    let (st, text, err) = run_command(cmd, SECS);
+    assert!(st.success(), "{err}");
+    let trace: Vec<(String, u64, u64, Option<String>)> = serde_json::from_str(&text).unwrap();
+    let actions: Vec<(&str, u64)> = trace.iter().map(|e| (e.0.as_str(), e.1)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("alloc", 1),
+            ("free_completed", 1),
+            ("alloc", 100),
+            ("alloc", 100),
+            ("alloc", 100),
+            ("alloc", 200),
+            ("alloc", 200)
+        ]
+    );
+    assert_eq!(trace[2].3.as_deref(), Some("site_a"));
+    assert_eq!(trace[6].3.as_deref(), Some("site_b"));
+    assert_eq!(format!("{:#x}", trace[6].2), t.events[6].address);
+
+    // A ring of 4 keeps the last 4 of the 7.
+    let short = run_traced(&leak_n(), &["3", "2"], &[("CUDALEAK_TRACE", "4")]);
+    let t = short.report().allocation_trace.expect("allocation_trace");
+    assert_eq!((t.capacity, t.recorded), (4, 7));
+    let sizes: Vec<u64> = t.events.iter().map(|e| e.size).collect();
+    assert_eq!(sizes, [100, 100, 200, 200]);
+
+    // A bad value: one warning, and the default (off).
+    let bad = run_traced(&leak_n(), &["1", "0"], &[("CUDALEAK_TRACE", "lots")]);
+    bad.assert_success();
+    assert_eq!(bad.stderr_lines_with("CUDALEAK_TRACE").len(), 1, "{}", bad.stderr);
+    assert!(bad.report().allocation_trace.is_none());
+}
+
+#[test]
+fn allocation_trace_records_each_failed_call_as_an_oom_event() {
+    let out = run_traced(
+        &program("oom"),
+        &[],
+        &[("SIMCUDA_DEVICE_BYTES", "67108864"), ("CUDALEAK_TRACE", "256")],
+    );
+    let exit = out
+        .reports()
+        .into_iter()
+        .find(|r| r.trigger.name() == "exit")
+        .expect("exit report");
+    let t = exit.allocation_trace.expect("allocation_trace");
+    let ooms: Vec<u64> = t
+        .events
+        .iter()
+        .filter(|e| e.action == "oom")
+        .map(|e| e.size)
+        .collect();
+    assert_eq!(ooms, [41943040, 41943040], "the request failed twice");
+    let oom = t.events.iter().find(|e| e.action == "oom").unwrap();
+    assert_eq!(oom.address, "0x0");
+    assert!(oom.site.is_some(), "with its stack");
+
+    let file = out.dir.path().join("snapshot.pickle");
+    std::fs::write(
+        &file,
+        export(&["report", "--format", "torch-snapshot", "."], out.dir.path()),
+    )
+    .unwrap();
+    let s = read_snapshot(&file);
+    let actions: Vec<&str> = s["traces"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions.iter().filter(|a| **a == "oom").count(), 2, "{actions:?}");
+    assert!(
+        actions.contains(&"free_completed"),
+        "the cache freed before the retry: {actions:?}"
+    );
+}

@@ -1024,6 +1024,7 @@ impl Assembler<'_> {
             oom: None,
             peak,
             oom_events: Vec::new(),
+            allocation_trace: None,
         }
     }
 }
@@ -1597,6 +1598,7 @@ mod tests {
             oom: None,
             peak: None,
             oom_events: Vec::new(),
+            allocation_trace: None,
         };
         cap_groups(&mut r, max);
         r

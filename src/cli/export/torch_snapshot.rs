@@ -11,9 +11,12 @@
 //!   addresses the report does not keep, as one more segment at an
 //!   address above every real one, so that sizes add up to the leaked
 //!   bytes exactly. Device memory only (not host or reserved memory).
-//! - `device_traces`: per device, the trace entries: an `oom` action for
-//!   each out-of-memory episode (`oom_events`), with `device_free` when
-//!   it is known.
+//! - `device_traces`: per device, the trace entries. With
+//!   `CUDALEAK_TRACE=N`, the report's last N allocation events
+//!   (`allocation_trace`): `alloc`, `free_completed` and `oom` (each failed
+//!   call), with address, size, time and frames; without it, an `oom`
+//!   action for each out-of-memory episode (`oom_events`), with
+//!   `device_free` when it is known.
 //!
 //! With several processes (a directory of ranks), each process's devices
 //! become devices of their own, numbered in process order; stderr says
@@ -126,6 +129,35 @@ pub fn snapshot(processes: &[Process]) -> Vec<u8> {
                 segments.push(segment(d, address, rest, frames(g)));
                 next_free = address.saturating_add(rest);
             }
+        }
+        if let Some(t) = &r.allocation_trace {
+            // CUDALEAK_TRACE: the ring's events, each failed call an `oom`.
+            for e in &t.events {
+                let site = e.site.and_then(|i| t.sites.get(i as usize));
+                if site.is_some_and(|g| !is_device_memory(g)) {
+                    continue;
+                }
+                let action = match e.action.as_str() {
+                    "alloc" => "alloc",
+                    "free" => "free_completed",
+                    "oom" => "oom",
+                    _ => continue,
+                };
+                let d = device_of(i, e.device.unwrap_or(0), &mut devices);
+                let mut entry = vec![
+                    ("action", Value::str(action)),
+                    ("addr", Value::int(parse_hex(&e.address).unwrap_or(0))),
+                    ("size", Value::int(e.size)),
+                    ("stream", Value::int(0)),
+                    ("time_us", Value::int(e.timestamp_us)),
+                    ("frames", site.map_or(Value::List(Vec::new()), frames)),
+                ];
+                if action == "oom" {
+                    entry.push(("device_free", Value::int(0)));
+                }
+                traces.entry(d).or_default().push(Value::dict(entry));
+            }
+            continue;
         }
         for e in &r.oom_events {
             let d = device_of(i, e.device.unwrap_or(0), &mut devices);
