@@ -172,6 +172,47 @@ def oom_delay(work, reports, pairs, args):
                 "the snapshot" if name == "cudaleak" else "")
 
 
+def callgrind_instructions(env, argv):
+    """Instructions the program executed under callgrind (valgrind's
+    "Collected" count)."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + argv,
+                         env=env, capture_output=True, text=True)
+    for line in out.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.split()[-1])
+    raise RuntimeError("callgrind gave no count:\n" + out.stderr)
+
+
+def trace_ring(work, reports, pairs, args):
+    """The allocation-event ring (CUDALEAK_TRACE, issue 26): what a pair
+    (two events) costs with the ring off (the default: one load and an
+    untaken branch per hook) and on, in ns and, under callgrind, in
+    instructions (30,000 - 10,000 pairs, divided by 20,000)."""
+    env = base_env(work, reports)
+    configs = {
+        "no library": (None, env),
+        "cudaleak, CUDALEAK_TRACE=0 (off)": (None, dict(env, LD_PRELOAD=LIB)),
+        "cudaleak, CUDALEAK_TRACE=4096": (None, dict(env, LD_PRELOAD=LIB, CUDALEAK_TRACE="4096")),
+    }
+    for threads in ("1", "2"):
+        med = side_by_side(configs, [pairs, "runtime", str(args.pairs), "20", threads], args.runs)
+        off = med["cudaleak, CUDALEAK_TRACE=0 (off)"]
+        for name, v in med.items():
+            row("alloc/free pair, 20 frames, %s thread(s): %s" % (threads, name), "%.1f" % v, "ns",
+                "+%.1f ns per event" % ((v - off) / 2) if "4096" in name else "")
+    if not have("valgrind"):
+        print("valgrind not found (apt-get install valgrind): instruction counts skipped", file=sys.stderr)
+        return
+    counts = {}
+    for name, (_, e) in configs.items():
+        n = [callgrind_instructions(e, [pairs, "runtime", str(k), "20"]) for k in (10_000, 30_000)]
+        counts[name] = (n[1] - n[0]) / 20_000
+    off = counts["cudaleak, CUDALEAK_TRACE=0 (off)"]
+    for name, v in counts.items():
+        row("instructions per pair, 20 frames: %s" % name, "%.0f" % v, "",
+            "+%.0f per event" % ((v - off) / 2) if "4096" in name else "")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -184,7 +225,7 @@ def main():
     ap.add_argument("--only-baseline", action="store_true", help="run only the --baseline-lib comparison")
     ap.add_argument("--cpu-time", action="store_true", help="time single-thread pairs by the thread's CPU time, "
                     "not wall time (a loaded machine: the wait for a CPU is not the hooks' cost)")
-    ap.add_argument("--only", choices=["old-driver", "oom"], help="run one section only")
+    ap.add_argument("--only", choices=["old-driver", "oom", "trace"], help="run one section only")
     args = ap.parse_args()
     global CPU_TIME
     CPU_TIME = args.cpu_time
@@ -213,6 +254,10 @@ def main():
             return
     if args.only == "oom":
         oom_delay(work, reports, pairs, args)
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    if args.only == "trace":
+        trace_ring(work, reports, pairs, args)
         shutil.rmtree(work, ignore_errors=True)
         return
     old_driver(work, reports, pairs, args)
@@ -284,6 +329,7 @@ def main():
         "goal <= 2000")
 
     oom_delay(work, reports, pairs, args)
+    trace_ring(work, reports, pairs, args)
 
     # Throughput with several allocating threads.
     for t in [int(x) for x in args.threads.split(",")]:
