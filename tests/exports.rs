@@ -11,8 +11,11 @@
 //!   field by field; with PyTorch installed, `python -m
 //!   torch.cuda._memory_viz stats` reads it (that test is `#[ignore]`d
 //!   with its reason: PyTorch is not a test dependency);
-//! - speedscope: validated against speedscope's own file format schema,
-//!   vendored from its npm package in tests/data.
+//! - speedscope: validated against speedscope's own file format schema
+//!   (vendored from its npm package in tests/data), and opened by
+//!   speedscope itself (npm, from tests/speedscope's lock file) in
+//!   headless Chromium, whose sandwich table lists our functions with
+//!   their bytes.
 //!
 //! A reader that is missing prints "SKIPPED: ..." on stderr and the test
 //! returns; with CI=true it fails (scripts/install-test-deps.sh installs
@@ -711,4 +714,158 @@ fn allocation_trace_records_each_failed_call_as_an_oom_event() {
         actions.contains(&"free_completed"),
         "the cache freed before the retry: {actions:?}"
     );
+}
+
+/// Headless Chromium, as tests/html.rs finds it.
+fn chromium() -> Option<PathBuf> {
+    let found = std::env::var_os("CUDALEAK_CHROMIUM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            find_in_path(&[
+                "chromium",
+                "chromium-browser",
+                "chromium-headless-shell",
+                "google-chrome",
+            ])
+        });
+    if found.is_none() {
+        skip_or_fail("chromium", "apt-get install chromium, or set CUDALEAK_CHROMIUM");
+    }
+    found
+}
+
+/// speedscope's release build from tests/speedscope (npm ci, from its
+/// lock file, in scripts/install-test-deps.sh).
+fn speedscope_release() -> Option<PathBuf> {
+    let dir = repo().join("tests/speedscope/node_modules/speedscope/dist/release");
+    if dir.join("index.html").is_file() {
+        return Some(dir);
+    }
+    skip_or_fail("speedscope", "npm ci --prefix tests/speedscope");
+    None
+}
+
+/// A static file server on 127.0.0.1 for one test: speedscope loads the
+/// profile named by `#profileURL=` with fetch(), which file:// pages may
+/// not do. `files` maps a URL path to a file.
+fn serve(files: Vec<(String, PathBuf)>) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut request = String::new();
+            if reader.read_line(&mut request).is_err() {
+                continue;
+            }
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).map_or(true, |n| n == 0) || header == "\r\n" {
+                    break;
+                }
+            }
+            let path = request
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .split(['?', '#'])
+                .next()
+                .unwrap_or("/")
+                .to_string();
+            let mut stream = &stream;
+            match files
+                .iter()
+                .find(|(p, _)| *p == path)
+                .and_then(|(_, f)| std::fs::read(f).ok())
+            {
+                Some(body) => {
+                    let kind = match path.rsplit('.').next() {
+                        Some("html") => "text/html",
+                        Some("js") => "text/javascript",
+                        Some("css") => "text/css",
+                        Some("json") => "application/json",
+                        Some("wasm") => "application/wasm",
+                        Some("png") => "image/png",
+                        _ => "application/octet-stream",
+                    };
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(&body);
+                }
+                None => {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                }
+            }
+        }
+    });
+    port
+}
+
+#[test]
+fn speedscope_itself_opens_the_export_and_shows_our_bytes() {
+    let (Some(chrome), Some(release)) = (chromium(), speedscope_release()) else {
+        return;
+    };
+    let out = planted();
+    let profile = out.dir.path().join("leaks.speedscope.json");
+    std::fs::write(
+        &profile,
+        export(&["report", "--format", "speedscope", "."], out.dir.path()),
+    )
+    .unwrap();
+    let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(&release)
+        .unwrap()
+        .flatten()
+        .map(|e| (format!("/{}", e.file_name().to_string_lossy()), e.path()))
+        .collect();
+    files.push(("/leaks.json".into(), profile));
+    let port = serve(files);
+    let profile_dir = TempDir::new("speedscope-chrome");
+    let mut cmd = Command::new(chrome);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+    ])
+    .arg(format!("--user-data-dir={}", profile_dir.path().display()))
+    // The sandwich view lists every function with its total and self
+    // weight as text; the flame graphs are canvases.
+    .arg(format!(
+        "http://127.0.0.1:{port}/index.html#profileURL=http://127.0.0.1:{port}/leaks.json&view=sandwich"
+    ));
+    let (st, dom, err) = run_command(cmd, SECS);
+    assert!(st.success(), "chromium: {err}");
+    let r = out.report();
+    let text = dom
+        .split('<')
+        .map(|piece| piece.split_once('>').map_or(piece, |(_, t)| t))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains(&format!(
+            "cudaleak: {}, pid {} - speedscope",
+            r.hostname.as_deref().unwrap(),
+            r.pid
+        )),
+        "speedscope named the file as its title: {text}"
+    );
+    for want in [
+        "400 B (57%) 0 B (&lt;0.01%) site_b",
+        "300 B (43%) 0 B (&lt;0.01%) site_a",
+        "700 B (100%) 700 B (100%) cudaMalloc",
+    ] {
+        assert!(text.contains(want), "{want:?} in speedscope's table: {text}");
+    }
 }
