@@ -869,3 +869,18 @@ fn speedscope_itself_opens_the_export_and_shows_our_bytes() {
         assert!(text.contains(want), "{want:?} in speedscope's table: {text}");
     }
 }
+
+#[test]
+fn allocation_trace_of_a_fork_child_holds_its_own_events_only() {
+    let out = run_traced(&program("fork_trace"), &[], &[("CUDALEAK_TRACE", "16")]);
+    out.assert_success();
+    let reports = out.reports();
+    assert_eq!(reports.len(), 2, "{}", out.stderr);
+    for r in reports {
+        let want: &[u64] = if r.leaked_bytes() == 111 { &[111] } else { &[222] };
+        let t = r.allocation_trace.expect("allocation_trace");
+        let sizes: Vec<u64> = t.events.iter().map(|e| e.size).collect();
+        assert_eq!(sizes, want, "pid {}", r.pid);
+        assert_eq!(t.recorded, 1);
+    }
+}
