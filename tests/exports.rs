@@ -495,18 +495,28 @@ fn torch_snapshot_is_read_by_pytorchs_memory_viz() {
     probe.args(["-c", "import torch.cuda._memory_viz"]);
     let (st, _, err) = run_command(probe, SECS);
     assert!(st.success(), "PyTorch is not importable: {err}");
-    let out = planted();
+    let out = run_traced(&leak_n(), &["3", "2"], &[("CUDALEAK_TRACE", "64")]);
+    out.assert_success();
     let file = out.dir.path().join("snapshot.pickle");
     std::fs::write(
         &file,
         export(&["report", "--format", "torch-snapshot", "."], out.dir.path()),
     )
     .unwrap();
-    let mut cmd = Command::new(python());
-    cmd.args(["-m", "torch.cuda._memory_viz", "stats"]).arg(&file);
-    let (st, text, err) = run_command(cmd, SECS);
-    assert!(st.success(), "{err}");
-    assert!(text.contains("700"), "700 bytes allocated:\n{text}");
+    let viz = |action: &str| {
+        let mut cmd = Command::new(python());
+        cmd.args(["-m", "torch.cuda._memory_viz", action]).arg(&file);
+        let (st, text, err) = run_command(cmd, SECS);
+        assert!(st.success(), "{err}");
+        text
+    };
+    let stats = viz("stats");
+    for want in ["segments: 5", "total_reserved: 700.0B", "total_allocated: 700.0B"] {
+        assert!(stats.contains(want), "{want} in:\n{stats}");
+    }
+    let trace = viz("trace");
+    assert!(trace.contains("7 entries"), "{trace}");
+    assert_eq!(trace.matches(":200.0B]").count(), 2, "{trace}");
 }
 
 #[test]
