@@ -894,3 +894,45 @@ fn allocation_trace_of_a_fork_child_holds_its_own_events_only() {
         assert_eq!(t.recorded, 1);
     }
 }
+
+#[test]
+fn pprof_of_a_python_program_has_its_python_lines_in_the_stacks() {
+    let Some(go) = go() else { return };
+    let script = repo().join("tests/python/export_leaks.py");
+    let runtime = sim_dir().join("libcudart.so.12");
+    let out = run_traced(
+        &python(),
+        &[script.to_str().unwrap()],
+        &[
+            ("SIMCUDA_RUNTIME", runtime.to_str().unwrap()),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+        ],
+    );
+    out.assert_success();
+    let file = out.dir.path().join("py.pb.gz");
+    std::fs::write(
+        &file,
+        export(&["report", "--format", "pprof", "."], out.dir.path()),
+    )
+    .unwrap();
+    let top = pprof_top(&go, &file, &["-cum", "-lines", "-unit=B"]);
+    assert!(top.contains("of 13000B total"), "{top}");
+    let py = "tests/python/export_leaks.py";
+    for (function, marker, bytes) in [
+        ("load_weights", "# LEAK weights", "10000B"),
+        ("train_step", "# LEAK step", "3000B"),
+    ] {
+        let at = format!("{function} {}:{}", script.display(), line_of(py, marker));
+        let line = top
+            .lines()
+            .find(|l| l.ends_with(&at))
+            .unwrap_or_else(|| panic!("{at} in:\n{top}"));
+        assert_eq!(line.split_whitespace().nth(3), Some(bytes), "{line}");
+    }
+    // The main binary pprof names is the interpreter, not a library.
+    let python_name = python().file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        top.lines().next().is_some_and(|l| l.starts_with("File: python")),
+        "{python_name}:\n{top}"
+    );
+}

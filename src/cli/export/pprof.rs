@@ -206,7 +206,10 @@ impl Builder {
 
     fn sample(&mut self, g: &Group, values: &[i64], process: &Process) {
         let stack = stack_of(g);
-        let mut ids: Vec<u64> = stack.iter().map(|f| self.location(f)).collect();
+        // Root first, so that the program's own module (where `_start`
+        // is) is mapping 1, which pprof names as the profile's binary.
+        let mut ids: Vec<u64> = stack.iter().rev().map(|f| self.location(f)).collect();
+        ids.reverse();
         if ids.is_empty() {
             // A group whose stack was not kept (CUDALEAK_MAX_STACKS):
             // still a sample, under a frame that says so.
