@@ -936,3 +936,29 @@ fn pprof_of_a_python_program_has_its_python_lines_in_the_stacks() {
         "{python_name}:\n{top}"
     );
 }
+
+#[test]
+fn trace_marks_every_dump_of_a_process() {
+    // live phases: a cudaleak_dump() after each of four phases, then the
+    // exit dump. The export holds the newest (exit) report; the trace
+    // marks all five dumps.
+    let out = run_traced(&program("live"), &["phases"], &[]);
+    out.assert_success();
+    let reports = out.reports();
+    assert_eq!(reports.len(), 5, "{}", out.stderr);
+    let events = trace_of(&["report", "--format", "trace", "."], out.dir.path());
+    let mut marks: Vec<(i64, &str)> = events
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"].as_str().unwrap().starts_with("dump: "))
+        .map(|e| (e["ts"].as_i64().unwrap(), e["name"].as_str().unwrap()))
+        .collect();
+    marks.sort();
+    let names: Vec<&str> = marks.iter().map(|m| m.1).collect();
+    assert_eq!(
+        names,
+        ["dump: api", "dump: api", "dump: api", "dump: api", "dump: exit"]
+    );
+    let mut want: Vec<i64> = reports.iter().map(|r| r.timestamp_ms * 1000).collect();
+    want.sort();
+    assert_eq!(marks.iter().map(|m| m.0).collect::<Vec<_>>(), want);
+}

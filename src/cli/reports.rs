@@ -327,7 +327,17 @@ fn export(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     for (_, r) in &mut processes {
         symbolize(r, view);
     }
-    super::export::print(view.format, &processes)
+    // The trace marks every dump of the processes shown, not only the
+    // newest of each (as the HTML page's timeline does).
+    let dumps = if view.format == Format::Trace {
+        load(paths)?
+            .into_iter()
+            .map(|(path, r)| super::export::trace::Dump::of(path, &r))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    super::export::print(view.format, &processes, &dumps)
 }
 
 pub fn diff(old: &Path, new: &Path, view: &ViewArgs) -> CliResult {

@@ -90,13 +90,14 @@ pub fn group_title(g: &cudaleak_core::report::Group) -> String {
 }
 
 /// Writes `format` of `processes` to stdout.
-pub fn print(format: crate::Format, processes: &[Process]) -> super::CliResult {
+/// `dumps`: every dump of the processes' files, for the trace's marks.
+pub fn print(format: crate::Format, processes: &[Process], dumps: &[trace::Dump]) -> super::CliResult {
     use crate::Format;
     use std::io::Write;
     let bytes = match format {
         Format::Pprof => pprof::pprof(processes),
         Format::TorchSnapshot => torch_snapshot::snapshot(processes),
-        Format::Trace => json_line(&trace::trace(processes))?,
+        Format::Trace => json_line(&trace::trace(processes, dumps))?,
         Format::Speedscope => json_line(&speedscope::speedscope(processes))?,
         _ => return Err("not an export format".into()),
     };

@@ -12,7 +12,45 @@
 //! Timestamps are microseconds since the Unix epoch.
 
 use super::{group_title, process_label, Process};
+use cudaleak_core::report::Report;
 use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// One dump of a process, for its instant event.
+pub struct Dump {
+    path: PathBuf,
+    hostname: Option<String>,
+    pid: i64,
+    instance: Option<String>,
+    run_id: Option<String>,
+    trigger: &'static str,
+    timestamp_ms: i64,
+    leaked_bytes: u64,
+    leaked_blocks: u64,
+}
+
+impl Dump {
+    pub fn of(path: PathBuf, r: &Report) -> Dump {
+        Dump {
+            path,
+            hostname: r.hostname.clone(),
+            pid: r.pid,
+            instance: r.instance.clone(),
+            run_id: r.run_id.clone(),
+            trigger: r.trigger.name(),
+            timestamp_ms: r.timestamp_ms,
+            leaked_bytes: r.leaked_bytes(),
+            leaked_blocks: r.leaked_blocks(),
+        }
+    }
+
+    fn is_of(&self, r: &Report) -> bool {
+        self.hostname == r.hostname
+            && self.pid == r.pid
+            && self.instance == r.instance
+            && self.run_id == r.run_id
+    }
+}
 
 /// Trace pids: the real pid where every process has its own, else 1, 2, ...
 /// (ranks on several hosts share pids).
@@ -31,7 +69,7 @@ fn us(ms: i64) -> i64 {
     ms.saturating_mul(1000)
 }
 
-pub fn trace(processes: &[Process]) -> Value {
+pub fn trace(processes: &[Process], dumps: &[Dump]) -> Value {
     let mut events = Vec::new();
     for ((path, r), pid) in processes.iter().zip(track_ids(processes)) {
         events.push(json!({
@@ -89,15 +127,22 @@ pub fn trace(processes: &[Process]) -> Value {
             }
         }
         let instant = |name: String, ts: i64, args: Value| json!({"name": name, "cat": "cudaleak", "ph": "i", "s": "p", "ts": us(ts), "pid": pid, "tid": 0, "args": args});
-        events.push(instant(
-            format!("dump: {}", r.trigger.name()),
-            r.timestamp_ms,
-            json!({
-                "report": path.display().to_string(),
-                "leaked_bytes": r.leaked_bytes(),
-                "leaked_blocks": r.leaked_blocks(),
-            }),
-        ));
+        let this = Dump::of(path.clone(), r);
+        let mut own: Vec<&Dump> = dumps.iter().filter(|d| d.is_of(r)).collect();
+        if own.is_empty() {
+            own.push(&this);
+        }
+        for d in own {
+            events.push(instant(
+                format!("dump: {}", d.trigger),
+                d.timestamp_ms,
+                json!({
+                    "report": d.path.display().to_string(),
+                    "leaked_bytes": d.leaked_bytes,
+                    "leaked_blocks": d.leaked_blocks,
+                }),
+            ));
+        }
         if let Some(peak) = &r.peak {
             events.push(instant(
                 "peak".into(),
