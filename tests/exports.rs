@@ -962,3 +962,27 @@ fn trace_marks_every_dump_of_a_process() {
     want.sort();
     assert_eq!(marks.iter().map(|m| m.0).collect::<Vec<_>>(), want);
 }
+
+#[test]
+fn top_keeps_the_largest_groups_and_the_rest_as_one() {
+    let Some(go) = go() else { return };
+    let out = planted();
+    let file = out.dir.path().join("top.pb.gz");
+    std::fs::write(
+        &file,
+        export(
+            &["report", "--format", "pprof", "--top", "1", "."],
+            out.dir.path(),
+        ),
+    )
+    .unwrap();
+    let top = pprof_top(&go, &file, &[]);
+    assert!(top.contains("of 700B total"), "totals stay the report's:\n{top}");
+    assert_eq!(top_row(&top, "site_b").0, "400B", "{top}");
+    let other = top
+        .lines()
+        .find(|l| l.ends_with("[1 other group]"))
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(other.trim_start().starts_with("300B"), "{other}");
+    assert!(!top.contains("site_a"), "{top}");
+}

@@ -327,6 +327,9 @@ fn export(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     for (_, r) in &mut processes {
         symbolize(r, view);
     }
+    if let Some(n) = view.top {
+        super::export::keep_top(&mut processes, n);
+    }
     // The trace marks every dump of the processes shown, not only the
     // newest of each (as the HTML page's timeline does).
     let dumps = if view.format == Format::Trace {

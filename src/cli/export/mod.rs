@@ -89,6 +89,37 @@ pub fn group_title(g: &cudaleak_core::report::Group) -> String {
     }
 }
 
+/// `--top N`: each process's N largest leak groups, the rest as one group
+/// named `[K other groups]` (one frame), so that totals stay the report's,
+/// as folded output does.
+pub fn keep_top(processes: &mut [Process], n: usize) {
+    use cudaleak_core::report::{saturating_sum, Group, NativeFrame};
+    for (_, r) in processes.iter_mut() {
+        if r.leaks.len() <= n {
+            continue;
+        }
+        let rest = r.leaks.split_off(n);
+        let Some(first) = rest.first() else { continue };
+        let mut g = Group::new(
+            saturating_sum(rest.iter().map(|g| g.blocks)),
+            saturating_sum(rest.iter().map(|g| g.bytes)),
+            &first.api,
+            first.kind(),
+            Vec::new(),
+            Vec::new(),
+        );
+        g.merged_stack = vec![MergedFrame::Native(NativeFrame {
+            address: "0x0".into(),
+            function: Some(format!(
+                "[{}]",
+                cudaleak_core::units::count(rest.len() as u64, "other group")
+            )),
+            ..Default::default()
+        })];
+        r.leaks.push(g);
+    }
+}
+
 /// Writes `format` of `processes` to stdout.
 /// `dumps`: every dump of the processes' files, for the trace's marks.
 pub fn print(format: crate::Format, processes: &[Process], dumps: &[trace::Dump]) -> super::CliResult {
