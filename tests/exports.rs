@@ -986,3 +986,26 @@ fn top_keeps_the_largest_groups_and_the_rest_as_one() {
     assert!(other.trim_start().starts_with("300B"), "{other}");
     assert!(!top.contains("site_a"), "{top}");
 }
+
+#[test]
+fn binary_exports_are_not_written_to_a_terminal() {
+    // `script` (util-linux) gives the command a terminal as stdout.
+    let Some(script) = find_in_path(&["script"]) else {
+        skip_or_fail("script (util-linux)", "apt-get install bsdutils");
+        return;
+    };
+    let out = planted();
+    for format in ["pprof", "torch-snapshot"] {
+        let line = format!("'{}' report --format {format} .", cli().display());
+        let mut cmd = Command::new(&script);
+        cmd.args(["-qec", &line, "/dev/null"])
+            .current_dir(out.dir.path())
+            .env("LD_LIBRARY_PATH", sim_dir());
+        let (st, text, _) = run_command(cmd, SECS);
+        assert_eq!(st.code(), Some(2), "{format}: {text}");
+        assert!(
+            text.contains("cudaleak: binary output not written to a terminal"),
+            "{format}: {text:?}"
+        );
+    }
+}

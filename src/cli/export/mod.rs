@@ -125,6 +125,13 @@ pub fn keep_top(processes: &mut [Process], n: usize) {
 pub fn print(format: crate::Format, processes: &[Process], dumps: &[trace::Dump]) -> super::CliResult {
     use crate::Format;
     use std::io::Write;
+    let binary = matches!(format, Format::Pprof | Format::TorchSnapshot);
+    // SAFETY: isatty only reads the descriptor's type.
+    if binary && unsafe { libc::isatty(1) } == 1 {
+        // As gzip does: binary data on a terminal is noise, and can
+        // carry escape sequences.
+        return Err("binary output not written to a terminal; redirect it to a file (> leaks.pb.gz)".into());
+    }
     let bytes = match format {
         Format::Pprof => pprof::pprof(processes),
         Format::TorchSnapshot => torch_snapshot::snapshot(processes),
