@@ -1009,3 +1009,30 @@ fn binary_exports_are_not_written_to_a_terminal() {
         );
     }
 }
+
+#[test]
+fn a_merged_report_file_exports_without_one_process_labels() {
+    let Some(go) = go() else { return };
+    let d = TempDir::new("export-merged");
+    ranks(&d);
+    let merged = export(&["merge", "--format", "json", "ranks"], d.path());
+    std::fs::write(d.path().join("merged.json"), merged).unwrap();
+    let file = d.path().join("merged.pb.gz");
+    std::fs::write(
+        &file,
+        export(&["report", "--format", "pprof", "merged.json"], d.path()),
+    )
+    .unwrap();
+    let top = pprof_top(&go, &file, &[]);
+    assert!(top.contains("of 700B total"), "{top}");
+    assert!(top.contains("merged report of 4 files"), "{top}");
+    let mut cmd = Command::new(&go);
+    cmd.args(["tool", "pprof", "-tags"]).arg(&file);
+    let (st, tags, err) = run_command(cmd, SECS);
+    assert!(st.success(), "{err}");
+    assert!(
+        !tags.contains("pid:") && !tags.contains("rank:"),
+        "a merge is no one process:\n{tags}"
+    );
+    assert!(tags.contains("memory: Total 700"), "{tags}");
+}

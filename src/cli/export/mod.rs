@@ -58,8 +58,17 @@ fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// A report `cudaleak merge --format json` made from several: its pid,
+/// rank and host are not one process's.
+pub fn is_merged(r: &Report) -> bool {
+    !r.merged_from.is_empty()
+}
+
 /// How a process is named in a viewer: `rank 3 (host, pid 1234)`.
 pub fn process_label(r: &Report) -> String {
+    if is_merged(r) {
+        return format!("merged report of {} files", r.merged_from.len());
+    }
     let host = r.hostname.as_deref().unwrap_or("?");
     match r.rank {
         Some(rank) => format!("rank {rank} ({host}, pid {})", r.pid),

@@ -233,13 +233,15 @@ impl Builder {
         }
         let r = &process.1;
         let mut labels = Vec::new();
-        if let Some(rank) = r.rank {
-            labels.push(self.label_num("rank", rank));
+        if !super::is_merged(r) {
+            if let Some(rank) = r.rank {
+                labels.push(self.label_num("rank", rank));
+            }
+            if let Some(host) = &r.hostname {
+                labels.push(self.label_str("host", host));
+            }
+            labels.push(self.label_num("pid", r.pid));
         }
-        if let Some(host) = &r.hostname {
-            labels.push(self.label_str("host", host));
-        }
-        labels.push(self.label_num("pid", r.pid));
         labels.push(self.label_str("memory", g.kind().name()));
         labels.push(self.label_str("api", &g.api));
         labels.push(self.label_str("trigger", r.trigger.name()));
