@@ -290,6 +290,36 @@ def exit_reports(work, reports, pairs, args):
         row("exit report, %s" % label, "%.1f" % t, "ms", "goal <= 10" if n == 1 else "goal <= 3000")
 
 
+def trace_ring(work, reports, pairs, args):
+    """The allocation-event ring (CUDALEAK_TRACE, issue 26): what a pair
+    (two events) costs with the ring off (the default: one load and an
+    untaken branch per hook) and on, in ns and, under callgrind, in
+    instructions (30,000 - 10,000 pairs, divided by 20,000)."""
+    env = base_env(work, reports)
+    configs = {
+        "no library": (None, env),
+        "cudaleak, CUDALEAK_TRACE=0 (off)": (None, dict(env, LD_PRELOAD=LIB)),
+        "cudaleak, CUDALEAK_TRACE=4096": (None, dict(env, LD_PRELOAD=LIB, CUDALEAK_TRACE="4096")),
+    }
+    for threads in ("1", "2"):
+        med = side_by_side(configs, [pairs, "runtime", str(args.pairs), "20", threads], args.runs)
+        off = med["cudaleak, CUDALEAK_TRACE=0 (off)"]
+        for name, v in med.items():
+            row("alloc/free pair, 20 frames, %s thread(s): %s" % (threads, name), "%.1f" % v, "ns",
+                "+%.1f ns per event" % ((v - off) / 2) if "4096" in name else "")
+    if not have("valgrind"):
+        print("valgrind not found (apt-get install valgrind): instruction counts skipped", file=sys.stderr)
+        return
+    counts = {}
+    for name, (_, e) in configs.items():
+        n = [collected_instructions(e, [pairs, "runtime", str(k), "20"]) for k in (10_000, 30_000)]
+        counts[name] = (n[1] - n[0]) / 20_000
+    off = counts["cudaleak, CUDALEAK_TRACE=0 (off)"]
+    for name, v in counts.items():
+        row("instructions per pair, 20 frames: %s" % name, "%.0f" % v, "",
+            "+%.0f per event" % ((v - off) / 2) if "4096" in name else "")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -306,7 +336,7 @@ def main():
                     "e.g. an older build for instruction counts before and after a change")
     ap.add_argument("--fresh-pairs", type=int, default=10_000_000, help="pairs of the long fresh-stacks run")
     ap.add_argument("--exit-leaks", type=int, default=1_000_000, help="leaks of the large exit report")
-    ap.add_argument("--only", choices=["old-driver", "oom", "instructions", "fresh", "threads", "exit"],
+    ap.add_argument("--only", choices=["old-driver", "oom", "instructions", "fresh", "threads", "exit", "trace"],
                     help="run one section only")
     args = ap.parse_args()
     global CPU_TIME, LIB
@@ -337,7 +367,7 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
             return
     sections = {"oom": oom_delay, "instructions": instructions, "fresh": fresh_stacks,
-                "threads": threads_cpu, "exit": exit_reports}
+                "threads": threads_cpu, "exit": exit_reports, "trace": trace_ring}
     if args.only in sections:
         sections[args.only](work, reports, pairs, args)
         shutil.rmtree(work, ignore_errors=True)
@@ -411,6 +441,7 @@ def main():
         "goal <= 2000")
 
     oom_delay(work, reports, pairs, args)
+    trace_ring(work, reports, pairs, args)
 
     # Throughput with several allocating threads.
     for t in [int(x) for x in args.threads.split(",")]:

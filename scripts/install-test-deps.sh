@@ -1,16 +1,35 @@
 #!/bin/sh
-# Packages the tests need beyond the toolchain, from the distribution:
-# Chromium for the browser tests of `cudaleak report --format html`
-# (tests/html.rs). With CI=true those tests fail when Chromium is missing;
-# elsewhere they print "SKIPPED: chromium not installed".
+# What the tests need beyond the toolchain, from the distribution and, for
+# speedscope, from npm through its lock file:
+# - Chromium, for the browser tests of `cudaleak report --format html`
+#   (tests/html.rs) and for speedscope (tests/exports.rs);
+# - Go (golang-go), whose `go tool pprof` reads `--format pprof` back;
+# - node and npm, to install speedscope (tests/speedscope/package-lock.json),
+#   which opens `--format speedscope` (tests/exports.rs).
+# With CI=true those tests fail when their tool is missing; elsewhere they
+# print "SKIPPED: ... not installed" and return.
 set -eu
-if command -v chromium >/dev/null 2>&1 || command -v chromium-headless-shell >/dev/null 2>&1; then
-    exit 0
+root=$(cd "$(dirname "$0")/.." && pwd)
+missing=""
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-headless-shell >/dev/null 2>&1; then
+    missing="$missing chromium"
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/lib/go/bin/go ]; then
+    missing="$missing golang-go"
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update
-$SUDO apt-get install -y --no-install-recommends chromium
+if ! command -v npm >/dev/null 2>&1; then
+    missing="$missing nodejs npm"
+fi
+if [ -n "$missing" ]; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+        SUDO="sudo"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update
+    # shellcheck disable=SC2086 # one word per package
+    $SUDO apt-get install -y --no-install-recommends $missing
+fi
+if [ ! -f "$root/tests/speedscope/node_modules/speedscope/dist/release/index.html" ]; then
+    npm ci --prefix "$root/tests/speedscope" --no-audit --no-fund
+fi

@@ -35,6 +35,27 @@ pub enum Format {
     Html,
     /// an interactive flame graph (SVG), weighted by bytes
     Svg,
+    /// pprof (gzip-compressed profile.proto) for `go tool pprof`, Pyroscope, OpenTelemetry:
+    /// leaked bytes and blocks (and the peak) per stack, labelled by rank, host, pid, memory kind
+    Pprof,
+    /// Chrome trace / Perfetto JSON: live bytes per call site as counter tracks, dumps, the
+    /// peak and out-of-memory moments as instant events, one process track per rank
+    Trace,
+    /// PyTorch memory snapshot (pickle) for `python -m torch.cuda._memory_viz` and
+    /// pytorch.org/memory_viz: leaked device blocks with their frames
+    TorchSnapshot,
+    /// speedscope JSON: the leaks flame graph as a sampled profile weighted by bytes
+    Speedscope,
+}
+
+impl Format {
+    /// The formats that `cudaleak::cli::export` writes (issue 26).
+    pub fn is_export(self) -> bool {
+        matches!(
+            self,
+            Format::Pprof | Format::Trace | Format::TorchSnapshot | Format::Speedscope
+        )
+    }
 }
 
 /// How reports are read and rendered: shared by report, diff and merge.

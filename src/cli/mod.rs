@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod dump;
+pub mod export;
 pub mod html;
 pub mod reports;
 pub mod run;

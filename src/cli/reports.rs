@@ -264,16 +264,16 @@ fn timeline(paths: &[PathBuf], view: &ViewArgs) -> Option<CliResult> {
                 Ok(s) => out.push_str(&(s + "\n")),
                 Err(e) => return Some(Err(e.to_string())),
             },
-            Format::Folded | Format::Svg | Format::Html => {
-                return Some(Err(format!(
-                    "{shown}: a timeline file has no stacks; use --format text or json (the HTML page of a report shows its sampled timeline)"
-                )))
-            }
             Format::Text => out.push_str(&cudaleak_core::timeline_render::timeline_text(
                 &t,
                 Some(&p.display().to_string()),
                 view.top.unwrap_or(20),
             )),
+            _ => {
+                return Some(Err(format!(
+                    "{shown}: a timeline file has no stacks; use --format text or json (the HTML page of a report shows its sampled timeline)"
+                )))
+            }
         }
     }
     print!("{out}");
@@ -283,6 +283,9 @@ fn timeline(paths: &[PathBuf], view: &ViewArgs) -> Option<CliResult> {
 pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     if let Some(done) = timeline(paths, view) {
         return done;
+    }
+    if view.format.is_export() {
+        return export(paths, view);
     }
     let r = load_merged(paths, view)?;
     match view.format {
@@ -312,7 +315,32 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
             print!("{}", render::text(&r, source.as_deref(), &opts(view)));
             Ok(0)
         }
+        Format::Pprof | Format::Trace | Format::TorchSnapshot | Format::Speedscope => export(paths, view),
     }
+}
+
+/// `--format pprof|trace|torch-snapshot|speedscope` (issue 26): the
+/// newest report of each process of the run shown, each process its own
+/// in the export (ranks, hosts and pids stay apart), never a sum.
+fn export(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
+    let mut processes: Vec<(PathBuf, Report)> = load_runs(paths, view)?.into_iter().flatten().collect();
+    for (_, r) in &mut processes {
+        symbolize(r, view);
+    }
+    if let Some(n) = view.top {
+        super::export::keep_top(&mut processes, n);
+    }
+    // The trace marks every dump of the processes shown, not only the
+    // newest of each (as the HTML page's timeline does).
+    let dumps = if view.format == Format::Trace {
+        load(paths)?
+            .into_iter()
+            .map(|(path, r)| super::export::trace::Dump::of(path, &r))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    super::export::print(view.format, &processes, &dumps)
 }
 
 pub fn diff(old: &Path, new: &Path, view: &ViewArgs) -> CliResult {
@@ -404,10 +432,16 @@ pub fn diff(old: &Path, new: &Path, view: &ViewArgs) -> CliResult {
             );
             Ok(0)
         }
+        Format::Pprof | Format::Trace | Format::TorchSnapshot | Format::Speedscope => {
+            Err("diff has no --format pprof, trace, torch-snapshot or speedscope: export each side with `cudaleak report` (pprof: `go tool pprof -diff_base OLD NEW`)".into())
+        }
     }
 }
 
 pub fn merge(dir: &Path, view: &ViewArgs) -> CliResult {
+    if view.format.is_export() {
+        return export(&[dir.to_path_buf()], view);
+    }
     let runs = load_runs(&[dir.to_path_buf()], view)?;
     let reports: Vec<(PathBuf, Report)> = runs.into_iter().flatten().collect();
     let view_of_ranks = combine::rank_view(&reports);
@@ -507,6 +541,9 @@ pub fn merge(dir: &Path, view: &ViewArgs) -> CliResult {
                 count(reports.len() as u64, "process")
             );
             Ok(0)
+        }
+        Format::Pprof | Format::Trace | Format::TorchSnapshot | Format::Speedscope => {
+            export(&[dir.to_path_buf()], view)
         }
     }
 }

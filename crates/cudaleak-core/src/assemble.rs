@@ -1016,6 +1016,7 @@ impl Assembler<'_> {
             oom: None,
             peak,
             oom_events: Vec::new(),
+            allocation_trace: None,
         }
     }
 }
@@ -1627,6 +1628,7 @@ mod tests {
             oom: None,
             peak: None,
             oom_events: Vec::new(),
+            allocation_trace: None,
         };
         cap_groups(&mut r, max);
         r

@@ -191,6 +191,7 @@ pub fn merge(reports: &[(PathBuf, Report)]) -> Option<Report> {
         oom: None,
         peak: None,
         oom_events: Vec::new(),
+        allocation_trace: None,
     })
 }
 

@@ -90,6 +90,11 @@ pub const FLAGS: &[Flag] = &[
         help: "out-of-memory reports (trigger \"oom\") written per process, at most 1000; failures within 1 s of a report's count in it; 0 writes none",
     },
     Flag {
+        name: "CUDALEAK_TRACE",
+        default: "0",
+        help: "keep the last N allocation events (alloc, free, out of memory) in a ring and write them into every report's allocation_trace, at most 1048576; 0 off",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -135,6 +140,8 @@ pub struct Config {
     pub max_stacks: u32,
     /// out-of-memory reports per process (CUDALEAK_OOM_REPORTS); 0: none
     pub oom_reports: u32,
+    /// allocation events kept in the ring (CUDALEAK_TRACE); 0: off
+    pub trace_events: usize,
 }
 
 pub const DEFAULT_MAX_GROUPS: usize = 1000;
@@ -142,6 +149,8 @@ pub const DEFAULT_OOM_REPORTS: u32 = 3;
 /// The most `CUDALEAK_OOM_REPORTS` takes: each report holds a copy of the
 /// live map in memory until it is written (about a second).
 pub const MAX_OOM_REPORTS: u32 = 1000;
+/// The most `CUDALEAK_TRACE` keeps: 1 Mi events, 32 MiB of ring.
+pub const MAX_TRACE_EVENTS: usize = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -162,6 +171,7 @@ impl Default for Config {
             max_groups: DEFAULT_MAX_GROUPS,
             max_stacks: crate::depot::DEFAULT_MAX_TRACES,
             oom_reports: DEFAULT_OOM_REPORTS,
+            trace_events: 0,
         }
     }
 }
@@ -352,6 +362,17 @@ impl Config {
             match v.trim().parse::<u32>() {
                 Ok(n) if n <= MAX_OOM_REPORTS => c.oom_reports = n,
                 _ => bad("CUDALEAK_OOM_REPORTS", &v, "expected a count, 0 to 1000", "3"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_TRACE") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n <= MAX_TRACE_EVENTS => c.trace_events = n,
+                _ => bad(
+                    "CUDALEAK_TRACE",
+                    &v,
+                    "expected a count of events, 0 to 1048576",
+                    "0",
+                ),
             }
         }
         if let Some(v) = get("CUDALEAK_UNWINDER") {

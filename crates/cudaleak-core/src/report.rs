@@ -253,6 +253,38 @@ pub struct Report {
     /// (absent before the first); bounded, see `OOM_EVENTS_KEPT`
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub oom_events: Vec<OomEvent>,
+    /// extension: the last allocation events (`CUDALEAK_TRACE`, issue 26)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_trace: Option<AllocationTrace>,
+}
+
+/// extension: the process's last allocation events, oldest first, kept in
+/// a ring of `capacity` events (`CUDALEAK_TRACE`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationTrace {
+    pub capacity: u64,
+    /// events recorded in all since the process started (or forked);
+    /// the ring holds the last `capacity` of them
+    pub recorded: u64,
+    /// the call sites the events name, as groups (`bytes`, `blocks`: 0)
+    pub sites: Vec<Group>,
+    pub events: Vec<AllocationEvent>,
+}
+
+/// extension: one allocation event of `allocation_trace`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationEvent {
+    /// "alloc", "free" (a release that succeeded) or "oom" (an allocation
+    /// call that failed for lack of memory; `address` "0x0")
+    pub action: String,
+    /// hex
+    pub address: String,
+    pub size: u64,
+    /// index into `sites`; null when the stack was not kept
+    pub site: Option<u32>,
+    pub device: Option<u32>,
+    /// Unix time in microseconds (the coarse clock's tick: a few ms)
+    pub timestamp_us: i64,
 }
 
 /// extension: the allocation call that failed for lack of memory, as an

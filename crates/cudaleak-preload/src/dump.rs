@@ -8,7 +8,7 @@ use crate::settings::{self, instance, report_dir, warn, write_stderr};
 use crate::{oom, python, tracker};
 use cudaleak_core::assemble::{Assembler, DumpMeta, GrowthTracker, Snapshot};
 use cudaleak_core::lock::FutexMutex;
-use cudaleak_core::report::{OomRequest, Report, Trigger};
+use cudaleak_core::report::{AllocationEvent, AllocationTrace, OomRequest, Report, Trigger};
 use cudaleak_core::suppress::Suppressions;
 use cudaleak_core::symbolize::ProcessSymbolizer;
 use cudaleak_core::writer::{self, ReportName};
@@ -163,7 +163,42 @@ fn assemble_at_most(
         report.oom = Some(oom_request(&mut assembler, p));
     }
     report.oom_events = oom::events();
+    report.allocation_trace = allocation_trace(&mut assembler);
     report
+}
+
+/// The ring's events (`CUDALEAK_TRACE`), their call sites symbolized once
+/// each, as the timeline's are.
+fn allocation_trace(assembler: &mut Assembler) -> Option<AllocationTrace> {
+    let (capacity, recorded, events) = crate::event_ring::read()?;
+    let mut site_index: std::collections::HashMap<u32, Option<u32>> = Default::default();
+    let mut sites = Vec::new();
+    let events = events
+        .into_iter()
+        .map(|e| {
+            let site = *site_index.entry(e.trace.0).or_insert_with(|| {
+                let g = (e.trace.0 != 0)
+                    .then(|| assembler.site_group(e.trace))
+                    .flatten()?;
+                sites.push(g);
+                Some(sites.len() as u32 - 1)
+            });
+            AllocationEvent {
+                action: e.action.name().to_string(),
+                address: format!("{:#x}", e.address),
+                size: e.size,
+                site,
+                device: e.device,
+                timestamp_us: e.time_us,
+            }
+        })
+        .collect();
+    Some(AllocationTrace {
+        capacity: capacity as u64,
+        recorded,
+        sites,
+        events,
+    })
 }
 
 /// The failed request of `p`, its stack symbolized as a group's (a driver

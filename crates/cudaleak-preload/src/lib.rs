@@ -7,7 +7,7 @@
 //! above it. Bottom up:
 //!
 //! 1. C types and data: `ffi`, `python_layouts`
-//! 2. settings, diagnostics, the loader, hook identities: `settings`, `deferred_warnings`, `run_marker`, `loader`, `driver_lookup`, `hook_table`, `sampler`
+//! 2. settings, diagnostics, the loader, hook identities: `settings`, `deferred_warnings`, `run_marker`, `loader`, `driver_lookup`, `hook_table`, `sampler`, `event_ring`
 //! 3. per-thread state: `thread`
 //! 4. stack capture: `unwind`, `python`, `capture`
 //! 5. the tracked state: `tracker`
@@ -31,7 +31,8 @@
 //!   `warn`; `deferred_warnings`: bad settings, said at the first CUDA
 //!   call; `run_marker`: tells `cudaleak run` a process's report went
 //!   missing; `sampler`: the sampled timeline, read from per-call-site
-//!   counters;
+//!   counters; `event_ring`: the last allocation events
+//!   (`CUDALEAK_TRACE`);
 //! - `loader`: glibc's own `dlsym`/`dlclose`, loaded objects and their
 //!   ranges; `driver_lookup`: driver functions found globally or in a
 //!   privately loaded libcuda; `hook_table`: the one declarative table of
@@ -59,6 +60,7 @@ mod deferred_warnings;
 mod dlsym_override;
 mod driver_lookup;
 mod dump;
+mod event_ring;
 mod events;
 mod ffi;
 mod hook_table;

@@ -140,7 +140,18 @@ fn mono_ms() -> u64 {
 pub fn on_out_of_memory(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> TraceId) {
     // SAFETY: errno is thread-local (case 4).
     let errno = unsafe { *libc::__errno_location() };
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record(failure, thread, trace)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if crate::event_ring::is_on() {
+            // Every failed call is an event of the trace, with its stack.
+            let device = failure
+                .device
+                .map(u32::from)
+                .or_else(|| tracker::current_device(thread).map(u32::from));
+            let site = trace();
+            crate::event_ring::record(crate::event_ring::Action::Oom, 0, failure.requested, site, device);
+        }
+        record(failure, thread, trace)
+    }));
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }

@@ -77,6 +77,7 @@ pub fn set_tracking(on: bool) {
 /// (called once at load with the configuration in force).
 pub fn configure(c: &Config) {
     DEPOT.set_max_traces(c.max_stacks);
+    crate::event_ring::configure(c.trace_events);
 }
 
 /// What the lifecycle does at the first allocation call of a process (or
@@ -218,6 +219,8 @@ pub fn record_allocation(
         VMM.lock().handles.insert(key, HandleState { maps: 0, refs: 1 });
         &HANDLES
     } else {
+        // Blocks with an address, whose frees `finish_release` sees.
+        crate::event_ring::record(crate::event_ring::Action::Alloc, key, size, trace, block.device());
         &LIVE
     };
     if let Some(old) = map.insert(key, block) {
@@ -260,7 +263,16 @@ pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
     match removed {
-        Some(b) if succeeded => sub_bytes(&b),
+        Some(b) if succeeded => {
+            crate::event_ring::record(
+                crate::event_ring::Action::Free,
+                addr,
+                b.size(),
+                b.trace,
+                b.device(),
+            );
+            sub_bytes(&b);
+        }
         Some(b) => LIVE.restore(addr, b),
         None => {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
@@ -876,5 +888,6 @@ pub unsafe fn reset_in_child_and_unlock() {
     for r in &PRIMARY_REFS {
         r.store(0, Ordering::Relaxed);
     }
+    crate::event_ring::reset_in_child();
     SAW_ALLOCATION_CALL.store(false, Ordering::Release);
 }
