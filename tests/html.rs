@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{cli_command, run_command, target_dir, validate, TempDir};
+use support::{
+    build, cli, cli_command, line_of, repo, run_command, run_traced, sim_dir, target_dir, validate, Outcome,
+    TempDir,
+};
 
 const MIB: u64 = 1 << 20;
 const T0: i64 = 1_795_000_000_000;
@@ -576,4 +579,264 @@ fn a_large_report_makes_a_page_of_at_most_two_megabytes() {
     assert!(size <= 2 << 20, "{size} bytes");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("\"groups_cut\":2000"), "the rest are counted");
+}
+
+/// The start tag of the element with `id`.
+fn by_id<'a>(dom: &'a str, id: &str) -> &'a str {
+    tags(dom, &format!("id=\"{id}\""))
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no #{id}"))
+}
+
+/// The text of the element with `id` (its first text, up to its first
+/// child's end: enough for a one-line element).
+fn text_of(dom: &str, id: &str) -> String {
+    let start = dom.find(&format!("id=\"{id}\"")).unwrap();
+    let rest = &dom[start..];
+    let rest = &rest[rest.find('>').unwrap() + 1..];
+    let mut out = String::new();
+    let mut in_tag = false;
+    let mut depth = 0i32;
+    let mut i = 0;
+    let b = rest.as_bytes();
+    while i < b.len() {
+        if b[i] == b'<' {
+            in_tag = true;
+            if rest[i..].starts_with("</") {
+                if depth == 0 {
+                    break;
+                }
+                depth -= 1;
+            } else {
+                depth += 1;
+            }
+        } else if b[i] == b'>' {
+            in_tag = false;
+            if i > 0 && b[i - 1] == b'/' {
+                depth -= 1;
+            }
+        } else if !in_tag {
+            out.push(b[i] as char);
+        }
+        i += 1;
+    }
+    out.replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+}
+
+/// tests/python/oom.py under the library on a device of 64 MiB (as
+/// tests/oom.rs runs it): 32 MiB of weights and 4 x 6 MiB of cache held,
+/// then a request of 40 MiB fails twice.
+fn python_oom_run() -> (Outcome, PathBuf) {
+    let sim = sim_dir();
+    let helper = build(
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &[
+            "-shared",
+            "-fPIC",
+            &sim.join("libcudart.so.12").display().to_string(),
+            "-lpthread",
+        ],
+    );
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = repo().join("tests/python/oom.py");
+    let runtime = sim.join("libcudart.so.12").display().to_string();
+    let pythonpath = repo().join("tests/python").display().to_string();
+    let env = [
+        ("SIMCUDA_RUNTIME", runtime.as_str()),
+        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("SIMCUDA_DEVICE_BYTES", "67108864"),
+        ("CUDALEAK_TIMELINE", "10ms"),
+    ];
+    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    (out, script)
+}
+
+fn report_file(dir: &Path, trigger: &str) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(&format!(".{trigger}.json")))
+        .unwrap_or_else(|| panic!("no {trigger} report in {}", dir.display()))
+}
+
+/// Issue 21: the page of an `oom` report shows the failed request first
+/// (API, size, free/total, its stack), marks the out-of-memory moment and
+/// the peak on the timeline, and draws the peak's flame graph beside the
+/// leaks'. The exit report's page marks the same moment.
+#[test]
+fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
+    let (out, script) = python_oom_run();
+    let dir = out.dir.path();
+    let oom_file = report_file(dir, "oom");
+    let exit_file = report_file(dir, "exit");
+    let oom = cudaleak_core::report::Report::read(&oom_file).unwrap();
+    let exit = cudaleak_core::report::Report::read(&exit_file).unwrap();
+    let page = cli_page(
+        &["report", "--format", "html", oom_file.to_str().unwrap()],
+        dir,
+        "oom.html",
+    );
+    let exit_page = cli_page(
+        &["report", "--format", "html", exit_file.to_str().unwrap()],
+        dir,
+        "exit.html",
+    );
+    let Some(chrome) = chromium() else { return };
+    let r = render(&chrome, &page, "oom");
+    check_rendered(&r).unwrap();
+    let dom = &r.dom;
+    // First: before the timeline, the flame graphs and the table.
+    let section = by_id(dom, "oom-section");
+    assert!(
+        attr(section, "hidden").is_none() && !section.contains(" hidden"),
+        "{section}"
+    );
+    let at = |id: &str| dom.find(&format!("id=\"{id}\"")).unwrap();
+    assert!(at("oom-section") < at("timeline-section"));
+    assert!(at("oom-section") < at("flame-section"));
+    assert!(at("oom-section") < at("table-section"));
+    let request = text_of(dom, "oom-request");
+    assert!(
+        request.starts_with("cudaMalloc of 40.0 MiB (41943040 bytes) failed (device 0: free 8.00 MiB of 64.0 MiB); 2 failed calls within 1 s"),
+        "{request}"
+    );
+    // Its stack, Python-first: the request's line, then its callers.
+    let stack = text_of(dom, "oom-stack");
+    let line = line_of("tests/python/oom.py", "# OOM request");
+    let request_at = format!("request [python]  {}:{line}", script.display());
+    assert!(stack.contains(&request_at), "{stack}");
+    assert!(
+        stack.contains("step [python]") && stack.contains("<module> [python]"),
+        "{stack}"
+    );
+    assert!(
+        !stack.contains("_PyEval_EvalFrame"),
+        "interpreter frames folded: {stack}"
+    );
+    // The timeline marks the out-of-memory moment and the peak.
+    let marks = tags(dom, "class=\"oom-marker\"");
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let o = oom.oom.as_ref().unwrap();
+    assert_eq!(
+        attr(marks[0], "data-t-ms"),
+        Some(o.timestamp_ms.to_string().as_str())
+    );
+    assert_eq!(attr(marks[0], "data-bytes"), Some("41943040"));
+    let peak = oom.peak.as_ref().unwrap();
+    let peaks = tags(dom, "class=\"process-peak\"");
+    assert_eq!(peaks.len(), 1, "{peaks:?}");
+    assert_eq!(
+        attr(peaks[0], "data-bytes"),
+        Some(peak.bytes.to_string().as_str())
+    );
+    assert_eq!(
+        attr(peaks[0], "data-t-ms"),
+        Some(peak.timestamp_ms.to_string().as_str())
+    );
+    assert_eq!(peak.bytes, 56 * MIB, "weights and cache");
+    // The peak's flame graph beside the leaks': weights and cache.
+    let peak_section = by_id(dom, "peak-flame-section");
+    assert!(!peak_section.contains(" hidden"), "{peak_section}");
+    assert!(by_id(dom, "flames").contains("class=\"two\""));
+    let peak_dom = &dom[at("peak-flame")..at("table-section")];
+    let names = names_in_flame(peak_dom);
+    for f in ["all", "main", "load_weights", "fill_cache"] {
+        assert!(
+            names.iter().any(|n| n == f),
+            "no {f} in the peak's flame graph: {names:?}"
+        );
+    }
+    assert!(
+        text_of(dom, "peak-flame-title").contains("56.0 MiB live"),
+        "{}",
+        text_of(dom, "peak-flame-title")
+    );
+
+    // The exit report's page: the same moment marked, no request section.
+    let r = render(&chrome, &exit_page, "oom-exit");
+    check_rendered(&r).unwrap();
+    assert!(by_id(&r.dom, "oom-section").contains(" hidden"));
+    let marks = tags(&r.dom, "class=\"oom-marker\"");
+    assert_eq!(marks.len(), exit.oom_events.len());
+    assert_eq!(marks.len(), 1);
+    assert_eq!(
+        attr(marks[0], "data-t-ms"),
+        Some(exit.oom_events[0].timestamp_ms.to_string().as_str())
+    );
+    assert_eq!(tags(&r.dom, "class=\"process-peak\"").len(), 1);
+}
+
+/// Issue 21: a PyTorch cache segment is labelled as such in the table
+/// and the flame graph, with the text report's hint about `--pytorch`.
+#[test]
+fn pytorch_cache_segments_are_labelled_on_the_page() {
+    let sim = sim_dir();
+    let exe = build(
+        "torch_cache",
+        &["tests/c/torch_cache.cc"],
+        &[
+            "-fno-exceptions",
+            "-fno-rtti",
+            &sim.join("libcudart.so.12").display().to_string(),
+            &sim.join("libcuda.so.1").display().to_string(),
+        ],
+    );
+    let out = run_traced(&exe, &[], &[]);
+    out.assert_success();
+    let file = report_file(out.dir.path(), "exit");
+    let page = cli_page(
+        &["report", "--format", "html", file.to_str().unwrap()],
+        out.dir.path(),
+        "torch.html",
+    );
+    // The text report's words, on the page too.
+    let text = String::from_utf8(
+        Command::new(cli())
+            .arg("report")
+            .arg(&file)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(text.contains("hint: groups marked \"PyTorch cache segment\""));
+    let Some(chrome) = chromium() else { return };
+    let r = render(&chrome, &page, "torch-cache");
+    check_rendered(&r).unwrap();
+    let dom = &r.dom;
+    let badges = tags(dom, "class=\"badge cache-segment\"");
+    assert_eq!(
+        badges.len(),
+        1,
+        "one group of 20 MiB is a cache segment: {badges:?}"
+    );
+    assert!(attr(badges[0], "title")
+        .unwrap()
+        .starts_with("(PyTorch cache segment: memory the caching allocator reserved"));
+    let rows = tags(dom, "class=\"leak-row");
+    assert!(rows.len() >= 2);
+    let hint = by_id(dom, "pytorch-hint");
+    assert!(!hint.contains(" hidden"));
+    let hint = text_of(dom, "pytorch-hint");
+    assert!(
+        hint.starts_with("hint: groups marked \"PyTorch cache segment\""),
+        "{hint}"
+    );
+    assert!(hint.contains("cudaleak run --pytorch"), "{hint}");
+    // One leaf in the leaks' flame graph and one in the peak's.
+    let cache_frames = tags(dom, "class=\"frame cache-segment\"");
+    assert_eq!(cache_frames.len(), 2);
+    let split = dom.find("id=\"peak-flame\"").unwrap();
+    assert_eq!(tags(&dom[..split], "class=\"frame cache-segment\"").len(), 1);
+    assert!(attr(cache_frames[0], "data-name")
+        .unwrap()
+        .ends_with("PyTorch cache segment"));
 }

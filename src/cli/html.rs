@@ -37,6 +37,11 @@ pub struct PageFrame {
     /// line information
     loc: Option<String>,
     python: bool,
+    /// machinery the text report hides by default (program start, the
+    /// interpreter, ctypes/libffi): [`cudaleak_core::render::is_noise`],
+    /// so that the page folds exactly what the text report folds (issue 26)
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    noise: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -66,6 +71,44 @@ pub struct PageGroup {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ranks: Vec<String>,
     only_some: bool,
+    /// memory PyTorch's caching allocator reserved (issue 21)
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pytorch_cache_segment: bool,
+}
+
+/// The failed request of an `oom` report, shown first (issue 21).
+#[derive(Serialize)]
+pub struct PageOom {
+    api: String,
+    requested_bytes: u64,
+    device: Option<u32>,
+    device_free_bytes: Option<u64>,
+    device_total_bytes: Option<u64>,
+    failed_calls: u64,
+    t_ms: i64,
+    /// innermost first, as indices into [`Page::frames`]
+    frames: Vec<u32>,
+    frames_cut: usize,
+}
+
+/// The process's peak and the groups live at that moment (issue 21).
+#[derive(Serialize)]
+pub struct PagePeak {
+    bytes: u64,
+    t_ms: i64,
+    groups: Vec<PageGroup>,
+    /// groups past the report's cap and the page's, with their bytes
+    groups_left_out: u64,
+    bytes_left_out: u64,
+}
+
+/// One out-of-memory episode, marked on the timeline (issue 21).
+#[derive(Serialize)]
+pub struct OomMark {
+    pub t_ms: i64,
+    pub api: String,
+    pub requested_bytes: u64,
+    pub failed_calls: u64,
 }
 
 #[derive(Serialize)]
@@ -124,6 +167,16 @@ pub struct PageTimeline {
     /// the sampling period can put above every sample
     pub process_peak: u64,
     pub marks: Vec<Mark>,
+    /// the out-of-memory episodes of the report (issue 21)
+    pub ooms: Vec<OomMark>,
+    /// the report's own peak with its time (`peak`), when it has one
+    pub report_peak: Option<ReportPeak>,
+}
+
+#[derive(Serialize)]
+pub struct ReportPeak {
+    pub t_ms: i64,
+    pub bytes: u64,
 }
 
 #[derive(Serialize, Default)]
@@ -145,6 +198,13 @@ pub struct Page {
     frames: Vec<PageFrame>,
     /// for the test of the page itself: the version that made it
     generator: String,
+    oom: Option<PageOom>,
+    peak: Option<PagePeak>,
+    /// the note on a PyTorch cache segment and the hint under the table,
+    /// the text report's own words
+    pytorch_note: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pytorch_hint: Option<&'static str>,
 }
 
 fn native_frame(f: &NativeFrame) -> PageFrame {
@@ -157,6 +217,7 @@ fn native_frame(f: &NativeFrame) -> PageFrame {
         name: cudaleak_core::render::native_label(f),
         loc,
         python: false,
+        noise: cudaleak_core::render::is_noise(f),
     }
 }
 
@@ -168,6 +229,7 @@ fn python_frame(f: &PythonFrame) -> PageFrame {
             None => f.file.clone(),
         }),
         python: true,
+        noise: false,
     }
 }
 
@@ -227,6 +289,7 @@ fn page_group(g: &Group, table: &mut FrameTable) -> PageGroup {
         }),
         frames,
         frames_cut,
+        pytorch_cache_segment: g.pytorch_cache_segment,
         ..PageGroup::default()
     }
 }
@@ -413,6 +476,8 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
         series,
         peak,
         marks,
+        ooms: Vec::new(),
+        report_peak: None,
     }))
 }
 
@@ -491,6 +556,8 @@ fn timeline_from_samples(
         series,
         peak,
         marks: dump_marks(all),
+        ooms: Vec::new(),
+        report_peak: None,
     }))
 }
 
@@ -547,7 +614,81 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         .map(|g| page_group(g, &mut table))
         .collect();
     let groups_cut = merged.leaks.len().saturating_sub(MAX_PAGE_GROUPS);
-    let timeline = page_timeline(all, &mut table);
+    let mut timeline = page_timeline(all, &mut table);
+    if let Some(t) = &mut timeline {
+        t.ooms = merged
+            .oom_events
+            .iter()
+            .map(|e| OomMark {
+                t_ms: e.timestamp_ms,
+                api: e.api.clone(),
+                requested_bytes: e.requested_bytes,
+                failed_calls: e.failed_calls,
+            })
+            .collect();
+        // An `oom` report carries its own request even when no episode
+        // list came with it.
+        if let Some(o) = merged.oom.as_ref().filter(|_| t.ooms.is_empty()) {
+            t.ooms.push(OomMark {
+                t_ms: o.timestamp_ms,
+                api: o.api.clone(),
+                requested_bytes: o.requested_bytes,
+                failed_calls: o.failed_calls,
+            });
+        }
+        t.report_peak = merged.peak.as_ref().filter(|p| p.bytes > 0).map(|p| ReportPeak {
+            t_ms: p.timestamp_ms,
+            bytes: p.bytes,
+        });
+    }
+    let oom = merged.oom.as_ref().map(|o| {
+        let request = Group {
+            merged_stack: o.merged_stack.clone(),
+            ..Group::new(
+                1,
+                o.requested_bytes,
+                &o.api,
+                cudaleak_core::record::MemoryKind::Device,
+                o.native_stack.clone(),
+                o.python_stack.clone(),
+            )
+        };
+        let (frames, frames_cut) = frames_of(&request, &mut table);
+        PageOom {
+            api: o.api.clone(),
+            requested_bytes: o.requested_bytes,
+            device: o.device,
+            device_free_bytes: o.device_free_bytes,
+            device_total_bytes: o.device_total_bytes,
+            failed_calls: o.failed_calls,
+            t_ms: o.timestamp_ms,
+            frames,
+            frames_cut,
+        }
+    });
+    let peak = merged.peak.as_ref().filter(|p| p.bytes > 0).map(|p| {
+        let shown: Vec<PageGroup> = p
+            .groups
+            .iter()
+            .take(MAX_PAGE_GROUPS)
+            .map(|g| page_group(g, &mut table))
+            .collect();
+        let rest = p.groups.iter().skip(MAX_PAGE_GROUPS);
+        let left = p.groups_left_out.unwrap_or_default();
+        PagePeak {
+            bytes: p.bytes,
+            t_ms: p.timestamp_ms,
+            groups: shown,
+            groups_left_out: left.groups + rest.clone().count() as u64,
+            bytes_left_out: cudaleak_core::report::saturating_sum(rest.map(|g| g.bytes))
+                .saturating_add(left.bytes),
+        }
+    });
+    let pytorch = merged
+        .leaks
+        .iter()
+        .chain(merged.peak.iter().flat_map(|p| &p.groups))
+        .any(|g| g.pytorch_cache_segment);
     let (bytes, blocks) = (merged.leaked_bytes(), merged.leaked_blocks());
     let page = Page {
         kind: "report",
@@ -559,6 +700,9 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         groups_cut,
         timeline,
         frames: table.frames,
+        oom,
+        peak,
+        pytorch_hint: pytorch.then_some(cudaleak_core::render::PYTORCH_CACHE_HINT),
         ..page_base()
     };
     render(&page)
@@ -658,6 +802,7 @@ pub fn merge_page(dir: &std::path::Path, processes: usize, view: &RankView, merg
 fn page_base() -> Page {
     Page {
         generator: format!("cudaleak {}", env!("CARGO_PKG_VERSION")),
+        pytorch_note: cudaleak_core::render::PYTORCH_CACHE_NOTE,
         ..Page::default()
     }
 }

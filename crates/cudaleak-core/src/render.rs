@@ -391,7 +391,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
 }
 
 /// What a group of PyTorch's caching allocator is (issue 21).
-const PYTORCH_CACHE_NOTE: &str =
+pub const PYTORCH_CACHE_NOTE: &str =
     "(PyTorch cache segment: memory the caching allocator reserved, which holds tensors or none; not one tensor)";
 
 /// The hint under a report that shows PyTorch cache segments.
