@@ -840,3 +840,243 @@ fn pytorch_cache_segments_are_labelled_on_the_page() {
         .unwrap()
         .ends_with("PyTorch cache segment"));
 }
+
+/// A script appended to a copy of a page, run after the page's own: it
+/// measures what only a browser knows and writes it as JSON into
+/// `<pre id="measure">`, which `--dump-dom` then carries.
+const MEASURE: &str = r##"<script>
+(function () {
+  var out = { overlaps: [], labels: 0, legend: [], frames: [], mismatches: [] };
+  function visible(t) {
+    if (t.closest("[display=none]") || t.getAttribute("display") === "none") return false;
+    var r = t.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && t.textContent.length > 0;
+  }
+  ["timeline", "flame", "peak-flame"].forEach(function (id) {
+    var box = document.getElementById(id);
+    if (!box) return;
+    var texts = Array.prototype.filter.call(box.querySelectorAll("svg text"), visible);
+    out.labels += texts.length;
+    var rects = texts.map(function (t) { return t.getBoundingClientRect(); });
+    for (var i = 0; i < rects.length; i++) for (var j = i + 1; j < rects.length; j++) {
+      var a = rects[i], b = rects[j];
+      if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5)
+        out.overlaps.push(id + ": " + JSON.stringify(texts[i].textContent) + " meets " + JSON.stringify(texts[j].textContent));
+    }
+    // A label inside a flame graph's box stays inside it.
+    Array.prototype.forEach.call(box.querySelectorAll("g.frame"), function (g) {
+      var t = g.querySelector("text"), r = g.querySelector("rect");
+      if (!t || !visible(t)) return;
+      var tb = t.getBoundingClientRect(), rb = r.getBoundingClientRect();
+      if (tb.right > rb.right + 0.5) out.overlaps.push(id + ": " + JSON.stringify(t.textContent) + " leaves its box");
+    });
+  });
+  Array.prototype.forEach.call(document.querySelectorAll("#timeline-legend .legend-item"), function (it) {
+    var fig = it.querySelector(".legend-bytes");
+    var g = it.getAttribute("data-group");
+    var row = g === null ? null : document.querySelector("#leaks tr.leak-row[data-index='" + g + "']");
+    var cell = row ? row.querySelector("td").textContent : null;
+    out.legend.push({ label: it.getAttribute("data-label"), group: g === null ? null : Number(g),
+      bytes: fig ? Number(fig.getAttribute("data-bytes")) : null, shown: fig ? fig.textContent : null, table: cell });
+  });
+  ["flame", "peak-flame"].forEach(function (id) {
+    Array.prototype.forEach.call(document.querySelectorAll("#" + id + " g.frame"), function (g) {
+      out.frames.push(g.getAttribute("data-name"));
+    });
+  });
+  var pre = document.createElement("pre");
+  pre.id = "measure";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"##;
+
+/// The page of `page` with [`MEASURE`] appended, rendered; what it measured.
+fn measure(chrome: &Path, page: &Path, name: &str) -> (Rendered, Value) {
+    let html = std::fs::read_to_string(page).unwrap();
+    let measured = page.with_extension("measure.html");
+    let at = html.rfind("</body>").unwrap();
+    std::fs::write(&measured, format!("{}{MEASURE}{}", &html[..at], &html[at..])).unwrap();
+    let r = render(chrome, &measured, name);
+    let start = r
+        .dom
+        .find("<pre id=\"measure\">")
+        .expect("the measuring script ran")
+        + "<pre id=\"measure\">".len();
+    let end = start + r.dom[start..].find("</pre>").unwrap();
+    let text = r.dom[start..end]
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    (r, v)
+}
+
+/// Frames the text report folds away: their names, as the core's rule
+/// (`render::is_noise`) sees them.
+fn is_machinery(name: &str) -> bool {
+    let f = cudaleak_core::report::NativeFrame {
+        address: "0x0".into(),
+        function: Some(name.into()),
+        file: None,
+        line: None,
+        module: None,
+        offset: None,
+        build_id: None,
+    };
+    cudaleak_core::render::is_noise(&f)
+}
+
+/// Issue 26: the page of a Python program with 60 leaking call sites,
+/// 3,600 allocations and 2,445 leaked blocks stays readable. The legend's
+/// figures are the table's, the sites that grow late and the peak's are
+/// drawn (not lost to "other"), no two labels meet, no interpreter frame
+/// shows by default, and ticks read as round numbers.
+#[test]
+fn a_page_of_sixty_call_sites_stays_readable() {
+    let sim = sim_dir();
+    let helper = build(
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &[
+            "-shared",
+            "-fPIC",
+            &sim.join("libcudart.so.12").display().to_string(),
+            "-lpthread",
+        ],
+    );
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = repo().join("tests/python/sixty_sites.py");
+    let runtime = sim.join("libcudart.so.12").display().to_string();
+    let pythonpath = repo().join("tests/python").display().to_string();
+    let env = [
+        ("SIMCUDA_RUNTIME", runtime.as_str()),
+        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("CUDALEAK_TIMELINE", "10ms"),
+    ];
+    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
+    assert_eq!(out.stdout, "held 2445 blocks\n", "{}", out.stderr);
+    let r = out.report();
+    assert_eq!(r.totals.allocations, 3600);
+    assert_eq!(r.leaked_blocks(), 2445);
+    assert_eq!(r.leaks.len(), 60);
+    let page = cli_page(&["report", "--format", "html", "."], out.dir.path(), "sixty.html");
+    // Kept for the docs' screenshot (docs/images/).
+    let shots = target_dir().join("html-tests");
+    std::fs::create_dir_all(&shots).unwrap();
+    std::fs::copy(&page, shots.join("sixty.html")).unwrap();
+    let Some(chrome) = chromium() else { return };
+    let (rendered, m) = measure(&chrome, &page, "sixty");
+    check_rendered(&rendered).unwrap();
+    let dom = &rendered.dom;
+
+    // No two labels meet, and there are labels to meet.
+    assert!(m["labels"].as_u64().unwrap() > 20, "{m}");
+    assert_eq!(m["overlaps"], json!([]), "labels meet");
+
+    // The legend's figures are the table's, for every site shown.
+    let legend = m["legend"].as_array().unwrap();
+    let sites: Vec<&Value> = legend.iter().filter(|l| l["label"] != "other").collect();
+    assert_eq!(sites.len(), 12, "{legend:?}");
+    for l in &sites {
+        let g = l["group"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("not linked to the table: {l}")) as usize;
+        assert_eq!(l["bytes"].as_u64(), Some(r.leaks[g].bytes), "{l}");
+        assert_eq!(l["shown"], l["table"], "{l}");
+    }
+    // The largest at the end are there (the sites that grew late, 30 MiB
+    // each: not lost to "other").
+    let drawn: Vec<u64> = sites.iter().map(|l| l["group"].as_u64().unwrap()).collect();
+    for g in 0..6u64 {
+        assert!(drawn.contains(&g), "row {g} of the table is not drawn: {drawn:?}");
+    }
+    let label_of = |g: usize| {
+        r.leaks[g]
+            .python_stack
+            .first()
+            .map(|f| f.function.clone())
+            .unwrap_or_default()
+    };
+    let shown: Vec<String> = sites
+        .iter()
+        .map(|l| label_of(l["group"].as_u64().unwrap() as usize))
+        .collect();
+    for late in ["layer20_attn_backward", "layer25_norm_backward"] {
+        assert!(shown.iter().any(|s| s == late), "{late} not drawn: {shown:?}");
+    }
+    // One of the peak's burst sites (1 MiB blocks at steps 36-47).
+    assert!(
+        shown
+            .iter()
+            .any(|s| s.starts_with("layer1") && s.ends_with("_backward") && {
+                let n: usize = s[5..7].parse().unwrap();
+                (10..20).contains(&n)
+            }),
+        "no site of the peak's burst drawn: {shown:?}"
+    );
+    // "other" is the smaller part at the end.
+    let other = tags(dom, "data-label=\"other\"");
+    assert!(!other.is_empty());
+
+    // No interpreter, ctypes or libffi frame shows by default; Python
+    // frames and the CUDA call do.
+    let frames: Vec<String> = m["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert!(frames.iter().any(|f| f == "<module>"), "{frames:?}");
+    assert!(frames.iter().any(|f| f == "layer00_conv_forward"), "{frames:?}");
+    let machinery: Vec<&String> = frames.iter().filter(|f| is_machinery(f)).collect();
+    assert!(machinery.is_empty(), "machinery shown: {machinery:?}");
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.starts_with("libffi") || f.starts_with("_ctypes")),
+        "{frames:?}"
+    );
+    // The toggle that shows them is there.
+    assert!(!by_id(dom, "frames-toggle").contains(" hidden"));
+
+    // Ticks: round numbers in the unit shown.
+    let tl = &dom[dom.find("id=\"timeline\"").unwrap()..dom.find("id=\"timeline-legend\"").unwrap()];
+    let mut ticks = Vec::new();
+    let mut rest = tl;
+    while let Some(i) = rest.find("class=\"tick\"") {
+        let t = &rest[i..];
+        let text = &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()];
+        ticks.push(text.to_string());
+        rest = &t[1..];
+    }
+    let bytes_ticks: Vec<&String> = ticks
+        .iter()
+        .filter(|t| t.ends_with("iB") || t.ends_with(" B"))
+        .collect();
+    assert!(bytes_ticks.len() >= 3, "{ticks:?}");
+    // One unit, evenly spaced by a step of 1, 2, 2.5 or 5 times a power
+    // of ten, every tick a whole multiple of it.
+    let unit = bytes_ticks[0].split(' ').nth(1).unwrap();
+    assert!(bytes_ticks.iter().all(|t| t.ends_with(unit)), "{ticks:?}");
+    let v: Vec<f64> = bytes_ticks
+        .iter()
+        .map(|t| t.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let step = v[1] - v[0];
+    let mantissa = step / 10f64.powf(step.log10().floor());
+    assert!(
+        [1.0, 2.0, 2.5, 5.0].iter().any(|m| (m - mantissa).abs() < 1e-9),
+        "step {step}: {ticks:?}"
+    );
+    for x in &v {
+        let k = x / step;
+        assert!(
+            (k - k.round()).abs() < 1e-9,
+            "{x} is not a multiple of {step}: {ticks:?}"
+        );
+    }
+}

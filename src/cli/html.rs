@@ -118,6 +118,133 @@ pub struct Series {
     /// (empty for "other")
     pub stack: Vec<u32>,
     pub values: Vec<u64>,
+    /// why it is drawn: "largest at the end", "largest at the peak",
+    /// "fastest growing" (issue 26)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<&'static str>,
+    /// index of its row in the table, when it has one: the legend gives
+    /// the table's figure
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<usize>,
+    /// what is missing when the series is not whole
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
+}
+
+/// A call site's series before the choice of what to draw.
+struct SiteRow<'a> {
+    group: &'a Group,
+    values: Vec<u64>,
+    partial: Option<String>,
+}
+
+/// The call sites a timeline draws, chosen when the page is made from
+/// every site's series (issue 26: sites chosen early, or by their largest
+/// sample, lost the ones that grew late to "other"): the largest at the
+/// end, the largest at the highest point, and those that grew the most
+/// over the second half of the run; then the largest at the end again up
+/// to [`TIMELINE_SITES`]. Drawn largest at the end first (bottom band).
+fn choose_sites(rows: &[SiteRow], total: &[u64]) -> Vec<(usize, Vec<&'static str>)> {
+    let n = total.len();
+    if n == 0 || rows.is_empty() {
+        return Vec::new();
+    }
+    let last = n - 1;
+    let peak = total
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+        .map_or(last, |(i, _)| i);
+    let mid = n / 2;
+    let at = |r: &SiteRow, i: usize| r.values.get(i).copied().unwrap_or(0);
+    let order = |key: &dyn Fn(&SiteRow) -> i128| {
+        let mut v: Vec<usize> = (0..rows.len()).filter(|&i| key(&rows[i]) > 0).collect();
+        v.sort_by(|&a, &b| key(&rows[b]).cmp(&key(&rows[a])).then(a.cmp(&b)));
+        v
+    };
+    let by_end = order(&|r| at(r, last) as i128);
+    let by_peak = order(&|r| at(r, peak) as i128);
+    let by_growth = order(&|r| at(r, last) as i128 - at(r, mid) as i128);
+    let mut chosen: Vec<(usize, Vec<&'static str>)> = Vec::new();
+    let add = |i: usize, why: &'static str, chosen: &mut Vec<(usize, Vec<&'static str>)>, room: bool| {
+        if let Some(c) = chosen.iter_mut().find(|c| c.0 == i) {
+            if !c.1.contains(&why) {
+                c.1.push(why);
+            }
+        } else if room && chosen.len() < TIMELINE_SITES {
+            chosen.push((i, vec![why]));
+        }
+    };
+    for &i in by_end.iter().take(TIMELINE_SITES / 2) {
+        add(i, "largest at the end", &mut chosen, true);
+    }
+    for &i in by_peak.iter().take(TIMELINE_SITES / 3) {
+        add(i, "largest at the peak", &mut chosen, true);
+    }
+    for &i in by_growth.iter().take(TIMELINE_SITES / 4) {
+        add(i, "fastest growing", &mut chosen, true);
+    }
+    for &i in &by_end {
+        add(i, "largest at the end", &mut chosen, true);
+    }
+    for &i in &by_peak {
+        add(i, "largest at the peak", &mut chosen, true);
+    }
+    // Tags for every list a shown site is in, so the tooltip says all.
+    for &i in by_end.iter().take(TIMELINE_SITES / 2) {
+        add(i, "largest at the end", &mut chosen, false);
+    }
+    for &i in by_peak.iter().take(TIMELINE_SITES / 3) {
+        add(i, "largest at the peak", &mut chosen, false);
+    }
+    for &i in by_growth.iter().take(TIMELINE_SITES / 4) {
+        add(i, "fastest growing", &mut chosen, false);
+    }
+    chosen.sort_by(|a, b| {
+        at(&rows[b.0], last)
+            .cmp(&at(&rows[a.0], last))
+            .then(at(&rows[b.0], peak).cmp(&at(&rows[a.0], peak)))
+            .then(a.0.cmp(&b.0))
+    });
+    chosen
+}
+
+/// The drawn series of `rows`, labelled so that they tell apart
+/// ([`cudaleak_core::render::group_labels`]), with "other" for the rest.
+fn chosen_series(
+    rows: &[SiteRow],
+    total: &[u64],
+    table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
+) -> Vec<Series> {
+    let chosen = choose_sites(rows, total);
+    let groups: Vec<&Group> = chosen.iter().map(|&(i, _)| rows[i].group).collect();
+    let labels = cudaleak_core::render::group_labels(&groups);
+    let mut series: Vec<Series> = chosen
+        .iter()
+        .zip(labels)
+        .map(|((i, why), label)| {
+            let r = &rows[*i];
+            Series {
+                label,
+                stack: frames_of(r.group, table).0,
+                values: r.values.clone(),
+                why: why.clone(),
+                group: table_rows.get(&GroupKey::of(r.group)).copied(),
+                partial: r.partial.clone(),
+            }
+        })
+        .collect();
+    let other: Vec<u64> = total
+        .iter()
+        .enumerate()
+        .map(|(k, &t)| {
+            let listed = series.iter().map(|s| s.values[k]).fold(0u64, u64::saturating_add);
+            t.saturating_sub(listed)
+        })
+        .collect();
+    push_other(&mut series, other);
+    series
 }
 
 /// The "other" series of a timeline: live bytes outside the listed call
@@ -128,6 +255,9 @@ fn push_other(series: &mut Vec<Series>, other: Vec<u64>) {
             label: "other".into(),
             stack: Vec::new(),
             values: other,
+            why: Vec::new(),
+            group: None,
+            partial: None,
         });
     }
 }
@@ -365,7 +495,11 @@ type LatestDump<'a> = (&'a Report, Vec<(GroupKey, u64)>);
 /// The timeline a set of dumps shows by themselves: one point per dump
 /// (of every process, summed), one band per call site. Reports that carry
 /// a sampled timeline give more points; see [`super::html_timeline`].
-fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<PageTimeline> {
+fn timeline_from_dumps(
+    all: &[(PathBuf, Report)],
+    table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
+) -> Option<PageTimeline> {
     let mut dumps: Vec<&Report> = all.iter().map(|(_, r)| r).collect();
     if dumps.is_empty() {
         return None;
@@ -416,42 +550,14 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
             label: format!("{} dump #{} of pid {}", r.trigger.name(), r.sequence, r.pid),
         });
     }
-    let mut site_max: Vec<(u64, usize)> = (0..keys.len())
-        .map(|i| {
-            (
-                columns
-                    .iter()
-                    .map(|c| c.get(&i).copied().unwrap_or(0))
-                    .max()
-                    .unwrap_or(0),
-                i,
-            )
-        })
-        .collect();
-    site_max.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let shown: Vec<usize> = site_max.iter().take(TIMELINE_SITES).map(|&(_, i)| i).collect();
-    let mut series: Vec<Series> = shown
-        .iter()
-        .map(|&i| Series {
-            label: site_label(key_group[i]),
-            stack: frames_of(key_group[i], table).0,
+    let rows: Vec<SiteRow> = (0..keys.len())
+        .map(|i| SiteRow {
+            group: key_group[i],
             values: columns.iter().map(|c| c.get(&i).copied().unwrap_or(0)).collect(),
+            partial: None,
         })
         .collect();
-    // "other": the rest of the live bytes, including blocks that are not
-    // in any listed group (suppressed, or below a `--top`).
-    let other: Vec<u64> = columns
-        .iter()
-        .zip(&total)
-        .map(|(c, &t)| {
-            let listed: u64 = shown
-                .iter()
-                .map(|i| c.get(i).copied().unwrap_or(0))
-                .fold(0, u64::saturating_add);
-            t.saturating_sub(listed)
-        })
-        .collect();
-    push_other(&mut series, other);
+    let series = chosen_series(&rows, &total, table, table_rows);
     let peak = total
         .iter()
         .enumerate()
@@ -504,36 +610,67 @@ fn timeline_from_samples(
     t: &SampledTimeline,
     all: &[(PathBuf, Report)],
     table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
 ) -> Option<PageTimeline> {
     if t.samples.is_empty() {
         return None;
     }
-    let mut site_max: Vec<(u64, usize)> = t.sites.iter().enumerate().map(|(i, g)| (g.bytes, i)).collect();
-    site_max.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let shown: Vec<usize> = site_max.iter().take(TIMELINE_SITES).map(|&(_, i)| i).collect();
     let value = |s: &TimelineSample, site: usize| {
         s.sites
             .iter()
             .find(|&&(i, _)| i as usize == site)
             .map_or(0, |&(_, b)| b)
     };
-    let mut series: Vec<Series> = shown
-        .iter()
-        .map(|&i| Series {
-            label: site_label(&t.sites[i]),
-            stack: frames_of(&t.sites[i], table).0,
-            values: t.samples.iter().map(|s| value(s, i)).collect(),
-        })
-        .collect();
-    let other: Vec<u64> = t
-        .samples
-        .iter()
-        .map(|s| {
-            let listed = shown.iter().map(|&i| value(s, i)).fold(0u64, u64::saturating_add);
-            s.live_bytes.saturating_sub(listed)
-        })
-        .collect();
-    push_other(&mut series, other);
+    let n = t.samples.len();
+    let total: Vec<u64> = t.samples.iter().map(|s| s.live_bytes).collect();
+    // Per site: its whole series where the report kept it (issue 26),
+    // else what the samples' largest 8 say of it (partial).
+    let mut whole: Vec<Option<Vec<u64>>> = vec![None; t.sites.len()];
+    for s in &t.series {
+        if let Some(slot) = whole.get_mut(s.site as usize) {
+            let mut v = vec![0u64; n];
+            for (k, &b) in s.values.iter().enumerate() {
+                if let Some(x) = v.get_mut(s.start as usize + k) {
+                    *x = b;
+                }
+            }
+            *slot = Some(v);
+        }
+    }
+    // Sites of one group (the same stack less the interpreter's return
+    // addresses) are one series, as they are one row of the table.
+    let mut rows: Vec<SiteRow> = Vec::new();
+    let mut row_of: HashMap<GroupKey, usize> = HashMap::new();
+    for (i, g) in t.sites.iter().enumerate() {
+        let (values, partial) = match whole[i].take() {
+            Some(v) => (v, None),
+            None => (
+                t.samples.iter().map(|s| value(s, i)).collect(),
+                Some(format!(
+                    "partial: only where it was among the {} largest at a sample",
+                    cudaleak_core::site_timeline::SITES_PER_SAMPLE
+                )),
+            ),
+        };
+        match row_of.entry(GroupKey::of(g)) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let r = &mut rows[*e.get()];
+                for (a, b) in r.values.iter_mut().zip(values) {
+                    *a = a.saturating_add(b);
+                }
+                r.partial = r.partial.take().or(partial);
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(rows.len());
+                rows.push(SiteRow {
+                    group: g,
+                    values,
+                    partial,
+                });
+            }
+        }
+    }
+    let series = chosen_series(&rows, &total, table, table_rows);
     let peak = t.peak.as_ref().map(|p| Peak {
         t_ms: p.timestamp_ms,
         bytes: p.live_bytes,
@@ -552,7 +689,7 @@ fn timeline_from_samples(
         source: "sampler",
         process_peak: t.samples.iter().map(|s| s.peak_bytes).max().unwrap_or(0),
         t_ms: t.samples.iter().map(|s| s.timestamp_ms).collect(),
-        total: t.samples.iter().map(|s| s.live_bytes).collect(),
+        total,
         series,
         peak,
         marks: dump_marks(all),
@@ -563,7 +700,11 @@ fn timeline_from_samples(
 
 /// The sampled timeline when the reports are of one process and the
 /// newest carries one; else one point per dump.
-fn page_timeline(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<PageTimeline> {
+fn page_timeline(
+    all: &[(PathBuf, Report)],
+    table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
+) -> Option<PageTimeline> {
     let first = &all.first()?.1;
     let one_process = all
         .iter()
@@ -573,8 +714,8 @@ fn page_timeline(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<Pa
         .map(|(_, r)| r)
         .max_by_key(|r| (r.sequence, r.timestamp_ms))?;
     match &newest.timeline {
-        Some(t) if one_process => timeline_from_samples(t, all, table),
-        _ => timeline_from_dumps(all, table),
+        Some(t) if one_process => timeline_from_samples(t, all, table, table_rows),
+        _ => timeline_from_dumps(all, table, table_rows),
     }
 }
 
@@ -614,7 +755,14 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         .map(|g| page_group(g, &mut table))
         .collect();
     let groups_cut = merged.leaks.len().saturating_sub(MAX_PAGE_GROUPS);
-    let mut timeline = page_timeline(all, &mut table);
+    let table_rows: HashMap<GroupKey, usize> = merged
+        .leaks
+        .iter()
+        .take(MAX_PAGE_GROUPS)
+        .enumerate()
+        .map(|(i, g)| (GroupKey::of(g), i))
+        .collect();
+    let mut timeline = page_timeline(all, &mut table, &table_rows);
     if let Some(t) = &mut timeline {
         t.ooms = merged
             .oom_events

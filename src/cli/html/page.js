@@ -138,7 +138,7 @@
     var last = parts[parts.length - 1] || noArgs;
     if (parts.length > 1 && ("\u2026" + last).length <= chars) return "\u2026" + last;
     if (last.length <= chars) return last;
-    if (chars < 3) return "";
+    if (chars < 5) return "";
     return last.slice(0, chars - 1) + "\u2026";
   }
 
@@ -307,9 +307,10 @@
       if (se.group !== undefined && se.group !== null && data.groups[se.group]) {
         var g = data.groups[se.group];
         item.setAttribute("data-group", se.group);
-        fig = el("span", { "class": "legend-bytes", "data-bytes": g.bytes }, bytes(g.bytes) + " " + (data.weight === "live bytes" ? "live" : "leaked"));
+        fig = el("span", { "class": "legend-bytes", "data-bytes": g.bytes }, bytes(g.bytes));
         item.appendChild(document.createTextNode(": "));
         item.appendChild(fig);
+        item.appendChild(document.createTextNode(" " + (data.weight === "live bytes" ? "live" : "leaked")));
         if (max !== g.bytes) item.appendChild(document.createTextNode(", max " + bytes(max) + " live"));
       } else {
         item.appendChild(document.createTextNode(se.label === "other" ? ": max " + bytes(max) : ": max " + bytes(max) + " live" + (se.end_note ? ", " + se.end_note : "")));
