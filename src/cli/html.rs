@@ -18,6 +18,8 @@ use std::path::PathBuf;
 const TEMPLATE: &str = include_str!("html/template.html");
 const SCRIPT: &str = include_str!("html/page.js");
 const STYLE: &str = include_str!("html/page.css");
+/// The labels of flame graphs' boxes, in the page and the SVG alike.
+pub const SHORT_NAME: &str = include_str!("html/short_name.js");
 
 /// Groups put on a page (table and flame graph); the rest are summed in
 /// the header. Keeps a page of a huge report near the ~2 MB goal.
@@ -219,7 +221,14 @@ fn chosen_series(
 ) -> Vec<Series> {
     let chosen = choose_sites(rows, total);
     let groups: Vec<&Group> = chosen.iter().map(|&(i, _)| rows[i].group).collect();
-    let labels = cudaleak_core::render::group_labels(&groups);
+    // "API at its innermost frame", unless two sites would read the same
+    // (Python helpers: every site "at malloc sim.py:21"); then labels that
+    // tell them apart.
+    let mut labels: Vec<String> = groups.iter().map(|g| site_label(g)).collect();
+    let twins = labels.iter().enumerate().any(|(i, l)| labels[..i].contains(l));
+    if twins {
+        labels = cudaleak_core::render::group_labels(&groups);
+    }
     let mut series: Vec<Series> = chosen
         .iter()
         .zip(labels)
@@ -996,7 +1005,10 @@ fn render(page: &Page) -> String {
         match name {
             "TITLE" => out.push_str(&html_text(&page.title)),
             "STYLE" => out.push_str(STYLE),
-            "SCRIPT" => out.push_str(SCRIPT),
+            "SCRIPT" => {
+                out.push_str(SCRIPT);
+                out.push_str(SHORT_NAME);
+            }
             "DATA" => out.push_str(&embed_json(&json)),
             other => {
                 out.push_str("{{");

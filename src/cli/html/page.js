@@ -127,20 +127,7 @@
     });
   }
 
-  // The most telling part of a name that fits `chars`: the whole name,
-  // then without its parameters, then the function without its
-  // namespaces and classes, then that cut with an ellipsis.
-  function shortName(name, chars) {
-    if (name.length <= chars) return name;
-    var noArgs = name.replace(/\(.*\)\s*(const)?\s*$/, "");
-    if (noArgs.length <= chars && noArgs.length) return noArgs;
-    var parts = noArgs.split("::");
-    var last = parts[parts.length - 1] || noArgs;
-    if (parts.length > 1 && ("\u2026" + last).length <= chars) return "\u2026" + last;
-    if (last.length <= chars) return last;
-    if (chars < 5) return "";
-    return last.slice(0, chars - 1) + "\u2026";
-  }
+  // shortName: src/cli/html/short_name.js, shared with the SVG.
 
   // --- tooltip ---------------------------------------------------------
   var tip = document.getElementById("tooltip");
