@@ -308,6 +308,8 @@ pub struct PageTimeline {
     pub marks: Vec<Mark>,
     /// the out-of-memory episodes of the report (issue 21)
     pub ooms: Vec<OomMark>,
+    /// call sites summed in "other"
+    pub other_sites: usize,
     /// the report's own peak with its time (`peak`), when it has one
     pub report_peak: Option<ReportPeak>,
 }
@@ -567,6 +569,11 @@ fn timeline_from_dumps(
         })
         .collect();
     let series = chosen_series(&rows, &total, table, table_rows);
+    let other_sites = rows.len()
+        - series
+            .iter()
+            .filter(|s| s.label != "other" || !s.stack.is_empty())
+            .count();
     let peak = total
         .iter()
         .enumerate()
@@ -593,6 +600,7 @@ fn timeline_from_dumps(
         marks,
         ooms: Vec::new(),
         report_peak: None,
+        other_sites,
     }))
 }
 
@@ -680,6 +688,11 @@ fn timeline_from_samples(
         }
     }
     let series = chosen_series(&rows, &total, table, table_rows);
+    let other_sites = rows.len()
+        - series
+            .iter()
+            .filter(|s| s.label != "other" || !s.stack.is_empty())
+            .count();
     let peak = t.peak.as_ref().map(|p| Peak {
         t_ms: p.timestamp_ms,
         bytes: p.live_bytes,
@@ -704,6 +717,7 @@ fn timeline_from_samples(
         marks: dump_marks(all),
         ooms: Vec::new(),
         report_peak: None,
+        other_sites,
     }))
 }
 

@@ -8,9 +8,9 @@ are folded away, labels never overlap.
 
 Sites are functions layerNN_<op>_<pass>, one cudaMalloc line each
 (marked "# SITE"). Over 60 steps:
-  sites  0-19  one block a step, all kept: site i holds 60 x (20 - i) x 24 KiB
-               (site 0: 28.1 MiB)
-  sites 20-39  one block a step, every other one freed: 30 kept of (40 - i) x 32 KiB
+  sites  0-19  one block a step, all kept: site i holds 60 x (20 - i)^2 x 1200
+               bytes (site 0: 27.5 MiB, site 19: 70.3 KiB)
+  sites 20-39  one block a step, every other one freed: 30 kept of (40 - i)^2 KiB
   sites 40-49  a burst of 1 MiB blocks in steps 36-47 (5 a step), freed at
                step 48 but for 5 each (sites 40-44) or 4 (45-49): the peak
   sites 50-59  two blocks of 512 KiB a step from step 30 on, all kept: they
@@ -399,9 +399,9 @@ SITES = [
 
 def step(k, held, burst):
     for i in range(0, 20):
-        held.append(SITES[i]((20 - i) * 24 * KIB))
+        held.append(SITES[i]((20 - i) ** 2 * 1200))
     for i in range(20, 40):
-        p = SITES[i]((40 - i) * 32 * KIB)
+        p = SITES[i]((40 - i) ** 2 * 1024)
         if k % 2:
             sim.free(p)
         else:

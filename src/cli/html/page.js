@@ -58,7 +58,9 @@
     var i = 0, d = 1;
     while (maxv / d >= 1024 && i < UNITS.length - 1) { d *= 1024; i++; }
     var m = Math.max(maxv / d, 1e-9);
-    var step = niceStep(m / 4, true);
+    // The finest round step that needs at most 5 intervals.
+    var step = niceStep(m / 5, true);
+    while (Math.ceil(m * 1.04 / step - 1e-9) > 5) step = niceStep(step * 1.0001, true);
     if (i === 0) step = Math.max(1, Math.round(step));
     var top = Math.ceil(m * 1.04 / step - 1e-9) * step;
     var ticks = [];
@@ -205,7 +207,7 @@
     if (!t || !t.t_ms.length) return;
     section.hidden = false;
     var box = document.getElementById("timeline");
-    var W = 1000, H = 300, L = 72, R = 16, T = 34, B = 30;
+    var W = 1000, H = 300, L = 72, R = 16, T = 34, B = 34;
     var svg = sv("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "live bytes over time" });
     // In the document before drawing: labels are measured to place them.
     box.appendChild(svg);
@@ -245,7 +247,7 @@
     tt.ticks.forEach(function (s) {
       var x = X(first + s * 1000);
       axis.appendChild(sv("line", { x1: x, x2: x, y1: H - B, y2: H - B + 4 }));
-      axis.appendChild(sv("text", { "class": "tick", x: x, y: H - B + 16, "text-anchor": "middle" }, secs(s, tt.step)));
+      axis.appendChild(sv("text", { "class": "tick", x: x, y: H - B + 20, "text-anchor": "middle" }, secs(s, tt.step)));
     });
     svg.appendChild(axis);
     // Tick labels that would meet a neighbour are hidden, then they are
@@ -300,7 +302,9 @@
         item.appendChild(document.createTextNode(" " + (data.weight === "live bytes" ? "live" : "leaked")));
         if (max !== g.bytes) item.appendChild(document.createTextNode(", max " + bytes(max) + " live"));
       } else {
-        item.appendChild(document.createTextNode(se.label === "other" ? ": max " + bytes(max) : ": max " + bytes(max) + " live" + (se.end_note ? ", " + se.end_note : "")));
+        item.appendChild(document.createTextNode(se.label === "other"
+          ? (t.other_sites ? " (" + count(t.other_sites, "more call site") + ")" : "") + ": max " + bytes(max)
+          : ": max " + bytes(max) + " live"));
       }
       if (se.partial) item.appendChild(el("span", { "class": "partial" }, " (" + se.partial + ")"));
       legend.appendChild(item);
