@@ -1118,3 +1118,47 @@ fn a_page_of_sixty_call_sites_stays_readable() {
         "{labels:?}"
     );
 }
+
+/// Issue 26: a report whose timeline has no per-site series (written
+/// before they were kept) draws its sites from the samples' largest 8
+/// only, and the legend says that such a series is partial.
+#[test]
+fn a_series_from_the_samples_largest_only_says_it_is_partial() {
+    let dir = TempDir::new("html-partial");
+    let mut v = report(1, "exit", 77, None, vec![weights(64 * MIB), scratch(4)]);
+    let mut w = weights(64 * MIB);
+    w["blocks"] = json!(0);
+    let mut s = scratch(4);
+    s["blocks"] = json!(0);
+    let sample = |k: i64, sites: Value, other: u64| {
+        json!({"timestamp_ms": T0 + k * 100, "live_bytes": 68 * MIB, "live_blocks": 5,
+               "peak_bytes": 83 * MIB, "sites": sites, "other_bytes": other})
+    };
+    v["timeline"] = json!({
+        "period_ms": 100, "samples_taken": 3, "sites": [w, s],
+        "samples": [
+            sample(0, json!([[0, 64 * MIB]]), 4 * MIB),
+            sample(1, json!([[0, 64 * MIB]]), 4 * MIB),
+            sample(2, json!([[0, 64 * MIB], [1, 4 * MIB]]), 0),
+        ]
+    });
+    validate(&v);
+    write(dir.path(), &v);
+    let page = cli_page(&["report", "--format", "html", "."], dir.path(), "partial.html");
+    let Some(chrome) = chromium() else { return };
+    let (r, m) = measure(&chrome, &page, "partial");
+    check_rendered(&r).unwrap();
+    let legend = m["legend"].as_array().unwrap();
+    let scratch = legend
+        .iter()
+        .find(|l| l["label"].as_str().unwrap().contains("train_step"))
+        .unwrap_or_else(|| panic!("{legend:?}"));
+    assert_eq!(scratch["bytes"].as_u64(), Some(4 * MIB));
+    assert_eq!(scratch["shown"], scratch["table"]);
+    let items = tags(&r.dom, "class=\"partial\"");
+    // The weights are listed at every sample: whole.
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(r
+        .dom
+        .contains("partial: only where it was among the 8 largest at a sample"));
+}

@@ -661,12 +661,19 @@ fn timeline_from_samples(
     for (i, g) in t.sites.iter().enumerate() {
         let (values, partial) = match whole[i].take() {
             Some(v) => (v, None),
+            // Whole where it is listed at every sample that left bytes
+            // out; else it may hide in "other" there.
             None => (
                 t.samples.iter().map(|s| value(s, i)).collect(),
-                Some(format!(
-                    "partial: only where it was among the {} largest at a sample",
-                    cudaleak_core::site_timeline::SITES_PER_SAMPLE
-                )),
+                t.samples
+                    .iter()
+                    .any(|s| s.other_bytes > 0 && !s.sites.iter().any(|&(j, _)| j as usize == i))
+                    .then(|| {
+                        format!(
+                            "partial: only where it was among the {} largest at a sample",
+                            cudaleak_core::site_timeline::SITES_PER_SAMPLE
+                        )
+                    }),
             ),
         };
         match row_of.entry(GroupKey::of(g)) {
@@ -1034,4 +1041,52 @@ fn render(page: &Page) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudaleak_core::record::MemoryKind;
+
+    fn site(i: usize) -> Group {
+        let mut g = Group::new(0, 0, "cudaMalloc", MemoryKind::Device, Vec::new(), Vec::new());
+        g.api = format!("site{i}");
+        g
+    }
+
+    /// Issue 26: of 30 steady sites and one that starts late and grows,
+    /// the late one is drawn (largest at the end and fastest growing), and
+    /// so is the one that was largest at the peak though gone at the end.
+    #[test]
+    fn the_choice_keeps_late_growers_and_the_peak_s_sites() {
+        let n = 100;
+        let groups: Vec<Group> = (0..32).map(site).collect();
+        let mut rows: Vec<SiteRow> = (0..30)
+            .map(|i| SiteRow {
+                group: &groups[i],
+                values: vec![1000 + i as u64; n],
+                partial: None,
+            })
+            .collect();
+        rows.push(SiteRow {
+            group: &groups[30],
+            values: (0..n as u64)
+                .map(|k| if k < 80 { 0 } else { (k - 79) * 5000 })
+                .collect(),
+            partial: None,
+        });
+        rows.push(SiteRow {
+            group: &groups[31],
+            values: (0..n).map(|k| if k == 50 { 1 << 30 } else { 0 }).collect(),
+            partial: None,
+        });
+        let total: Vec<u64> = (0..n).map(|k| rows.iter().map(|r| r.values[k]).sum()).collect();
+        let chosen = choose_sites(&rows, &total);
+        assert_eq!(chosen.len(), TIMELINE_SITES);
+        let late = chosen.iter().find(|c| c.0 == 30).expect("the late grower");
+        assert!(late.1.contains(&"largest at the end") && late.1.contains(&"fastest growing"));
+        assert_eq!(chosen[0].0, 30, "largest at the end first");
+        let spike = chosen.iter().find(|c| c.0 == 31).expect("the peak's site");
+        assert!(spike.1.contains(&"largest at the peak"));
+    }
 }
