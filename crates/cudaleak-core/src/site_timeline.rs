@@ -34,8 +34,8 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(10);
 pub const MAX_SAMPLES: usize = 2048;
 pub const SITES_PER_SAMPLE: usize = 8;
 pub const SITES_AT_PEAK: usize = 16;
-/// The most values all call sites' series hold together (4 MiB).
-pub const SERIES_CELLS: usize = 1 << 19;
+/// The most values all call sites' series hold together (2 MiB).
+pub const SERIES_CELLS: usize = 1 << 18;
 /// Below this many samples, series are dropped rather than thinned.
 const MIN_SAMPLES: usize = 64;
 
