@@ -1086,6 +1086,21 @@ fn a_page_of_sixty_call_sites_stays_readable() {
         );
     }
 
+    // `--full-stacks` opens the page with every frame shown.
+    let full_page = cli_page(
+        &["report", "--format", "html", "--full-stacks", "."],
+        out.dir.path(),
+        "sixty-full.html",
+    );
+    let full = render(&chrome, &full_page, "sixty-full");
+    check_rendered(&full).unwrap();
+    let names = names_in_flame(&full.dom);
+    assert!(names.iter().any(|n| is_machinery(n)), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("_PyEval_EvalFrame")),
+        "{names:?}"
+    );
+
     // The SVG: the same Python-first view (no interpreter, ctypes or
     // libffi frame; `--full-stacks` shows them), and labels that show the
     // most telling part, never a stub cut to ".." + its last letters.

@@ -346,6 +346,9 @@ pub struct Page {
     pytorch_note: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pytorch_hint: Option<&'static str>,
+    /// `--full-stacks`: the page opens with every frame shown
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    full_stacks: bool,
 }
 
 fn native_frame(f: &NativeFrame) -> PageFrame {
@@ -775,6 +778,11 @@ fn thin(mut t: PageTimeline) -> PageTimeline {
 /// The page for `cudaleak report`: `all` is every dump read; `merged` the
 /// view of the newest dump of each process.
 pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
+    report_page_with(all, merged, false)
+}
+
+/// [`report_page`]; `full_stacks` opens it with every frame shown.
+pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks: bool) -> String {
     let files: Vec<PathBuf> = all.iter().map(|(p, _)| p.clone()).collect();
     let live = merged.trigger != cudaleak_core::report::Trigger::Exit;
     let mut table = FrameTable::default();
@@ -881,6 +889,7 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         oom,
         peak,
         pytorch_hint: pytorch.then_some(cudaleak_core::render::PYTORCH_CACHE_HINT),
+        full_stacks,
         ..page_base()
     };
     render(&page)

@@ -298,7 +298,7 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
                 .into_iter()
                 .filter(|(_, d)| r.run_id.is_none() || d.run_id == r.run_id)
                 .collect();
-            print_page(&super::html::report_page(&all, &r))
+            print_page(&super::html::report_page_with(&all, &r, view.full_stacks))
         }
         Format::Svg => print_page(&super::svg::flame_graph(
             &format!("cudaleak: bytes by stack, pid {}", r.pid),

@@ -657,13 +657,17 @@
     if (data.timeline) data.timeline.series.forEach(function (s) { s.stack = resolve(s.stack); });
     if (data.oom) data.oom.frames = resolve(data.oom.frames);
     if (data.peak) data.peak.groups.forEach(function (g) { g.frames = resolve(g.frames); });
+    if (data.full_stacks) {
+      showAll = true;
+      document.getElementById("show-all-frames").checked = true;
+    }
     header(data);
     oom(data);
     ranks(data);
     var stacks = data.groups.map(function (g) { return g.frames; });
     if (data.peak) data.peak.groups.forEach(function (g) { stacks.push(g.frames); });
     if (data.oom) stacks.push(data.oom.frames);
-    if (anyFolded(stacks)) document.getElementById("frames-toggle").hidden = false;
+    if (showAll || anyFolded(stacks)) document.getElementById("frames-toggle").hidden = false;
     timeline(data.timeline, data);
     if (data.peak && data.peak.groups.length) {
       document.getElementById("peak-flame-section").hidden = false;
