@@ -675,7 +675,7 @@
       document.getElementById("peak-flame-title").textContent = "Flame graph of the peak: " + bytes(data.peak.bytes) + " live" +
         (data.peak.groups_left_out ? " (" + count(data.peak.groups_left_out, "more group") + ", " + bytes(data.peak.bytes_left_out) + ", not drawn)" : "");
     }
-    document.getElementById("flame-title").textContent = "Flame graph of " + data.weight + " (root at the top; click to zoom)";
+    document.getElementById("flame-title").textContent = "Flame graph of " + data.weight;
     flame({ box: "flame", search: "flame-search", reset: "flame-reset", match: "flame-match", groups: data.groups, weight: data.weight, label: "flame graph" });
     if (data.peak && data.peak.groups.length) {
       flame({ box: "peak-flame", search: "peak-flame-search", reset: "peak-flame-reset", match: "peak-flame-match", groups: data.peak.groups, weight: "live bytes at the peak", label: "flame graph of the peak" });
