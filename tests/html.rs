@@ -1164,16 +1164,38 @@ fn a_series_from_the_samples_largest_only_says_it_is_partial() {
     let (r, m) = measure(&chrome, &page, "partial");
     check_rendered(&r).unwrap();
     let legend = m["legend"].as_array().unwrap();
-    let scratch = legend
+    let scratch_item = legend
         .iter()
         .find(|l| l["label"].as_str().unwrap().contains("train_step"))
         .unwrap_or_else(|| panic!("{legend:?}"));
-    assert_eq!(scratch["bytes"].as_u64(), Some(4 * MIB));
-    assert_eq!(scratch["shown"], scratch["table"]);
+    assert_eq!(scratch_item["bytes"].as_u64(), Some(4 * MIB));
+    assert_eq!(scratch_item["shown"], scratch_item["table"]);
     let items = tags(&r.dom, "class=\"partial\"");
     // The weights are listed at every sample: whole.
     assert_eq!(items.len(), 1, "{items:?}");
     assert!(r
         .dom
         .contains("partial: only where it was among the 8 largest at a sample"));
+
+    // Dumps that listed only some of their groups (CUDALEAK_MAX_GROUPS):
+    // a site absent from such a dump may only have been left out.
+    let dir = TempDir::new("html-partial-dumps");
+    let mut first = report(1, "interval", 78, None, vec![weights(64 * MIB)]);
+    first["totals"]["groups_left_out"] = json!({"groups": 1, "blocks": 3, "bytes": 3 * MIB});
+    first["totals"]["live_bytes"] = json!(67 * MIB);
+    validate(&first);
+    write(dir.path(), &first);
+    write(
+        dir.path(),
+        &report(2, "exit", 78, None, vec![weights(64 * MIB), scratch(4)]),
+    );
+    let page = cli_page(
+        &["report", "--format", "html", "."],
+        dir.path(),
+        "partial-dumps.html",
+    );
+    let r = render(&chrome, &page, "partial-dumps");
+    check_rendered(&r).unwrap();
+    assert_eq!(tags(&r.dom, "class=\"partial\"").len(), 1);
+    assert!(r.dom.contains("partial: not listed at every dump"));
 }

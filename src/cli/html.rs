@@ -527,6 +527,9 @@ fn timeline_from_dumps(
     let mut t_ms = Vec::new();
     let mut total = Vec::new();
     let mut columns: Vec<HashMap<usize, u64>> = Vec::new();
+    // Points at which a dump listed only some of its groups
+    // (`groups_left_out`): a site absent there may only have been cut.
+    let mut cut: Vec<bool> = Vec::new();
     let mut marks = Vec::new();
     for r in &dumps {
         let mut row = Vec::new();
@@ -549,15 +552,20 @@ fn timeline_from_dumps(
                 *e = e.saturating_add(*b);
             }
         }
+        let some_cut = current
+            .values()
+            .any(|(d, _)| d.totals.groups_left_out.is_some_and(|l| l.groups > 0));
         if t_ms.last() == Some(&r.timestamp_ms) {
             // Two processes dumped in the same millisecond: one point.
             t_ms.pop();
             total.pop();
             columns.pop();
+            cut.pop();
         }
         t_ms.push(r.timestamp_ms);
         total.push(live);
         columns.push(column);
+        cut.push(some_cut);
         marks.push(Mark {
             t_ms: r.timestamp_ms,
             trigger: r.trigger.name().to_string(),
@@ -568,7 +576,13 @@ fn timeline_from_dumps(
         .map(|i| SiteRow {
             group: key_group[i],
             values: columns.iter().map(|c| c.get(&i).copied().unwrap_or(0)).collect(),
-            partial: None,
+            partial: columns
+                .iter()
+                .zip(&cut)
+                .any(|(c, &cut)| cut && !c.contains_key(&i))
+                .then(|| {
+                    "partial: not listed at every dump (CUDALEAK_MAX_GROUPS left groups out)".to_string()
+                }),
         })
         .collect();
     let series = chosen_series(&rows, &total, table, table_rows);
