@@ -209,8 +209,21 @@ impl SiteHistory {
             i += 2;
         }
         keep.extend(half..n);
+        // `keep` is in ascending order: the samples move, none is copied.
+        let mut next = keep.iter().peekable();
         let old = std::mem::take(&mut self.samples);
-        self.samples = keep.iter().map(|&k| old[k].clone()).collect();
+        self.samples = old
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                let kept = next.peek() == Some(&i);
+                if kept {
+                    next.next();
+                }
+                kept
+            })
+            .map(|(_, s)| s)
+            .collect();
         let mut cells = 0;
         self.series.retain(|_, s| {
             let end = s.start + s.values.len();
