@@ -1116,6 +1116,25 @@ fn a_page_of_sixty_call_sites_stays_readable() {
         assert!(full_text.contains(name), "{name} not in the --full-stacks SVG");
     }
     assert!(svg_text.contains("layer00_conv_forward [sixty_sites.py:"));
+    // The labels written in the file itself (what an <img> shows, with no
+    // script) follow the same rule.
+    let written: Vec<&str> = svg_text
+        .split("<g><title>")
+        .skip(1)
+        .filter_map(|g| {
+            let t = &g[g.find("<text ")?..];
+            Some(&t[t.find('>')? + 1..t.find("</text>")?])
+        })
+        .collect();
+    assert!(written.len() > 60, "{}", written.len());
+    assert!(
+        written.iter().any(|l| l.starts_with("train [sixty_sites.py:")),
+        "{written:?}"
+    );
+    assert!(
+        !written.iter().any(|l| l.ends_with("..") || l.starts_with("..")),
+        "{written:?}"
+    );
     let r = render(&chrome, &svg, "sixty-svg");
     assert!(r.console.is_empty(), "{:?}", r.console);
     let labels: Vec<&str> = r
