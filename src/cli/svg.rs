@@ -136,32 +136,6 @@ fn relabel(frame: &str) -> Option<String> {
     ))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::short_name;
-
-    /// The same rule as short_name.js: the function, not its namespace.
-    #[test]
-    fn labels_show_the_most_telling_part() {
-        let cpp = "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long)";
-        assert_eq!(short_name(cpp, 200), cpp);
-        assert_eq!(
-            short_name(cpp, 71),
-            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"
-        );
-        assert_eq!(short_name(cpp, 10), "\u{2026}malloc");
-        assert_eq!(
-            short_name("layer05_conv_forward [train.py:12]", 22),
-            "layer05_conv_forward"
-        );
-        assert_eq!(
-            short_name("layer05_conv_forward [train.py:12]", 9),
-            "layer05_\u{2026}"
-        );
-        assert_eq!(short_name("layer05_conv_forward", 5), "");
-    }
-}
-
 /// inferno cuts a label to its first or last characters ("lay..",
 /// "..oc"); the page's rule shows the most telling part of a name, the
 /// function rather than its namespace (issue 26). Its script sets every
@@ -198,4 +172,30 @@ fn empty_svg(title: &str) -> String {
     format!(
         "<?xml version=\"1.0\" standalone=\"no\"?>\n<svg version=\"1.1\" width=\"600\" height=\"60\" xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"24\">{esc}</text><text x=\"10\" y=\"46\">no bytes to draw</text></svg>\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_name;
+
+    /// The same rule as short_name.js: the function, not its namespace.
+    #[test]
+    fn labels_show_the_most_telling_part() {
+        let cpp = "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long)";
+        assert_eq!(short_name(cpp, 200), cpp);
+        assert_eq!(
+            short_name(cpp, 71),
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"
+        );
+        assert_eq!(short_name(cpp, 10), "\u{2026}malloc");
+        assert_eq!(
+            short_name("layer05_conv_forward [train.py:12]", 22),
+            "layer05_conv_forward"
+        );
+        assert_eq!(
+            short_name("layer05_conv_forward [train.py:12]", 9),
+            "layer05_\u{2026}"
+        );
+        assert_eq!(short_name("layer05_conv_forward", 5), "");
+    }
 }
