@@ -1024,6 +1024,14 @@ fn a_page_of_sixty_call_sites_stays_readable() {
             }),
         "no site of the peak's burst drawn: {shown:?}"
     );
+    // Each drawn site says why it is drawn; the peak's burst as such.
+    let whys: Vec<&str> = tags(dom, "data-why=")
+        .into_iter()
+        .filter_map(|t| attr(t, "data-why"))
+        .collect();
+    assert_eq!(whys.len(), 12, "{whys:?}");
+    assert!(whys.iter().any(|w| w.contains("largest at the peak")), "{whys:?}");
+    assert!(whys.iter().any(|w| w.contains("fastest growing")), "{whys:?}");
     // "other" is the smaller part at the end.
     let other = tags(dom, "data-label=\"other\"");
     assert!(!other.is_empty());

@@ -288,6 +288,10 @@
       svg.insertBefore(path, axis);
       base = top;
       var item = el("span", { "class": "legend-item", "data-label": se.label, "data-max": max });
+      if (se.why && se.why.length) {
+        item.setAttribute("data-why", se.why.join(", "));
+        item.title = "drawn as " + se.why.join(", ");
+      }
       item.appendChild(el("span", { "class": "swatch", style: "background:" + color }));
       item.appendChild(el("span", { "class": "legend-label" }, se.label));
       // The figure the table gives for this site, when it is in the table;
