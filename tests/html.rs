@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{cli_command, run_command, target_dir, validate, TempDir};
+use support::{
+    build, cli, cli_command, line_of, repo, run_command, run_traced, sim_dir, target_dir, validate, Outcome,
+    TempDir,
+};
 
 const MIB: u64 = 1 << 20;
 const T0: i64 = 1_795_000_000_000;
@@ -576,4 +579,650 @@ fn a_large_report_makes_a_page_of_at_most_two_megabytes() {
     assert!(size <= 2 << 20, "{size} bytes");
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("\"groups_cut\":2000"), "the rest are counted");
+}
+
+/// The start tag of the element with `id`.
+fn by_id<'a>(dom: &'a str, id: &str) -> &'a str {
+    tags(dom, &format!("id=\"{id}\""))
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no #{id}"))
+}
+
+/// The text of the element with `id` (its first text, up to its first
+/// child's end: enough for a one-line element).
+fn text_of(dom: &str, id: &str) -> String {
+    let start = dom.find(&format!("id=\"{id}\"")).unwrap();
+    let rest = &dom[start..];
+    let rest = &rest[rest.find('>').unwrap() + 1..];
+    let mut out = String::new();
+    let mut in_tag = false;
+    let mut depth = 0i32;
+    let mut i = 0;
+    let b = rest.as_bytes();
+    while i < b.len() {
+        if b[i] == b'<' {
+            in_tag = true;
+            if rest[i..].starts_with("</") {
+                if depth == 0 {
+                    break;
+                }
+                depth -= 1;
+            } else {
+                depth += 1;
+            }
+        } else if b[i] == b'>' {
+            in_tag = false;
+            if i > 0 && b[i - 1] == b'/' {
+                depth -= 1;
+            }
+        } else if !in_tag {
+            out.push(b[i] as char);
+        }
+        i += 1;
+    }
+    out.replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+}
+
+/// tests/python/oom.py under the library on a device of 64 MiB (as
+/// tests/oom.rs runs it): 32 MiB of weights and 4 x 6 MiB of cache held,
+/// then a request of 40 MiB fails twice.
+fn python_oom_run() -> (Outcome, PathBuf) {
+    let sim = sim_dir();
+    let helper = build(
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &[
+            "-shared",
+            "-fPIC",
+            &sim.join("libcudart.so.12").display().to_string(),
+            "-lpthread",
+        ],
+    );
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = repo().join("tests/python/oom.py");
+    let runtime = sim.join("libcudart.so.12").display().to_string();
+    let pythonpath = repo().join("tests/python").display().to_string();
+    let env = [
+        ("SIMCUDA_RUNTIME", runtime.as_str()),
+        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("SIMCUDA_DEVICE_BYTES", "67108864"),
+        ("CUDALEAK_TIMELINE", "10ms"),
+    ];
+    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    (out, script)
+}
+
+fn report_file(dir: &Path, trigger: &str) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(&format!(".{trigger}.json")))
+        .unwrap_or_else(|| panic!("no {trigger} report in {}", dir.display()))
+}
+
+/// Issue 21: the page of an `oom` report shows the failed request first
+/// (API, size, free/total, its stack), marks the out-of-memory moment and
+/// the peak on the timeline, and draws the peak's flame graph beside the
+/// leaks'. The exit report's page marks the same moment.
+#[test]
+fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
+    let (out, script) = python_oom_run();
+    let dir = out.dir.path();
+    let oom_file = report_file(dir, "oom");
+    let exit_file = report_file(dir, "exit");
+    let oom = cudaleak_core::report::Report::read(&oom_file).unwrap();
+    let exit = cudaleak_core::report::Report::read(&exit_file).unwrap();
+    let page = cli_page(
+        &["report", "--format", "html", oom_file.to_str().unwrap()],
+        dir,
+        "oom.html",
+    );
+    let exit_page = cli_page(
+        &["report", "--format", "html", exit_file.to_str().unwrap()],
+        dir,
+        "exit.html",
+    );
+    let Some(chrome) = chromium() else { return };
+    let r = render(&chrome, &page, "oom");
+    check_rendered(&r).unwrap();
+    let dom = &r.dom;
+    // First: before the timeline, the flame graphs and the table.
+    let section = by_id(dom, "oom-section");
+    assert!(
+        attr(section, "hidden").is_none() && !section.contains(" hidden"),
+        "{section}"
+    );
+    let at = |id: &str| dom.find(&format!("id=\"{id}\"")).unwrap();
+    assert!(at("oom-section") < at("timeline-section"));
+    assert!(at("oom-section") < at("flame-section"));
+    assert!(at("oom-section") < at("table-section"));
+    let request = text_of(dom, "oom-request");
+    assert!(
+        request.starts_with("cudaMalloc of 40.0 MiB (41943040 bytes) failed (device 0: free 8.00 MiB of 64.0 MiB); 2 failed calls within 1 s"),
+        "{request}"
+    );
+    // Its stack, Python-first: the request's line, then its callers.
+    let stack = text_of(dom, "oom-stack");
+    let line = line_of("tests/python/oom.py", "# OOM request");
+    let request_at = format!("request [python]  {}:{line}", script.display());
+    assert!(stack.contains(&request_at), "{stack}");
+    assert!(
+        stack.contains("step [python]") && stack.contains("<module> [python]"),
+        "{stack}"
+    );
+    assert!(
+        !stack.contains("_PyEval_EvalFrame"),
+        "interpreter frames folded: {stack}"
+    );
+    // The timeline marks the out-of-memory moment and the peak.
+    let marks = tags(dom, "class=\"oom-marker\"");
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let o = oom.oom.as_ref().unwrap();
+    assert_eq!(
+        attr(marks[0], "data-t-ms"),
+        Some(o.timestamp_ms.to_string().as_str())
+    );
+    assert_eq!(attr(marks[0], "data-bytes"), Some("41943040"));
+    let peak = oom.peak.as_ref().unwrap();
+    let peaks = tags(dom, "class=\"process-peak\"");
+    assert_eq!(peaks.len(), 1, "{peaks:?}");
+    assert_eq!(
+        attr(peaks[0], "data-bytes"),
+        Some(peak.bytes.to_string().as_str())
+    );
+    assert_eq!(
+        attr(peaks[0], "data-t-ms"),
+        Some(peak.timestamp_ms.to_string().as_str())
+    );
+    assert_eq!(peak.bytes, 56 * MIB, "weights and cache");
+    // The peak's flame graph beside the leaks': weights and cache.
+    let peak_section = by_id(dom, "peak-flame-section");
+    assert!(!peak_section.contains(" hidden"), "{peak_section}");
+    assert!(by_id(dom, "flames").contains("class=\"two\""));
+    let peak_dom = &dom[at("peak-flame")..at("table-section")];
+    let names = names_in_flame(peak_dom);
+    for f in ["all", "main", "load_weights", "fill_cache"] {
+        assert!(
+            names.iter().any(|n| n == f),
+            "no {f} in the peak's flame graph: {names:?}"
+        );
+    }
+    assert!(
+        text_of(dom, "peak-flame-title").contains("56.0 MiB live"),
+        "{}",
+        text_of(dom, "peak-flame-title")
+    );
+
+    // The exit report's page: the same moment marked, no request section.
+    let r = render(&chrome, &exit_page, "oom-exit");
+    check_rendered(&r).unwrap();
+    assert!(by_id(&r.dom, "oom-section").contains(" hidden"));
+    let marks = tags(&r.dom, "class=\"oom-marker\"");
+    assert_eq!(marks.len(), exit.oom_events.len());
+    assert_eq!(marks.len(), 1);
+    assert_eq!(
+        attr(marks[0], "data-t-ms"),
+        Some(exit.oom_events[0].timestamp_ms.to_string().as_str())
+    );
+    assert_eq!(tags(&r.dom, "class=\"process-peak\"").len(), 1);
+}
+
+/// Issue 21: a PyTorch cache segment is labelled as such in the table
+/// and the flame graph, with the text report's hint about `--pytorch`.
+#[test]
+fn pytorch_cache_segments_are_labelled_on_the_page() {
+    let sim = sim_dir();
+    let exe = build(
+        "torch_cache",
+        &["tests/c/torch_cache.cc"],
+        &[
+            "-fno-exceptions",
+            "-fno-rtti",
+            &sim.join("libcudart.so.12").display().to_string(),
+            &sim.join("libcuda.so.1").display().to_string(),
+        ],
+    );
+    let out = run_traced(&exe, &[], &[]);
+    out.assert_success();
+    let file = report_file(out.dir.path(), "exit");
+    let page = cli_page(
+        &["report", "--format", "html", file.to_str().unwrap()],
+        out.dir.path(),
+        "torch.html",
+    );
+    // The text report's words, on the page too.
+    let text = String::from_utf8(
+        Command::new(cli())
+            .arg("report")
+            .arg(&file)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(text.contains("hint: groups marked \"PyTorch cache segment\""));
+    let Some(chrome) = chromium() else { return };
+    let r = render(&chrome, &page, "torch-cache");
+    check_rendered(&r).unwrap();
+    let dom = &r.dom;
+    let badges = tags(dom, "class=\"badge cache-segment\"");
+    assert_eq!(
+        badges.len(),
+        1,
+        "one group of 20 MiB is a cache segment: {badges:?}"
+    );
+    assert!(attr(badges[0], "title")
+        .unwrap()
+        .starts_with("(PyTorch cache segment: memory the caching allocator reserved"));
+    let rows = tags(dom, "class=\"leak-row");
+    assert!(rows.len() >= 2);
+    let hint = by_id(dom, "pytorch-hint");
+    assert!(!hint.contains(" hidden"));
+    let hint = text_of(dom, "pytorch-hint");
+    assert!(
+        hint.starts_with("hint: groups marked \"PyTorch cache segment\""),
+        "{hint}"
+    );
+    assert!(hint.contains("cudaleak run --pytorch"), "{hint}");
+    // One leaf in the leaks' flame graph and one in the peak's.
+    let cache_frames = tags(dom, "class=\"frame cache-segment\"");
+    assert_eq!(cache_frames.len(), 2);
+    let split = dom.find("id=\"peak-flame\"").unwrap();
+    assert_eq!(tags(&dom[..split], "class=\"frame cache-segment\"").len(), 1);
+    assert!(attr(cache_frames[0], "data-name")
+        .unwrap()
+        .ends_with("PyTorch cache segment"));
+}
+
+/// A script appended to a copy of a page, run after the page's own: it
+/// measures what only a browser knows and writes it as JSON into
+/// `<pre id="measure">`, which `--dump-dom` then carries.
+const MEASURE: &str = r##"<script>
+(function () {
+  var out = { overlaps: [], labels: 0, legend: [], frames: [], mismatches: [] };
+  function visible(t) {
+    if (t.closest("[display=none]") || t.getAttribute("display") === "none") return false;
+    var r = t.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && t.textContent.length > 0;
+  }
+  ["timeline", "flame", "peak-flame"].forEach(function (id) {
+    var box = document.getElementById(id);
+    if (!box) return;
+    var texts = Array.prototype.filter.call(box.querySelectorAll("svg text"), visible);
+    out.labels += texts.length;
+    var rects = texts.map(function (t) { return t.getBoundingClientRect(); });
+    for (var i = 0; i < rects.length; i++) for (var j = i + 1; j < rects.length; j++) {
+      var a = rects[i], b = rects[j];
+      if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5)
+        out.overlaps.push(id + ": " + JSON.stringify(texts[i].textContent) + " meets " + JSON.stringify(texts[j].textContent));
+    }
+    // A label inside a flame graph's box stays inside it.
+    Array.prototype.forEach.call(box.querySelectorAll("g.frame"), function (g) {
+      var t = g.querySelector("text"), r = g.querySelector("rect");
+      if (!t || !visible(t)) return;
+      var tb = t.getBoundingClientRect(), rb = r.getBoundingClientRect();
+      if (tb.right > rb.right + 0.5) out.overlaps.push(id + ": " + JSON.stringify(t.textContent) + " leaves its box");
+    });
+  });
+  Array.prototype.forEach.call(document.querySelectorAll("#timeline-legend .legend-item"), function (it) {
+    var fig = it.querySelector(".legend-bytes");
+    var g = it.getAttribute("data-group");
+    var row = g === null ? null : document.querySelector("#leaks tr.leak-row[data-index='" + g + "']");
+    var cell = row ? row.querySelector("td").textContent : null;
+    out.legend.push({ label: it.getAttribute("data-label"), group: g === null ? null : Number(g),
+      bytes: fig ? Number(fig.getAttribute("data-bytes")) : null, shown: fig ? fig.textContent : null, table: cell });
+  });
+  ["flame", "peak-flame"].forEach(function (id) {
+    Array.prototype.forEach.call(document.querySelectorAll("#" + id + " g.frame"), function (g) {
+      out.frames.push(g.getAttribute("data-name"));
+    });
+  });
+  var pre = document.createElement("pre");
+  pre.id = "measure";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"##;
+
+/// The page of `page` with [`MEASURE`] appended, rendered; what it measured.
+fn measure(chrome: &Path, page: &Path, name: &str) -> (Rendered, Value) {
+    let html = std::fs::read_to_string(page).unwrap();
+    let measured = page.with_extension("measure.html");
+    let at = html.rfind("</body>").unwrap();
+    std::fs::write(&measured, format!("{}{MEASURE}{}", &html[..at], &html[at..])).unwrap();
+    let r = render(chrome, &measured, name);
+    let start = r
+        .dom
+        .find("<pre id=\"measure\">")
+        .expect("the measuring script ran")
+        + "<pre id=\"measure\">".len();
+    let end = start + r.dom[start..].find("</pre>").unwrap();
+    let text = r.dom[start..end]
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    (r, v)
+}
+
+/// Frames the text report folds away: their names, as the core's rule
+/// (`render::is_noise`) sees them.
+fn is_machinery(name: &str) -> bool {
+    let f = cudaleak_core::report::NativeFrame {
+        address: "0x0".into(),
+        function: Some(name.into()),
+        file: None,
+        line: None,
+        module: None,
+        offset: None,
+        build_id: None,
+    };
+    cudaleak_core::render::is_noise(&f)
+}
+
+/// Issue 26: the page of a Python program with 60 leaking call sites,
+/// 3,600 allocations and 2,445 leaked blocks stays readable. The legend's
+/// figures are the table's, the sites that grow late and the peak's are
+/// drawn (not lost to "other"), no two labels meet, no interpreter frame
+/// shows by default, and ticks read as round numbers.
+#[test]
+fn a_page_of_sixty_call_sites_stays_readable() {
+    let sim = sim_dir();
+    let helper = build(
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &[
+            "-shared",
+            "-fPIC",
+            &sim.join("libcudart.so.12").display().to_string(),
+            "-lpthread",
+        ],
+    );
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = repo().join("tests/python/sixty_sites.py");
+    let runtime = sim.join("libcudart.so.12").display().to_string();
+    let pythonpath = repo().join("tests/python").display().to_string();
+    let env = [
+        ("SIMCUDA_RUNTIME", runtime.as_str()),
+        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("CUDALEAK_TIMELINE", "10ms"),
+    ];
+    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
+    assert_eq!(out.stdout, "held 2445 blocks\n", "{}", out.stderr);
+    let r = out.report();
+    assert_eq!(r.totals.allocations, 3600);
+    assert_eq!(r.leaked_blocks(), 2445);
+    assert_eq!(r.leaks.len(), 60);
+    let page = cli_page(&["report", "--format", "html", "."], out.dir.path(), "sixty.html");
+    let svg = cli_page(&["report", "--format", "svg", "."], out.dir.path(), "sixty.svg");
+    let full_svg = cli_page(
+        &["report", "--format", "svg", "--full-stacks", "."],
+        out.dir.path(),
+        "sixty-full.svg",
+    );
+    // Kept for the docs' screenshot (docs/images/).
+    let shots = target_dir().join("html-tests");
+    std::fs::create_dir_all(&shots).unwrap();
+    std::fs::copy(&page, shots.join("sixty.html")).unwrap();
+    let Some(chrome) = chromium() else { return };
+    let (rendered, m) = measure(&chrome, &page, "sixty");
+    check_rendered(&rendered).unwrap();
+    let dom = &rendered.dom;
+
+    // No two labels meet, and there are labels to meet.
+    assert!(m["labels"].as_u64().unwrap() >= 15, "{m}");
+    assert_eq!(m["overlaps"], json!([]), "labels meet");
+
+    // The legend's figures are the table's, for every site shown.
+    let legend = m["legend"].as_array().unwrap();
+    let sites: Vec<&Value> = legend.iter().filter(|l| l["label"] != "other").collect();
+    assert_eq!(sites.len(), 12, "{legend:?}");
+    for l in &sites {
+        let g = l["group"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("not linked to the table: {l}")) as usize;
+        assert_eq!(l["bytes"].as_u64(), Some(r.leaks[g].bytes), "{l}");
+        assert_eq!(l["shown"], l["table"], "{l}");
+    }
+    // The largest at the end are there (the sites that grew late, 30 MiB
+    // each: not lost to "other").
+    let drawn: Vec<u64> = sites.iter().map(|l| l["group"].as_u64().unwrap()).collect();
+    for g in 0..6u64 {
+        assert!(drawn.contains(&g), "row {g} of the table is not drawn: {drawn:?}");
+    }
+    let label_of = |g: usize| {
+        r.leaks[g]
+            .python_stack
+            .first()
+            .map(|f| f.function.clone())
+            .unwrap_or_default()
+    };
+    let shown: Vec<String> = sites
+        .iter()
+        .map(|l| label_of(l["group"].as_u64().unwrap() as usize))
+        .collect();
+    for late in ["layer20_attn_backward", "layer25_norm_backward"] {
+        assert!(shown.iter().any(|s| s == late), "{late} not drawn: {shown:?}");
+    }
+    // One of the peak's burst sites (1 MiB blocks at steps 36-47).
+    assert!(
+        shown
+            .iter()
+            .any(|s| s.starts_with("layer1") && s.ends_with("_backward") && {
+                let n: usize = s[5..7].parse().unwrap();
+                (10..20).contains(&n)
+            }),
+        "no site of the peak's burst drawn: {shown:?}"
+    );
+    // Each drawn site says why it is drawn; the peak's burst as such.
+    let whys: Vec<&str> = tags(dom, "data-why=")
+        .into_iter()
+        .filter_map(|t| attr(t, "data-why"))
+        .collect();
+    assert_eq!(whys.len(), 12, "{whys:?}");
+    assert!(whys.iter().any(|w| w.contains("largest at the peak")), "{whys:?}");
+    assert!(whys.iter().any(|w| w.contains("fastest growing")), "{whys:?}");
+    // "other" is the smaller part at the end.
+    let other = tags(dom, "data-label=\"other\"");
+    assert!(!other.is_empty());
+
+    // No interpreter, ctypes or libffi frame shows by default; Python
+    // frames and the CUDA call do.
+    let frames: Vec<String> = m["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert!(frames.iter().any(|f| f == "<module>"), "{frames:?}");
+    assert!(frames.iter().any(|f| f == "layer00_conv_forward"), "{frames:?}");
+    let machinery: Vec<&String> = frames.iter().filter(|f| is_machinery(f)).collect();
+    assert!(machinery.is_empty(), "machinery shown: {machinery:?}");
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.starts_with("libffi") || f.starts_with("_ctypes")),
+        "{frames:?}"
+    );
+    // The toggle that shows them is there.
+    assert!(!by_id(dom, "frames-toggle").contains(" hidden"));
+
+    // Ticks: round numbers in the unit shown.
+    let tl = &dom[dom.find("id=\"timeline\"").unwrap()..dom.find("id=\"timeline-legend\"").unwrap()];
+    let mut ticks = Vec::new();
+    let mut rest = tl;
+    while let Some(i) = rest.find("class=\"tick\"") {
+        let t = &rest[i..];
+        let text = &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()];
+        ticks.push(text.to_string());
+        rest = &t[1..];
+    }
+    let bytes_ticks: Vec<&String> = ticks
+        .iter()
+        .filter(|t| t.ends_with("iB") || t.ends_with(" B"))
+        .collect();
+    assert!(bytes_ticks.len() >= 3, "{ticks:?}");
+    // One unit, evenly spaced by a step of 1, 2, 2.5 or 5 times a power
+    // of ten, every tick a whole multiple of it.
+    let unit = bytes_ticks[0].split(' ').nth(1).unwrap();
+    assert!(bytes_ticks.iter().all(|t| t.ends_with(unit)), "{ticks:?}");
+    let v: Vec<f64> = bytes_ticks
+        .iter()
+        .map(|t| t.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let step = v[1] - v[0];
+    let mantissa = step / 10f64.powf(step.log10().floor());
+    assert!(
+        [1.0, 2.0, 2.5, 5.0].iter().any(|m| (m - mantissa).abs() < 1e-9),
+        "step {step}: {ticks:?}"
+    );
+    for x in &v {
+        let k = x / step;
+        assert!(
+            (k - k.round()).abs() < 1e-9,
+            "{x} is not a multiple of {step}: {ticks:?}"
+        );
+    }
+
+    // `--full-stacks` opens the page with every frame shown.
+    let full_page = cli_page(
+        &["report", "--format", "html", "--full-stacks", "."],
+        out.dir.path(),
+        "sixty-full.html",
+    );
+    let full = render(&chrome, &full_page, "sixty-full");
+    check_rendered(&full).unwrap();
+    let names = names_in_flame(&full.dom);
+    assert!(names.iter().any(|n| is_machinery(n)), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("_PyEval_EvalFrame")),
+        "{names:?}"
+    );
+
+    // The SVG: the same Python-first view (no interpreter, ctypes or
+    // libffi frame; `--full-stacks` shows them), and labels that show the
+    // most telling part, never a stub cut to ".." + its last letters.
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    let full_text = std::fs::read_to_string(&full_svg).unwrap();
+    for name in [
+        "_PyEval_EvalFrame",
+        "ffi_call",
+        "_ctypes_callproc",
+        "Py_BytesMain",
+    ] {
+        assert!(!svg_text.contains(name), "{name} in the SVG");
+        assert!(full_text.contains(name), "{name} not in the --full-stacks SVG");
+    }
+    assert!(svg_text.contains("layer00_conv_forward [sixty_sites.py:"));
+    // The labels written in the file itself (what an <img> shows, with no
+    // script) follow the same rule.
+    let written: Vec<&str> = svg_text
+        .split("<g><title>")
+        .skip(1)
+        .filter_map(|g| {
+            let t = &g[g.find("<text ")?..];
+            Some(&t[t.find('>')? + 1..t.find("</text>")?])
+        })
+        .collect();
+    assert!(written.len() > 60, "{}", written.len());
+    assert!(
+        written.iter().any(|l| l.starts_with("train [sixty_sites.py:")),
+        "{written:?}"
+    );
+    assert!(
+        !written.iter().any(|l| l.ends_with("..") || l.starts_with("..")),
+        "{written:?}"
+    );
+    let r = render(&chrome, &svg, "sixty-svg");
+    assert!(r.console.is_empty(), "{:?}", r.console);
+    let labels: Vec<&str> = r
+        .dom
+        .split("<text ")
+        .skip(1)
+        .filter_map(|t| Some(&t[t.find('>')? + 1..t.find("</text>")?]))
+        .collect();
+    assert!(
+        labels.iter().any(|l| l.starts_with("train [sixty_sites.py:")),
+        "{labels:?}"
+    );
+    assert!(
+        !labels.iter().any(|l| l.starts_with("..") || l.ends_with("..")),
+        "{labels:?}"
+    );
+}
+
+/// Issue 26: a report whose timeline has no per-site series (written
+/// before they were kept) draws its sites from the samples' largest 8
+/// only, and the legend says that such a series is partial.
+#[test]
+fn a_series_from_the_samples_largest_only_says_it_is_partial() {
+    let dir = TempDir::new("html-partial");
+    let mut v = report(1, "exit", 77, None, vec![weights(64 * MIB), scratch(4)]);
+    let mut w = weights(64 * MIB);
+    w["blocks"] = json!(0);
+    let mut s = scratch(4);
+    s["blocks"] = json!(0);
+    let sample = |k: i64, sites: Value, other: u64| {
+        json!({"timestamp_ms": T0 + k * 100, "live_bytes": 68 * MIB, "live_blocks": 5,
+               "peak_bytes": 83 * MIB, "sites": sites, "other_bytes": other})
+    };
+    v["timeline"] = json!({
+        "period_ms": 100, "samples_taken": 3, "sites": [w, s],
+        "samples": [
+            sample(0, json!([[0, 64 * MIB]]), 4 * MIB),
+            sample(1, json!([[0, 64 * MIB]]), 4 * MIB),
+            sample(2, json!([[0, 64 * MIB], [1, 4 * MIB]]), 0),
+        ]
+    });
+    validate(&v);
+    write(dir.path(), &v);
+    let page = cli_page(&["report", "--format", "html", "."], dir.path(), "partial.html");
+    let Some(chrome) = chromium() else { return };
+    let (r, m) = measure(&chrome, &page, "partial");
+    check_rendered(&r).unwrap();
+    let legend = m["legend"].as_array().unwrap();
+    let scratch_item = legend
+        .iter()
+        .find(|l| l["label"].as_str().unwrap().contains("train_step"))
+        .unwrap_or_else(|| panic!("{legend:?}"));
+    assert_eq!(scratch_item["bytes"].as_u64(), Some(4 * MIB));
+    assert_eq!(scratch_item["shown"], scratch_item["table"]);
+    let items = tags(&r.dom, "class=\"partial\"");
+    // The weights are listed at every sample: whole.
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(r
+        .dom
+        .contains("partial: only where it was among the 8 largest at a sample"));
+
+    // Dumps that listed only some of their groups (CUDALEAK_MAX_GROUPS):
+    // a site absent from such a dump may only have been left out.
+    let dir = TempDir::new("html-partial-dumps");
+    let mut first = report(1, "interval", 78, None, vec![weights(64 * MIB)]);
+    first["totals"]["groups_left_out"] = json!({"groups": 1, "blocks": 3, "bytes": 3 * MIB});
+    first["totals"]["live_bytes"] = json!(67 * MIB);
+    validate(&first);
+    write(dir.path(), &first);
+    write(
+        dir.path(),
+        &report(2, "exit", 78, None, vec![weights(64 * MIB), scratch(4)]),
+    );
+    let page = cli_page(
+        &["report", "--format", "html", "."],
+        dir.path(),
+        "partial-dumps.html",
+    );
+    let r = render(&chrome, &page, "partial-dumps");
+    check_rendered(&r).unwrap();
+    assert_eq!(tags(&r.dom, "class=\"partial\"").len(), 1);
+    assert!(r.dom.contains("partial: not listed at every dump"));
 }

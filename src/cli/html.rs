@@ -18,6 +18,8 @@ use std::path::PathBuf;
 const TEMPLATE: &str = include_str!("html/template.html");
 const SCRIPT: &str = include_str!("html/page.js");
 const STYLE: &str = include_str!("html/page.css");
+/// The labels of flame graphs' boxes, in the page and the SVG alike.
+pub const SHORT_NAME: &str = include_str!("html/short_name.js");
 
 /// Groups put on a page (table and flame graph); the rest are summed in
 /// the header. Keeps a page of a huge report near the ~2 MB goal.
@@ -37,6 +39,11 @@ pub struct PageFrame {
     /// line information
     loc: Option<String>,
     python: bool,
+    /// machinery the text report hides by default (program start, the
+    /// interpreter, ctypes/libffi): [`cudaleak_core::render::is_noise`],
+    /// so that the page folds exactly what the text report folds (issue 26)
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    noise: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -66,6 +73,44 @@ pub struct PageGroup {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ranks: Vec<String>,
     only_some: bool,
+    /// memory PyTorch's caching allocator reserved (issue 21)
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pytorch_cache_segment: bool,
+}
+
+/// The failed request of an `oom` report, shown first (issue 21).
+#[derive(Serialize)]
+pub struct PageOom {
+    api: String,
+    requested_bytes: u64,
+    device: Option<u32>,
+    device_free_bytes: Option<u64>,
+    device_total_bytes: Option<u64>,
+    failed_calls: u64,
+    t_ms: i64,
+    /// innermost first, as indices into [`Page::frames`]
+    frames: Vec<u32>,
+    frames_cut: usize,
+}
+
+/// The process's peak and the groups live at that moment (issue 21).
+#[derive(Serialize)]
+pub struct PagePeak {
+    bytes: u64,
+    t_ms: i64,
+    groups: Vec<PageGroup>,
+    /// groups past the report's cap and the page's, with their bytes
+    groups_left_out: u64,
+    bytes_left_out: u64,
+}
+
+/// One out-of-memory episode, marked on the timeline (issue 21).
+#[derive(Serialize)]
+pub struct OomMark {
+    pub t_ms: i64,
+    pub api: String,
+    pub requested_bytes: u64,
+    pub failed_calls: u64,
 }
 
 #[derive(Serialize)]
@@ -75,6 +120,140 @@ pub struct Series {
     /// (empty for "other")
     pub stack: Vec<u32>,
     pub values: Vec<u64>,
+    /// why it is drawn: "largest at the end", "largest at the peak",
+    /// "fastest growing" (issue 26)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<&'static str>,
+    /// index of its row in the table, when it has one: the legend gives
+    /// the table's figure
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<usize>,
+    /// what is missing when the series is not whole
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
+}
+
+/// A call site's series before the choice of what to draw.
+struct SiteRow<'a> {
+    group: &'a Group,
+    values: Vec<u64>,
+    partial: Option<String>,
+}
+
+/// The call sites a timeline draws, chosen when the page is made from
+/// every site's series (issue 26: sites chosen early, or by their largest
+/// sample, lost the ones that grew late to "other"): the largest at the
+/// end, the largest at the highest point, and those that grew the most
+/// over the second half of the run; then the largest at the end again up
+/// to [`TIMELINE_SITES`]. Drawn largest at the end first (bottom band).
+fn choose_sites(rows: &[SiteRow], total: &[u64]) -> Vec<(usize, Vec<&'static str>)> {
+    let n = total.len();
+    if n == 0 || rows.is_empty() {
+        return Vec::new();
+    }
+    let last = n - 1;
+    let peak = total
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+        .map_or(last, |(i, _)| i);
+    let mid = n / 2;
+    let at = |r: &SiteRow, i: usize| r.values.get(i).copied().unwrap_or(0);
+    let order = |key: &dyn Fn(&SiteRow) -> i128| {
+        let mut v: Vec<usize> = (0..rows.len()).filter(|&i| key(&rows[i]) > 0).collect();
+        v.sort_by(|&a, &b| key(&rows[b]).cmp(&key(&rows[a])).then(a.cmp(&b)));
+        v
+    };
+    let by_end = order(&|r| at(r, last) as i128);
+    let by_peak = order(&|r| at(r, peak) as i128);
+    let by_growth = order(&|r| at(r, last) as i128 - at(r, mid) as i128);
+    let mut chosen: Vec<(usize, Vec<&'static str>)> = Vec::new();
+    let add = |i: usize, why: &'static str, chosen: &mut Vec<(usize, Vec<&'static str>)>, room: bool| {
+        if let Some(c) = chosen.iter_mut().find(|c| c.0 == i) {
+            if !c.1.contains(&why) {
+                c.1.push(why);
+            }
+        } else if room && chosen.len() < TIMELINE_SITES {
+            chosen.push((i, vec![why]));
+        }
+    };
+    for &i in by_end.iter().take(TIMELINE_SITES / 2) {
+        add(i, "largest at the end", &mut chosen, true);
+    }
+    for &i in by_peak.iter().take(TIMELINE_SITES / 3) {
+        add(i, "largest at the peak", &mut chosen, true);
+    }
+    for &i in by_growth.iter().take(TIMELINE_SITES / 4) {
+        add(i, "fastest growing", &mut chosen, true);
+    }
+    for &i in &by_end {
+        add(i, "largest at the end", &mut chosen, true);
+    }
+    for &i in &by_peak {
+        add(i, "largest at the peak", &mut chosen, true);
+    }
+    // Tags for every list a shown site is in, so the tooltip says all.
+    for &i in by_end.iter().take(TIMELINE_SITES / 2) {
+        add(i, "largest at the end", &mut chosen, false);
+    }
+    for &i in by_peak.iter().take(TIMELINE_SITES / 3) {
+        add(i, "largest at the peak", &mut chosen, false);
+    }
+    for &i in by_growth.iter().take(TIMELINE_SITES / 4) {
+        add(i, "fastest growing", &mut chosen, false);
+    }
+    chosen.sort_by(|a, b| {
+        at(&rows[b.0], last)
+            .cmp(&at(&rows[a.0], last))
+            .then(at(&rows[b.0], peak).cmp(&at(&rows[a.0], peak)))
+            .then(a.0.cmp(&b.0))
+    });
+    chosen
+}
+
+/// The drawn series of `rows`, labelled so that they tell apart
+/// ([`cudaleak_core::render::group_labels`]), with "other" for the rest.
+fn chosen_series(
+    rows: &[SiteRow],
+    total: &[u64],
+    table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
+) -> Vec<Series> {
+    let chosen = choose_sites(rows, total);
+    let groups: Vec<&Group> = chosen.iter().map(|&(i, _)| rows[i].group).collect();
+    // "API at its innermost frame", unless two sites would read the same
+    // (Python helpers: every site "at malloc sim.py:21"); then labels that
+    // tell them apart.
+    let mut labels: Vec<String> = groups.iter().map(|g| site_label(g)).collect();
+    let twins = labels.iter().enumerate().any(|(i, l)| labels[..i].contains(l));
+    if twins {
+        labels = cudaleak_core::render::group_labels(&groups);
+    }
+    let mut series: Vec<Series> = chosen
+        .iter()
+        .zip(labels)
+        .map(|((i, why), label)| {
+            let r = &rows[*i];
+            Series {
+                label,
+                stack: frames_of(r.group, table).0,
+                values: r.values.clone(),
+                why: why.clone(),
+                group: table_rows.get(&GroupKey::of(r.group)).copied(),
+                partial: r.partial.clone(),
+            }
+        })
+        .collect();
+    let other: Vec<u64> = total
+        .iter()
+        .enumerate()
+        .map(|(k, &t)| {
+            let listed = series.iter().map(|s| s.values[k]).fold(0u64, u64::saturating_add);
+            t.saturating_sub(listed)
+        })
+        .collect();
+    push_other(&mut series, other);
+    series
 }
 
 /// The "other" series of a timeline: live bytes outside the listed call
@@ -85,6 +264,9 @@ fn push_other(series: &mut Vec<Series>, other: Vec<u64>) {
             label: "other".into(),
             stack: Vec::new(),
             values: other,
+            why: Vec::new(),
+            group: None,
+            partial: None,
         });
     }
 }
@@ -124,6 +306,18 @@ pub struct PageTimeline {
     /// the sampling period can put above every sample
     pub process_peak: u64,
     pub marks: Vec<Mark>,
+    /// the out-of-memory episodes of the report (issue 21)
+    pub ooms: Vec<OomMark>,
+    /// call sites summed in "other"
+    pub other_sites: usize,
+    /// the report's own peak with its time (`peak`), when it has one
+    pub report_peak: Option<ReportPeak>,
+}
+
+#[derive(Serialize)]
+pub struct ReportPeak {
+    pub t_ms: i64,
+    pub bytes: u64,
 }
 
 #[derive(Serialize, Default)]
@@ -145,6 +339,16 @@ pub struct Page {
     frames: Vec<PageFrame>,
     /// for the test of the page itself: the version that made it
     generator: String,
+    oom: Option<PageOom>,
+    peak: Option<PagePeak>,
+    /// the note on a PyTorch cache segment and the hint under the table,
+    /// the text report's own words
+    pytorch_note: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pytorch_hint: Option<&'static str>,
+    /// `--full-stacks`: the page opens with every frame shown
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    full_stacks: bool,
 }
 
 fn native_frame(f: &NativeFrame) -> PageFrame {
@@ -157,6 +361,7 @@ fn native_frame(f: &NativeFrame) -> PageFrame {
         name: cudaleak_core::render::native_label(f),
         loc,
         python: false,
+        noise: cudaleak_core::render::is_noise(f),
     }
 }
 
@@ -168,6 +373,7 @@ fn python_frame(f: &PythonFrame) -> PageFrame {
             None => f.file.clone(),
         }),
         python: true,
+        noise: false,
     }
 }
 
@@ -227,6 +433,7 @@ fn page_group(g: &Group, table: &mut FrameTable) -> PageGroup {
         }),
         frames,
         frames_cut,
+        pytorch_cache_segment: g.pytorch_cache_segment,
         ..PageGroup::default()
     }
 }
@@ -302,7 +509,11 @@ type LatestDump<'a> = (&'a Report, Vec<(GroupKey, u64)>);
 /// The timeline a set of dumps shows by themselves: one point per dump
 /// (of every process, summed), one band per call site. Reports that carry
 /// a sampled timeline give more points; see [`super::html_timeline`].
-fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<PageTimeline> {
+fn timeline_from_dumps(
+    all: &[(PathBuf, Report)],
+    table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
+) -> Option<PageTimeline> {
     let mut dumps: Vec<&Report> = all.iter().map(|(_, r)| r).collect();
     if dumps.is_empty() {
         return None;
@@ -316,6 +527,9 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
     let mut t_ms = Vec::new();
     let mut total = Vec::new();
     let mut columns: Vec<HashMap<usize, u64>> = Vec::new();
+    // Points at which a dump listed only some of its groups
+    // (`groups_left_out`): a site absent there may only have been cut.
+    let mut cut: Vec<bool> = Vec::new();
     let mut marks = Vec::new();
     for r in &dumps {
         let mut row = Vec::new();
@@ -338,57 +552,45 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
                 *e = e.saturating_add(*b);
             }
         }
+        let some_cut = current
+            .values()
+            .any(|(d, _)| d.totals.groups_left_out.is_some_and(|l| l.groups > 0));
         if t_ms.last() == Some(&r.timestamp_ms) {
             // Two processes dumped in the same millisecond: one point.
             t_ms.pop();
             total.pop();
             columns.pop();
+            cut.pop();
         }
         t_ms.push(r.timestamp_ms);
         total.push(live);
         columns.push(column);
+        cut.push(some_cut);
         marks.push(Mark {
             t_ms: r.timestamp_ms,
             trigger: r.trigger.name().to_string(),
             label: format!("{} dump #{} of pid {}", r.trigger.name(), r.sequence, r.pid),
         });
     }
-    let mut site_max: Vec<(u64, usize)> = (0..keys.len())
-        .map(|i| {
-            (
-                columns
-                    .iter()
-                    .map(|c| c.get(&i).copied().unwrap_or(0))
-                    .max()
-                    .unwrap_or(0),
-                i,
-            )
-        })
-        .collect();
-    site_max.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let shown: Vec<usize> = site_max.iter().take(TIMELINE_SITES).map(|&(_, i)| i).collect();
-    let mut series: Vec<Series> = shown
-        .iter()
-        .map(|&i| Series {
-            label: site_label(key_group[i]),
-            stack: frames_of(key_group[i], table).0,
+    let rows: Vec<SiteRow> = (0..keys.len())
+        .map(|i| SiteRow {
+            group: key_group[i],
             values: columns.iter().map(|c| c.get(&i).copied().unwrap_or(0)).collect(),
-        })
-        .collect();
-    // "other": the rest of the live bytes, including blocks that are not
-    // in any listed group (suppressed, or below a `--top`).
-    let other: Vec<u64> = columns
-        .iter()
-        .zip(&total)
-        .map(|(c, &t)| {
-            let listed: u64 = shown
+            partial: columns
                 .iter()
-                .map(|i| c.get(i).copied().unwrap_or(0))
-                .fold(0, u64::saturating_add);
-            t.saturating_sub(listed)
+                .zip(&cut)
+                .any(|(c, &cut)| cut && !c.contains_key(&i))
+                .then(|| {
+                    "partial: not listed at every dump (CUDALEAK_MAX_GROUPS left groups out)".to_string()
+                }),
         })
         .collect();
-    push_other(&mut series, other);
+    let series = chosen_series(&rows, &total, table, table_rows);
+    let other_sites = rows.len()
+        - series
+            .iter()
+            .filter(|s| s.label != "other" || !s.stack.is_empty())
+            .count();
     let peak = total
         .iter()
         .enumerate()
@@ -413,6 +615,9 @@ fn timeline_from_dumps(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Opt
         series,
         peak,
         marks,
+        ooms: Vec::new(),
+        report_peak: None,
+        other_sites,
     }))
 }
 
@@ -439,36 +644,79 @@ fn timeline_from_samples(
     t: &SampledTimeline,
     all: &[(PathBuf, Report)],
     table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
 ) -> Option<PageTimeline> {
     if t.samples.is_empty() {
         return None;
     }
-    let mut site_max: Vec<(u64, usize)> = t.sites.iter().enumerate().map(|(i, g)| (g.bytes, i)).collect();
-    site_max.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let shown: Vec<usize> = site_max.iter().take(TIMELINE_SITES).map(|&(_, i)| i).collect();
     let value = |s: &TimelineSample, site: usize| {
         s.sites
             .iter()
             .find(|&&(i, _)| i as usize == site)
             .map_or(0, |&(_, b)| b)
     };
-    let mut series: Vec<Series> = shown
-        .iter()
-        .map(|&i| Series {
-            label: site_label(&t.sites[i]),
-            stack: frames_of(&t.sites[i], table).0,
-            values: t.samples.iter().map(|s| value(s, i)).collect(),
-        })
-        .collect();
-    let other: Vec<u64> = t
-        .samples
-        .iter()
-        .map(|s| {
-            let listed = shown.iter().map(|&i| value(s, i)).fold(0u64, u64::saturating_add);
-            s.live_bytes.saturating_sub(listed)
-        })
-        .collect();
-    push_other(&mut series, other);
+    let n = t.samples.len();
+    let total: Vec<u64> = t.samples.iter().map(|s| s.live_bytes).collect();
+    // Per site: its whole series where the report kept it (issue 26),
+    // else what the samples' largest 8 say of it (partial).
+    let mut whole: Vec<Option<Vec<u64>>> = vec![None; t.sites.len()];
+    for s in &t.series {
+        if let Some(slot) = whole.get_mut(s.site as usize) {
+            let mut v = vec![0u64; n];
+            for (k, &b) in s.values.iter().enumerate() {
+                if let Some(x) = v.get_mut(s.start as usize + k) {
+                    *x = b;
+                }
+            }
+            *slot = Some(v);
+        }
+    }
+    // Sites of one group (the same stack less the interpreter's return
+    // addresses) are one series, as they are one row of the table.
+    let mut rows: Vec<SiteRow> = Vec::new();
+    let mut row_of: HashMap<GroupKey, usize> = HashMap::new();
+    for (i, g) in t.sites.iter().enumerate() {
+        let (values, partial) = match whole[i].take() {
+            Some(v) => (v, None),
+            // Whole where it is listed at every sample that left bytes
+            // out; else it may hide in "other" there.
+            None => (
+                t.samples.iter().map(|s| value(s, i)).collect(),
+                t.samples
+                    .iter()
+                    .any(|s| s.other_bytes > 0 && !s.sites.iter().any(|&(j, _)| j as usize == i))
+                    .then(|| {
+                        format!(
+                            "partial: only where it was among the {} largest at a sample",
+                            cudaleak_core::site_timeline::SITES_PER_SAMPLE
+                        )
+                    }),
+            ),
+        };
+        match row_of.entry(GroupKey::of(g)) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let r = &mut rows[*e.get()];
+                for (a, b) in r.values.iter_mut().zip(values) {
+                    *a = a.saturating_add(b);
+                }
+                r.partial = r.partial.take().or(partial);
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(rows.len());
+                rows.push(SiteRow {
+                    group: g,
+                    values,
+                    partial,
+                });
+            }
+        }
+    }
+    let series = chosen_series(&rows, &total, table, table_rows);
+    let other_sites = rows.len()
+        - series
+            .iter()
+            .filter(|s| s.label != "other" || !s.stack.is_empty())
+            .count();
     let peak = t.peak.as_ref().map(|p| Peak {
         t_ms: p.timestamp_ms,
         bytes: p.live_bytes,
@@ -487,16 +735,23 @@ fn timeline_from_samples(
         source: "sampler",
         process_peak: t.samples.iter().map(|s| s.peak_bytes).max().unwrap_or(0),
         t_ms: t.samples.iter().map(|s| s.timestamp_ms).collect(),
-        total: t.samples.iter().map(|s| s.live_bytes).collect(),
+        total,
         series,
         peak,
         marks: dump_marks(all),
+        ooms: Vec::new(),
+        report_peak: None,
+        other_sites,
     }))
 }
 
 /// The sampled timeline when the reports are of one process and the
 /// newest carries one; else one point per dump.
-fn page_timeline(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<PageTimeline> {
+fn page_timeline(
+    all: &[(PathBuf, Report)],
+    table: &mut FrameTable,
+    table_rows: &HashMap<GroupKey, usize>,
+) -> Option<PageTimeline> {
     let first = &all.first()?.1;
     let one_process = all
         .iter()
@@ -506,8 +761,8 @@ fn page_timeline(all: &[(PathBuf, Report)], table: &mut FrameTable) -> Option<Pa
         .map(|(_, r)| r)
         .max_by_key(|r| (r.sequence, r.timestamp_ms))?;
     match &newest.timeline {
-        Some(t) if one_process => timeline_from_samples(t, all, table),
-        _ => timeline_from_dumps(all, table),
+        Some(t) if one_process => timeline_from_samples(t, all, table, table_rows),
+        _ => timeline_from_dumps(all, table, table_rows),
     }
 }
 
@@ -537,6 +792,11 @@ fn thin(mut t: PageTimeline) -> PageTimeline {
 /// The page for `cudaleak report`: `all` is every dump read; `merged` the
 /// view of the newest dump of each process.
 pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
+    report_page_with(all, merged, false)
+}
+
+/// [`report_page`]; `full_stacks` opens it with every frame shown.
+pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks: bool) -> String {
     let files: Vec<PathBuf> = all.iter().map(|(p, _)| p.clone()).collect();
     let live = merged.trigger != cudaleak_core::report::Trigger::Exit;
     let mut table = FrameTable::default();
@@ -547,7 +807,88 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         .map(|g| page_group(g, &mut table))
         .collect();
     let groups_cut = merged.leaks.len().saturating_sub(MAX_PAGE_GROUPS);
-    let timeline = page_timeline(all, &mut table);
+    let table_rows: HashMap<GroupKey, usize> = merged
+        .leaks
+        .iter()
+        .take(MAX_PAGE_GROUPS)
+        .enumerate()
+        .map(|(i, g)| (GroupKey::of(g), i))
+        .collect();
+    let mut timeline = page_timeline(all, &mut table, &table_rows);
+    if let Some(t) = &mut timeline {
+        t.ooms = merged
+            .oom_events
+            .iter()
+            .map(|e| OomMark {
+                t_ms: e.timestamp_ms,
+                api: e.api.clone(),
+                requested_bytes: e.requested_bytes,
+                failed_calls: e.failed_calls,
+            })
+            .collect();
+        // An `oom` report carries its own request even when no episode
+        // list came with it.
+        if let Some(o) = merged.oom.as_ref().filter(|_| t.ooms.is_empty()) {
+            t.ooms.push(OomMark {
+                t_ms: o.timestamp_ms,
+                api: o.api.clone(),
+                requested_bytes: o.requested_bytes,
+                failed_calls: o.failed_calls,
+            });
+        }
+        t.report_peak = merged.peak.as_ref().filter(|p| p.bytes > 0).map(|p| ReportPeak {
+            t_ms: p.timestamp_ms,
+            bytes: p.bytes,
+        });
+    }
+    let oom = merged.oom.as_ref().map(|o| {
+        let request = Group {
+            merged_stack: o.merged_stack.clone(),
+            ..Group::new(
+                1,
+                o.requested_bytes,
+                &o.api,
+                cudaleak_core::record::MemoryKind::Device,
+                o.native_stack.clone(),
+                o.python_stack.clone(),
+            )
+        };
+        let (frames, frames_cut) = frames_of(&request, &mut table);
+        PageOom {
+            api: o.api.clone(),
+            requested_bytes: o.requested_bytes,
+            device: o.device,
+            device_free_bytes: o.device_free_bytes,
+            device_total_bytes: o.device_total_bytes,
+            failed_calls: o.failed_calls,
+            t_ms: o.timestamp_ms,
+            frames,
+            frames_cut,
+        }
+    });
+    let peak = merged.peak.as_ref().filter(|p| p.bytes > 0).map(|p| {
+        let shown: Vec<PageGroup> = p
+            .groups
+            .iter()
+            .take(MAX_PAGE_GROUPS)
+            .map(|g| page_group(g, &mut table))
+            .collect();
+        let rest = p.groups.iter().skip(MAX_PAGE_GROUPS);
+        let left = p.groups_left_out.unwrap_or_default();
+        PagePeak {
+            bytes: p.bytes,
+            t_ms: p.timestamp_ms,
+            groups: shown,
+            groups_left_out: left.groups + rest.clone().count() as u64,
+            bytes_left_out: cudaleak_core::report::saturating_sum(rest.map(|g| g.bytes))
+                .saturating_add(left.bytes),
+        }
+    });
+    let pytorch = merged
+        .leaks
+        .iter()
+        .chain(merged.peak.iter().flat_map(|p| &p.groups))
+        .any(|g| g.pytorch_cache_segment);
     let (bytes, blocks) = (merged.leaked_bytes(), merged.leaked_blocks());
     let page = Page {
         kind: "report",
@@ -559,6 +900,10 @@ pub fn report_page(all: &[(PathBuf, Report)], merged: &Report) -> String {
         groups_cut,
         timeline,
         frames: table.frames,
+        oom,
+        peak,
+        pytorch_hint: pytorch.then_some(cudaleak_core::render::PYTORCH_CACHE_HINT),
+        full_stacks,
         ..page_base()
     };
     render(&page)
@@ -658,6 +1003,7 @@ pub fn merge_page(dir: &std::path::Path, processes: usize, view: &RankView, merg
 fn page_base() -> Page {
     Page {
         generator: format!("cudaleak {}", env!("CARGO_PKG_VERSION")),
+        pytorch_note: cudaleak_core::render::PYTORCH_CACHE_NOTE,
         ..Page::default()
     }
 }
@@ -703,7 +1049,10 @@ fn render(page: &Page) -> String {
         match name {
             "TITLE" => out.push_str(&html_text(&page.title)),
             "STYLE" => out.push_str(STYLE),
-            "SCRIPT" => out.push_str(SCRIPT),
+            "SCRIPT" => {
+                out.push_str(SCRIPT);
+                out.push_str(SHORT_NAME);
+            }
             "DATA" => out.push_str(&embed_json(&json)),
             other => {
                 out.push_str("{{");
@@ -715,4 +1064,52 @@ fn render(page: &Page) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudaleak_core::record::MemoryKind;
+
+    fn site(i: usize) -> Group {
+        let mut g = Group::new(0, 0, "cudaMalloc", MemoryKind::Device, Vec::new(), Vec::new());
+        g.api = format!("site{i}");
+        g
+    }
+
+    /// Issue 26: of 30 steady sites and one that starts late and grows,
+    /// the late one is drawn (largest at the end and fastest growing), and
+    /// so is the one that was largest at the peak though gone at the end.
+    #[test]
+    fn the_choice_keeps_late_growers_and_the_peak_s_sites() {
+        let n = 100;
+        let groups: Vec<Group> = (0..32).map(site).collect();
+        let mut rows: Vec<SiteRow> = (0..30)
+            .map(|i| SiteRow {
+                group: &groups[i],
+                values: vec![1000 + i as u64; n],
+                partial: None,
+            })
+            .collect();
+        rows.push(SiteRow {
+            group: &groups[30],
+            values: (0..n as u64)
+                .map(|k| if k < 80 { 0 } else { (k - 79) * 5000 })
+                .collect(),
+            partial: None,
+        });
+        rows.push(SiteRow {
+            group: &groups[31],
+            values: (0..n).map(|k| if k == 50 { 1 << 30 } else { 0 }).collect(),
+            partial: None,
+        });
+        let total: Vec<u64> = (0..n).map(|k| rows.iter().map(|r| r.values[k]).sum()).collect();
+        let chosen = choose_sites(&rows, &total);
+        assert_eq!(chosen.len(), TIMELINE_SITES);
+        let late = chosen.iter().find(|c| c.0 == 30).expect("the late grower");
+        assert!(late.1.contains(&"largest at the end") && late.1.contains(&"fastest growing"));
+        assert_eq!(chosen[0].0, 30, "largest at the end first");
+        let spike = chosen.iter().find(|c| c.0 == 31).expect("the peak's site");
+        assert!(spike.1.contains(&"largest at the peak"));
+    }
 }

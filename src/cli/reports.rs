@@ -301,11 +301,11 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
                 .into_iter()
                 .filter(|(_, d)| r.run_id.is_none() || d.run_id == r.run_id)
                 .collect();
-            print_page(&super::html::report_page(&all, &r))
+            print_page(&super::html::report_page_with(&all, &r, view.full_stacks))
         }
         Format::Svg => print_page(&super::svg::flame_graph(
             &format!("cudaleak: bytes by stack, pid {}", r.pid),
-            &render::folded(&r.leaks),
+            &render::folded_picture(&r.leaks, view.full_stacks),
         )?),
         Format::Text => {
             let source = match paths {
@@ -370,7 +370,7 @@ pub fn diff(old: &Path, new: &Path, view: &ViewArgs) -> CliResult {
             if view.format == Format::Svg {
                 return print_page(&super::svg::flame_graph(
                     "cudaleak diff: growth by stack",
-                    &render::folded(&grown),
+                    &render::folded_picture(&grown, view.full_stacks),
                 )?);
             }
             print!("{}", render::folded_top(&grown, view.top.unwrap_or(usize::MAX)));
@@ -469,7 +469,7 @@ pub fn merge(dir: &Path, view: &ViewArgs) -> CliResult {
                 "cudaleak merge: bytes by stack over {}",
                 count(reports.len() as u64, "process")
             ),
-            &render::folded(&merged.leaks),
+            &render::folded_picture(&merged.leaks, view.full_stacks),
         )?),
         Format::Html => print_page(&super::html::merge_page(
             dir,

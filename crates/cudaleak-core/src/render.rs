@@ -391,7 +391,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
 }
 
 /// What a group of PyTorch's caching allocator is (issue 21).
-const PYTORCH_CACHE_NOTE: &str =
+pub const PYTORCH_CACHE_NOTE: &str =
     "(PyTorch cache segment: memory the caching allocator reserved, which holds tensors or none; not one tensor)";
 
 /// The hint under a report that shows PyTorch cache segments.
@@ -921,6 +921,42 @@ pub fn folded(groups: &[Group]) -> String {
     folded_top(groups, usize::MAX)
 }
 
+/// The frames a picture of `g` shows (the SVG flame graph; the HTML page
+/// applies the same rule to the `noise` flag of its frames), innermost
+/// first. By default what the text report hides is folded away: frames
+/// that are [`is_noise`] and, when the stack has Python frames, the native
+/// frames outside its innermost Python frame (the interpreter and program
+/// start around the Python code), so a Python program reads Python-first;
+/// native frames below the innermost Python frame stay (issue 26). `full`
+/// keeps every frame.
+pub fn picture_frames(g: &Group, full: bool) -> Vec<MergedFrame> {
+    let stack = stack_of(g);
+    if full {
+        return stack;
+    }
+    let first_python = stack.iter().position(|f| matches!(f, MergedFrame::Python(_)));
+    stack
+        .into_iter()
+        .enumerate()
+        .filter(|(i, f)| match f {
+            MergedFrame::Python(_) => true,
+            MergedFrame::Native(n) => !is_noise(n) && first_python.is_none_or(|p| *i <= p),
+        })
+        .map(|(_, f)| f)
+        .collect()
+}
+
+/// [`folded`] of the frames a picture shows ([`picture_frames`]).
+pub fn folded_picture(groups: &[Group], full: bool) -> String {
+    let mut out = String::new();
+    for g in groups {
+        let mut parts: Vec<String> = picture_frames(g, full).iter().rev().map(folded_frame).collect();
+        parts.push(escape(&g.api).replace(';', ":"));
+        let _ = writeln!(out, "{} {}", parts.join(";"), g.bytes);
+    }
+    out
+}
+
 /// [`folded`] for the first `shown` groups, the rest as one line
 /// `[N other groups] BYTES`, so that the flame graph's total stays the
 /// report's total under `--top`.
@@ -947,6 +983,55 @@ mod tests {
     use super::*;
     use crate::python::PythonFrame;
     use crate::record::MemoryKind;
+
+    /// Issue 26: a picture of a Python program's group shows its Python
+    /// frames and the native code below the innermost one, not program
+    /// start, the interpreter or ctypes/libffi; `full` shows them all.
+    #[test]
+    fn pictures_fold_what_the_text_report_hides() {
+        let native = |f: &str| NativeFrame {
+            address: "0x1".into(),
+            function: Some(f.into()),
+            file: None,
+            line: None,
+            module: Some("/usr/bin/python3".into()),
+            offset: None,
+            build_id: None,
+        };
+        let py = |f: &str| PythonFrame {
+            function: f.into(),
+            file: "train.py".into(),
+            line: Some(3),
+        };
+        let mut g = Group::new(1, 8, "cudaMalloc", MemoryKind::Device, Vec::new(), Vec::new());
+        g.merged_stack = vec![
+            MergedFrame::Native(native("at::native::empty_cuda")),
+            MergedFrame::Native(native("ffi_call")),
+            MergedFrame::Native(native("_ctypes_callproc")),
+            MergedFrame::Python(py("alloc")),
+            MergedFrame::Native(native("_PyEval_EvalFrameDefault")),
+            MergedFrame::Python(py("<module>")),
+            MergedFrame::Native(native("main")),
+            MergedFrame::Native(native("_start")),
+        ];
+        let names = |v: Vec<MergedFrame>| -> Vec<String> {
+            v.iter()
+                .map(|f| match f {
+                    MergedFrame::Native(n) => n.function.clone().unwrap(),
+                    MergedFrame::Python(p) => p.function.clone(),
+                })
+                .collect()
+        };
+        assert_eq!(
+            names(picture_frames(&g, false)),
+            ["at::native::empty_cuda", "alloc", "<module>"]
+        );
+        assert_eq!(picture_frames(&g, true).len(), 8);
+        assert_eq!(
+            folded_picture(&[g], false),
+            "<module> [train.py:3];alloc [train.py:3];at::native::empty_cuda;cudaMalloc 8\n"
+        );
+    }
 
     #[test]
     fn escape_writes_control_characters_visibly() {

@@ -360,6 +360,26 @@ pub struct SampledTimeline {
     /// the sample with the most live bytes, with more of its call sites
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak: Option<TimelineSample>,
+    /// every call site's live bytes at each sample (issue 26), so that a
+    /// picture chooses its sites from the whole run
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<SiteSeries>,
+    /// call sites whose series were not kept (memory bound); their bytes
+    /// are in the samples' totals
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub series_dropped: u64,
+}
+
+/// extension: one call site's live bytes at each sample of the timeline,
+/// thinned as the samples are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteSeries {
+    /// index into the timeline's `sites`
+    pub site: u32,
+    /// index of the sample of `values[0]`; before it, and past the last
+    /// value, the site held nothing
+    pub start: u32,
+    pub values: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

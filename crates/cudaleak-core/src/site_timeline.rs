@@ -14,9 +14,18 @@
 //! sites ([`SITES_AT_PEAK`]): what `max_memory_allocated` would say if it
 //! had stacks. It is the peak as sampled: a spike shorter than the period
 //! shows in `peak_bytes`, not in the sites.
+//!
+//! Every call site's own series is kept too ([`SiteSeries`]), thinned with
+//! the samples, so that the picture can choose its call sites when it is
+//! drawn, from the whole run (issue 26: a choice made from each sample's
+//! largest 8 lost the sites that grew late, and drew a site that held
+//! 28.1 MiB at exit as "max 288.0 KiB"). Memory stays bounded: past
+//! [`SERIES_CELLS`] values in all, samples are thinned sooner; with still
+//! too many sites, the smallest sites' series are dropped (counted in
+//! `series_dropped`; their bytes stay in the samples' totals).
 
 use crate::record::{MemoryKind, TraceId};
-use crate::report::{Group, SampledTimeline, TimelineSample};
+use crate::report::{Group, SampledTimeline, SiteSeries, TimelineSample};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -25,6 +34,19 @@ pub const MIN_PERIOD: Duration = Duration::from_millis(10);
 pub const MAX_SAMPLES: usize = 2048;
 pub const SITES_PER_SAMPLE: usize = 8;
 pub const SITES_AT_PEAK: usize = 16;
+/// The most values all call sites' series hold together (2 MiB).
+pub const SERIES_CELLS: usize = 1 << 18;
+/// Below this many samples, series are dropped rather than thinned.
+const MIN_SAMPLES: usize = 64;
+
+/// One call site's live bytes at each sample, from the sample where it
+/// first held memory; past its last value, zero.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+struct RawSeries {
+    start: usize,
+    values: Vec<u64>,
+    max: u64,
+}
 
 /// `CUDALEAK_TIMELINE`: `0`/`off` (no sampling), `1`/`on` (every 100 ms),
 /// or a period such as `250ms` or `2s` (at least 10 ms).
@@ -68,6 +90,11 @@ pub struct SiteHistory {
     samples: Vec<Raw>,
     taken: u64,
     peak: Option<Raw>,
+    series: HashMap<TraceId, RawSeries>,
+    /// values held by `series` together
+    cells: usize,
+    /// sites whose series were dropped for memory: never kept again
+    dropped: std::collections::HashSet<TraceId>,
 }
 
 impl SiteHistory {
@@ -77,6 +104,9 @@ impl SiteHistory {
             samples: Vec::new(),
             taken: 0,
             peak: None,
+            series: HashMap::new(),
+            cells: 0,
+            dropped: Default::default(),
         }
     }
 
@@ -137,20 +167,98 @@ impl SiteHistory {
             });
         }
         self.taken += 1;
-        self.samples.push(sample);
-        if self.samples.len() > MAX_SAMPLES {
-            let half = self.samples.len() / 2;
-            let recent = self.samples.split_off(half);
-            let mut merged = Vec::with_capacity(MAX_SAMPLES);
-            let mut old = std::mem::take(&mut self.samples).into_iter();
-            while let Some(a) = old.next() {
-                match old.next() {
-                    Some(b) if b.live_bytes > a.live_bytes => merged.push(b),
-                    Some(_) | None => merged.push(a),
-                }
+        let at = self.samples.len();
+        for &(trace, bytes) in &sites {
+            if self.dropped.contains(&trace) {
+                continue;
             }
-            merged.extend(recent);
-            self.samples = merged;
+            let s = self.series.entry(trace).or_insert_with(|| RawSeries {
+                start: at,
+                ..RawSeries::default()
+            });
+            let len = at - s.start;
+            self.cells += len + 1 - s.values.len();
+            s.values.resize(len, 0);
+            s.values.push(bytes);
+            s.max = s.max.max(bytes);
+        }
+        self.samples.push(sample);
+        while self.samples.len() > MAX_SAMPLES
+            || (self.cells > SERIES_CELLS && self.samples.len() > MIN_SAMPLES)
+        {
+            self.thin();
+        }
+        if self.cells > SERIES_CELLS {
+            self.drop_smallest_series();
+        }
+    }
+
+    /// Merges the older half of the samples pairwise, keeping the sample
+    /// with more live bytes, and every series with them.
+    fn thin(&mut self) {
+        let n = self.samples.len();
+        let half = n / 2;
+        let mut keep: Vec<usize> = Vec::with_capacity(n);
+        let mut i = 0;
+        while i < half {
+            if i + 1 < half && self.samples[i + 1].live_bytes > self.samples[i].live_bytes {
+                keep.push(i + 1);
+            } else {
+                keep.push(i);
+            }
+            i += 2;
+        }
+        keep.extend(half..n);
+        // `keep` is in ascending order: the samples move, none is copied.
+        let mut next = keep.iter().peekable();
+        let old = std::mem::take(&mut self.samples);
+        self.samples = old
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                let kept = next.peek() == Some(&i);
+                if kept {
+                    next.next();
+                }
+                kept
+            })
+            .map(|(_, s)| s)
+            .collect();
+        let mut cells = 0;
+        self.series.retain(|_, s| {
+            let end = s.start + s.values.len();
+            let first = keep.partition_point(|&k| k < s.start);
+            let values: Vec<u64> = keep[first..]
+                .iter()
+                .take_while(|&&k| k < end)
+                .map(|&k| s.values[k - s.start])
+                .collect();
+            s.start = first;
+            s.values = values;
+            cells += s.values.len();
+            // A site that lived only in samples merged away is gone from
+            // the picture as from the samples; `max` keeps its high.
+            !s.values.is_empty()
+        });
+        self.cells = cells;
+    }
+
+    /// Too many sites for [`SERIES_CELLS`] even at [`MIN_SAMPLES`]: the
+    /// series of the sites that held the least are dropped.
+    fn drop_smallest_series(&mut self) {
+        let mut by_max: Vec<(u64, TraceId, usize)> = self
+            .series
+            .iter()
+            .map(|(&t, s)| (s.max, t, s.values.len()))
+            .collect();
+        by_max.sort_by(|a, b| a.0.cmp(&b.0).then(b.1 .0.cmp(&a.1 .0)));
+        for (_, t, len) in by_max {
+            if self.cells <= SERIES_CELLS * 3 / 4 {
+                break;
+            }
+            self.series.remove(&t);
+            self.dropped.insert(t);
+            self.cells -= len;
         }
     }
 
@@ -190,12 +298,39 @@ impl SiteHistory {
         };
         let samples: Vec<TimelineSample> = self.samples.iter().map(&mut convert).collect();
         let peak = self.peak.as_ref().map(&mut convert);
+        // Every site's series, in a stable order (largest first).
+        let mut traces: Vec<(&TraceId, &RawSeries)> = self.series.iter().collect();
+        traces.sort_by(|a, b| b.1.max.cmp(&a.1.max).then(a.0 .0.cmp(&b.0 .0)));
+        let mut series = Vec::with_capacity(traces.len());
+        let mut dropped = self.dropped.len() as u64;
+        for (&trace, s) in traces {
+            let slot = *index.entry(trace).or_insert_with(|| {
+                name(trace).map(|g| {
+                    sites.push(g);
+                    (sites.len() - 1) as u32
+                })
+            });
+            match slot {
+                Some(i) => {
+                    let g = &mut sites[i as usize];
+                    g.bytes = g.bytes.max(s.values.iter().copied().max().unwrap_or(0));
+                    series.push(SiteSeries {
+                        site: i,
+                        start: s.start as u32,
+                        values: s.values.clone(),
+                    });
+                }
+                None => dropped += 1,
+            }
+        }
         SampledTimeline {
             period_ms: self.period.as_millis() as u64,
             samples_taken: self.taken,
             sites,
             samples,
             peak,
+            series,
+            series_dropped: dropped,
         }
     }
 }
@@ -297,5 +432,80 @@ mod tests {
         assert_eq!(t.peak.as_ref().unwrap().timestamp_ms, spike as i64 * 100);
         let json = serde_json::to_vec(&t).unwrap();
         assert!(json.len() < 4 << 20, "{} bytes", json.len());
+    }
+}
+
+#[cfg(test)]
+mod series_tests {
+    use super::*;
+
+    fn site(i: u32) -> Group {
+        let mut g = Group::new(0, 0, "cudaMalloc", MemoryKind::Device, Vec::new(), Vec::new());
+        g.api = format!("site{i}");
+        g
+    }
+
+    /// Issue 26: every site's series is kept, not only each sample's
+    /// largest 8; a site that grows late is whole, and the series stay in
+    /// step with the samples when they are thinned.
+    #[test]
+    fn every_site_keeps_its_series_through_thinning() {
+        let mut h = SiteHistory::new(DEFAULT_PERIOD);
+        let n = 3 * MAX_SAMPLES as u64;
+        for i in 0..n {
+            // 40 steady sites of 1000 bytes; site 99 starts at the last
+            // third and grows by 1 byte a sample: never among the 8
+            // largest until it passes 1000.
+            let mut live: Vec<_> = (1..=40u32)
+                .map(|s| (TraceId(s), 1000, 1, MemoryKind::Device))
+                .collect();
+            if i >= 2 * MAX_SAMPLES as u64 {
+                live.push((TraceId(99), i - 2 * MAX_SAMPLES as u64 + 1, 1, MemoryKind::Device));
+            }
+            h.record(i as i64, 0, &live);
+        }
+        let t = h.to_report(|id| Some(site(id.0)));
+        assert_eq!(t.series.len(), 41);
+        assert_eq!(t.series_dropped, 0);
+        for s in &t.series {
+            assert!(s.start as usize + s.values.len() <= t.samples.len());
+        }
+        let late = t
+            .series
+            .iter()
+            .find(|s| t.sites[s.site as usize].api == "site99")
+            .unwrap();
+        // Its last value is its value at the last sample.
+        assert_eq!(late.start as usize + late.values.len(), t.samples.len());
+        assert_eq!(*late.values.last().unwrap(), MAX_SAMPLES as u64);
+        assert!(late.values.windows(2).all(|w| w[0] <= w[1]));
+        // Every sample's sites sum to its live bytes.
+        for (k, sample) in t.samples.iter().enumerate() {
+            let sum: u64 = t
+                .series
+                .iter()
+                .filter(|s| (s.start as usize..s.start as usize + s.values.len()).contains(&k))
+                .map(|s| s.values[k - s.start as usize])
+                .sum();
+            assert_eq!(sum, sample.live_bytes, "sample {k}");
+        }
+    }
+
+    /// Many sites: the values held stay under the bound, the largest
+    /// sites keep their series, the dropped ones are counted.
+    #[test]
+    fn series_memory_is_bounded() {
+        let mut h = SiteHistory::new(DEFAULT_PERIOD);
+        for i in 0..400i64 {
+            let live: Vec<_> = (1..=20_000u32)
+                .map(|s| (TraceId(s), s as u64, 1, MemoryKind::Device))
+                .collect();
+            h.record(i, 0, &live);
+            assert!(h.cells <= SERIES_CELLS, "{} cells", h.cells);
+        }
+        let t = h.to_report(|id| Some(site(id.0)));
+        assert!(t.series_dropped > 0);
+        assert_eq!(t.series.len() as u64 + t.series_dropped, 20_000);
+        assert_eq!(t.sites[t.series[0].site as usize].api, "site20000");
     }
 }
