@@ -139,11 +139,18 @@ fn load_runs(paths: &[PathBuf], view: &ViewArgs) -> Result<Vec<Vec<(PathBuf, Rep
 /// Symbolizes after the fact: frames without a function by default, every
 /// frame with `--symbolize`, none with `--no-symbolize`.
 fn symbolize(r: &mut Report, view: &ViewArgs) {
+    symbolize_each(std::slice::from_mut(r), view);
+}
+
+/// [`symbolize`] for several reports, each module and debug file read once.
+fn symbolize_each<'a>(reports: impl IntoIterator<Item = &'a mut Report>, view: &ViewArgs) {
     if view.no_symbolize {
         return;
     }
     let mut s = OfflineSymbolizer::new(view.debug_root.clone());
-    s.symbolize_report(r, view.symbolize);
+    for r in reports {
+        s.symbolize_report(r, view.symbolize);
+    }
 }
 
 /// One report for `paths`: the newest dump of each process of one run (or
@@ -297,10 +304,13 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
         Format::Html => {
             // Every dump of the run shown (not only the newest of each
             // process): the page marks each dump on the timeline.
-            let all: Vec<(PathBuf, Report)> = load(paths)?
+            let mut all: Vec<(PathBuf, Report)> = load(paths)?
                 .into_iter()
                 .filter(|(_, d)| r.run_id.is_none() || d.run_id == r.run_id)
                 .collect();
+            // As the merged report is: the page matches each timeline site
+            // to its table row by its frames.
+            symbolize_each(all.iter_mut().map(|(_, d)| d), view);
             print_page(&super::html::report_page_with(&all, &r, view.full_stacks))
         }
         Format::Svg => print_page(&super::svg::flame_graph(
@@ -324,9 +334,7 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
 /// in the export (ranks, hosts and pids stay apart), never a sum.
 fn export(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     let mut processes: Vec<(PathBuf, Report)> = load_runs(paths, view)?.into_iter().flatten().collect();
-    for (_, r) in &mut processes {
-        symbolize(r, view);
-    }
+    symbolize_each(processes.iter_mut().map(|(_, r)| r), view);
     if let Some(n) = view.top {
         super::export::keep_top(&mut processes, n);
     }

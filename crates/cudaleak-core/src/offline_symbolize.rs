@@ -217,20 +217,24 @@ impl OfflineSymbolizer {
     }
 
     fn group(&mut self, g: &mut Group, all: bool) {
-        if let Some(s) = self.stack(&g.native_stack, all) {
-            g.native_stack = s;
+        self.stacks(&mut g.native_stack, &mut g.merged_stack, all);
+    }
+
+    fn stacks(&mut self, native: &mut Vec<NativeFrame>, merged_stack: &mut Vec<MergedFrame>, all: bool) {
+        if let Some(s) = self.stack(native, all) {
+            *native = s;
         }
-        if g.merged_stack.is_empty() {
+        if merged_stack.is_empty() {
             return;
         }
-        let mut merged = Vec::with_capacity(g.merged_stack.len());
+        let mut merged = Vec::with_capacity(merged_stack.len());
         let mut run: Vec<NativeFrame> = Vec::new();
         let flush = |run: &mut Vec<NativeFrame>, merged: &mut Vec<MergedFrame>, me: &mut Self| {
             let new = me.stack(run, all).unwrap_or_else(|| run.clone());
             merged.extend(new.into_iter().map(MergedFrame::Native));
             run.clear();
         };
-        for f in std::mem::take(&mut g.merged_stack) {
+        for f in std::mem::take(merged_stack) {
             match f {
                 MergedFrame::Native(n) => run.push(n),
                 p @ MergedFrame::Python(_) => {
@@ -240,7 +244,7 @@ impl OfflineSymbolizer {
             }
         }
         flush(&mut run, &mut merged, self);
-        g.merged_stack = merged;
+        *merged_stack = merged;
     }
 
     /// Symbolizes the frames of every group that have no function (all
@@ -256,6 +260,23 @@ impl OfflineSymbolizer {
             for g in list.iter_mut() {
                 self.group(g, all);
             }
+        }
+        // Every stack the report holds, so that a timeline's call site or
+        // the peak's group still matches its leak group by key (their
+        // frames are the same; a frame named here in one and not in the
+        // other would tell them apart).
+        if let Some(t) = &mut r.timeline {
+            for g in t.sites.iter_mut() {
+                self.group(g, all);
+            }
+        }
+        if let Some(p) = &mut r.peak {
+            for g in p.groups.iter_mut() {
+                self.group(g, all);
+            }
+        }
+        if let Some(o) = &mut r.oom {
+            self.stacks(&mut o.native_stack, &mut o.merged_stack, all);
         }
     }
 }
