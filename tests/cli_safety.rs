@@ -348,7 +348,7 @@ fn a_report_that_could_not_be_written_fails_the_gate() {
         assert_eq!(status.code(), Some(expected), "{args:?}: {stderr}");
         assert!(stderr.contains("cannot write the report"), "{stderr}");
         assert!(
-            stderr.contains("made CUDA calls but wrote no exit report"),
+            stderr.contains("made CUDA calls but could not write its final report"),
             "{stderr}"
         );
         assert!(!stderr.contains("no process made a CUDA allocation"), "{stderr}");

@@ -90,6 +90,11 @@ pub const FLAGS: &[Flag] = &[
         help: "out-of-memory reports (trigger \"oom\") written per process, at most 1000; failures within 1 s of a report's count in it; 0 writes none",
     },
     Flag {
+        name: "CUDALEAK_REPORT_MODE",
+        default: "0600",
+        help: "permission bits of report and timeline files, in octal (0640, 0644 to let others read them); the owner always reads and writes",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -135,7 +140,14 @@ pub struct Config {
     pub max_stacks: u32,
     /// out-of-memory reports per process (CUDALEAK_OOM_REPORTS); 0: none
     pub oom_reports: u32,
+    /// permission bits of report files (CUDALEAK_REPORT_MODE)
+    pub report_mode: u32,
 }
+
+/// Reports are readable by their owner only unless `CUDALEAK_REPORT_MODE`
+/// says otherwise (issue 23: a world-readable marker gave away the run id
+/// a forged report needs).
+pub const DEFAULT_REPORT_MODE: u32 = 0o600;
 
 pub const DEFAULT_MAX_GROUPS: usize = 1000;
 pub const DEFAULT_OOM_REPORTS: u32 = 3;
@@ -162,6 +174,7 @@ impl Default for Config {
             max_groups: DEFAULT_MAX_GROUPS,
             max_stacks: crate::depot::DEFAULT_MAX_TRACES,
             oom_reports: DEFAULT_OOM_REPORTS,
+            report_mode: DEFAULT_REPORT_MODE,
         }
     }
 }
@@ -354,6 +367,17 @@ impl Config {
                 _ => bad("CUDALEAK_OOM_REPORTS", &v, "expected a count, 0 to 1000", "3"),
             }
         }
+        if let Some(v) = get("CUDALEAK_REPORT_MODE") {
+            match u32::from_str_radix(v.trim(), 8) {
+                Ok(m) if m & !0o666 == 0 && m & 0o600 == 0o600 => c.report_mode = m,
+                _ => bad(
+                    "CUDALEAK_REPORT_MODE",
+                    &v,
+                    "expected octal permission bits with the owner's 0600, no execute bits",
+                    "0600",
+                ),
+            }
+        }
         if let Some(v) = get("CUDALEAK_UNWINDER") {
             match v.trim() {
                 "fast" => c.unwinder = Unwinder::Fast,
@@ -466,10 +490,19 @@ mod tests {
 
     #[test]
     fn every_flag_is_parsed_by_from_env() {
+        // Only from_env's body: from its signature to the end of its impl,
+        // before the tests, whose own literals would match (issue 23).
         let src = include_str!("config.rs");
-        let body = &src[src.find("pub fn from_env").unwrap()..];
+        let start = src.find("pub fn from_env").unwrap();
+        let end = start + src[start..].find("#[cfg(test)]").unwrap();
+        let body = &src[start..end];
+        // Read means asked of the environment: `get("NAME")`, or a row
+        // of the table of booleans read in one loop. A warning that names
+        // it does not count.
         for f in FLAGS {
-            assert!(body.contains(&format!("\"{}\"", f.name)), "{} not read", f.name);
+            let read = body.contains(&format!("get(\"{}\")", f.name))
+                || body.contains(&format!("(\"{}\", &mut c.", f.name));
+            assert!(read, "{} not read", f.name);
         }
     }
 }

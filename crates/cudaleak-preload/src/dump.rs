@@ -218,7 +218,7 @@ pub fn dump(req: Request) -> Option<Outcome> {
             state.timeline.record(&report);
         }
         let path = write(&report);
-        crate::run_marker::on_report_written(req.trigger, path.is_some());
+        crate::run_marker::on_report_written(req.trigger, path.as_deref(), settings::instance);
         if req.trigger == Trigger::Interval {
             if let Some(p) = &path {
                 state.interval_files.push_back(p.clone());
@@ -284,7 +284,7 @@ fn write_oom_report(state: &mut DumpState, p: &oom::Pending) {
             .and_then(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned()),
     );
-    crate::run_marker::on_report_written(Trigger::Oom, path.is_some());
+    crate::run_marker::on_report_written(Trigger::Oom, path.as_deref(), settings::instance);
     if settings::config().summary {
         let shown = path.as_deref().map(|p| p.to_string_lossy());
         write_stderr(cudaleak_core::render::oom_lines(&report, shown.as_deref()).as_bytes());

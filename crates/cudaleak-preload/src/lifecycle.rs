@@ -103,6 +103,7 @@ pub fn init() {
     new_instance();
     let config = settings::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
     tracker::configure(config);
+    cudaleak_core::writer::set_file_mode(config.report_mode);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let dir = match &config.dir {
         Some(d) if d.is_absolute() => d.clone(),
@@ -870,7 +871,7 @@ fn before_exec() -> bool {
     errno_kept(|| {
         if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_AFTER_FAILED_EXEC {
             // This image's exec report stands: only the marker goes.
-            crate::run_marker::on_report_written(Trigger::Exit, true);
+            crate::run_marker::on_exec_report_stands(instance);
         } else {
             exit_report_for(None, None, Some("exec"));
         }
