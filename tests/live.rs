@@ -294,3 +294,22 @@ fn the_checkpoint_api_from_c() {
     let want_lines = lines_of(LIVE, "/* LEAK after checkpoint */");
     assert_eq!(got, [(300, want_lines[0]), (400, want_lines[1])]);
 }
+
+/// Issue 23, finding 3: `_exit` from a signal handler that interrupted
+/// malloc. The report was written inside the handler, which took glibc's
+/// malloc lock the interrupted call held: the process hung. Several runs,
+/// since a signal lands inside malloc in most but not all of them.
+#[test]
+fn underscore_exit_from_a_handler_that_interrupted_malloc_writes_the_report() {
+    let exe = program("exit_in_handler");
+    for _ in 0..8 {
+        let running = spawn_traced(&exe, &[], &[]);
+        let (status, dir, _) = running.wait(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(7));
+        let reports = reports_in(dir.path());
+        assert_eq!(reports.len(), 1);
+        let r = &reports[0];
+        assert_eq!(r.exit_status, Some(7));
+        assert_eq!(r.leaked_bytes(), 4096);
+    }
+}
