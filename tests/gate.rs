@@ -277,3 +277,54 @@ fn a_command_killed_by_a_crash_is_named_with_its_signal() {
     assert!(stderr.contains("killed by SIGSEGV"), "{stderr}");
     assert!(!stderr.contains("SIGKILL"), "{stderr}");
 }
+
+#[test]
+fn a_suppressions_path_with_terminal_escapes_is_escaped_in_its_warning() {
+    let out = run_traced(
+        &program("leak_n"),
+        &["1", "0"],
+        &[(
+            "CUDALEAK_SUPPRESSIONS",
+            "/nonexistent/\x1b[31mred\x1b]0;title\x07",
+        )],
+    );
+    let lines = out.stderr_lines_with("CUDALEAK_SUPPRESSIONS");
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains('\x1b') && !out.stderr.contains('\x07'),
+        "{:?}",
+        out.stderr
+    );
+    assert!(lines[0].contains("\\u{1b}[31mred"), "{}", lines[0]);
+}
+
+#[test]
+fn a_dump_signal_that_would_end_the_program_is_refused() {
+    let out = run_traced(&program("leak_n"), &["1", "0"], &[("CUDALEAK_SIGNAL", "TERM")]);
+    let lines = out.stderr_lines_with("CUDALEAK_SIGNAL");
+    assert_eq!(lines.len(), 1, "{}", out.stderr);
+    assert!(lines[0].contains("would no longer end"), "{}", lines[0]);
+}
+
+#[test]
+fn report_of_a_directory_names_the_file_it_chose() {
+    let d = TempDir::new("report-dir-file");
+    let reports = d.path().join("reports");
+    let r = reports.display().to_string();
+    let (status, _, stderr) = cudaleak(&["run", "--dir", &r, "--", &leak_n(), "1", "0"], d.path());
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("cudaleak: 100 bytes leaked in 1 block\n"),
+        "{stderr}"
+    );
+    let (status, stdout, stderr) = cudaleak(&["report", &r], d.path());
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let file = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("file: "))
+        .unwrap_or_else(|| panic!("no file line: {stdout}"));
+    assert!(
+        file.starts_with(&format!("{r}/cudaleak.")) && file.ends_with(".exit.json"),
+        "{file}"
+    );
+}

@@ -250,6 +250,25 @@ pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
     if FORBIDDEN_SIGNALS.contains(&num) {
         return Err(format!("signal {t:?} cannot be used for dumps"));
     }
+    // A dump replaces the signal's default action: with SIGTERM, SIGHUP,
+    // SIGQUIT or SIGALRM the program would survive a signal meant to end
+    // it (issue 23). Only user-defined and real-time signals, and those
+    // whose default action is to ignore or continue, are taken; SIGINT
+    // stays, as CONTRACT.md names it (installed at the first allocation
+    // call, after Python's own handler).
+    let harmless = [
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGINT,
+        libc::SIGURG,
+        libc::SIGWINCH,
+        libc::SIGCONT,
+    ];
+    if !harmless.contains(&num) && num < libc::SIGRTMIN() {
+        return Err(format!(
+            "signal {t:?} would no longer end or stop the program once it dumps; use USR1, USR2 or a real-time signal"
+        ));
+    }
     Ok(Some(num))
 }
 
@@ -432,6 +451,14 @@ mod tests {
         assert!(parse_signal("-1").is_err());
         assert!(parse_signal("65").is_err());
         assert_eq!(parse_signal("34"), Ok(Some(34)));
+        // Signals whose default action ends or stops the program (issue 23).
+        for fatal in ["TERM", "HUP", "QUIT", "ALRM", "XCPU", "TTIN", "PROF", "15"] {
+            let e = parse_signal(fatal).unwrap_err();
+            assert!(e.contains("would no longer end"), "{fatal}: {e}");
+        }
+        for ok in ["INT", "URG", "WINCH", "RTMIN+3"] {
+            assert!(parse_signal(ok).is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -616,8 +616,12 @@ fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
 }
 
 /// The contract's last line: `cudaleak: N bytes leaked in M blocks`.
+/// `cudaleak: N bytes leaked in M blocks` (`in 1 block`: issue 23).
 pub fn summary_line(bytes: u64, blocks: u64) -> String {
-    format!("cudaleak: {bytes} bytes leaked in {blocks} blocks")
+    format!(
+        "cudaleak: {bytes} bytes leaked in {}",
+        crate::units::count(blocks, "block")
+    )
 }
 
 fn by_kind(groups: &[Group]) -> String {
@@ -947,6 +951,12 @@ mod tests {
     use super::*;
     use crate::python::PythonFrame;
     use crate::record::MemoryKind;
+
+    #[test]
+    fn the_summary_line_says_1_block() {
+        assert_eq!(summary_line(100, 1), "cudaleak: 100 bytes leaked in 1 block");
+        assert_eq!(summary_line(0, 0), "cudaleak: 0 bytes leaked in 0 blocks");
+    }
 
     #[test]
     fn escape_writes_control_characters_visibly() {

@@ -392,12 +392,16 @@ fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
         match cudaleak_core::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
-                Err(e) => warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
+                // Escaped as every other value is (issue 23: terminal
+                // escapes in the path reached the terminal).
+                Err(e) => warn(&cudaleak_core::render::escape(&format!(
+                    "cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}"
+                ))),
             },
-            Err(e) => warn(&format!(
-                "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={}: {e}",
-                path.display()
-            )),
+            Err(e) => warn(&cudaleak_core::render::escape(&format!(
+                "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={:?}: {e}",
+                path.display().to_string()
+            ))),
         }
     }
     s
