@@ -328,3 +328,109 @@ fn report_of_a_directory_names_the_file_it_chose() {
         "{file}"
     );
 }
+
+/// `sleep SECONDS` under the library: it never makes a CUDA allocation,
+/// so it never answers a dump request.
+fn idle_traced(dir: &Path, seconds: &str) -> std::process::Child {
+    let child = std::process::Command::new("sleep")
+        .arg(seconds)
+        .env("LD_PRELOAD", lib())
+        .env("CUDALEAK_DIR", dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let maps = format!("/proc/{}/maps", child.id());
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcudaleak.so")) {
+        assert!(start.elapsed() < DEADLINE, "the library is not loaded");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+#[test]
+fn dump_notices_at_once_that_the_process_died() {
+    let d = TempDir::new("dump-dies");
+    let mut target = idle_traced(d.path(), "2");
+    let pid = target.id().to_string();
+    let reaper = std::thread::spawn(move || target.wait());
+    let started = std::time::Instant::now();
+    // With `inf` it waited a year (issue 23); 60 s here is the test's own
+    // limit, far from the 2 s the process lives.
+    let (status, _, stderr) = run_command(
+        cli_command(&["dump", &pid, "--timeout", "inf"], d.path()),
+        Duration::from_secs(60),
+    );
+    let _ = reaper.join();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("ended before it wrote the dump"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(!d.path().join(format!(".cudaleak-dump-request.{pid}")).exists());
+}
+
+#[test]
+fn dump_says_a_stopped_process_is_stopped() {
+    let d = TempDir::new("dump-stopped");
+    let mut target = idle_traced(d.path(), "120");
+    let pid = target.id() as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let (status, _, stderr) = cudaleak(&["dump", &pid.to_string(), "--timeout", "1"], d.path());
+    let _ = target.kill();
+    let _ = target.wait();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("it is stopped"), "{stderr}");
+    assert!(!stderr.contains("once it has made a CUDA allocation"), "{stderr}");
+}
+
+#[test]
+fn dump_finds_a_renamed_copy_of_the_library_and_names_run_s_child() {
+    use std::io::BufRead;
+    let d = TempDir::new("dump-renamed");
+    let copy = d.path().join("lib.so");
+    std::fs::copy(lib(), &copy).unwrap();
+    let mut target = std::process::Command::new(program("live"))
+        .arg("wait")
+        .env("LD_PRELOAD", &copy)
+        .env("CUDALEAK_DIR", d.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(target.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pid = target.id().to_string();
+    let (status, stdout, stderr) = cudaleak(&["dump", &pid, "--timeout", "30"], d.path());
+    let _ = target.kill();
+    let _ = target.wait();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("cudaleak: report written to"), "{stdout}");
+
+    // `cudaleak run`'s own pid: the command it runs is named.
+    let reports = d.path().join("reports").display().to_string();
+    let mut run = cli_command(&["run", "--dir", &reports, "--", "sleep", "120"], d.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{}/task/{}/children", run.id(), run.id());
+    let start = std::time::Instant::now();
+    let child = loop {
+        let text = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(c) = text.split_whitespace().next() {
+            break c.to_string();
+        }
+        assert!(start.elapsed() < DEADLINE, "run started no command");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (status, _, stderr) = cudaleak(&["dump", &run.id().to_string(), "--timeout", "1"], d.path());
+    let _ = run.kill();
+    let _ = run.wait();
+    // SAFETY: the command `run` started (orphaned by the kill above).
+    unsafe { libc::kill(child.parse().unwrap(), libc::SIGKILL) };
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("cudaleak dump {child}")), "{stderr}");
+}
