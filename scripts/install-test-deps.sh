@@ -1,8 +1,9 @@
 #!/bin/sh
 # Packages the tests need beyond the toolchain, from the distribution:
 # Chromium for the browser tests of `cudaleak report --format html`
-# (tests/html.rs). With CI=true those tests fail when Chromium is missing;
-# elsewhere they print "SKIPPED: chromium not installed".
+# (tests/html.rs). Those tests are #[ignore]d ("needs Chromium") in a plain
+# `cargo test`; scripts/test.sh runs them, and there a missing Chromium
+# fails them.
 set -eu
 if command -v chromium >/dev/null 2>&1 || command -v chromium-headless-shell >/dev/null 2>&1; then
     exit 0
