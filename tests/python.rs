@@ -660,7 +660,20 @@ fn pytest_plugin_works_under_xdist() {
 
 #[test]
 fn pytest_plugin_without_the_library_checks_nothing_and_says_so() {
+    // Asked to check every test: no library fails the run, with one line
+    // that says how to run it (issue 23: it passed silently).
     let p = pytest(&["--cuda-leaks"], false);
+    assert_ne!(p.status.code(), Some(0), "{}", p.stdout);
+    let lines: Vec<&str> = p.stderr.lines().filter(|l| l.contains("cudaleak")).collect();
+    assert_eq!(lines.len(), 1, "{}", p.stderr);
+    assert!(
+        lines[0].contains("needs libcudaleak.so preloaded"),
+        "{}",
+        p.stderr
+    );
+    assert!(lines[0].contains("cudaleak run --"), "{}", p.stderr);
+    // A marker alone: the marked tests run unchecked, with a warning.
+    let p = pytest(&[], false);
     assert_eq!(p.status.code(), Some(0), "{}", p.stdout);
     assert!(summary(&p).starts_with("6 passed"), "{}", p.stdout);
     assert!(
