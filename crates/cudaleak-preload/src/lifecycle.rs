@@ -964,6 +964,7 @@ fn after_failed_exec(reported: bool) {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
+            dump::reporting_resumes();
             crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
         });
     }
