@@ -413,3 +413,33 @@ fn dump_finds_a_renamed_copy_of_the_library_and_names_run_s_child() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&format!("cudaleak dump {child}")), "{stderr}");
 }
+
+#[test]
+fn a_huge_function_name_is_capped_in_every_rendering() {
+    let d = TempDir::new("huge-name");
+    let name = "f".repeat(5 << 20);
+    let v = serde_json::json!({
+        "format": "cudaleak", "version": 1, "trigger": "exit", "sequence": 1, "pid": 7,
+        "command": ["app"], "hostname": "node", "timestamp_ms": 0,
+        "totals": {"live_blocks": 1, "live_bytes": 64, "peak_bytes": 64, "allocations": 1, "frees": 0,
+                   "failed_allocations": 0, "invalid_frees": 0},
+        "leaks": [{
+            "blocks": 1, "bytes": 64, "api": "cudaMalloc", "memory": "device",
+            "native_stack": [{"address": "0x1000", "function": name, "file": "a.c", "line": 3, "module": "/app"}],
+            "python_stack": []
+        }],
+        "growth": []
+    });
+    validate(&v);
+    let file = d.path().join("cudaleak.node.7.1-a.1.exit.json");
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let f = file.display().to_string();
+    for format in ["text", "folded", "svg", "html"] {
+        let (status, stdout, stderr) = cudaleak(&["report", &f, "--format", format], d.path());
+        assert_eq!(status.code(), Some(0), "{format}: {stderr}");
+        // The page's own script and style are some 100 KB; the name is
+        // at most 4 KiB wherever it appears.
+        assert!(stdout.len() < 400_000, "{format}: {} bytes", stdout.len());
+        assert!(stdout.contains('…'), "{format}: no ellipsis");
+    }
+}
