@@ -443,3 +443,47 @@ fn a_huge_function_name_is_capped_in_every_rendering() {
         assert!(stdout.contains('…'), "{format}: no ellipsis");
     }
 }
+
+#[test]
+fn symbolizing_from_a_huge_file_named_by_a_report_maps_it_instead_of_reading_it() {
+    let d = TempDir::new("huge-module");
+    // A sparse file: no disk, and reading it all took its size in memory
+    // (issue 23: 3 GB cost 3.1 GB of RSS).
+    let module = d.path().join("huge.so");
+    std::fs::File::create(&module)
+        .unwrap()
+        .set_len(600 << 20)
+        .unwrap();
+    let v = serde_json::json!({
+        "format": "cudaleak", "version": 1, "trigger": "exit", "sequence": 1, "pid": 7,
+        "command": ["app"], "hostname": "node", "timestamp_ms": 0,
+        "totals": {"live_blocks": 1, "live_bytes": 64, "peak_bytes": 64, "allocations": 1, "frees": 0,
+                   "failed_allocations": 0, "invalid_frees": 0},
+        "leaks": [{
+            "blocks": 1, "bytes": 64, "api": "cudaMalloc", "memory": "device",
+            "native_stack": [{"address": "0x1010", "function": null, "file": null, "line": null,
+                              "module": module.display().to_string(),
+                              "offset": "0x10", "build_id": "ab".repeat(20)}],
+            "python_stack": []
+        }],
+        "growth": []
+    });
+    validate(&v);
+    let file = d.path().join("cudaleak.node.7.1-a.1.exit.json");
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    // The command's peak RSS, as its parent sees it.
+    let script = "import resource, subprocess, sys\n\
+        r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n\
+        print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(cli())
+        .args(["report", "--symbolize", &file.display().to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fields = text.split_whitespace();
+    assert_eq!(fields.next(), Some("0"), "{text}");
+    let max_rss_kib: u64 = fields.next().unwrap().parse().unwrap();
+    assert!(max_rss_kib < 150 * 1024, "peak RSS {max_rss_kib} KiB");
+}
