@@ -487,3 +487,28 @@ fn symbolizing_from_a_huge_file_named_by_a_report_maps_it_instead_of_reading_it(
     let max_rss_kib: u64 = fields.next().unwrap().parse().unwrap();
     assert!(max_rss_kib < 150 * 1024, "peak RSS {max_rss_kib} KiB");
 }
+
+#[test]
+fn nothing_is_written_into_a_data_file_that_took_fd_2() {
+    let d = TempDir::new("stderr-reuse");
+    let data = d.path().join("data.bin");
+    let out = run_traced(&program("stderr_reuse"), &[data.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "DATA\n");
+    assert_eq!(out.report().leaked_bytes(), 512);
+    // CUDALEAK_LOG: the lines go to a file of the user's choice instead.
+    let log = d.path().join("cudaleak.log");
+    let out = run_traced(
+        &program("stderr_reuse"),
+        &[data.to_str().unwrap()],
+        &[("CUDALEAK_LOG", log.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "DATA\n");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("cudaleak: 512 bytes leaked in 1 block"),
+        "{logged}"
+    );
+    assert_eq!(std::fs::metadata(&log).unwrap().mode() & 0o777, 0o600);
+}

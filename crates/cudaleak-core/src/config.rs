@@ -95,6 +95,11 @@ pub const FLAGS: &[Flag] = &[
         help: "permission bits of report and timeline files, in octal (0640, 0644 to let others read them); the owner always reads and writes",
     },
     Flag {
+        name: "CUDALEAK_LOG",
+        default: "none (stderr)",
+        help: "file the library's warnings and summaries are appended to instead of stderr (created mode 0600 if missing)",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -142,6 +147,8 @@ pub struct Config {
     pub oom_reports: u32,
     /// permission bits of report files (CUDALEAK_REPORT_MODE)
     pub report_mode: u32,
+    /// file for the library's lines instead of stderr (CUDALEAK_LOG)
+    pub log: Option<PathBuf>,
 }
 
 /// Reports are readable by their owner only unless `CUDALEAK_REPORT_MODE`
@@ -175,6 +182,7 @@ impl Default for Config {
             max_stacks: crate::depot::DEFAULT_MAX_TRACES,
             oom_reports: DEFAULT_OOM_REPORTS,
             report_mode: DEFAULT_REPORT_MODE,
+            log: None,
         }
     }
 }
@@ -307,6 +315,13 @@ impl Config {
             match v.trim().parse::<i32>() {
                 Ok(n) if (0..=255).contains(&n) => c.exitcode = n,
                 _ => bad("CUDALEAK_EXITCODE", &v, "not an exit status 0-255", "0"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_LOG") {
+            if v.is_empty() {
+                bad("CUDALEAK_LOG", &v, "empty", "stderr");
+            } else {
+                c.log = Some(PathBuf::from(v));
             }
         }
         if let Some(v) = get("CUDALEAK_SUPPRESSIONS") {

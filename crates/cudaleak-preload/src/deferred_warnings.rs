@@ -46,15 +46,7 @@ pub fn flush() {
     for (o, b) in out.iter_mut().zip(BUF.iter()).take(len) {
         *o = b.load(Ordering::Relaxed);
     }
-    let mut rest = &out[..len];
-    while !rest.is_empty() {
-        // SAFETY: writing our own stack buffer to fd 2.
-        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
-        if n <= 0 {
-            return;
-        }
-        rest = &rest[n as usize..];
-    }
+    crate::settings::write_stderr(&out[..len]);
 }
 
 #[cfg(test)]

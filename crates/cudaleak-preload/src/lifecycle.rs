@@ -114,6 +114,9 @@ pub fn init() {
     new_instance();
     let config = settings::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
     tracker::configure(config);
+    if let Some(w) = settings::open_outputs(config.log.as_deref()) {
+        crate::deferred_warnings::push(&w);
+    }
     cudaleak_core::writer::set_file_mode(config.report_mode);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let dir = match &config.dir {
@@ -685,8 +688,7 @@ fn exit_report_by_dumper(status: c_int) -> Option<i32> {
     }
     if !DUMPER_STARTED.load(Ordering::Acquire) {
         const LINE: &[u8] = b"cudaleak: no dump thread: the exit report was not written at _exit\n";
-        // SAFETY: write(2) of a static buffer.
-        unsafe { libc::write(2, LINE.as_ptr().cast(), LINE.len()) };
+        write_stderr(LINE);
         return None;
     }
     EXIT_REQUEST_DONE.store(false, Ordering::Release);
