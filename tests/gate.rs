@@ -113,6 +113,11 @@ with open(name, "w") as f:
     json.dump(r, f)
 if sys.argv[2] != "-":
     os.chown(name, int(sys.argv[2]), int(sys.argv[2]))
+    # and a report of another user's own run, named as no process of ours
+    other = os.path.join(sys.argv[1], "cudaleak.elsewhere.1.1-x.1.exit.json")
+    with open(other, "w") as f:
+        json.dump(r, f)
+    os.chown(other, int(sys.argv[2]), int(sys.argv[2]))
 "#,
     )
     .unwrap();
@@ -147,6 +152,10 @@ fn a_clean_report_planted_by_another_user_is_ignored() {
     assert_eq!(status.code(), Some(23), "{stderr}");
     assert!(
         stderr.contains("does not belong to the user who runs the gate"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ignoring 1 report file in") && stderr.contains("that other users own"),
         "{stderr}"
     );
     assert!(

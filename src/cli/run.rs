@@ -727,6 +727,7 @@ fn summarize(dir: &Path, run_id: &str, told: &Told, ended: &Ended) -> RunOutcome
     let mut reports: Vec<(PathBuf, Report)> = Vec::new();
     let mut ooms: Vec<(PathBuf, Report)> = Vec::new();
     let mut unread = 0usize;
+    let mut foreign = 0usize;
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -737,7 +738,8 @@ fn summarize(dir: &Path, run_id: &str, told: &Told, ended: &Ended) -> RunOutcome
             if !owned_by_us(&e.path()) {
                 // Another user's file in a shared directory is never read
                 // as ours (issue 23: a planted clean report passed a
-                // leaking job); said when it poses as one of this run's.
+                // leaking job); named when it poses as one of this run's,
+                // counted in one line otherwise.
                 if known
                     .iter()
                     .any(|(pid, inst)| name.contains(&format!(".{pid}.{inst}.")))
@@ -746,6 +748,8 @@ fn summarize(dir: &Path, run_id: &str, told: &Told, ended: &Ended) -> RunOutcome
                         "cudaleak: ignoring {}: it does not belong to the user who runs the gate",
                         escape(&e.path().display().to_string())
                     );
+                } else {
+                    foreign += 1;
                 }
                 continue;
             }
@@ -768,6 +772,12 @@ fn summarize(dir: &Path, run_id: &str, told: &Told, ended: &Ended) -> RunOutcome
         }
     }
     let shown_dir = escape(&dir.display().to_string()).into_owned();
+    if foreign > 0 {
+        note!(
+            "cudaleak: ignoring {} in {shown_dir} that other users own",
+            count(foreign as u64, "report file")
+        );
+    }
     let mut outcome = RunOutcome::default();
     // Final reports per process image. Two for one image are a failure,
     // not a choice: one of them is forged or duplicated (issue 23). An
