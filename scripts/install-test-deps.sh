@@ -6,8 +6,9 @@
 # - Go (golang-go), whose `go tool pprof` reads `--format pprof` back;
 # - node and npm, to install speedscope (tests/speedscope/package-lock.json),
 #   which opens `--format speedscope` (tests/exports.rs).
-# With CI=true those tests fail when their tool is missing; elsewhere they
-# print "SKIPPED: ... not installed" and return.
+# Tests that need one of these are #[ignore]d with the reason in a plain
+# `cargo test`; scripts/test.sh runs them, and there a missing tool fails
+# them (issue 23).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 missing=""

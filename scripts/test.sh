@@ -36,6 +36,28 @@ export PATH="$PWD/$venv/bin:$PATH"
 
 cargo build --release --workspace
 cargo test --release --workspace "$@"
+# The tests that need a tool are #[ignore]d (`cargo test` reports them as
+# ignored, never as passed: issue 23); here they run, and a missing tool
+# fails them. ../shared exists only beside the lead's checkout, and root is
+# needed to act as another user: without them, one line says what did not run.
+ignored=(--test html --test exports --test real_runtime --test python)
+
+if [ -d ../shared ]; then
+    ignored+=(--test artifacts)
+else
+    echo "scripts/test.sh: no ../shared beside this checkout: the agreement tests with it did not run"
+fi
+if [ "$(id -u)" = 0 ]; then
+    ignored+=(--test cli_safety --test gate)
+else
+    echo "scripts/test.sh: not root: the tests that act as another user did not run"
+fi
+skip=()
+if ! python -c "import torch.cuda._memory_viz" 2>/dev/null; then
+    skip+=(--skip torch_snapshot_is_read_by_pytorchs_memory_viz)
+    echo "scripts/test.sh: no PyTorch here: PyTorch's reader of --format torch-snapshot did not run"
+fi
+cargo test --release "${ignored[@]}" -- --ignored "${skip[@]}"
 wheel_start=$SECONDS
 scripts/build-wheel.sh
 echo "scripts/test.sh: the wheel took $((SECONDS - wheel_start)) s to build"

@@ -6,9 +6,10 @@
 //! console message. A screenshot of each page is kept under
 //! target/<profile>/html-tests/.
 //!
-//! Without Chromium these tests print "SKIPPED: chromium not installed"
-//! and return; with CI=true a missing Chromium fails them
-//! (scripts/install-test-deps.sh installs it).
+//! The tests that need Chromium are `#[ignore]`d, with the reason:
+//! `cargo test` reports them as ignored, never as passed. scripts/test.sh
+//! runs them (`--ignored`), and there a missing Chromium fails them
+//! (scripts/install-test-deps.sh installs it; issue 23).
 
 mod support;
 
@@ -17,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    build, cli, cli_command, line_of, repo, run_command, run_traced, sim_dir, target_dir, validate, Outcome,
-    TempDir,
+    build, cli, cli_command, line_of, repo, required, run_command, run_traced, sim_dir, target_dir, validate,
+    Outcome, TempDir,
 };
 
 const MIB: u64 = 1 << 20;
@@ -42,15 +43,6 @@ fn chromium() -> Option<PathBuf> {
             }
         }
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("chromium not installed, but CI=true: CI must install it (scripts/install-test-deps.sh)");
-    }
-    // Straight to the file descriptor: the test harness captures print!
-    // and eprint!, and a skip must be seen, not pass as a success.
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        b"SKIPPED: chromium not installed (apt-get install chromium, or set CUDALEAK_CHROMIUM)\n",
-    );
     None
 }
 
@@ -314,6 +306,7 @@ fn names_in_flame(dom: &str) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn report_page_draws_the_timeline_the_flame_graph_and_the_table() {
     let dir = TempDir::new("html-report");
     training_run(dir.path());
@@ -327,7 +320,10 @@ fn report_page_draws_the_timeline_the_flame_graph_and_the_table() {
         !html.contains("<script src") && !html.contains("<link"),
         "self-contained"
     );
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "report");
     check_rendered(&r).unwrap();
     let dom = &r.dom;
@@ -394,6 +390,7 @@ fn report_page_draws_the_timeline_the_flame_graph_and_the_table() {
 }
 
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn names_from_the_report_cannot_break_out_of_the_page() {
     let dir = TempDir::new("html-escape");
     let path = "/src/</script><script>document.title='pwned'</script><!--\u{2028}x&amp;.c";
@@ -408,7 +405,10 @@ fn names_from_the_report_cannot_break_out_of_the_page() {
     assert_eq!(html.to_ascii_lowercase().matches("</script").count(), 2);
     assert!(!html.contains('\u{2028}') && !html.contains('\u{2029}'));
     assert!(!html.contains("<img"));
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "escape");
     check_rendered(&r).unwrap();
     assert!(
@@ -427,6 +427,7 @@ fn names_from_the_report_cannot_break_out_of_the_page() {
 }
 
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn a_page_that_does_not_draw_fails_the_check() {
     let dir = TempDir::new("html-blank");
     training_run(dir.path());
@@ -439,7 +440,10 @@ fn a_page_that_does_not_draw_fails_the_check() {
     let data_start = html.find("id=\"cudaleak-data\">").unwrap() + "id=\"cudaleak-data\">".len();
     let broken = format!("{}{{not json{}", &html[..data_start], &html[data_start + 1..]);
     std::fs::write(dir.path().join("broken.html"), broken).unwrap();
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let blank = render(&chrome, &dir.path().join("blank.html"), "blank");
     let e = check_rendered(&blank).unwrap_err();
     assert!(e.contains("did not finish"), "{e}");
@@ -449,6 +453,7 @@ fn a_page_that_does_not_draw_fails_the_check() {
 }
 
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn diff_page_shows_growth_stack_by_stack() {
     let dir = TempDir::new("html-diff");
     training_run(dir.path());
@@ -468,7 +473,10 @@ fn diff_page_shows_growth_stack_by_stack() {
         dir.path(),
         "diff.html",
     );
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "diff");
     check_rendered(&r).unwrap();
     assert_eq!(
@@ -491,6 +499,7 @@ fn diff_page_shows_growth_stack_by_stack() {
 }
 
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn merge_page_puts_ranks_side_by_side_and_marks_the_odd_one() {
     let dir = TempDir::new("html-merge");
     for rank in 0..4 {
@@ -501,7 +510,10 @@ fn merge_page_puts_ranks_side_by_side_and_marks_the_odd_one() {
         write(dir.path(), &report(1, "exit", 100 + rank, Some(rank), leaks));
     }
     let page = cli_page(&["merge", "--format", "html", "."], dir.path(), "merge.html");
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "merge");
     check_rendered(&r).unwrap();
     let ranks: Vec<&str> = tags(&r.dom, "data-label=\"rank ")
@@ -524,6 +536,7 @@ fn merge_page_puts_ranks_side_by_side_and_marks_the_odd_one() {
 }
 
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn svg_flame_graph_is_weighted_by_bytes() {
     let dir = TempDir::new("html-svg");
     training_run(dir.path());
@@ -538,7 +551,10 @@ fn svg_flame_graph_is_weighted_by_bytes() {
         svg.contains("load_weights (67,108,864 bytes, 88.89%)"),
         "weight in bytes"
     );
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "svg");
     assert!(r.console.is_empty(), "{:?}", r.console);
 }
@@ -672,6 +688,7 @@ fn report_file(dir: &Path, trigger: &str) -> PathBuf {
 /// the peak on the timeline, and draws the peak's flame graph beside the
 /// leaks'. The exit report's page marks the same moment.
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
     let (out, script) = python_oom_run();
     let dir = out.dir.path();
@@ -689,7 +706,10 @@ fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
         dir,
         "exit.html",
     );
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "oom");
     check_rendered(&r).unwrap();
     let dom = &r.dom;
@@ -777,6 +797,7 @@ fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
 /// Issue 21: a PyTorch cache segment is labelled as such in the table
 /// and the flame graph, with the text report's hint about `--pytorch`.
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn pytorch_cache_segments_are_labelled_on_the_page() {
     let sim = sim_dir();
     let exe = build(
@@ -808,7 +829,10 @@ fn pytorch_cache_segments_are_labelled_on_the_page() {
     )
     .unwrap();
     assert!(text.contains("hint: groups marked \"PyTorch cache segment\""));
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let r = render(&chrome, &page, "torch-cache");
     check_rendered(&r).unwrap();
     let dom = &r.dom;
@@ -934,6 +958,7 @@ fn is_machinery(name: &str) -> bool {
 /// drawn (not lost to "other"), no two labels meet, no interpreter frame
 /// shows by default, and ticks read as round numbers.
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn a_page_of_sixty_call_sites_stays_readable() {
     let sim = sim_dir();
     let helper = build(
@@ -974,7 +999,10 @@ fn a_page_of_sixty_call_sites_stays_readable() {
     let shots = target_dir().join("html-tests");
     std::fs::create_dir_all(&shots).unwrap();
     std::fs::copy(&page, shots.join("sixty.html")).unwrap();
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let (rendered, m) = measure(&chrome, &page, "sixty");
     check_rendered(&rendered).unwrap();
     let dom = &rendered.dom;
@@ -1165,6 +1193,7 @@ fn a_page_of_sixty_call_sites_stays_readable() {
 /// before they were kept) draws its sites from the samples' largest 8
 /// only, and the legend says that such a series is partial.
 #[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn a_series_from_the_samples_largest_only_says_it_is_partial() {
     let dir = TempDir::new("html-partial");
     let mut v = report(1, "exit", 77, None, vec![weights(64 * MIB), scratch(4)]);
@@ -1187,7 +1216,10 @@ fn a_series_from_the_samples_largest_only_says_it_is_partial() {
     validate(&v);
     write(dir.path(), &v);
     let page = cli_page(&["report", "--format", "html", "."], dir.path(), "partial.html");
-    let Some(chrome) = chromium() else { return };
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
     let (r, m) = measure(&chrome, &page, "partial");
     check_rendered(&r).unwrap();
     let legend = m["legend"].as_array().unwrap();

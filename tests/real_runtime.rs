@@ -8,8 +8,9 @@
 //! links it, links it statically, or loads it with ctypes; and whether no
 //! libcuda is found at all or the simulated one is.
 //!
-//! Without the wheel these tests print "SKIPPED: ..." and return; with
-//! CI=true a missing wheel fails them.
+//! These tests are `#[ignore]`d, with the reason: `cargo test` reports
+//! them as ignored, never as passed; scripts/test.sh runs them
+//! (`--ignored`), and there a missing wheel fails them (issue 23).
 
 mod support;
 
@@ -36,18 +37,6 @@ fn wheel_lib() -> Option<PathBuf> {
     if out.status.success() && dir.join("libcudart.so.12").is_file() {
         return Some(dir);
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "the nvidia-cuda-runtime-cu12 wheel is not installed, but CI=true: \
-             scripts/test.sh installs requirements-dev.txt"
-        );
-    }
-    // Straight to the file descriptor: the harness captures eprint!, and
-    // a skip must be seen.
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        b"SKIPPED: nvidia-cuda-runtime-cu12 not installed (pip install -r requirements-dev.txt)\n",
-    );
     None
 }
 
@@ -108,8 +97,12 @@ fn counted_failures(outcomes: &[Outcome]) {
 }
 
 #[test]
+#[ignore = "needs the nvidia-cuda-runtime-cu12 wheel; scripts/test.sh runs it (--ignored)"]
 fn a_program_linked_with_nvidias_runtime_gets_its_codes_unchanged() {
-    let Some(lib) = wheel_lib() else { return };
+    let lib = required(
+        wheel_lib(),
+        "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
+    );
     let exe = build(
         "real_runtime",
         &["tests/c/real_runtime.c"],
@@ -122,8 +115,12 @@ fn a_program_linked_with_nvidias_runtime_gets_its_codes_unchanged() {
 }
 
 #[test]
+#[ignore = "needs the nvidia-cuda-runtime-cu12 wheel; scripts/test.sh runs it (--ignored)"]
 fn a_program_with_nvidias_static_runtime_gets_its_codes_unchanged() {
-    let Some(lib) = wheel_lib() else { return };
+    let lib = required(
+        wheel_lib(),
+        "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
+    );
     // Built here, not by `support::build`, whose run path names the
     // simulated driver's directory: the static runtime's dlopen of
     // libcuda.so.1 would find it there, and "no driver" would not be.
@@ -150,8 +147,12 @@ fn a_program_with_nvidias_static_runtime_gets_its_codes_unchanged() {
 }
 
 #[test]
+#[ignore = "needs the nvidia-cuda-runtime-cu12 wheel; scripts/test.sh runs it (--ignored)"]
 fn python_loading_nvidias_runtime_with_ctypes_gets_its_codes_unchanged() {
-    let Some(lib) = wheel_lib() else { return };
+    let lib = required(
+        wheel_lib(),
+        "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
+    );
     let script = repo().join("tests/python/real_runtime.py");
     let so = lib.join("libcudart.so.12");
     let outcomes = same_codes(&python3(), &[script.to_str().unwrap(), so.to_str().unwrap()]);

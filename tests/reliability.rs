@@ -372,6 +372,19 @@ fn a_thread_with_a_16_kib_stack_can_call_cuda_malloc() {
     }
 }
 
+/// Issue 23, finding 6: the first allocation call named the dumper thread
+/// from the caller's stack (`pthread_setname_np` formats a /proc path with
+/// sprintf): about 2.2 KB more than needed. The thread first takes 5300
+/// bytes of its 16 KiB stack (the library's first call crashed from 5100
+/// on before the fix, and works to about 5500 after; without the library
+/// the program works to about 7200).
+#[test]
+fn a_thread_with_a_16_kib_stack_can_call_cuda_malloc_at_its_deepest() {
+    let out = run_traced(&program(), &["small_stack", "16384", "5300"], &[]);
+    out.assert_success();
+    assert_eq!(out.report().leaks.len(), 1);
+}
+
 #[test]
 fn past_cudaleak_max_stacks_new_stacks_are_dropped_and_counted() {
     let out = run_traced(&program(), &["stacks", "6"], &[("CUDALEAK_MAX_STACKS", "10")]);

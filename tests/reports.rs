@@ -72,12 +72,24 @@ fn top_keeps_totals_and_counts_what_it_left_out() {
     assert_eq!(v["totals"]["live_bytes"], 500);
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 #[test]
 fn runs_sharing_a_directory_are_kept_apart() {
     let d = TempDir::new("rep-runs");
     let dir = d.path().join("shared");
     run_leak_n(d.path(), &dir, "1", "0"); // 100 bytes
-    std::thread::sleep(Duration::from_millis(20)); // a later timestamp
+                                          // The second run must be stamped later: wait for the clock to pass
+                                          // the first report's millisecond (not a guessed sleep: issue 23).
+    let first = reports_in(&dir)[0].timestamp_ms;
+    while now_ms() <= first {
+        std::thread::yield_now();
+    }
     run_leak_n(d.path(), &dir, "0", "2"); // 400 bytes
     let runs: Vec<Report> = reports_in(&dir);
     assert_eq!(runs.len(), 2);

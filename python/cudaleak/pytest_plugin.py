@@ -47,6 +47,15 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # --cuda-leaks asks to check every test: without the library nothing
+    # would be, and the run passed silently (issue 23). A marker alone only
+    # warns, per test.
+    if config.getoption("--cuda-leaks") and not cudaleak.available():
+        raise pytest.UsageError(
+            "cudaleak: --cuda-leaks needs libcudaleak.so preloaded; run "
+            "`cudaleak run -- python -m pytest --cuda-leaks ...` or "
+            "`LD_PRELOAD=$(cudaleak lib) python -m pytest --cuda-leaks ...`"
+        )
     config.addinivalue_line(
         "markers",
         "cuda_no_leaks(limit=0, warmups=0, filter=None, framework=None): fail this test if it leaves "

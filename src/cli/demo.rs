@@ -6,6 +6,7 @@
 
 use super::{create_new_file, find_library, CliResult};
 use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,10 +31,6 @@ fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
 /// 0700). The demo used `/tmp/cudaleak-demo-<pid>` even when another user
 /// had made it, and wrote through their symlinks: a planted
 /// `libcuda.so.1 -> victim` got a root-owned file overwritten (issue 15).
-fn private_dir() -> Result<PathBuf, String> {
-    private_dir_named("cudaleak-demo")
-}
-
 fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
     let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
     let mut bytes = CString::new(template.as_os_str().as_bytes())
@@ -51,21 +48,113 @@ fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(OsString::from_vec(bytes)))
 }
 
+/// The demo's directory, held by a descriptor: after `mkdtemp`, every file
+/// in it is created and read through that descriptor (`openat`,
+/// `O_NOFOLLOW`), and the program runs from it by `/proc/self/fd/N`, never
+/// by the path: in a world-writable `TMPDIR` without the sticky bit,
+/// another user can rename the directory and put their own in its place
+/// (issue 23). The descriptor is inherited by the demo program (no
+/// CLOEXEC), whose loader reads its libraries through it too.
+struct HeldDir {
+    /// the name it was made under, for the user to see
+    shown: PathBuf,
+    fd: OwnedFd,
+}
+
+impl HeldDir {
+    fn make(prefix: &str) -> Result<HeldDir, String> {
+        let shown = private_dir_named(prefix)?;
+        let c = CString::new(shown.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: valid C string; the descriptor is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW) };
+        if fd < 0 {
+            return Err(format!(
+                "{}: {}",
+                shown.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: just opened, ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let held = HeldDir { shown, fd };
+        // Still the directory mkdtemp made: ours, 0700.
+        // SAFETY: fstat into local storage.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let ok = unsafe { libc::fstat(held.fd.as_raw_fd(), &mut st) } == 0
+            && st.st_uid == unsafe { libc::geteuid() }
+            && st.st_mode & 0o7777 == 0o700;
+        if !ok {
+            return Err(format!(
+                "{} was replaced before it could be opened; not using it",
+                held.shown.display()
+            ));
+        }
+        Ok(held)
+    }
+
+    /// `/proc/self/fd/N`: the directory itself, in this process and in
+    /// the children that inherit the descriptor.
+    fn by_fd(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    fn create(&self, name: &str, mode: u32, bytes: &[u8]) -> Result<(), String> {
+        use std::io::Write;
+        let c = CString::new(name).map_err(|e| e.to_string())?;
+        // SAFETY: valid descriptor and C string.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(format!(
+                "cannot create {}: {}",
+                self.shown.join(name).display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: just opened, ours.
+        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        f.write_all(bytes)
+            .map_err(|e| format!("cannot write {}: {e}", self.shown.join(name).display()))
+    }
+
+    fn remove(&self, name: &str) {
+        if let Ok(c) = CString::new(name) {
+            // SAFETY: valid descriptor and C string.
+            unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
+        }
+    }
+}
+
 pub fn demo(dir: Option<PathBuf>) -> CliResult {
     let lib = find_library()?;
-    let work = private_dir()?;
+    let work = HeldDir::make("cudaleak-demo")?;
     for (name, bytes) in FILES {
-        write_exe(&work, name, bytes)?;
+        work.create(name, 0o700, bytes)?;
     }
-    let reports = match dir {
+    // (where the library writes, where we read, what the user is shown)
+    let (reports, shown_reports) = match dir {
         Some(d) => {
             std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-            d
+            (d.clone(), d)
         }
         None => {
-            let d = work.join("reports");
-            std::fs::create_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-            d
+            let c = CString::new("reports").map_err(|e| e.to_string())?;
+            // SAFETY: valid descriptor and C string.
+            if unsafe { libc::mkdirat(work.fd.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
+                return Err(format!(
+                    "{}: {}",
+                    work.shown.join("reports").display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            (work.by_fd().join("reports"), work.shown.join("reports"))
         }
     };
     println!("cudaleak demo: a small training loop with three planted leaks (sim/demo.c),");
@@ -73,9 +162,11 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         "running on cudaleak's simulated CUDA driver under LD_PRELOAD={}\n",
         lib.display()
     );
-    let status = Command::new(work.join("demo"))
+    // The descriptor is inherited (no CLOEXEC), so /proc/self/fd/N is the
+    // same directory in the demo program.
+    let status = Command::new(work.by_fd().join("demo"))
         .env("LD_PRELOAD", &lib)
-        .env("LD_LIBRARY_PATH", &work)
+        .env("LD_LIBRARY_PATH", work.by_fd())
         .env("CUDALEAK_DIR", &reports)
         .env(
             "CUDALEAK_TIMELINE",
@@ -84,26 +175,29 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         .status()
         .map_err(|e| format!("cannot run the demo: {e}"))?;
     for (name, _) in FILES {
-        let _ = std::fs::remove_file(work.join(name));
+        work.remove(name);
     }
     // Empty unless the reports are in it.
-    let _ = std::fs::remove_dir(&work);
+    let _ = std::fs::remove_dir(&work.shown);
     if !status.success() {
         return Err(format!("the demo program failed: {status}"));
     }
-    let report = std::fs::read_dir(&reports)
-        .map_err(|e| format!("{}: {e}", reports.display()))?
+    let report_name = std::fs::read_dir(&reports)
+        .map_err(|e| format!("{}: {e}", shown_reports.display()))?
         .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|e| e.file_name())
+        .find(|n| Path::new(n).extension().is_some_and(|x| x == "json"))
         .ok_or("the demo wrote no report")?;
+    let report = reports.join(&report_name);
+    let shown = shown_reports.join(&report_name);
     println!(
         "\nThe JSON report (schema/report.schema.json): {}",
-        report.display()
+        shown.display()
     );
-    println!("Render it again with: cudaleak report {}", report.display());
+    println!("Render it again with: cudaleak report {}", shown.display());
+    let mut loaded = super::reports::load(std::slice::from_ref(&report))?;
+    loaded[0].0 = shown.clone();
     let page = report.with_extension("html");
-    let loaded = super::reports::load(std::slice::from_ref(&report))?;
     create_new_file(
         &page,
         0o644,
@@ -111,7 +205,7 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
     )?;
     println!(
         "The HTML report (timeline, flame graph, leak table): {}",
-        page.display()
+        shown.with_extension("html").display()
     );
     Ok(0)
 }
@@ -157,5 +251,28 @@ impl Drop for SimulatedDriver {
             let _ = std::fs::remove_file(self.dir.join(name));
         }
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 23: another user renames the demo's directory and puts their
+    /// own in its place. Files are still created in, and the program run
+    /// from, the directory `mkdtemp` made.
+    #[test]
+    fn files_go_to_the_directory_made_even_after_it_is_replaced() {
+        let held = HeldDir::make("cudaleak-demo-test").unwrap();
+        let moved = held.shown.with_extension("moved");
+        std::fs::rename(&held.shown, &moved).unwrap();
+        std::fs::create_dir(&held.shown).unwrap();
+        held.create("demo", 0o700, b"ours").unwrap();
+        assert_eq!(std::fs::read(moved.join("demo")).unwrap(), b"ours");
+        assert!(!held.shown.join("demo").exists());
+        assert_eq!(std::fs::read(held.by_fd().join("demo")).unwrap(), b"ours");
+        held.remove("demo");
+        std::fs::remove_dir(&held.shown).unwrap();
+        std::fs::remove_dir(&moved).unwrap();
     }
 }

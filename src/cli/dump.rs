@@ -93,12 +93,144 @@ fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
             "cannot read process {pid}: /proc/{pid}/maps: {e} (it runs as uid {owner}, this command as uid {me}; run cudaleak dump as the same user or as root)"
         )
     })?;
-    if !maps.contains("libcudaleak.so") {
+    if maps.contains("libcudaleak.so") || runs_our_build(&maps) {
+        return Ok(());
+    }
+    if is_cudaleak_itself(pid) {
+        let children = children_of(pid);
+        let named = match children.as_slice() {
+            [] => "it runs no process now".to_string(),
+            [one] => format!("dump the command it runs: cudaleak dump {one}"),
+            many => format!(
+                "dump the command it runs: one of {}",
+                many.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        };
         return Err(format!(
-            "process {pid} is not running under cudaleak (libcudaleak.so is not loaded in it)"
+            "process {pid} is `cudaleak` itself, not the program it runs; {named}"
         ));
     }
-    Ok(())
+    Err(format!(
+        "process {pid} is not running under cudaleak (libcudaleak.so, or a copy of it under another name, is not loaded in it)"
+    ))
+}
+
+/// The GNU build-id of the ELF file at `path`, from its `PT_NOTE`
+/// segments; only the headers and the notes are read.
+fn file_build_id(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut h = [0u8; 64];
+    f.read_exact(&mut h).ok()?;
+    // 64-bit little-endian ELF only (what the library is built as).
+    if &h[..4] != b"\x7fELF" || h[4] != 2 || h[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as u64;
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    let (phoff, phentsize, phnum) = (u64_at(&h, 0x20), u16_at(&h, 0x36), u16_at(&h, 0x38));
+    if phentsize < 56 || phnum > 256 {
+        return None;
+    }
+    let mut ph = vec![0u8; (phentsize * phnum) as usize];
+    f.seek(SeekFrom::Start(phoff)).ok()?;
+    f.read_exact(&mut ph).ok()?;
+    for e in ph.chunks(phentsize as usize) {
+        if u32_at(e, 0) != 4 {
+            continue; // PT_NOTE
+        }
+        let (offset, size) = (u64_at(e, 8), u64_at(e, 32));
+        if size > 1 << 16 {
+            continue;
+        }
+        let mut notes = vec![0u8; size as usize];
+        f.seek(SeekFrom::Start(offset)).ok()?;
+        f.read_exact(&mut notes).ok()?;
+        if let Some(id) = cudaleak_core::module_location::build_id_in_notes(&notes) {
+            return Some(id);
+        }
+    }
+    None
+}
+
+/// Whether a file mapped in the process (as /proc/PID/maps lists them) is
+/// the library this command uses, under whatever name: same build-id
+/// (issue 23: `LD_PRELOAD=./lib.so`, a renamed copy, was "not running
+/// under cudaleak").
+fn runs_our_build(maps: &str) -> bool {
+    let Some(ours) = super::find_library().ok().and_then(|p| file_build_id(&p)) else {
+        return false;
+    };
+    let mut seen = HashSet::new();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.starts_with('/'))
+        .filter(|p| seen.insert(p.to_string()))
+        .take(4096)
+        .any(|p| file_build_id(Path::new(p)).as_deref() == Some(ours.as_str()))
+}
+
+/// Whether `pid` runs this very program (`cudaleak run`'s own pid).
+fn is_cudaleak_itself(pid: i32) -> bool {
+    let (Ok(theirs), Ok(mine)) = (
+        std::fs::metadata(format!("/proc/{pid}/exe")),
+        std::fs::metadata("/proc/self/exe"),
+    ) else {
+        return false;
+    };
+    theirs.dev() == mine.dev() && theirs.ino() == mine.ino()
+}
+
+/// The children of `pid`, from every one of its threads.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// State letter and start time (clock ticks since boot) of `pid`, from
+/// /proc/PID/stat; None once it is gone.
+fn process_state(pid: i32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after
+    // the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 22 (starttime) is the 20th after the state.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// How the process is while `dump` waits (issue 23: a process that died
+/// was waited for to the end of `--timeout`, a year with `inf`).
+#[derive(Debug, PartialEq, Eq)]
+enum Liveness {
+    Running,
+    Stopped,
+    Gone,
+}
+
+fn liveness(pid: i32, started_at: Option<u64>) -> Liveness {
+    match process_state(pid) {
+        None => Liveness::Gone,
+        Some((_, start)) if started_at.is_some_and(|s| s != start) => Liveness::Gone,
+        Some(('Z' | 'X' | 'x', _)) => Liveness::Gone,
+        Some(('T' | 't', _)) => Liveness::Stopped,
+        Some(_) => Liveness::Running,
+    }
 }
 
 /// What [`request_dump`] found.
@@ -200,11 +332,16 @@ pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
         .map(|(p, _)| p)
         .collect();
     let request = dir.join(request_name(pid));
+    let started_at = process_state(pid).map(|(_, start)| start);
     request_dump(&dir, pid, owner)?;
     let started = Instant::now();
     while started.elapsed() < wait {
         std::thread::sleep(Duration::from_millis(50));
         if request.exists() {
+            if liveness(pid, started_at) == Liveness::Gone {
+                let _ = std::fs::remove_file(&request);
+                return Err(format!("process {pid} ended before it wrote the dump"));
+            }
             continue;
         }
         if let Some((path, report)) = reports_of(&dir, pid, &before)
@@ -227,8 +364,14 @@ pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
         }
     }
     let _ = std::fs::remove_file(&request);
-    Err(format!(
-        "no dump from process {pid} within {timeout} s (it answers once it has made a CUDA allocation; its report directory is {})",
-        escape(&dir.display().to_string())
-    ))
+    let shown = escape(&dir.display().to_string()).into_owned();
+    Err(match liveness(pid, started_at) {
+        Liveness::Stopped => format!(
+            "no dump from process {pid} within {timeout} s: it is stopped (SIGSTOP, a debugger, or Ctrl-Z); it answers once it runs again"
+        ),
+        Liveness::Gone => format!("process {pid} ended before it wrote the dump"),
+        Liveness::Running => format!(
+            "no dump from process {pid} within {timeout} s (it answers once it has made a CUDA allocation; its report directory is {shown})"
+        ),
+    })
 }

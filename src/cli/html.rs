@@ -385,7 +385,17 @@ struct FrameTable {
 }
 
 impl FrameTable {
-    fn intern(&mut self, f: PageFrame) -> u32 {
+    fn intern(&mut self, mut f: PageFrame) -> u32 {
+        // Names capped as in every rendering (issue 23: a 50 MB name).
+        let cap = |s: &mut String| {
+            if let std::borrow::Cow::Owned(c) = cudaleak_core::render::cap_name(s) {
+                *s = c;
+            }
+        };
+        cap(&mut f.name);
+        if let Some(loc) = f.loc.as_mut() {
+            cap(loc);
+        }
         if let Some(&i) = self.index.get(&f) {
             return i;
         }

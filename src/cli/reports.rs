@@ -156,7 +156,20 @@ fn symbolize_each<'a>(reports: impl IntoIterator<Item = &'a mut Report>, view: &
 /// One report for `paths`: the newest dump of each process of one run (or
 /// of all runs, see [`load_runs`]), merged.
 fn load_merged(paths: &[PathBuf], view: &ViewArgs) -> Result<Report, String> {
+    load_merged_from(paths, view).map(|(r, _)| r)
+}
+
+/// The report, and the one file it comes from when it is one process's
+/// (issue 23: `report DIR` printed `file: DIR` instead of the file it chose).
+fn load_merged_from(paths: &[PathBuf], view: &ViewArgs) -> Result<(Report, Option<PathBuf>), String> {
     let runs = load_runs(paths, view)?;
+    let process = |r: &Report| (r.hostname.clone(), r.pid, r.instance.clone());
+    let chosen = match runs.as_slice() {
+        [one] if one.iter().all(|(_, r)| process(r) == process(&one[0].1)) => {
+            one.iter().max_by_key(|(_, r)| r.sequence).map(|(p, _)| p.clone())
+        }
+        _ => None,
+    };
     let per_run: Vec<(PathBuf, Report)> = runs
         .iter()
         .filter_map(|list| combine::merge(list).map(|r| (list[0].0.clone(), r)))
@@ -183,7 +196,7 @@ fn load_merged(paths: &[PathBuf], view: &ViewArgs) -> Result<Report, String> {
     }
     .ok_or_else(|| "no reports".to_string())?;
     symbolize(&mut r, view);
-    Ok(r)
+    Ok((r, chosen))
 }
 
 fn opts(view: &ViewArgs) -> TextOptions {
@@ -294,7 +307,7 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     if view.format.is_export() {
         return export(paths, view);
     }
-    let r = load_merged(paths, view)?;
+    let (r, chosen) = load_merged_from(paths, view)?;
     match view.format {
         Format::Json => print_json(&report_json(&r, view.top)?),
         Format::Folded => {
@@ -318,10 +331,7 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
             &render::folded_picture(&r.leaks, view.full_stacks),
         )?),
         Format::Text => {
-            let source = match paths {
-                [one] => Some(one.display().to_string()),
-                _ => None,
-            };
+            let source = chosen.map(|p| p.display().to_string());
             print!("{}", render::text(&r, source.as_deref(), &opts(view)));
             Ok(0)
         }

@@ -5,15 +5,21 @@
 use super::{find_library, CliResult, LEAK_EXIT_STATUS, MISSING_REPORT_EXIT_STATUS};
 use cudaleak_core::combine;
 use cudaleak_core::render::{self, escape};
-use cudaleak_core::report::{saturating_sum, Report, Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
+use cudaleak_core::report::{
+    saturating_sum, Report, Trigger, RUN_CHANNEL_ENV, RUN_CHANNEL_FAILED, RUN_CHANNEL_FINAL,
+    RUN_CHANNEL_START, RUN_ID_ENV, RUN_MARKER_PREFIX,
+};
 use cudaleak_core::safe_read;
 use cudaleak_core::suppress::Suppressions;
 use cudaleak_core::units::{count, size_exact};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -167,6 +173,10 @@ fn active_processes(dir: &Path, run_id: &str) -> Vec<Active> {
         let Ok(pid) = pid.parse::<i32>() else {
             continue;
         };
+        // Another user's file is no marker of this run (issue 23).
+        if !owned_by_us(&e.path()) {
+            continue;
+        }
         // Markers are a line; anything else is not one of ours.
         let Ok(text) = safe_read::read_regular_text(&e.path(), 4096) else {
             continue;
@@ -288,6 +298,14 @@ pub fn run(a: RunArgs) -> CliResult {
         .canonicalize()
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     let made: Vec<PathBuf> = made.iter().filter_map(|d| d.canonicalize().ok()).collect();
+    if let Err(e) = check_writable(&dir) {
+        for d in &made {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+        return Err(e);
+    }
 
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
@@ -358,9 +376,20 @@ pub fn run(a: RunArgs) -> CliResult {
 
     let run_id = new_run_id();
     cmd.env(RUN_ID_ENV, &run_id);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", a.command[0].to_string_lossy()))?;
+    let mut channel = RunChannel::open();
+    match channel.as_ref().and_then(RunChannel::env_value) {
+        Some(v) => {
+            cmd.env(RUN_CHANNEL_ENV, v);
+        }
+        None => {
+            cmd.env_remove(RUN_CHANNEL_ENV);
+        }
+    }
+    let spawned = cmd.spawn();
+    if let Some(c) = channel.as_mut() {
+        c.listen();
+    }
+    let mut child = spawned.map_err(|e| format!("cannot run {}: {e}", a.command[0].to_string_lossy()))?;
     CHILD.store(child.id() as i32, Ordering::Release);
     start_dump_signal_thread(dir.clone(), run_id.clone(), dump_signal);
     install_forwarding();
@@ -377,7 +406,12 @@ pub fn run(a: RunArgs) -> CliResult {
         _ => 1,
     };
 
-    let outcome = summarize(&dir, &run_id);
+    let told = channel.map(RunChannel::finish).unwrap_or_default();
+    let ended = Ended {
+        pid: child.id() as i32,
+        signal: status.signal(),
+    };
+    let outcome = summarize(&dir, &run_id, &told, &ended);
     // Nothing reported: the directories this run made for its reports are
     // not left behind (issue 22). Only empty ones go (remove_dir fails on
     // any other), innermost first.
@@ -425,6 +459,8 @@ struct RunOutcome {
     leaked: bool,
     /// processes that used CUDA and wrote no final report
     missing: usize,
+    /// process images with more than one final report (issue 23)
+    conflicting: usize,
 }
 
 /// `run`'s exit status (CONTRACT.md, "The gate"). With --fail-on-leak, a
@@ -435,7 +471,7 @@ fn gate_status(fail_on_leak: bool, code: u8, outcome: &RunOutcome) -> u8 {
     if !fail_on_leak || code != 0 {
         return code;
     }
-    if outcome.missing > 0 {
+    if outcome.missing > 0 || outcome.conflicting > 0 {
         MISSING_REPORT_EXIT_STATUS
     } else if outcome.leaked {
         LEAK_EXIT_STATUS
@@ -473,21 +509,248 @@ fn list_oom_reports(ooms: &mut [(PathBuf, Report)]) {
     }
 }
 
+/// Whether `path` (not followed) belongs to the user who runs the gate.
+fn owned_by_us(path: &Path) -> bool {
+    // SAFETY: plain system call.
+    let me = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == me)
+}
+
+/// Checks, before the command starts, that files can be created in the
+/// report directory (issue 23: a read-only, full or foreign directory
+/// passed a leaking job, its reports and markers all refused). A probe
+/// file with a line in it, synced, then removed.
+fn check_writable(dir: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(format!(".cudaleak-probe.{}.{}", std::process::id(), now_ms()));
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(&probe)
+        .and_then(|mut f| {
+            let written = f.write_all(b"cudaleak\n").and_then(|_| f.sync_all());
+            let _ = std::fs::remove_file(&probe);
+            written
+        });
+    result.map_err(|e| {
+        format!(
+            "cannot create files in the report directory {}: {e} (choose a writable one with --dir)",
+            escape(&dir.display().to_string())
+        )
+    })
+}
+
+/// What the processes of the run told it through the run channel
+/// (`CUDALEAK_RUN_CHANNEL`): which started, and the name of each one's
+/// final report, or that it could not be written (issue 23).
+#[derive(Debug, Default)]
+struct Told {
+    started: BTreeSet<(i32, String)>,
+    finals: BTreeMap<(i32, String), BTreeSet<String>>,
+    failed: BTreeSet<(i32, String)>,
+}
+
+impl Told {
+    fn take(&mut self, message: &str) {
+        let mut f = message.split(' ');
+        let (Some(kind), Some(pid), Some(instance)) = (f.next(), f.next(), f.next()) else {
+            return;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            return;
+        };
+        let id = (pid, instance.to_string());
+        match (kind, f.next()) {
+            (RUN_CHANNEL_START, None) => {
+                self.started.insert(id);
+            }
+            (RUN_CHANNEL_FINAL, Some(name)) if !name.contains('/') => {
+                self.started.insert(id.clone());
+                self.finals.entry(id).or_default().insert(name.to_string());
+            }
+            (RUN_CHANNEL_FAILED, None) => {
+                self.started.insert(id.clone());
+                self.failed.insert(id);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The run channel: a socket pair whose sending end the command's
+/// processes inherit, and a thread that collects what they send.
+struct RunChannel {
+    receiver: libc::c_int,
+    sender: libc::c_int,
+    told: Arc<Mutex<Told>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunChannel {
+    fn open() -> Option<RunChannel> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: fds has room for the two descriptors. The sending end is
+        // inherited (no CLOEXEC); the receiving end stays ours.
+        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: setting a flag on our own descriptor.
+        unsafe { libc::fcntl(fds[0], libc::F_SETFD, libc::FD_CLOEXEC) };
+        Some(RunChannel {
+            receiver: fds[0],
+            sender: fds[1],
+            told: Arc::default(),
+            stop: Arc::default(),
+            thread: None,
+        })
+    }
+
+    /// `FD:DEVICE:INODE` of the sending end.
+    fn env_value(&self) -> Option<String> {
+        // SAFETY: fstat into local storage.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        (unsafe { libc::fstat(self.sender, &mut st) } == 0)
+            .then(|| format!("{}:{}:{}", self.sender, st.st_dev, st.st_ino))
+    }
+
+    /// After the command started: our copy of the sending end goes, and
+    /// the thread reads until [`RunChannel::finish`].
+    fn listen(&mut self) {
+        // SAFETY: closing our own descriptor, which the child inherited.
+        unsafe { libc::close(self.sender) };
+        self.sender = -1;
+        let (fd, told, stop) = (self.receiver, self.told.clone(), self.stop.clone());
+        self.thread = std::thread::Builder::new()
+            .name("cudaleak-run-channel".into())
+            .spawn(move || loop {
+                let stopping = stop.load(Ordering::Acquire);
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: polling one descriptor of ours.
+                unsafe { libc::poll(&mut pfd, 1, if stopping { 0 } else { 100 }) };
+                let mut drained = true;
+                loop {
+                    let mut buf = [0u8; 4096];
+                    // SAFETY: receiving into a local buffer.
+                    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+                    if n <= 0 {
+                        break;
+                    }
+                    drained = false;
+                    if let Ok(mut t) = told.lock() {
+                        t.take(&String::from_utf8_lossy(&buf[..n as usize]));
+                    }
+                }
+                if stopping && drained {
+                    return;
+                }
+            })
+            .ok();
+    }
+
+    /// Everything sent before now (the command has ended).
+    fn finish(mut self) -> Told {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(self.receiver) };
+        std::mem::take(&mut *self.told.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 fn is_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
+/// How the command itself ended: a process of the run that is the command
+/// and wrote no report is named with the signal that killed it (issue 23).
+struct Ended {
+    pid: i32,
+    signal: Option<i32>,
+}
+
+/// `SIGSEGV` for 11.
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// A report's process: pid and instance.
+fn process_of(r: &Report) -> (i32, String) {
+    (r.pid as i32, r.instance.clone().unwrap_or_default())
+}
+
+/// Whether `t` ends a process image's reporting (CONTRACT.md, "Marker").
+fn is_final(t: Trigger) -> bool {
+    !matches!(
+        t,
+        Trigger::Signal | Trigger::Api | Trigger::Interval | Trigger::ContextTeardown | Trigger::Oom
+    )
+}
+
 /// Prints one line per process of this run (reports carrying `run_id`),
-/// and one per process whose report is missing (a marker left behind).
-fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
+/// and one per process whose report is missing (a marker left behind, or
+/// a process that told the run channel it started and then no report).
+fn summarize(dir: &Path, run_id: &str, told: &Told, ended: &Ended) -> RunOutcome {
+    let markers = active_processes(dir, run_id);
+    let mut known: BTreeSet<(i32, String)> = told.started.clone();
+    known.extend(markers.iter().map(|a| (a.pid, a.instance.clone())));
     let mut reports: Vec<(PathBuf, Report)> = Vec::new();
     let mut ooms: Vec<(PathBuf, Report)> = Vec::new();
+    let mut unread = 0usize;
+    let mut foreign = 0usize;
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if !(name.starts_with("cudaleak.") && name.ends_with(".json")) || name.ends_with(".timeline.json")
             {
+                continue;
+            }
+            if !owned_by_us(&e.path()) {
+                // Another user's file in a shared directory is never read
+                // as ours (issue 23: a planted clean report passed a
+                // leaking job); named when it poses as one of this run's,
+                // counted in one line otherwise.
+                if known
+                    .iter()
+                    .any(|(pid, inst)| name.contains(&format!(".{pid}.{inst}.")))
+                {
+                    note!(
+                        "cudaleak: ignoring {}: it does not belong to the user who runs the gate",
+                        escape(&e.path().display().to_string())
+                    );
+                } else {
+                    foreign += 1;
+                }
                 continue;
             }
             match Report::read(&e.path()) {
@@ -498,59 +761,113 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
                     reports.push((e.path(), r))
                 }
                 Ok(_) => {}
-                Err(err) => note!(
-                    "cudaleak: skipping {}: {err}",
-                    escape(&e.path().display().to_string())
-                ),
+                Err(err) => {
+                    unread += 1;
+                    note!(
+                        "cudaleak: skipping {}: {err}",
+                        escape(&e.path().display().to_string())
+                    )
+                }
             }
         }
     }
-    let latest = combine::latest_per_process(reports);
     let shown_dir = escape(&dir.display().to_string()).into_owned();
+    if foreign > 0 {
+        note!(
+            "cudaleak: ignoring {} in {shown_dir} that other users own",
+            count(foreign as u64, "report file")
+        );
+    }
     let mut outcome = RunOutcome::default();
-    for a in active_processes(dir, run_id) {
-        // The process may have died between writing its final report and
-        // removing its marker.
-        let finished = latest.iter().any(|(_, r)| {
-            r.pid == a.pid as i64
-                && r.instance.as_deref() == Some(a.instance.as_str())
-                && !matches!(
-                    r.trigger,
-                    Trigger::Signal
-                        | Trigger::Api
-                        | Trigger::Interval
-                        | Trigger::ContextTeardown
-                        | Trigger::Oom
-                )
-        });
-        if finished {
-            let _ = std::fs::remove_file(&a.marker);
+    // Final reports per process image. Two for one image are a failure,
+    // not a choice: one of them is forged or duplicated (issue 23). An
+    // exec report is followed by the exit report when the exec failed.
+    let mut finals: BTreeMap<(i32, String), Vec<&PathBuf>> = BTreeMap::new();
+    for (p, r) in &reports {
+        if is_final(r.trigger) && r.reason.as_deref() != Some("exec") {
+            finals.entry(process_of(r)).or_default().push(p);
+        }
+    }
+    let mut all_final: BTreeSet<(i32, String)> = reports
+        .iter()
+        .filter(|(_, r)| is_final(r.trigger))
+        .map(|(_, r)| process_of(r))
+        .collect();
+    for ((pid, _), paths) in finals.iter().filter(|(_, p)| p.len() > 1) {
+        outcome.conflicting += 1;
+        let names: Vec<String> = paths
+            .iter()
+            .map(|p| escape(&p.display().to_string()).into_owned())
+            .collect();
+        note!(
+            "cudaleak: process {pid} has {} final reports ({}): one is forged or duplicated; its leaks are uncertain",
+            paths.len(),
+            names.join(", ")
+        );
+    }
+    // What the channel named must be what was read.
+    for (id, names) in &told.finals {
+        let read: BTreeSet<String> = reports
+            .iter()
+            .filter(|(_, r)| process_of(r) == *id && is_final(r.trigger))
+            .filter_map(|(p, _)| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        if let Some(lost) = names.iter().find(|n| !read.contains(*n)) {
+            all_final.remove(id);
+            note!(
+                "cudaleak: process {} wrote its final report {} but it could not be read; its leaks are unknown",
+                id.0,
+                escape(lost)
+            );
+        }
+    }
+    for id in &known {
+        let marker = markers.iter().find(|a| a.pid == id.0 && a.instance == id.1);
+        if all_final.contains(id) && !told.failed.contains(id) {
+            // The process may have died between writing its final report
+            // and removing its marker.
+            if let Some(a) = marker {
+                let _ = std::fs::remove_file(&a.marker);
+            }
             continue;
         }
         outcome.missing += 1;
-        if is_alive(a.pid) {
+        let pid = id.0;
+        if told.failed.contains(id) && !all_final.contains(id) {
             note!(
-                "cudaleak: process {} made CUDA calls and is still running: no exit report yet, its leaks are unknown",
-                a.pid
+                "cudaleak: process {pid} made CUDA calls but could not write its final report (see its warnings); its leaks are unknown"
+            );
+        } else if told.finals.contains_key(id) {
+            // Said above: its report could not be read.
+        } else if is_alive(pid) && pid != ended.pid {
+            note!(
+                "cudaleak: process {pid} made CUDA calls and is still running: no exit report yet, its leaks are unknown"
+            );
+            continue;
+        } else if let Some(sig) = ended.signal.filter(|_| pid == ended.pid) {
+            note!(
+                "cudaleak: process {pid} made CUDA calls but wrote no exit report: killed by {}; its leaks are unknown",
+                signal_name(sig)
             );
         } else {
             note!(
-                "cudaleak: process {} made CUDA calls but wrote no exit report (killed by SIGKILL, or the report could not be written: see its warnings); its leaks are unknown",
-                a.pid
+                "cudaleak: process {pid} made CUDA calls but wrote no exit report (it was killed, e.g. by SIGKILL or a crash, or its report could not be written: see its warnings); its leaks are unknown"
             );
+        }
+        if let Some(a) = marker {
             let _ = std::fs::remove_file(&a.marker);
         }
     }
+    let latest = combine::latest_per_process(reports);
     if latest.is_empty() {
-        if outcome.missing == 0 {
+        if outcome.missing == 0 && outcome.conflicting == 0 && unread == 0 {
             note!("cudaleak: no process made a CUDA allocation; no reports in {shown_dir}");
         }
         return outcome;
     }
-    let exits: Vec<&(PathBuf, Report)> = latest
-        .iter()
-        .filter(|(_, r)| r.trigger == Trigger::Exit)
-        .collect();
+    // The final report counts whatever its trigger: a SIGTERM's
+    // fatal-signal report holds the process's leaks too (issue 23).
+    let exits: Vec<&(PathBuf, Report)> = latest.iter().filter(|(_, r)| is_final(r.trigger)).collect();
     let leaking = exits.iter().filter(|(_, r)| !r.leaks.is_empty()).count();
     note!(
         "cudaleak: {} reported in {shown_dir}; {} leaked at exit",
@@ -558,12 +875,16 @@ fn summarize(dir: &Path, run_id: &str) -> RunOutcome {
         leaking
     );
     for (p, r) in &latest {
-        let what = if r.trigger == Trigger::Exit {
+        let what = if is_final(r.trigger) {
+            let how = match r.trigger {
+                Trigger::Exit => String::new(),
+                t => format!(" ({})", t.name()),
+            };
             if r.leaks.is_empty() {
-                "no leaks".to_string()
+                format!("no leaks{how}")
             } else {
                 format!(
-                    "{} leaked in {}",
+                    "{} leaked in {}{how}",
                     size_exact(r.leaked_bytes()),
                     count(r.leaked_blocks(), "block")
                 )

@@ -6,7 +6,9 @@
  *   phases    four phases, a cudaleak_dump() after each: one group grows
  *             every phase, one grows in phases 1-2 only, one is allocated
  *             once, and churn leaves nothing.
- *   trickle   leaks one block every 50 ms for 1.5 s (interval dumps).
+ *   trickle   leaks one block, then waits for the next interval dump to
+ *             appear, seven times (issue 23: it slept 50 ms between
+ *             blocks and counted on about seven dumps in 1.5 s).
  *   exit_now  leaks one block, then _exit(7).
  *   wait      leaks one block, prints "ready", then waits for a signal.
  *   storm     4 threads × 20000 alloc/free pairs, each leaking one block,
@@ -18,6 +20,7 @@
  */
 #include "common.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -72,6 +75,27 @@ static int reports_in_cwd(void) {
     return n;
 }
 
+/* The highest sequence number among the interval reports in the working
+ * directory (cudaleak.<host>.<pid>.<instance>.<seq>.interval.json). */
+static long newest_interval_dump(void) {
+    long best = 0;
+    DIR *d = opendir(".");
+    struct dirent *e;
+    const char *suffix = ".interval.json";
+    while (d && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "cudaleak.", 9) || len <= strlen(suffix) ||
+            strcmp(e->d_name + len - strlen(suffix), suffix))
+            continue;
+        size_t end = len - strlen(suffix), start = end;
+        while (start > 0 && e->d_name[start - 1] != '.') start--;
+        long seq = strtol(e->d_name + start, NULL, 10);
+        if (seq > best) best = seq;
+    }
+    if (d) closedir(d);
+    return best;
+}
+
 static void *busy_worker(void *arg) {
     (void)arg;
     struct stat st;
@@ -110,9 +134,11 @@ int main(int argc, char **argv) {
             if (dump_api(reason) != 0) exit(10);
         }
     } else if (!strcmp(mode, "trickle")) {
-        for (int i = 0; i < 30; i++) {
+        for (int i = 0; i < 7; i++) {
+            long before = newest_interval_dump();
             grow();
-            sleep_ms(50);
+            /* The event itself: the next interval dump is written. */
+            for (int ms = 0; ms < 60000 && newest_interval_dump() <= before; ms += 5) sleep_ms(5);
         }
     } else if (!strcmp(mode, "exit_now")) {
         leak_once();

@@ -25,14 +25,17 @@
  *                 soon as the exit report's temporary file appears.
  *   planted_link  a live dump, then a symbolic link planted at the name the
  *                 exit report will take; leaks one block.
- *   small_stack [BYTES]  a thread with a 16 KiB (or BYTES) stack calls
- *                 cudaMalloc (a leak) and cudaMalloc/cudaFree; main makes
- *                 no CUDA call.
+ *   small_stack [BYTES [USED]]  a thread with a 16 KiB (or BYTES) stack
+ *                 calls cudaMalloc (a leak) and cudaMalloc/cudaFree; main
+ *                 makes no CUDA call. With USED, the thread first takes
+ *                 USED bytes of its stack (its deepest point).
  *   stacks BITS   leaks 2^BITS blocks of 1 byte, each from its own stack.
  *   churn_stacks BITS  the same, each block freed at once (no leak): for
  *                 measuring the trace depot (docs/performance.md).
  */
 #include "common.h"
+
+#include <alloca.h>
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -108,9 +111,16 @@ static int markers_of_this_pid(void) {
     return n;
 }
 
+static size_t stack_used;
+
 static void *small_stack_thread(void *arg) {
     (void)arg;
     void *keep, *tmp;
+    if (stack_used) {
+        volatile char *deep = alloca(stack_used);
+        deep[0] = 1;
+        deep[stack_used - 1] = 1;
+    }
     CHECK(cudaMalloc(&keep, 4096)); /* LEAK small stack */
     CHECK(cudaMalloc(&tmp, 64));
     CHECK(cudaFree(tmp));
@@ -210,6 +220,7 @@ int main(int argc, char **argv) {
         pthread_t t;
         pthread_attr_init(&attr);
         size_t bytes = argc > 2 ? (size_t)atol(argv[2]) : 16384;
+        stack_used = argc > 3 ? (size_t)atol(argv[3]) : 0;
         if (pthread_attr_setstacksize(&attr, bytes) != 0) return 8;
         if (pthread_create(&t, &attr, small_stack_thread, NULL) != 0) return 9;
         pthread_join(t, NULL);

@@ -489,3 +489,18 @@ pub fn cli_command(args: &[&str], cwd: &Path) -> Command {
         .env_remove("LD_PRELOAD");
     cmd
 }
+
+/// Tests that need a tool this machine may lack (Chromium, NVIDIA's
+/// runtime wheel, CPython 3.13, root, ../shared) are
+/// `#[ignore = "needs TOOL: ..."]`: `cargo test` reports them as ignored,
+/// with the reason, never as passed. scripts/test.sh (CI) runs them with
+/// `--ignored`, where a missing tool fails them: this is that failure.
+pub fn required<T>(found: Option<T>, what: &str) -> T {
+    found.unwrap_or_else(|| panic!("this test needs {what}, which is missing here"))
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: plain system call.
+    unsafe { libc::geteuid() == 0 }
+}

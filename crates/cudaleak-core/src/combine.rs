@@ -251,8 +251,11 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
             group: g.clone(),
         });
     }
+    // Growth first, largest first; then shrinking, the largest change
+    // first (issue 23: -1 MiB came before -32 MiB, sorted by sign).
+    let order = |d: i64| (d < 0, std::cmp::Reverse(d.unsigned_abs()));
     out.sort_by(|a, b| {
-        b.bytes_delta.cmp(&a.bytes_delta).then_with(|| {
+        order(a.bytes_delta).cmp(&order(b.bytes_delta)).then_with(|| {
             crate::render::top_frame_label(&a.group).cmp(&crate::render::top_frame_label(&b.group))
         })
     });
@@ -481,6 +484,33 @@ mod tests {
         assert_eq!(d[1].change, Change::New);
         assert_eq!(d[2].change, Change::Gone);
         assert_eq!(d[2].bytes_delta, -5);
+    }
+
+    #[test]
+    fn diff_lists_shrinking_groups_by_size() {
+        // Issue 23: -1 MiB came before -32 MiB (sorted by signed value).
+        let old = report(
+            1,
+            None,
+            1,
+            vec![
+                group("small", 1, "0x1", 2 << 20),
+                group("large", 2, "0x1", 64 << 20),
+                group("grows", 3, "0x1", 1),
+            ],
+        );
+        let new = report(
+            2,
+            None,
+            1,
+            vec![
+                group("small", 1, "0x1", 1 << 20),
+                group("large", 2, "0x1", 32 << 20),
+                group("grows", 3, "0x1", 5),
+            ],
+        );
+        let d: Vec<i64> = diff(&old, &new).iter().map(|g| g.bytes_delta).collect();
+        assert_eq!(d, [4, -(32 << 20), -(1 << 20)]);
     }
 
     #[test]

@@ -95,6 +95,16 @@ pub const FLAGS: &[Flag] = &[
         help: "keep the last N allocation events (alloc, free, out of memory) in a ring and write them into every report's allocation_trace, at most 1048576; 0 off",
     },
     Flag {
+        name: "CUDALEAK_REPORT_MODE",
+        default: "0600",
+        help: "permission bits of report and timeline files, in octal (0640, 0644 to let others read them); the owner always reads and writes",
+    },
+    Flag {
+        name: "CUDALEAK_LOG",
+        default: "none (stderr)",
+        help: "file the library's warnings and summaries are appended to instead of stderr (created mode 0600 if missing)",
+    },
+    Flag {
         name: "CUDALEAK_SUMMARY",
         default: "1",
         help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
@@ -142,7 +152,16 @@ pub struct Config {
     pub oom_reports: u32,
     /// allocation events kept in the ring (CUDALEAK_TRACE); 0: off
     pub trace_events: usize,
+    /// permission bits of report files (CUDALEAK_REPORT_MODE)
+    pub report_mode: u32,
+    /// file for the library's lines instead of stderr (CUDALEAK_LOG)
+    pub log: Option<PathBuf>,
 }
+
+/// Reports are readable by their owner only unless `CUDALEAK_REPORT_MODE`
+/// says otherwise (issue 23: a world-readable marker gave away the run id
+/// a forged report needs).
+pub const DEFAULT_REPORT_MODE: u32 = 0o600;
 
 pub const DEFAULT_MAX_GROUPS: usize = 1000;
 pub const DEFAULT_OOM_REPORTS: u32 = 3;
@@ -172,6 +191,8 @@ impl Default for Config {
             max_stacks: crate::depot::DEFAULT_MAX_TRACES,
             oom_reports: DEFAULT_OOM_REPORTS,
             trace_events: 0,
+            report_mode: DEFAULT_REPORT_MODE,
+            log: None,
         }
     }
 }
@@ -247,6 +268,25 @@ pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
     if FORBIDDEN_SIGNALS.contains(&num) {
         return Err(format!("signal {t:?} cannot be used for dumps"));
     }
+    // A dump replaces the signal's default action: with SIGTERM, SIGHUP,
+    // SIGQUIT or SIGALRM the program would survive a signal meant to end
+    // it (issue 23). Only user-defined and real-time signals, and those
+    // whose default action is to ignore or continue, are taken; SIGINT
+    // stays, as CONTRACT.md names it (installed at the first allocation
+    // call, after Python's own handler).
+    let harmless = [
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGINT,
+        libc::SIGURG,
+        libc::SIGWINCH,
+        libc::SIGCONT,
+    ];
+    if !harmless.contains(&num) && num < libc::SIGRTMIN() {
+        return Err(format!(
+            "signal {t:?} would no longer end or stop the program once it dumps; use USR1, USR2 or a real-time signal"
+        ));
+    }
     Ok(Some(num))
 }
 
@@ -285,6 +325,13 @@ impl Config {
             match v.trim().parse::<i32>() {
                 Ok(n) if (0..=255).contains(&n) => c.exitcode = n,
                 _ => bad("CUDALEAK_EXITCODE", &v, "not an exit status 0-255", "0"),
+            }
+        }
+        if let Some(v) = get("CUDALEAK_LOG") {
+            if v.is_empty() {
+                bad("CUDALEAK_LOG", &v, "empty", "stderr");
+            } else {
+                c.log = Some(PathBuf::from(v));
             }
         }
         if let Some(v) = get("CUDALEAK_SUPPRESSIONS") {
@@ -375,6 +422,17 @@ impl Config {
                 ),
             }
         }
+        if let Some(v) = get("CUDALEAK_REPORT_MODE") {
+            match u32::from_str_radix(v.trim(), 8) {
+                Ok(m) if m & !0o666 == 0 && m & 0o600 == 0o600 => c.report_mode = m,
+                _ => bad(
+                    "CUDALEAK_REPORT_MODE",
+                    &v,
+                    "expected octal permission bits with the owner's 0600, no execute bits",
+                    "0600",
+                ),
+            }
+        }
         if let Some(v) = get("CUDALEAK_UNWINDER") {
             match v.trim() {
                 "fast" => c.unwinder = Unwinder::Fast,
@@ -429,6 +487,14 @@ mod tests {
         assert!(parse_signal("-1").is_err());
         assert!(parse_signal("65").is_err());
         assert_eq!(parse_signal("34"), Ok(Some(34)));
+        // Signals whose default action ends or stops the program (issue 23).
+        for fatal in ["TERM", "HUP", "QUIT", "ALRM", "XCPU", "TTIN", "PROF", "15"] {
+            let e = parse_signal(fatal).unwrap_err();
+            assert!(e.contains("would no longer end"), "{fatal}: {e}");
+        }
+        for ok in ["INT", "URG", "WINCH", "RTMIN+3"] {
+            assert!(parse_signal(ok).is_ok(), "{ok}");
+        }
     }
 
     #[test]
@@ -487,10 +553,19 @@ mod tests {
 
     #[test]
     fn every_flag_is_parsed_by_from_env() {
+        // Only from_env's body: from its signature to the end of its impl,
+        // before the tests, whose own literals would match (issue 23).
         let src = include_str!("config.rs");
-        let body = &src[src.find("pub fn from_env").unwrap()..];
+        let start = src.find("pub fn from_env").unwrap();
+        let end = start + src[start..].find("#[cfg(test)]").unwrap();
+        let body = &src[start..end];
+        // Read means asked of the environment: `get("NAME")`, or a row
+        // of the table of booleans read in one loop. A warning that names
+        // it does not count.
         for f in FLAGS {
-            assert!(body.contains(&format!("\"{}\"", f.name)), "{} not read", f.name);
+            let read = body.contains(&format!("get(\"{}\")", f.name))
+                || body.contains(&format!("(\"{}\", &mut c.", f.name));
+            assert!(read, "{} not read", f.name);
         }
     }
 }

@@ -16,10 +16,32 @@ use std::fmt::Write;
 /// goes through it before it reaches text output: a report whose fields
 /// held an ANSI escape and a newline could otherwise forge a
 /// "cudaleak: 0 bytes leaked" line on the terminal (issue 15).
+/// The longest name (function, file, module) any rendering shows, in
+/// bytes: a 50 MB function name made a 150 MB page (issue 23).
+pub const MAX_NAME_BYTES: usize = 4096;
+
+/// `s` cut to at most [`MAX_NAME_BYTES`] bytes (at a character boundary)
+/// with an ellipsis: the one place where text, folded, SVG and HTML
+/// renderings cap the names a report brings.
+pub fn cap_name(s: &str) -> Cow<'_, str> {
+    if s.len() <= MAX_NAME_BYTES {
+        return Cow::Borrowed(s);
+    }
+    let mut end = MAX_NAME_BYTES - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &s[..end]))
+}
+
 pub fn escape(s: &str) -> Cow<'_, str> {
     fn unsafe_char(c: char) -> bool {
         c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     }
+    let s = match cap_name(s) {
+        Cow::Borrowed(s) => s,
+        Cow::Owned(capped) => return Cow::Owned(escape(&capped).into_owned()),
+    };
     if !s.chars().any(unsafe_char) {
         return Cow::Borrowed(s);
     }
@@ -616,8 +638,12 @@ fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
 }
 
 /// The contract's last line: `cudaleak: N bytes leaked in M blocks`.
+/// `cudaleak: N bytes leaked in M blocks` (`in 1 block`: issue 23).
 pub fn summary_line(bytes: u64, blocks: u64) -> String {
-    format!("cudaleak: {bytes} bytes leaked in {blocks} blocks")
+    format!(
+        "cudaleak: {bytes} bytes leaked in {}",
+        crate::units::count(blocks, "block")
+    )
 }
 
 fn by_kind(groups: &[Group]) -> String {
@@ -1031,6 +1057,35 @@ mod tests {
             folded_picture(&[g], false),
             "<module> [train.py:3];alloc [train.py:3];at::native::empty_cuda;cudaMalloc 8\n"
         );
+    }
+
+    #[test]
+    fn names_are_capped_with_an_ellipsis_in_every_rendering() {
+        let long = "é".repeat(MAX_NAME_BYTES);
+        let capped = cap_name(&long);
+        assert!(
+            capped.len() <= MAX_NAME_BYTES && capped.ends_with('…'),
+            "{}",
+            capped.len()
+        );
+        assert_eq!(escape(&long), capped);
+        assert_eq!(cap_name("short"), "short");
+        let f = NativeFrame {
+            address: "0x1".into(),
+            function: Some("f".repeat(50 << 20)),
+            file: None,
+            line: None,
+            module: None,
+            offset: None,
+            build_id: None,
+        };
+        assert!(native_label(&f).len() <= MAX_NAME_BYTES);
+    }
+
+    #[test]
+    fn the_summary_line_says_1_block() {
+        assert_eq!(summary_line(100, 1), "cudaleak: 100 bytes leaked in 1 block");
+        assert_eq!(summary_line(0, 0), "cudaleak: 0 bytes leaked in 0 blocks");
     }
 
     #[test]

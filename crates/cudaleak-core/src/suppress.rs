@@ -445,16 +445,19 @@ mod tests {
         }
     }
 
-    /// Measurement for docs/performance.md (not a test of speed):
-    /// `cargo test --release -p cudaleak-core suppressions_at_scale -- --ignored --nocapture`
+    /// At scale the index finds what a scan of every rule finds: 100,000
+    /// rules, 5 groups of 30 frames that match none (every name checked),
+    /// then one that matches the last rule. It also prints the time taken
+    /// for docs/performance.md (never asserted: issue 23, it asserted
+    /// almost nothing and was ignored):
+    /// `cargo test --release -p cudaleak-core suppressions_at_scale -- --nocapture`
     #[test]
-    #[ignore]
     fn suppressions_at_scale() {
         let text: String = (0..100_000)
             .map(|i| format!("leak:^vendor_fn_{i}_init$\n"))
             .collect();
         let s = Suppressions::parse(&text, "big").unwrap();
-        let groups: Vec<Group> = (0..200)
+        let mut groups: Vec<Group> = (0..5)
             .map(|i| {
                 let frames: Vec<(String, String, String)> = (0..30)
                     .map(|d| {
@@ -472,20 +475,19 @@ mod tests {
                 group(&refs, &[])
             })
             .collect();
+        groups.push(group(&[("vendor_fn_99999_init", "v.c", "libv.so")], &[]));
         let t = std::time::Instant::now();
         let mut m = s.matcher();
         let indexed: Vec<_> = groups.iter().map(|g| m.match_group(g)).collect();
         let after = t.elapsed();
         let t = std::time::Instant::now();
-        let scanned: Vec<_> = groups
-            .iter()
-            .take(5)
-            .map(|g| first_match_by_scan(&s, g))
-            .collect();
-        let before = t.elapsed() / 5;
-        assert_eq!(&indexed[..5], &scanned[..]);
+        let scanned: Vec<_> = groups.iter().map(|g| first_match_by_scan(&s, g)).collect();
+        let before = t.elapsed() / groups.len() as u32;
+        assert_eq!(indexed, scanned);
+        assert!(indexed[..5].iter().all(Option::is_none));
+        assert!(indexed[5].is_some());
         println!(
-            "100,000 rules, 200 groups x 30 frames: indexed {:?} in all (index built in that), scan {:?} per group",
+            "100,000 rules, 6 groups x 30 frames: indexed {:?} in all (index built in that), scan {:?} per group",
             after, before
         );
     }

@@ -77,6 +77,16 @@ pub fn prepare_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Permission bits of the files [`write_report_file`] and
+/// [`replace_file`] create: the owner's only unless the process asked for
+/// more (`CUDALEAK_REPORT_MODE`, issue 23).
+static FILE_MODE: std::sync::atomic::AtomicU32 =
+    std::sync::atomic::AtomicU32::new(crate::config::DEFAULT_REPORT_MODE);
+
+pub fn set_file_mode(mode: u32) {
+    FILE_MODE.store(mode & 0o666, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn random_u32() -> u32 {
     let mut v = 0u32;
     // SAFETY: getrandom fills the 4 bytes of v.
@@ -109,7 +119,7 @@ fn write_temp(
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(0o644)
+        .mode(FILE_MODE.load(std::sync::atomic::Ordering::Relaxed))
         .open(&tmp)?;
     let mut out = io::BufWriter::with_capacity(1 << 16, f);
     let result = fill(&mut out)

@@ -42,18 +42,17 @@ pub fn flush() {
     }
     std::sync::atomic::fence(Ordering::Acquire);
     let len = LEN.load(Ordering::Acquire).min(CAPACITY);
-    let mut out = [0u8; CAPACITY];
-    for (o, b) in out.iter_mut().zip(BUF.iter()).take(len) {
-        *o = b.load(Ordering::Relaxed);
-    }
-    let mut rest = &out[..len];
-    while !rest.is_empty() {
-        // SAFETY: writing our own stack buffer to fd 2.
-        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
-        if n <= 0 {
-            return;
+    // Copied out in small pieces: this runs inside the first allocation
+    // call, on the program's stack, which may be a 16 KiB thread's (issue
+    // 23: a 4 KiB buffer here). Lines end where the chunks do; the pieces
+    // are written one after another.
+    let mut chunk = [0u8; 256];
+    for start in (0..len).step_by(chunk.len()) {
+        let end = (start + chunk.len()).min(len);
+        for (o, b) in chunk.iter_mut().zip(&BUF[start..end]) {
+            *o = b.load(Ordering::Relaxed);
         }
-        rest = &rest[n as usize..];
+        crate::settings::write_stderr(&chunk[..end - start]);
     }
 }
 

@@ -233,8 +233,26 @@ pub fn with_state<R>(timeout: Option<Duration>, f: impl FnOnce(&mut DumpState) -
     Some(f(guard.get_or_insert_with(DumpState::new)))
 }
 
+/// The pid whose final report (exit, fatal signal, exec) is written (0:
+/// none): no live dump starts after it. The process is about to end, and
+/// one still being written when it does leaves its temporary file behind
+/// (issue 23: a SIGUSR1 storm left a half-written `.tmp` at exit). A pid,
+/// so that a fork child, whose own image goes on, is not affected.
+static FINAL_WRITTEN_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn this_pid() -> i32 {
+    // SAFETY: plain system call.
+    unsafe { libc::getpid() }
+}
+
+/// A failed exec: the process goes on, and so do its live dumps.
+pub fn reporting_resumes() {
+    FINAL_WRITTEN_BY.store(0, std::sync::atomic::Ordering::Release);
+}
+
 /// Takes one dump and writes its report. `None` when the process made no
-/// allocation call (it writes no reports) or a lock could not be taken.
+/// allocation call (it writes no reports), a lock could not be taken, or
+/// (for a live dump) the final report is already written.
 pub fn dump(req: Request) -> Option<Outcome> {
     if !tracker::saw_allocation_call() {
         return None;
@@ -244,7 +262,16 @@ pub fn dump(req: Request) -> Option<Outcome> {
         // or not their second is over.
         write_oom_reports(true, req.lock_timeout);
     }
+    let live = !matches!(req.trigger, Trigger::Exit | Trigger::FatalSignal);
     with_state(req.lock_timeout, |state| {
+        // Checked under the dump lock: a live dump that waited for the
+        // final one never starts after it.
+        if live && FINAL_WRITTEN_BY.load(std::sync::atomic::Ordering::Acquire) == this_pid() {
+            return None;
+        }
+        if !live {
+            FINAL_WRITTEN_BY.store(this_pid(), std::sync::atomic::Ordering::Release);
+        }
         let snap = tracker::snapshot(req.lock_timeout)?;
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
@@ -253,7 +280,7 @@ pub fn dump(req: Request) -> Option<Outcome> {
             state.timeline.record(&report);
         }
         let path = write(&report);
-        crate::run_marker::on_report_written(req.trigger, path.is_some());
+        crate::run_marker::on_report_written(req.trigger, path.as_deref(), settings::instance);
         if req.trigger == Trigger::Interval {
             if let Some(p) = &path {
                 state.interval_files.push_back(p.clone());
@@ -319,7 +346,7 @@ fn write_oom_report(state: &mut DumpState, p: &oom::Pending) {
             .and_then(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned()),
     );
-    crate::run_marker::on_report_written(Trigger::Oom, path.is_some());
+    crate::run_marker::on_report_written(Trigger::Oom, path.as_deref(), settings::instance);
     if settings::config().summary {
         let shown = path.as_deref().map(|p| p.to_string_lossy());
         write_stderr(cudaleak_core::render::oom_lines(&report, shown.as_deref()).as_bytes());
@@ -427,12 +454,16 @@ fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
         match cudaleak_core::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
-                Err(e) => warn(&format!("cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}")),
+                // Escaped as every other value is (issue 23: terminal
+                // escapes in the path reached the terminal).
+                Err(e) => warn(&cudaleak_core::render::escape(&format!(
+                    "cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}"
+                ))),
             },
-            Err(e) => warn(&format!(
-                "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={}: {e}",
-                path.display()
-            )),
+            Err(e) => warn(&cudaleak_core::render::escape(&format!(
+                "cudaleak: ignoring CUDALEAK_SUPPRESSIONS={:?}: {e}",
+                path.display().to_string()
+            ))),
         }
     }
     s

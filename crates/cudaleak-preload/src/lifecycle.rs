@@ -67,6 +67,17 @@ static WAKE: AtomicU32 = AtomicU32::new(0);
 static SIGNAL_PENDING: AtomicBool = AtomicBool::new(false);
 static FATAL_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static FATAL_DONE: AtomicBool = AtomicBool::new(false);
+/// `_exit(status)` handed to the dumper thread: the status, or
+/// [`NO_EXIT_REQUEST`] (issue 23: `_exit` from a signal handler wrote the
+/// report in the handler and deadlocked on malloc's lock).
+static EXIT_REQUEST: AtomicI64 = AtomicI64::new(NO_EXIT_REQUEST);
+const NO_EXIT_REQUEST: i64 = i64::MIN;
+/// The status the dumper's exit report asks for (CUDALEAK_EXITCODE), or
+/// [`NO_EXIT_REQUEST`]; and whether it is done.
+static EXIT_REQUEST_CODE: AtomicI64 = AtomicI64::new(NO_EXIT_REQUEST);
+static EXIT_REQUEST_DONE: AtomicBool = AtomicBool::new(false);
+/// The dumper thread's kernel thread id (0: none yet).
+static DUMPER_TID: AtomicI32 = AtomicI32::new(0);
 /// The dump signal's previous handler and whether it takes three
 /// arguments, published as one word so that the handler never pairs one
 /// handler with another's flags (it would call a one-argument handler's
@@ -103,6 +114,10 @@ pub fn init() {
     new_instance();
     let config = settings::install_config(Config::from_env(env_var, |w| crate::deferred_warnings::push(&w)));
     tracker::configure(config);
+    if let Some(w) = settings::open_outputs(config.log.as_deref()) {
+        crate::deferred_warnings::push(&w);
+    }
+    cudaleak_core::writer::set_file_mode(config.report_mode);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let dir = match &config.dir {
         Some(d) if d.is_absolute() => d.clone(),
@@ -150,6 +165,11 @@ fn start_dumper() {
         return;
     }
     extern "C" fn dumper_main(_: *mut c_void) -> *mut c_void {
+        // Named here, on this thread's own 1 MiB stack: naming another
+        // thread formats a /proc path with sprintf, about 2.2 KB of the
+        // allocating thread's stack (issue 23); naming oneself is a prctl.
+        // SAFETY: a static C string.
+        unsafe { libc::pthread_setname_np(libc::pthread_self(), c"cudaleak-dump".as_ptr()) };
         let _ = std::panic::catch_unwind(dumper_loop);
         std::ptr::null_mut()
     }
@@ -170,8 +190,6 @@ fn start_dumper() {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         if rc != 0 {
             DUMPER_STARTED.store(false, Ordering::Release);
-        } else {
-            libc::pthread_setname_np(thread, c"cudaleak-dump".as_ptr());
         }
     }
 }
@@ -210,6 +228,8 @@ fn next_due(every: Option<Duration>) -> Option<Instant> {
 
 fn dumper_rounds() {
     static CLEANED: AtomicBool = AtomicBool::new(false);
+    // SAFETY: plain system call.
+    DUMPER_TID.store(unsafe { libc::gettid() }, Ordering::Release);
     if !CLEANED.swap(true, Ordering::AcqRel) {
         if let Some(dir) = report_dir() {
             cudaleak_core::writer::remove_stale_temporaries(&dir, &dump::hostname());
@@ -221,6 +241,13 @@ fn dumper_rounds() {
         let seen = WAKE.load(Ordering::Acquire);
         let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             dump::write_oom_reports(false, None);
+            let asked = EXIT_REQUEST.swap(NO_EXIT_REQUEST, Ordering::AcqRel);
+            if asked != NO_EXIT_REQUEST {
+                // A program thread in `_exit` waits for this, bounded.
+                let code = exit_report_for(Some(asked as i32), None, None, false);
+                EXIT_REQUEST_CODE.store(code.map_or(NO_EXIT_REQUEST, i64::from), Ordering::Release);
+                EXIT_REQUEST_DONE.store(true, Ordering::Release);
+            }
             let fatal = FATAL_SIGNAL.load(Ordering::Acquire);
             if fatal != 0 && !FATAL_DONE.load(Ordering::Acquire) {
                 exit_report(None, Some(fatal));
@@ -252,6 +279,7 @@ fn dumper_rounds() {
             if FATAL_SIGNAL.load(Ordering::Acquire) != 0 {
                 FATAL_DONE.store(true, Ordering::Release);
             }
+            EXIT_REQUEST_DONE.store(true, Ordering::Release);
             std::panic::resume_unwind(Box::new("dump round"));
         }
         let mut wait = REQUEST_POLL;
@@ -476,6 +504,9 @@ extern "C" fn fork_child() {
     SIGNAL_PENDING.store(false, Ordering::Release);
     FATAL_SIGNAL.store(0, Ordering::Release);
     FATAL_DONE.store(false, Ordering::Release);
+    DUMPER_TID.store(0, Ordering::Release);
+    EXIT_REQUEST.store(NO_EXIT_REQUEST, Ordering::Release);
+    EXIT_REQUEST_DONE.store(false, Ordering::Release);
     EXIT_REPORT.store(EXIT_REPORT_NOT_STARTED, Ordering::Release);
     EXIT_STATUS.store(STATUS_UNKNOWN, Ordering::Release);
 }
@@ -518,10 +549,17 @@ impl Drop for FatalSignalsBlocked {
 /// status CUDALEAK_EXITCODE asks for, if it applies. A second caller waits
 /// (bounded) for the first one's report.
 fn exit_report(status: Option<i32>, fatal_signal: Option<i32>) -> Option<i32> {
-    exit_report_for(status, fatal_signal, None)
+    exit_report_for(status, fatal_signal, None, fatal_signal.is_none())
 }
 
-fn exit_report_for(status: Option<i32>, fatal_signal: Option<i32>, reason: Option<&str>) -> Option<i32> {
+/// `on_program_thread`: the report is written on a thread of the program
+/// (not the dumper's), which may read the environment.
+fn exit_report_for(
+    status: Option<i32>,
+    fatal_signal: Option<i32>,
+    reason: Option<&str>,
+    on_program_thread: bool,
+) -> Option<i32> {
     if !is_our_process() {
         return None;
     }
@@ -541,7 +579,7 @@ fn exit_report_for(status: Option<i32>, fatal_signal: Option<i32>, reason: Optio
         }
     }
     let blocked = FatalSignalsBlocked::new();
-    if fatal_signal.is_none() {
+    if on_program_thread {
         // Every exit report but the fatal-signal one (the dumper thread's)
         // is written on a program thread, which may read the environment:
         // the rank as it is now (see `settings::read_rank`).
@@ -614,15 +652,53 @@ fn real_exit_immediately(status: c_int) -> ! {
 }
 
 /// `_exit` and `_Exit`: no atexit handlers run, so the report is written
-/// here (os._exit in Python, multiprocessing workers, many launchers).
+/// before the real `_exit` (os._exit in Python, multiprocessing workers,
+/// many launchers). `_exit` is async-signal-safe and often called from a
+/// signal handler, which may have interrupted malloc: the report (which
+/// allocates, symbolizes and writes files) is written by the dumper thread
+/// while this thread waits, at most [`FATAL_DUMP_WAIT`], as for `kill` and
+/// `raise` (issue 23: a handler's `_exit` deadlocked on glibc's malloc
+/// lock). The dumper thread itself writes inline; without one (it could
+/// not be started) nothing is written here but one line, with `write(2)`.
 fn immediate_exit(status: c_int) -> ! {
-    let code = std::panic::catch_unwind(|| {
-        EXIT_STATUS.store(status as i64, Ordering::Release);
-        exit_report(Some(status), None)
-    })
-    .ok()
-    .flatten();
+    let code = std::panic::catch_unwind(|| exit_report_by_dumper(status))
+        .ok()
+        .flatten();
     real_exit_immediately(code.unwrap_or(status))
+}
+
+/// Async-signal-safe on every path but the dumper thread's own.
+fn exit_report_by_dumper(status: c_int) -> Option<i32> {
+    if !is_our_process() {
+        return None;
+    }
+    EXIT_STATUS.store(status as i64, Ordering::Release);
+    // SAFETY: plain system call.
+    if DUMPER_TID.load(Ordering::Acquire) == unsafe { libc::gettid() } {
+        return exit_report_for(Some(status), None, None, false);
+    }
+    let state = EXIT_REPORT.load(Ordering::Acquire);
+    if state == EXIT_REPORT_WRITING {
+        // Another thread writes it: wait for it (bounded).
+        sleep_until(|| EXIT_REPORT.load(Ordering::Acquire) != EXIT_REPORT_WRITING);
+        return None;
+    }
+    if !exit_report_pending(state) || !tracker::saw_allocation_call() {
+        return None;
+    }
+    if !DUMPER_STARTED.load(Ordering::Acquire) {
+        const LINE: &[u8] = b"cudaleak: no dump thread: the exit report was not written at _exit\n";
+        write_stderr(LINE);
+        return None;
+    }
+    EXIT_REQUEST_DONE.store(false, Ordering::Release);
+    EXIT_REQUEST.store(status as i64, Ordering::Release);
+    wake_dumper();
+    sleep_until(|| EXIT_REQUEST_DONE.load(Ordering::Acquire));
+    match EXIT_REQUEST_CODE.load(Ordering::Acquire) {
+        NO_EXIT_REQUEST => None,
+        c => Some(c as i32),
+    }
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -870,9 +946,9 @@ fn before_exec() -> bool {
     errno_kept(|| {
         if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_AFTER_FAILED_EXEC {
             // This image's exec report stands: only the marker goes.
-            crate::run_marker::on_report_written(Trigger::Exit, true);
+            crate::run_marker::on_exec_report_stands(instance);
         } else {
-            exit_report_for(None, None, Some("exec"));
+            exit_report_for(None, None, Some("exec"), true);
         }
     });
     true
@@ -890,6 +966,7 @@ fn after_failed_exec(reported: bool) {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
+            dump::reporting_resumes();
             crate::run_marker::on_first_allocation_call(report_dir, instance, warn);
         });
     }

@@ -47,6 +47,70 @@ pub fn install_config(c: Config) -> &'static Config {
     }
 }
 
+/// Where the library's lines go: the descriptor of `CUDALEAK_LOG` (-1:
+/// none), and fd 2 as it was when the library was loaded (its device and
+/// inode; `STDERR_AT_START` false: fd 2 was not open then).
+static LOG_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+static STDERR_AT_START: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static STDERR_DEV: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static STDERR_INO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `(device, inode)` of what `fd` is open on.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: fstat into local storage; async-signal-safe.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// At load, before main: what fd 2 is, and the log file of `CUDALEAK_LOG`
+/// (created if missing, appended to, mode 0600, never through a link).
+/// Returns the warning to give when the log cannot be opened.
+pub fn open_outputs(log: Option<&Path>) -> Option<String> {
+    if let Some((dev, ino)) = identity(2) {
+        STDERR_DEV.store(dev, Ordering::Relaxed);
+        STDERR_INO.store(ino, Ordering::Relaxed);
+        STDERR_AT_START.store(true, Ordering::Release);
+    }
+    let path = log?;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(f) => {
+            use std::os::unix::io::IntoRawFd;
+            LOG_FD.store(f.into_raw_fd(), Ordering::Release);
+            None
+        }
+        Err(e) => Some(format!(
+            "cudaleak: cannot open CUDALEAK_LOG={:?}: {e}; writing to stderr",
+            path.display().to_string()
+        )),
+    }
+}
+
+/// The descriptor the library's lines go to now: the log file, else fd 2
+/// while it is still what it was at load (issue 23: a program that closed
+/// fd 2 and reopened it on a data file got our summary in its data); None
+/// when neither. Async-signal-safe.
+fn output_fd() -> Option<i32> {
+    let log = LOG_FD.load(Ordering::Acquire);
+    if log >= 0 {
+        return Some(log);
+    }
+    let same = STDERR_AT_START.load(Ordering::Acquire)
+        && identity(2)
+            == Some((
+                STDERR_DEV.load(Ordering::Relaxed),
+                STDERR_INO.load(Ordering::Relaxed),
+            ));
+    same.then_some(2)
+}
+
 /// One line to stderr, without std's stderr lock (hooks, signals, exit).
 pub fn warn(line: &str) {
     let mut buf = Vec::with_capacity(line.len() + 1);
@@ -55,11 +119,16 @@ pub fn warn(line: &str) {
     write_stderr(&buf);
 }
 
-/// Bytes to fd 2, retried until written or failed.
+/// Bytes to the library's output ([`output_fd`]: the `CUDALEAK_LOG` file,
+/// or fd 2 while it is what it was at load), retried until written or
+/// failed. Async-signal-safe.
 pub fn write_stderr(mut bytes: &[u8]) {
+    let Some(fd) = output_fd() else {
+        return;
+    };
     while !bytes.is_empty() {
-        // SAFETY: writing our own buffer to fd 2.
-        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        // SAFETY: writing our own buffer to our output descriptor.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n <= 0 {
             return;
         }
