@@ -5,7 +5,9 @@
 #   (tests/html.rs) and for speedscope (tests/exports.rs);
 # - Go (golang-go), whose `go tool pprof` reads `--format pprof` back;
 # - node and npm, to install speedscope (tests/speedscope/package-lock.json),
-#   which opens `--format speedscope` (tests/exports.rs).
+#   which opens `--format speedscope` (tests/exports.rs);
+# - libc6-dbg, libc's debug file, whose symbol table names libc's start-up
+#   frames at dump time (tests/reports.rs).
 # Tests that need one of these are #[ignore]d with the reason in a plain
 # `cargo test`; scripts/test.sh runs them, and there a missing tool fails
 # them (issue 23).
@@ -20,6 +22,9 @@ if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/lib/go/bin/go ]; then
 fi
 if ! command -v npm >/dev/null 2>&1; then
     missing="$missing nodejs npm"
+fi
+if command -v dpkg >/dev/null 2>&1 && ! dpkg -s libc6-dbg >/dev/null 2>&1; then
+    missing="$missing libc6-dbg"
 fi
 if [ -n "$missing" ]; then
     SUDO=""

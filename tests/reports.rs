@@ -556,3 +556,47 @@ fn a_rank_set_after_start_names_the_report() {
         .collect();
     assert!(names.iter().all(|n| n.contains(".r5.")), "{names:?}");
 }
+
+/// libc's separate debug file (Debian's libc6-dbg), found by libc's
+/// build-id as the library looks for it.
+fn libc_debug_file() -> Option<PathBuf> {
+    let notes = Command::new("readelf")
+        .args(["-n", "/lib/x86_64-linux-gnu/libc.so.6"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&notes.stdout);
+    let id = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))?
+        .trim()
+        .to_string();
+    let p = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    p.is_file().then_some(p)
+}
+
+#[test]
+#[ignore = "needs libc6-dbg (libc's debug file); scripts/test.sh runs it (cargo test --test reports -- --ignored)"]
+fn start_up_frames_are_named_from_symbols_and_folded_away() {
+    // Issue 24: naming `__libc_start_call_main` from libc's DWARF cost a
+    // one-leak exit 60 ms. It is named from the debug file's symbol table
+    // instead (no line), so the text report still folds it away by name.
+    required(libc_debug_file(), "libc6-dbg (apt-get install libc6-dbg)");
+    let out = run_traced(&program("leak_n"), &["3", "2"], &[]);
+    out.assert_success();
+    assert!(
+        !out.stderr.contains("libc.so.6+0x"),
+        "an unnamed libc frame:\n{}",
+        out.stderr
+    );
+    let r = out.report();
+    let start = r.leaks[0]
+        .native_stack
+        .iter()
+        .find(|f| f.function.as_deref() == Some("__libc_start_call_main"))
+        .unwrap_or_else(|| panic!("no __libc_start_call_main: {:#?}", r.leaks[0].native_stack));
+    assert_eq!((start.file.as_deref(), start.line), (None, None), "{start:?}");
+}

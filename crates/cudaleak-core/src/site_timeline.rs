@@ -36,6 +36,10 @@ pub const SITES_PER_SAMPLE: usize = 8;
 pub const SITES_AT_PEAK: usize = 16;
 /// The most values all call sites' series hold together (2 MiB).
 pub const SERIES_CELLS: usize = 1 << 18;
+/// Series a report writes per way a page chooses its call sites (largest
+/// at the end, at the highest sample, fastest growing, largest ever):
+/// a page draws 12, so the choice is the same as from every site's.
+pub const SERIES_PER_CHOICE: usize = 64;
 /// Below this many samples, series are dropped rather than thinned.
 const MIN_SAMPLES: usize = 64;
 
@@ -298,12 +302,48 @@ impl SiteHistory {
         };
         let samples: Vec<TimelineSample> = self.samples.iter().map(&mut convert).collect();
         let peak = self.peak.as_ref().map(&mut convert);
-        // Every site's series, in a stable order (largest first).
+        // The series of the sites a page can choose from (largest at the
+        // end, at the highest sample, fastest growing, largest ever), in a
+        // stable order (largest first). Every site's series, as kept here,
+        // made a report of 100k call sites 830 MB (issue 24's scale runs):
+        // each written series names its site with a whole stack.
         let mut traces: Vec<(&TraceId, &RawSeries)> = self.series.iter().collect();
         traces.sort_by(|a, b| b.1.max.cmp(&a.1.max).then(a.0 .0.cmp(&b.0 .0)));
-        let mut series = Vec::with_capacity(traces.len());
+        let n = self.samples.len();
+        let last = n.saturating_sub(1);
+        let highest = self
+            .samples
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.live_bytes.cmp(&b.1.live_bytes).then(b.0.cmp(&a.0)))
+            .map_or(last, |(i, _)| i);
+        let at = |s: &RawSeries, k: usize| {
+            k.checked_sub(s.start)
+                .and_then(|i| s.values.get(i))
+                .copied()
+                .unwrap_or(0)
+        };
+        let mut keep: std::collections::HashSet<TraceId> = std::collections::HashSet::new();
+        let mut choose = |key: &dyn Fn(&RawSeries) -> i128| {
+            let mut v: Vec<(i128, TraceId)> = traces
+                .iter()
+                .map(|(t, s)| (key(s), **t))
+                .filter(|(k, _)| *k > 0)
+                .collect();
+            v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1 .0.cmp(&b.1 .0)));
+            keep.extend(v.into_iter().take(SERIES_PER_CHOICE).map(|(_, t)| t));
+        };
+        choose(&|s| at(s, last) as i128);
+        choose(&|s| at(s, highest) as i128);
+        choose(&|s| at(s, last) as i128 - at(s, n / 2) as i128);
+        choose(&|s| s.max as i128);
+        let mut series = Vec::with_capacity(keep.len());
         let mut dropped = self.dropped.len() as u64;
         for (&trace, s) in traces {
+            if !keep.contains(&trace) {
+                dropped += 1;
+                continue;
+            }
             let slot = *index.entry(trace).or_insert_with(|| {
                 name(trace).map(|g| {
                     sites.push(g);
@@ -448,6 +488,36 @@ mod series_tests {
     /// Issue 26: every site's series is kept, not only each sample's
     /// largest 8; a site that grows late is whole, and the series stay in
     /// step with the samples when they are thinned.
+    #[test]
+    fn a_report_writes_the_series_a_page_can_choose_from() {
+        // 1000 sites of 10 bytes, one burst site that is gone at the end,
+        // one that grows late: the report writes at most 4 x 64 series,
+        // with the late grower and the burst among them.
+        let mut h = SiteHistory::new(DEFAULT_PERIOD);
+        for i in 0..100u64 {
+            let mut live: Vec<_> = (1..=1000u32)
+                .map(|s| (TraceId(s), 10, 1, MemoryKind::Device))
+                .collect();
+            if (40..50).contains(&i) {
+                live.push((TraceId(5000), 1 << 20, 1, MemoryKind::Device));
+            }
+            if i >= 80 {
+                live.push((TraceId(6000), (i - 79) * 100, 1, MemoryKind::Device));
+            }
+            h.record(i as i64, 0, &live);
+        }
+        let t = h.to_report(|id| Some(site(id.0)));
+        assert!(t.series.len() <= 4 * SERIES_PER_CHOICE, "{}", t.series.len());
+        assert_eq!(t.series.len() as u64 + t.series_dropped, 1002);
+        for name in ["site5000", "site6000"] {
+            assert!(
+                t.series.iter().any(|s| t.sites[s.site as usize].api == name),
+                "{name} is written"
+            );
+        }
+        assert!(t.sites.len() < 1002 / 2, "sites named: {}", t.sites.len());
+    }
+
     #[test]
     fn every_site_keeps_its_series_through_thinning() {
         let mut h = SiteHistory::new(DEFAULT_PERIOD);

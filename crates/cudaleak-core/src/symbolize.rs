@@ -51,18 +51,26 @@ enum ModuleSymbols {
 impl ModuleSymbols {
     fn of_file(path: &str) -> ModuleSymbols {
         map_file(path, |data| {
-            use object::{Object, ObjectSymbol};
+            use object::Object;
             let file = object::File::parse(data).ok()?;
             if file.section_by_name(".debug_line").is_some() || file.section_by_name(".zdebug_line").is_some()
             {
                 return Some(ModuleSymbols::OwnLines);
             }
-            let mut symbols: Vec<(u64, u64, String)> = file
-                .symbols()
-                .chain(file.dynamic_symbols())
-                .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
-                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-                .collect();
+            let mut symbols = function_symbols(&file);
+            // The symbol table of its debug file, if installed (libc6-dbg):
+            // it names the static functions the module's own table lacks
+            // (`__libc_start_call_main`, a start-up frame the text report
+            // folds away by name), read without touching the DWARF.
+            if let Some(id) = file.build_id().ok().flatten().filter(|id| id.len() > 1) {
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+                if let Some(more) = map_file(&debug, |data| {
+                    Some(function_symbols(&object::File::parse(data).ok()?))
+                }) {
+                    symbols.extend(more);
+                }
+            }
             symbols.sort();
             symbols.dedup_by_key(|s| s.0);
             Some(ModuleSymbols::SymbolsOnly(symbols))
@@ -77,6 +85,16 @@ impl ModuleSymbols {
         let (start, size, name) = &symbols[i];
         (at < start + size).then(|| format!("{:#}", backtrace::SymbolName::new(name.as_bytes())))
     }
+}
+
+/// The function symbols of an object file: (start, size, name).
+fn function_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
+    use object::{Object, ObjectSymbol};
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .collect()
 }
 
 /// Runs `read` over the regular file at `path`, mapped read-only (only the
