@@ -8,7 +8,7 @@
 
 use crate::report::{Group, MergedFrame, NativeFrame, Report};
 use addr2line::gimli;
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSection};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -35,49 +35,12 @@ struct Loaded {
     symbols: Vec<(u64, u64, String)>,
 }
 
-/// A regular file of at most `cap` bytes, mapped read-only, never
-/// unmapped (the symbolizer keeps what it loaded until the command ends).
-/// Mapped, not read: a frame of an untrusted report naming a 3 GB sparse
-/// file cost 3.1 GB of memory (issue 23); mapped, only the pages parsed
-/// are ever in memory.
-fn map_regular_file(path: &Path, cap: u64) -> Option<&'static [u8]> {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.file_type().is_file() || meta.len() == 0 || meta.len() > cap {
-        return None;
-    }
-    let len = usize::try_from(meta.len()).ok()?;
-    // SAFETY: a private read-only mapping of a regular file we opened;
-    // the descriptor may be closed once mapped.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: the mapping is `len` readable bytes and is never unmapped.
-    Some(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
-}
-
 impl Loaded {
     /// The file's build-id, and its debug information and symbols only
     /// when that build-id is `want` (issue 23: a file of another build
     /// is never used, so its debug sections are not even read).
     fn read(path: &Path, cap: u64, want: Option<&str>) -> Option<Loaded> {
-        let data = map_regular_file(path, cap)?;
+        let data = crate::safe_read::Mapped::open(path, cap)?.leak();
         let file = object::File::parse(data).ok()?;
         let build_id = file.build_id().ok().flatten().map(hex_bytes);
         if build_id.as_deref() != want {
@@ -102,12 +65,7 @@ impl Loaded {
         let dwarf = gimli::Dwarf::load(section)
             .ok()
             .and_then(|d| addr2line::Context::from_dwarf(d).ok());
-        let mut symbols: Vec<(u64, u64, String)> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-            .collect();
+        let mut symbols = crate::symbolize::function_symbols(&file);
         symbols.sort();
         symbols.dedup_by_key(|s| s.0);
         Some(Loaded {

@@ -87,8 +87,8 @@ impl ModuleSymbols {
     }
 }
 
-/// The function symbols of an object file: (start, size, name).
-fn function_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
+/// The function symbols of an object file, unsorted: (start, size, name).
+pub fn function_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
     use object::{Object, ObjectSymbol};
     file.symbols()
         .chain(file.dynamic_symbols())
@@ -100,36 +100,7 @@ fn function_symbols(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
 /// Runs `read` over the regular file at `path`, mapped read-only (only the
 /// pages it touches are read: a symbol table, not a 2 GiB library).
 fn map_file<T>(path: &str, read: impl FnOnce(&[u8]) -> Option<T>) -> Option<T> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.file_type().is_file() || meta.len() == 0 {
-        return None;
-    }
-    let len = usize::try_from(meta.len()).ok()?;
-    // SAFETY: a fresh private read-only mapping of an open regular file.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            std::os::unix::io::AsRawFd::as_raw_fd(&f),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: the mapping is `len` readable bytes until the munmap below.
-    let out = read(unsafe { std::slice::from_raw_parts(p as *const u8, len) });
-    // SAFETY: unmapping what was mapped above; nothing borrows it now.
-    unsafe { libc::munmap(p, len) };
-    out
+    read(crate::safe_read::Mapped::open(std::path::Path::new(path), u64::MAX)?.bytes())
 }
 
 impl ProcessSymbolizer {
