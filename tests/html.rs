@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    build, cli, cli_command, line_of, repo, required, run_command, run_traced, sim_dir, target_dir, validate,
-    Outcome, TempDir,
+    build, cli, cli_command, line_of, repo, required, run_command, run_test_python, run_traced, sim_dir,
+    target_dir, validate, Outcome, TempDir,
 };
 
 const MIB: u64 = 1 << 20;
@@ -646,30 +646,14 @@ fn text_of(dom: &str, id: &str) -> String {
 /// tests/oom.rs runs it): 32 MiB of weights and 4 x 6 MiB of cache held,
 /// then a request of 40 MiB fails twice.
 fn python_oom_run() -> (Outcome, PathBuf) {
-    let sim = sim_dir();
-    let helper = build(
-        "libpy_helper.so",
-        &["tests/c/py_helper.c"],
+    let script = repo().join("tests/python/oom.py");
+    let out = run_test_python(
+        "oom.py",
         &[
-            "-shared",
-            "-fPIC",
-            &sim.join("libcudart.so.12").display().to_string(),
-            "-lpthread",
+            ("SIMCUDA_DEVICE_BYTES", "67108864"),
+            ("CUDALEAK_TIMELINE", "10ms"),
         ],
     );
-    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = repo().join("tests/python/oom.py");
-    let runtime = sim.join("libcudart.so.12").display().to_string();
-    let pythonpath = repo().join("tests/python").display().to_string();
-    let env = [
-        ("SIMCUDA_RUNTIME", runtime.as_str()),
-        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
-        ("PYTHONPATH", pythonpath.as_str()),
-        ("PYTHONDONTWRITEBYTECODE", "1"),
-        ("SIMCUDA_DEVICE_BYTES", "67108864"),
-        ("CUDALEAK_TIMELINE", "10ms"),
-    ];
-    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     (out, script)
 }
@@ -960,29 +944,7 @@ fn is_machinery(name: &str) -> bool {
 #[test]
 #[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn a_page_of_sixty_call_sites_stays_readable() {
-    let sim = sim_dir();
-    let helper = build(
-        "libpy_helper.so",
-        &["tests/c/py_helper.c"],
-        &[
-            "-shared",
-            "-fPIC",
-            &sim.join("libcudart.so.12").display().to_string(),
-            "-lpthread",
-        ],
-    );
-    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = repo().join("tests/python/sixty_sites.py");
-    let runtime = sim.join("libcudart.so.12").display().to_string();
-    let pythonpath = repo().join("tests/python").display().to_string();
-    let env = [
-        ("SIMCUDA_RUNTIME", runtime.as_str()),
-        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
-        ("PYTHONPATH", pythonpath.as_str()),
-        ("PYTHONDONTWRITEBYTECODE", "1"),
-        ("CUDALEAK_TIMELINE", "10ms"),
-    ];
-    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
+    let out = run_test_python("sixty_sites.py", &[("CUDALEAK_TIMELINE", "10ms")]);
     assert_eq!(out.stdout, "held 2445 blocks\n", "{}", out.stderr);
     let r = out.report();
     assert_eq!(r.totals.allocations, 3600);

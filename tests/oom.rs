@@ -251,29 +251,8 @@ fn the_oom_report_is_written_while_the_process_runs() {
 
 #[test]
 fn an_oom_from_python_names_the_python_line() {
-    let sim = sim_dir();
-    let helper = build(
-        "libpy_helper.so",
-        &["tests/c/py_helper.c"],
-        &[
-            "-shared",
-            "-fPIC",
-            &sim.join("libcudart.so.12").display().to_string(),
-            "-lpthread",
-        ],
-    );
-    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = repo().join("tests/python/oom.py");
-    let runtime = sim.join("libcudart.so.12").display().to_string();
-    let pythonpath = repo().join("tests/python").display().to_string();
-    let env = [
-        ("SIMCUDA_RUNTIME", runtime.as_str()),
-        ("CUDALEAK_PY_HELPER", helper.to_str().unwrap()),
-        ("PYTHONPATH", pythonpath.as_str()),
-        ("PYTHONDONTWRITEBYTECODE", "1"),
-        device(),
-    ];
-    let out = run_traced(Path::new(&python), &[script.to_str().unwrap()], &env);
+    let out = run_test_python("oom.py", &[device()]);
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert_eq!(out.stdout, "request of 41943040 bytes: rc=2\n".repeat(2));
     let reports = out.reports();

@@ -281,6 +281,30 @@ fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Comma
 }
 
 /// Runs a program under the library with a fresh report directory.
+/// Runs `tests/python/SCRIPT` under the library, its CUDA calls going to
+/// the simulated runtime through ctypes (and tests/c/py_helper.c), with
+/// `extra` added to the environment.
+pub fn run_test_python(script: &str, extra: &[(&str, &str)]) -> Outcome {
+    let runtime = sim_dir().join("libcudart.so.12");
+    let helper = build(
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &["-shared", "-fPIC", &runtime.display().to_string(), "-lpthread"],
+    );
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let path = repo().join("tests/python").join(script);
+    let (runtime, helper) = (runtime.display().to_string(), helper.display().to_string());
+    let pythonpath = repo().join("tests/python").display().to_string();
+    let mut env = vec![
+        ("SIMCUDA_RUNTIME", runtime.as_str()),
+        ("CUDALEAK_PY_HELPER", helper.as_str()),
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+    ];
+    env.extend_from_slice(extra);
+    run_traced(Path::new(&python), &[path.to_str().unwrap()], &env)
+}
+
 pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
     let (cmd, dir) = traced_command(program, args, env);
     let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
