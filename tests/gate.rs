@@ -521,3 +521,22 @@ fn nothing_is_written_into_a_data_file_that_took_fd_2() {
     );
     assert_eq!(std::fs::metadata(&log).unwrap().mode() & 0o777, 0o600);
 }
+
+#[test]
+fn a_fifo_at_the_log_path_neither_hangs_the_program_nor_gets_the_lines() {
+    // Another user (or anything) may put a FIFO where CUDALEAK_LOG points:
+    // opening it for writing blocked before main, forever.
+    let d = TempDir::new("log-fifo");
+    let fifo = d.path().join("cudaleak.log");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = run_traced(
+        &program("leak_n"),
+        &["3", "2"],
+        &[("CUDALEAK_LOG", fifo.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert_eq!(out.report().leaked_bytes(), 700);
+    assert!(out.stderr.contains("cannot open CUDALEAK_LOG"), "{}", out.stderr);
+}

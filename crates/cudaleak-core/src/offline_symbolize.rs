@@ -130,7 +130,7 @@ fn parse_hex(s: &str) -> Option<u64> {
 /// Symbolizes frames from files found on this machine, each file read once.
 pub struct OfflineSymbolizer {
     debug_roots: Vec<PathBuf>,
-    files: HashMap<PathBuf, Option<Loaded>>,
+    files: HashMap<(PathBuf, Option<String>), Option<Loaded>>,
     /// frames symbolized by the last [`OfflineSymbolizer::symbolize_report`]
     pub symbolized: u64,
     /// the largest module file read (debug files: [`MAX_OBJECT_BYTES`])
@@ -154,10 +154,13 @@ impl OfflineSymbolizer {
         }
     }
 
+    /// By path and the build-id asked for: a file read for a frame of
+    /// another build holds neither DWARF nor symbols, and must not answer
+    /// for the frames of its own build later.
     fn loaded(&mut self, path: PathBuf, cap: u64, want: Option<&str>) -> Option<&Loaded> {
         self.files
-            .entry(path)
-            .or_insert_with_key(|p| Loaded::read(p, cap, want))
+            .entry((path, want.map(str::to_string)))
+            .or_insert_with_key(|(p, _)| Loaded::read(p, cap, want))
             .as_ref()
     }
 

@@ -73,16 +73,30 @@ pub fn open_outputs(log: Option<&Path>) -> Option<String> {
         STDERR_AT_START.store(true, Ordering::Release);
     }
     let path = log?;
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // O_NONBLOCK: a FIFO planted at the path must not hang the program
+    // before main; then only a regular file of our own is written to (a
+    // file another user made there would get our lines).
+    let opened = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
         .mode(0o600)
         .open(path)
-    {
-        Ok(f) => {
+        .and_then(|f| {
+            let m = f.metadata()?;
+            // SAFETY: plain system call.
+            let me = unsafe { libc::geteuid() };
+            if !m.file_type().is_file() || m.uid() != me {
+                return Err(std::io::Error::other("not a regular file of this user"));
+            }
+            Ok((f, m.dev(), m.ino()))
+        });
+    match opened {
+        Ok((f, dev, ino)) => {
             use std::os::unix::io::IntoRawFd;
+            LOG_DEV.store(dev, Ordering::Relaxed);
+            LOG_INO.store(ino, Ordering::Relaxed);
             LOG_FD.store(f.into_raw_fd(), Ordering::Release);
             None
         }
@@ -93,6 +107,12 @@ pub fn open_outputs(log: Option<&Path>) -> Option<String> {
     }
 }
 
+/// `(device, inode)` of the `CUDALEAK_LOG` file: its descriptor is written
+/// to only while it is still that file (a program that closes every
+/// descriptor and opens a data file may get its number).
+static LOG_DEV: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static LOG_INO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The descriptor the library's lines go to now: the log file, else fd 2
 /// while it is still what it was at load (issue 23: a program that closed
 /// fd 2 and reopened it on a data file got our summary in its data); None
@@ -100,7 +120,8 @@ pub fn open_outputs(log: Option<&Path>) -> Option<String> {
 fn output_fd() -> Option<i32> {
     let log = LOG_FD.load(Ordering::Acquire);
     if log >= 0 {
-        return Some(log);
+        let same = identity(log) == Some((LOG_DEV.load(Ordering::Relaxed), LOG_INO.load(Ordering::Relaxed)));
+        return same.then_some(log);
     }
     let same = STDERR_AT_START.load(Ordering::Acquire)
         && identity(2)
