@@ -168,7 +168,7 @@ pub const DEFAULT_OOM_REPORTS: u32 = 3;
 /// The most `CUDALEAK_OOM_REPORTS` takes: each report holds a copy of the
 /// live map in memory until it is written (about a second).
 pub const MAX_OOM_REPORTS: u32 = 1000;
-/// The most `CUDALEAK_TRACE` keeps: 1 Mi events, 32 MiB of ring.
+/// The most `CUDALEAK_TRACE` keeps: 1 Mi events, 40 MiB of ring (40-byte slots).
 pub const MAX_TRACE_EVENTS: usize = 1 << 20;
 
 impl Default for Config {
