@@ -349,11 +349,14 @@ fn rule_from_eh_frame(pc: u64) -> Rule {
     let Ok(row) = fde.unwind_info_for_address(&eh_frame, &bases, &mut ctx, pc) else {
         return Rule::FRAME_POINTER;
     };
-    let ra_offset = match row.register(X86_64::RA) {
+    // No rule for a register reads as Undefined, as gimli 0.31's lookup
+    // answered before it returned an Option (one gimli with backtrace's).
+    let rule = |r| row.register(r).unwrap_or(RegisterRule::Undefined);
+    let ra_offset = match rule(X86_64::RA) {
         RegisterRule::Offset(o) if (-128..0).contains(&o) => o as i8,
         _ => return Rule::STOP, // Undefined: the outermost frame
     };
-    let rbp_offset = match row.register(X86_64::RBP) {
+    let rbp_offset = match rule(X86_64::RBP) {
         RegisterRule::Offset(o) if (i16::MIN as i64..0).contains(&o) => Some(o as i16),
         RegisterRule::Undefined | RegisterRule::SameValue => None,
         _ => return Rule::STOP,
