@@ -285,7 +285,7 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
             mode & 0o7777
         ));
     }
-    let name = CString::new(request_name(pid)).map_err(|e| e.to_string())?;
+    let name = CString::new(cudaleak_core::report::dump_request_name(pid)).map_err(|e| e.to_string())?;
     // SAFETY: valid descriptor and C string.
     let fd = unsafe {
         libc::openat(
@@ -301,7 +301,7 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
         return Ok(Requested::Created);
     }
     let err = std::io::Error::last_os_error();
-    let request = dir.join(request_name(pid));
+    let request = dir.join(cudaleak_core::report::dump_request_name(pid));
     if err.raw_os_error() == Some(libc::EEXIST) {
         // Pending if it is a plain file; never anything a link points to.
         if std::fs::symlink_metadata(&request).is_ok_and(|m| m.file_type().is_file()) {
@@ -313,10 +313,6 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
         ));
     }
     Err(format!("cannot create {}: {err}", request.display()))
-}
-
-fn request_name(pid: i32) -> String {
-    format!(".cudaleak-dump-request.{pid}")
 }
 
 pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
@@ -331,7 +327,7 @@ pub fn dump(pid: i32, dir: Option<PathBuf>, timeout: f64) -> CliResult {
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    let request = dir.join(request_name(pid));
+    let request = dir.join(cudaleak_core::report::dump_request_name(pid));
     let started_at = process_state(pid).map(|(_, start)| start);
     request_dump(&dir, pid, owner)?;
     let started = Instant::now();

@@ -405,6 +405,14 @@ pub const RUN_ID_ENV: &str = "CUDALEAK_RUN_ID";
 /// written: `.cudaleak-active.<pid>.<instance>`, holding the run id.
 pub const RUN_MARKER_PREFIX: &str = ".cudaleak-active.";
 
+/// The file `cudaleak dump PID` creates in a process's report directory
+/// to ask for a live dump; the library's dumper thread looks for it,
+/// deletes it and writes a report (trigger `api`, reason `cudaleak dump`).
+/// One spelling for both sides of the protocol (issue 27).
+pub fn dump_request_name(pid: i32) -> String {
+    format!(".cudaleak-dump-request.{pid}")
+}
+
 /// The environment variable by which `cudaleak run` passes the socket its
 /// processes tell their start and final report through, as
 /// `FD:DEVICE:INODE` (issue 23): a witness that needs no disk, for the

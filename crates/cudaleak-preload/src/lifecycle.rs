@@ -196,12 +196,9 @@ fn start_dumper() {
 
 fn request_file() -> Option<PathBuf> {
     let dir = settings::configured_report_dir()?;
-    Some(dir.join(dump_request_name(PID.load(Ordering::Acquire))))
-}
-
-/// The file `cudaleak dump PID` creates in the report directory.
-pub fn dump_request_name(pid: i32) -> String {
-    format!(".cudaleak-dump-request.{pid}")
+    Some(dir.join(cudaleak_core::report::dump_request_name(
+        PID.load(Ordering::Acquire),
+    )))
 }
 
 /// The dumper thread never dies: a panic in one round is caught, noted
