@@ -90,9 +90,16 @@ static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 
 /// How often the dumper looks for a `cudaleak dump` request file.
 const REQUEST_POLL: Duration = Duration::from_millis(200);
-/// How long a SIGTERM/SIGINT handler (or a second way out) waits for the
-/// exit report.
+/// How long a SIGTERM/SIGINT handler (or a second way out, `_exit`,
+/// `kill`, `raise`) waits for the exit report while the dumper thread
+/// makes no progress (uses no CPU): a dumper stuck on a lock the
+/// interrupted thread holds is given up after this.
 const FATAL_DUMP_WAIT: Duration = Duration::from_secs(10);
+/// The longest such a wait lasts while the dumper thread works: a large
+/// exit report (a million call sites took 3.6 s) plus a live dump in
+/// progress can pass [`FATAL_DUMP_WAIT`], and giving up then lost the
+/// report (review of issue 23's `_exit` hand-off).
+const FATAL_DUMP_MAX: Duration = Duration::from_secs(600);
 /// Lock waits on exit paths: a thread may have died holding one.
 const EXIT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -418,21 +425,57 @@ fn report_fatal_signal(sig: c_int) {
     }
 }
 
-/// Polls `done` every 5 ms for at most [`FATAL_DUMP_WAIT`]; async-signal-safe
-/// (nanosleep).
+/// Polls `done` every 5 ms until it holds, for as long as the dumper
+/// thread keeps working: it gives up once the dumper has used no CPU for
+/// [`FATAL_DUMP_WAIT`], or after [`FATAL_DUMP_MAX`]. Async-signal-safe
+/// (nanosleep, clock_gettime).
 fn sleep_until(done: impl Fn() -> bool) {
     let step = libc::timespec {
         tv_sec: 0,
         tv_nsec: 5_000_000,
     };
-    let rounds = FATAL_DUMP_WAIT.as_millis() / 5;
-    for _ in 0..rounds {
+    let per_second = 200u128;
+    let idle_limit = FATAL_DUMP_WAIT.as_secs() as u128 * per_second;
+    let max = FATAL_DUMP_MAX.as_secs() as u128 * per_second;
+    let mut last_cpu = thread_cpu_ns(DUMPER_TID.load(Ordering::Acquire));
+    let mut idle = 0u128;
+    for round in 0..max {
         if done() {
             return;
         }
         // SAFETY: sleeping on a local timespec.
         unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        idle += 1;
+        if round % per_second == per_second - 1 {
+            let cpu = thread_cpu_ns(DUMPER_TID.load(Ordering::Acquire));
+            // At least 1 ms of CPU in the last second: it is working.
+            if matches!((last_cpu, cpu), (Some(a), Some(b)) if b >= a + 1_000_000) {
+                idle = 0;
+            }
+            last_cpu = cpu;
+        }
+        if idle >= idle_limit {
+            return;
+        }
     }
+}
+
+/// CPU time used by thread `tid` of this process, from its thread CPU
+/// clock (the kernel's clock id for a thread, as glibc's
+/// `pthread_getcpuclockid` makes it: `~tid << 3 | CPUCLOCK_SCHED |
+/// CPUCLOCK_PERTHREAD`). Async-signal-safe.
+fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    if tid <= 0 {
+        return None;
+    }
+    let clock: libc::clockid_t = ((!tid) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0)
+        .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Continues with the default action of `sig` on this thread. `tgkill`,
@@ -1008,4 +1051,22 @@ pub fn c_str_arg(p: *const c_char) -> Option<String> {
     }
     // SAFETY: the API's contract: NUL-terminated string.
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_thread_s_cpu_clock_is_read_by_its_tid() {
+        // SAFETY: plain system call.
+        let tid = unsafe { libc::gettid() };
+        let before = super::thread_cpu_ns(tid).expect("this thread's CPU clock");
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = super::thread_cpu_ns(tid).unwrap();
+        assert!(after >= before + 5_000_000, "{before} -> {after} ({x})");
+        assert_eq!(super::thread_cpu_ns(0), None);
+    }
 }
