@@ -368,25 +368,9 @@ fn a_report_that_could_not_be_written_fails_the_gate() {
 #[test]
 fn a_process_killed_after_allocating_fails_the_gate() {
     let d = TempDir::new("gate-sigkill");
+    let (status, stderr) = gate_of_a_killed_program(&d.path().join("reports"), "-9", d.path());
     let reports = d.path().join("reports").display().to_string();
     let live = program("live").display().to_string();
-    let script = r#""$0" wait > out & p=$!
-        until grep -q ready out; do sleep 0.05; done
-        kill -9 $p; wait $p; exit 0"#;
-    let (status, _, stderr) = cudaleak(
-        &[
-            "run",
-            "--fail-on-leak",
-            "--dir",
-            &reports,
-            "--",
-            "sh",
-            "-c",
-            script,
-            &live,
-        ],
-        d.path(),
-    );
     assert_eq!(status.code(), Some(24), "{stderr}");
     assert!(
         stderr.contains("made CUDA calls but wrote no exit report"),

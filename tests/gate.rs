@@ -204,25 +204,7 @@ fn a_fatal_signal_report_counts_in_the_summary() {
     // SIGTERM ends the worker: its `fatal-signal` report holds the leak;
     // the summary said "0 bytes leaked in 0 blocks" (issue 23).
     let d = TempDir::new("gate-sigterm");
-    let live = program("live").display().to_string();
-    let script = r#""$0" wait > out & p=$!
-        until grep -q ready out; do sleep 0.05; done
-        kill -TERM $p; wait $p; exit 0"#;
-    let reports = d.path().join("reports").display().to_string();
-    let (status, _, stderr) = cudaleak(
-        &[
-            "run",
-            "--fail-on-leak",
-            "--dir",
-            &reports,
-            "--",
-            "sh",
-            "-c",
-            script,
-            &live,
-        ],
-        d.path(),
-    );
+    let (status, stderr) = gate_of_a_killed_program(&d.path().join("reports"), "-TERM", d.path());
     assert_eq!(status.code(), Some(23), "{stderr}");
     assert!(stderr.contains("(fatal-signal)"), "{stderr}");
     assert!(!stderr.contains("cudaleak: 0 bytes leaked"), "{stderr}");

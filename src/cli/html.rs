@@ -177,30 +177,26 @@ fn choose_sites(rows: &[SiteRow], total: &[u64]) -> Vec<(usize, Vec<&'static str
             chosen.push((i, vec![why]));
         }
     };
-    for &i in by_end.iter().take(TIMELINE_SITES / 2) {
-        add(i, "largest at the end", &mut chosen, true);
-    }
-    for &i in by_peak.iter().take(TIMELINE_SITES / 3) {
-        add(i, "largest at the peak", &mut chosen, true);
-    }
-    for &i in by_growth.iter().take(TIMELINE_SITES / 4) {
-        add(i, "fastest growing", &mut chosen, true);
-    }
-    for &i in &by_end {
-        add(i, "largest at the end", &mut chosen, true);
-    }
-    for &i in &by_peak {
-        add(i, "largest at the peak", &mut chosen, true);
+    // Each list's first share, then the rest by the end and by the peak.
+    let shares = [
+        (&by_end, TIMELINE_SITES / 2, "largest at the end"),
+        (&by_peak, TIMELINE_SITES / 3, "largest at the peak"),
+        (&by_growth, TIMELINE_SITES / 4, "fastest growing"),
+    ];
+    let fill = [
+        (&by_end, usize::MAX, "largest at the end"),
+        (&by_peak, usize::MAX, "largest at the peak"),
+    ];
+    for &(list, n, why) in shares.iter().chain(&fill) {
+        for &i in list.iter().take(n) {
+            add(i, why, &mut chosen, true);
+        }
     }
     // Tags for every list a shown site is in, so the tooltip says all.
-    for &i in by_end.iter().take(TIMELINE_SITES / 2) {
-        add(i, "largest at the end", &mut chosen, false);
-    }
-    for &i in by_peak.iter().take(TIMELINE_SITES / 3) {
-        add(i, "largest at the peak", &mut chosen, false);
-    }
-    for &i in by_growth.iter().take(TIMELINE_SITES / 4) {
-        add(i, "fastest growing", &mut chosen, false);
+    for &(list, n, why) in &shares {
+        for &i in list.iter().take(n) {
+            add(i, why, &mut chosen, false);
+        }
     }
     chosen.sort_by(|a, b| {
         at(&rows[b.0], last)

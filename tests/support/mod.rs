@@ -281,6 +281,33 @@ fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Comma
 }
 
 /// Runs a program under the library with a fresh report directory.
+/// `cudaleak run --fail-on-leak --dir REPORTS` of a shell that starts
+/// tests/c/live.c (`wait`), waits until it is ready and sends it `signal`
+/// (`-TERM`, `-9`): how a job killed mid-run meets the gate. Its status and
+/// stderr.
+pub fn gate_of_a_killed_program(reports: &Path, signal: &str, cwd: &Path) -> (ExitStatus, String) {
+    let live = program("live").display().to_string();
+    let script = format!(
+        r#""$0" wait > out & p=$!
+        until grep -q ready out; do sleep 0.05; done
+        kill {signal} $p; wait $p; exit 0"#
+    );
+    let reports = reports.display().to_string();
+    let args = [
+        "run",
+        "--fail-on-leak",
+        "--dir",
+        &reports,
+        "--",
+        "sh",
+        "-c",
+        &script,
+        &live,
+    ];
+    let (status, _, stderr) = run_command(cli_command(&args, cwd), Duration::from_secs(120));
+    (status, stderr)
+}
+
 /// Runs `tests/python/SCRIPT` under the library, its CUDA calls going to
 /// the simulated runtime through ctypes (and tests/c/py_helper.c), with
 /// `extra` added to the environment.

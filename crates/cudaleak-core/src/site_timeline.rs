@@ -269,24 +269,17 @@ impl SiteHistory {
     /// The timeline for a report: the call sites named by `name` (a group
     /// with no counts; `None` leaves the site out and its bytes in "other").
     pub fn to_report(&self, mut name: impl FnMut(TraceId) -> Option<Group>) -> SampledTimeline {
-        let mut index: HashMap<TraceId, Option<u32>> = HashMap::new();
-        let mut sites: Vec<Group> = Vec::new();
+        let mut named = NamedSites {
+            name: &mut name,
+            index: HashMap::new(),
+            sites: Vec::new(),
+        };
         let mut convert = |raw: &Raw| -> TimelineSample {
             let mut out_sites = Vec::with_capacity(raw.sites.len());
             let mut other = raw.other_bytes;
             for &(trace, bytes) in &raw.sites {
-                let slot = *index.entry(trace).or_insert_with(|| {
-                    name(trace).map(|g| {
-                        sites.push(g);
-                        (sites.len() - 1) as u32
-                    })
-                });
-                match slot {
-                    Some(i) => {
-                        let g = &mut sites[i as usize];
-                        g.bytes = g.bytes.max(bytes);
-                        out_sites.push((i, bytes));
-                    }
+                match named.site(trace, bytes) {
+                    Some(i) => out_sites.push((i, bytes)),
                     None => other = other.saturating_add(bytes),
                 }
             }
@@ -344,16 +337,8 @@ impl SiteHistory {
                 dropped += 1;
                 continue;
             }
-            let slot = *index.entry(trace).or_insert_with(|| {
-                name(trace).map(|g| {
-                    sites.push(g);
-                    (sites.len() - 1) as u32
-                })
-            });
-            match slot {
+            match named.site(trace, s.values.iter().copied().max().unwrap_or(0)) {
                 Some(i) => {
-                    let g = &mut sites[i as usize];
-                    g.bytes = g.bytes.max(s.values.iter().copied().max().unwrap_or(0));
                     series.push(SiteSeries {
                         site: i,
                         start: s.start as u32,
@@ -366,12 +351,39 @@ impl SiteHistory {
         SampledTimeline {
             period_ms: self.period.as_millis() as u64,
             samples_taken: self.taken,
-            sites,
+            sites: named.sites,
             samples,
             peak,
             series,
             series_dropped: dropped,
         }
+    }
+}
+
+/// The call sites a report's timeline names, each once, by trace.
+struct NamedSites<'n, F> {
+    name: &'n mut F,
+    index: HashMap<TraceId, Option<u32>>,
+    sites: Vec<Group>,
+}
+
+impl<F: FnMut(TraceId) -> Option<Group>> NamedSites<'_, F> {
+    /// The index of `trace`'s site in `sites`, named the first time (None:
+    /// left out, its bytes in "other"); the site's bytes are raised to at
+    /// least `bytes`.
+    fn site(&mut self, trace: TraceId, bytes: u64) -> Option<u32> {
+        let NamedSites { name, index, sites } = self;
+        let slot = *index.entry(trace).or_insert_with(|| {
+            name(trace).map(|g| {
+                sites.push(g);
+                (sites.len() - 1) as u32
+            })
+        });
+        if let Some(i) = slot {
+            let g = &mut sites[i as usize];
+            g.bytes = g.bytes.max(bytes);
+        }
+        slot
     }
 }
 
