@@ -541,8 +541,8 @@ impl Event for Free {
         Some(Removed(tracker::remove_block(self.addr, self.accepts)))
     }
 
-    fn after(&self, _: &mut HookCx, removed: Removed, result: c_int) {
-        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS);
+    fn after(&self, cx: &mut HookCx, removed: Removed, result: c_int) {
+        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS, cx.thread);
     }
 }
 
@@ -1061,7 +1061,7 @@ impl Event for RuntimeFree {
         }
         // The runtime released without a driver call we saw.
         let removed = tracker::remove_block(self.addr, self.accepts);
-        tracker::finish_release(self.addr, removed, result == CUDA_SUCCESS);
+        tracker::finish_release(self.addr, removed, result == CUDA_SUCCESS, cx.thread);
     }
 }
 

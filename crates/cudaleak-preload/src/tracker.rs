@@ -14,7 +14,7 @@ use cudaleak_core::depot::Depot;
 use cudaleak_core::live_map::{AddrHash, LiveMap, MapCounts};
 use cudaleak_core::lock::FutexMutex;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
-use cudaleak_core::site_counters::SiteCounters;
+use cudaleak_core::site_counters::{SiteCounters, NO_DELTA_SLOT};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -134,18 +134,42 @@ pub fn note_internal_error() {
 }
 
 /// Live and peak bytes count memory, not reserved address space. The call
-/// site is told the peak before the block counts (`site_counters.rs`).
-fn add_bytes(b: &Block) {
+/// site is told the peak before the block counts (`site_counters.rs`),
+/// through the thread's delta slot.
+#[inline]
+fn add_bytes(b: &Block, thread: &ThreadState) {
     if !b.kind().counts_in_live_bytes() {
         return;
     }
     let n = b.size();
     let peak = PEAK_BYTES.load(Ordering::Relaxed);
-    SITES.add(b.trace, n, peak);
+    SITES.add_from(delta_slot(thread), b.trace, n, peak);
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
     if now > peak {
         new_peak(now);
     }
+}
+
+/// The calling thread's delta slot in [`SITES`], claimed at its first
+/// counted block. `site_delta` holds the slot plus one, so that 0 means
+/// not yet; a thread that found none holds `NO_DELTA_SLOT`, which reads
+/// back as a number past the slots: the sites' words directly.
+#[inline(always)]
+fn delta_slot(thread: &ThreadState) -> u16 {
+    match thread.site_delta.get() {
+        0 => claim_delta_slot(thread),
+        n => n - 1,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim_delta_slot(thread: &ThreadState) -> u16 {
+    let slot = SITES.claim_delta_slot();
+    thread
+        .site_delta
+        .set(if slot == NO_DELTA_SLOT { slot } else { slot + 1 });
+    slot
 }
 
 /// Live bytes went past the peak: only while memory grows, never in a
@@ -172,9 +196,22 @@ fn coarse_now_ms() -> i64 {
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
+/// A block gone, on a path that has no thread state at hand (teardowns,
+/// handles): straight to its site's word.
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
         SITES.sub(b.trace, b.size(), PEAK_BYTES.load(Ordering::Relaxed));
+        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+    }
+}
+
+/// A block freed by the calling thread: through its delta slot, which
+/// holds the change when the block's site is the thread's current one.
+#[inline]
+fn sub_bytes_from(b: &Block, thread: &ThreadState) {
+    if b.kind().counts_in_live_bytes() {
+        let peak = PEAK_BYTES.load(Ordering::Relaxed);
+        SITES.sub_from(delta_slot(thread), b.trace, b.size(), peak);
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
@@ -224,9 +261,9 @@ pub fn record_allocation(
         &LIVE
     };
     if let Some(old) = map.insert(key, block) {
-        sub_bytes(&old);
+        sub_bytes_from(&old, thread);
     }
-    add_bytes(&block);
+    add_bytes(&block, thread);
 }
 
 /// Which blocks a release call takes: blocks of its memory kinds, and
@@ -261,7 +298,7 @@ pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
     LIVE.remove_if(addr, |b| accepts.accepts(b))
 }
 
-pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
+pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread: &ThreadState) {
     match removed {
         Some(b) if succeeded => {
             crate::event_ring::record(
@@ -271,7 +308,7 @@ pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
                 b.trace,
                 b.device(),
             );
-            sub_bytes(&b);
+            sub_bytes_from(&b, thread);
         }
         Some(b) => LIVE.restore(addr, b),
         None => {
