@@ -5,9 +5,8 @@
 //!
 //! A change is one add to a 64-bit word (on the thread's own delta slot
 //! in the common case, see below): blocks and bytes share the word, bytes
-//! in the low
-//! [`BYTES_BITS`] bits and blocks above. Both move together, so one add of
-//! `(1 << BYTES_BITS) + size` keeps both. Bytes are exact up to 16 TiB live
+//! in the low [`BYTES_BITS`] bits and blocks above. Both move together,
+//! so one add of `(1 << BYTES_BITS) + size` keeps both. Bytes are exact up to 16 TiB live
 //! per call site; the block count is kept modulo 2^20 (a million live
 //! blocks of one call site wrap it; the dumps count blocks exactly).
 //!
