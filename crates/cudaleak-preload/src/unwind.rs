@@ -635,9 +635,12 @@ mod tests {
             } else {
                 with_rbp_zero(&mut || recurse(10, &mut || path_b(&mut f)));
             }
+            // SAFETY: each capture wrote the first `nf`/`nr` entries it
+            // returned.
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
             let r: Vec<u64> = reference[..nr]
                 .iter()
+                // SAFETY: as above.
                 .map(|v| unsafe { v.assume_init() })
                 .collect();
             let start = f.iter().position(|a| r.contains(a)).unwrap();
@@ -710,9 +713,12 @@ mod tests {
                 nf = fast_skipping(&mut fast, (0, 0), crate::thread::current(), &mut log).0;
                 nr = dwarf_skipping(&mut reference, (0, 0));
             });
+            // SAFETY: each capture wrote the first `nf`/`nr` entries it
+            // returned.
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
             let r: Vec<u64> = reference[..nr]
                 .iter()
+                // SAFETY: as above.
                 .map(|v| unsafe { v.assume_init() })
                 .collect();
             assert!(nf >= 30, "fast unwinder stopped after {nf} frames");
