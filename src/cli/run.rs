@@ -611,8 +611,10 @@ impl RunChannel {
 
     /// `FD:DEVICE:INODE` of the sending end.
     fn env_value(&self) -> Option<String> {
-        // SAFETY: fstat into local storage.
+        // SAFETY: `stat` is plain integers, all valid as zero.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of a descriptor we own into local storage, which
+        // it fills and does not keep.
         (unsafe { libc::fstat(self.sender, &mut st) } == 0)
             .then(|| format!("{}:{}:{}", self.sender, st.st_dev, st.st_ino))
     }
