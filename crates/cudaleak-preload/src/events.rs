@@ -849,7 +849,9 @@ impl Event for EntryPoint {
     }
     fn after(&self, _: &mut HookCx, _: (), result: c_int) {
         if result == CUDA_SUCCESS {
-            // SAFETY: the lookup's own arguments.
+            // SAFETY: `symbol` and `pfn` are what the program passed to the
+            // lookup that just succeeded: its C string and the out
+            // parameter the driver wrote, as `substitute_entry_point` asks.
             unsafe {
                 resolve::substitute_entry_point(
                     self.symbol,

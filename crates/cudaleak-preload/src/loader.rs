@@ -96,7 +96,8 @@ pub fn real_dlclose_fn() -> Option<DlcloseFn> {
 /// `dlclose` without our override in the way.
 pub fn real_dlclose(handle: *mut c_void) -> c_int {
     match real_dlclose_fn() {
-        // SAFETY: the handle came from dlopen.
+        // SAFETY: glibc's own dlclose; every caller passes a handle its own
+        // dlopen (RTLD_NOLOAD) returned, dropping the reference it added.
         Some(f) => unsafe { f(handle) },
         None => -1,
     }
