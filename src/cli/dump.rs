@@ -87,7 +87,7 @@ fn process_owner(pid: i32) -> Result<u32, String> {
 /// Permission denied" (issue 12).
 fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| {
-        // SAFETY: plain system call.
+        // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
         let me = unsafe { libc::geteuid() };
         format!(
             "cannot read process {pid}: /proc/{pid}/maps: {e} (it runs as uid {owner}, this command as uid {me}; run cudaleak dump as the same user or as root)"
@@ -268,7 +268,7 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
     let meta = std::fs::File::from(dir_fd.try_clone().map_err(|e| e.to_string())?)
         .metadata()
         .map_err(|e| format!("{}: {e}", shown()))?;
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != owner && meta.uid() != me {
         return Err(format!(

@@ -197,7 +197,7 @@ fn active_processes(dir: &Path, run_id: &str) -> Vec<Active> {
 /// `cudaleak dump` creates, whatever its signal dispositions; the child
 /// gets the signal itself only when it catches it and was not asked.
 fn ask_for_dumps(dir: &Path, run_id: &str, sig: libc::c_int, dump_signal: Option<libc::c_int>) {
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     let mut asked = Vec::new();
     for a in active_processes(dir, run_id) {
@@ -511,7 +511,7 @@ fn list_oom_reports(ooms: &mut [(PathBuf, Report)]) {
 
 /// Whether `path` (not followed) belongs to the user who runs the gate.
 fn owned_by_us(path: &Path) -> bool {
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == me)
 }
@@ -611,8 +611,10 @@ impl RunChannel {
 
     /// `FD:DEVICE:INODE` of the sending end.
     fn env_value(&self) -> Option<String> {
-        // SAFETY: fstat into local storage.
+        // SAFETY: `stat` is plain integers, all valid as zero.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of a descriptor we own into local storage, which
+        // it fills and does not keep.
         (unsafe { libc::fstat(self.sender, &mut st) } == 0)
             .then(|| format!("{}:{}:{}", self.sender, st.st_dev, st.st_ino))
     }

@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! From a snapshot of live blocks to a [`Report`]: grouping by trace,
 //! symbolization, Python frames and the merged stack, runtime attribution,
 //! suppressions, growth since the previous dump and trend flags.

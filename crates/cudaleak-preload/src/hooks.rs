@@ -58,7 +58,11 @@ macro_rules! hook_body {
             let Some(real) = crate::resolve::real::<Real>(HookId::$name) else {
                 return crate::resolve::missing_result(HookId::$name);
             };
-            crate::events::intercept(Layer::Driver, || $event, || real($($arg),*))
+            // SAFETY: `real` is the next definition of this very symbol
+            // (the loader's, by name), so it has the hooked signature, and
+            // it gets the program's own arguments unchanged: the program's
+            // call meets its contract, as it would without us.
+            crate::events::intercept(Layer::Driver, || $event, || unsafe { real($($arg),*) })
         }
     };
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
@@ -70,7 +74,10 @@ macro_rules! hook_body {
             }
             // SAFETY: a function of the hooked signature, from the loader.
             let real = unsafe { std::mem::transmute::<usize, Real>(real) };
-            crate::events::intercept(Layer::Runtime, || $event, || real($($arg),*))
+            // SAFETY: the real function of this name in the calling object's
+            // scope, called with the program's own arguments unchanged: the
+            // program's call meets its contract, as it would without us.
+            crate::events::intercept(Layer::Runtime, || $event, || unsafe { real($($arg),*) })
         }
     };
 }
@@ -180,7 +187,10 @@ macro_rules! hook_export {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             let real = crate::resolve::cudaleak_enter_runtime(0, HookId::$name as u32);
-            super::bodies::$name(real, $($arg),*)
+            // SAFETY: the body's contract is the hooked function's, with
+            // the real function (or 0) first: the program's arguments pass
+            // through unchanged.
+            unsafe { super::bodies::$name(real, $($arg),*) }
         }
     };
 }

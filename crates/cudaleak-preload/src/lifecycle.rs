@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! The process around the hooks: start, fork, the dumper thread and its
 //! triggers (signal, interval, `cudaleak dump`), and every way out of the
 //! process (return from main, exit, _exit, SIGTERM/SIGINT).

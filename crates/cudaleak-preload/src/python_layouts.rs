@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! Where CPython keeps what the frame reader needs, per version (x86-64
 //! Linux, release build, default GIL build). Small on purpose: only the
 //! fields `python.rs` reads.

@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! Finding the real functions behind the hooks, on every path a program
 //! can take to a CUDA function (the hooks that stand in for them are
 //! handed out by `dlsym_override.rs` and the `EntryPoint` event):

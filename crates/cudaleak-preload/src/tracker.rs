@@ -189,7 +189,8 @@ fn coarse_now_ms() -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out pointer.
+    // SAFETY: `ts` is a live local that clock_gettime only writes; an
+    // unknown clock fails with EINVAL, handled below.
     if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
         return 0;
     }
@@ -883,16 +884,21 @@ pub fn lock_all_for_fork() {
 /// # Safety
 /// After [`lock_all_for_fork`] on this thread.
 pub unsafe fn unlock_all_after_fork() {
-    GREEN_INSERT.raw_unlock();
-    ATTACHES.raw_unlock();
-    TORN_DOWN.raw_unlock();
-    HANDLES.unlock_all();
-    LIVE.unlock_all();
-    crate::python::CODES.unlock_after_fork();
-    DEPOT.unlock_after_fork();
-    CONTEXT_INSERT.raw_unlock();
-    VMM.raw_unlock();
-    SNAPSHOT_LOCK.raw_unlock();
+    // SAFETY: the caller ran `lock_all_for_fork` on this thread, which took
+    // each of these locks once; they are released once each, in reverse
+    // order.
+    unsafe {
+        GREEN_INSERT.raw_unlock();
+        ATTACHES.raw_unlock();
+        TORN_DOWN.raw_unlock();
+        HANDLES.unlock_all();
+        LIVE.unlock_all();
+        crate::python::CODES.unlock_after_fork();
+        DEPOT.unlock_after_fork();
+        CONTEXT_INSERT.raw_unlock();
+        VMM.raw_unlock();
+        SNAPSHOT_LOCK.raw_unlock();
+    }
 }
 
 /// pthread_atfork child: the child tracks only its own blocks, from zero.
@@ -901,22 +907,29 @@ pub unsafe fn unlock_all_after_fork() {
 /// # Safety
 /// After [`lock_all_for_fork`], in the single-threaded child.
 pub unsafe fn reset_in_child_and_unlock() {
-    GREEN_INSERT.raw_unlock();
-    ATTACHES.raw_unlock();
-    let torn = TORN_DOWN.get_unchecked();
-    *torn = Vec::new();
-    TORN_DOWN.raw_unlock();
-    HANDLES.reset_locked_and_unlock();
-    LIVE.reset_locked_and_unlock();
-    crate::python::CODES.unlock_after_fork();
-    DEPOT.unlock_after_fork();
-    CONTEXT_INSERT.raw_unlock();
-    let vmm = VMM.get_unchecked();
-    vmm.mappings = BTreeMap::new();
-    vmm.handles = HashMap::with_hasher(AddrHash);
-    vmm.binds = Vec::new();
-    VMM.raw_unlock();
-    SNAPSHOT_LOCK.raw_unlock();
+    // SAFETY: the caller ran `lock_all_for_fork` before `fork` on the thread
+    // that is now the child's only one, so this thread holds every lock
+    // below and no other thread can use them: each lock's value may be
+    // reached without a guard while held (`get_unchecked`), and each lock
+    // is released once, in reverse order, its reference unused after.
+    unsafe {
+        GREEN_INSERT.raw_unlock();
+        ATTACHES.raw_unlock();
+        let torn = TORN_DOWN.get_unchecked();
+        *torn = Vec::new();
+        TORN_DOWN.raw_unlock();
+        HANDLES.reset_locked_and_unlock();
+        LIVE.reset_locked_and_unlock();
+        crate::python::CODES.unlock_after_fork();
+        DEPOT.unlock_after_fork();
+        CONTEXT_INSERT.raw_unlock();
+        let vmm = VMM.get_unchecked();
+        vmm.mappings = BTreeMap::new();
+        vmm.handles = HashMap::with_hasher(AddrHash);
+        vmm.binds = Vec::new();
+        VMM.raw_unlock();
+        SNAPSHOT_LOCK.raw_unlock();
+    }
     SITES.reset();
     for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
         c.store(0, Ordering::Relaxed);
