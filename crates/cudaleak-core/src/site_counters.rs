@@ -325,11 +325,31 @@ impl SiteCounters {
         }
     }
 
-    /// The owner moves its delta to another site: what it kept for the old
-    /// site goes into that site's word, and `word` starts the new one.
+    /// The owner moves its delta to another site. When it kept nothing for
+    /// the old one (an allocation and its release at one site, then the
+    /// next site: 1,024 call sites in turn), that is three stores, inline.
+    #[inline(always)]
+    fn switch_site(&self, d: &DeltaSlot, trace: TraceId, word: u64, peak: u64) {
+        let i = trace.0 as usize;
+        let counted = self
+            .chunks
+            .get(i / CHUNK)
+            .is_some_and(|c| !c.load(Ordering::Relaxed).is_null());
+        if counted && d.word.load(Ordering::Relaxed) == 0 {
+            let s = d.begin();
+            d.site.store(trace.0, Ordering::Relaxed);
+            d.word.store(word, Ordering::Relaxed);
+            d.end(s);
+        } else {
+            self.switch_site_slow(d, trace, word, peak);
+        }
+    }
+
+    /// The rest: the old site's word takes what the slot kept for it, and
+    /// the new site's chunk of counters may need making.
     #[cold]
     #[inline(never)]
-    fn switch_site(&self, d: &DeltaSlot, trace: TraceId, word: u64, peak: u64) {
+    fn switch_site_slow(&self, d: &DeltaSlot, trace: TraceId, word: u64, peak: u64) {
         if self.slot(trace).is_none() {
             // Beyond the counters (the depot gives no such id): as `add`.
             return;
