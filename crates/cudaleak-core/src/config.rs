@@ -551,6 +551,53 @@ mod tests {
         assert_eq!(c.interval, Some(Duration::from_millis(500)));
     }
 
+    /// One bad value of each flag and its warning, word for word: the
+    /// texts users and tests match on (issue 27: the table that generates
+    /// the parser must keep them).
+    #[test]
+    fn every_flag_warns_in_its_own_words() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("CUDALEAK_DIR", "", "(empty); using the default, the working directory"),
+            ("CUDALEAK_SIGNAL", "9", "(signal \"9\" cannot be used for dumps); using the default, USR1"),
+            ("CUDALEAK_EXITCODE", "256", "(not an exit status 0-255); using the default, 0"),
+            ("CUDALEAK_PYTHON", "maybe", "(expected 0 or 1); using the default, 1"),
+            ("CUDALEAK_PYTHON_OFFSETS", "2", "(expected 0 or 1); using the default, 0"),
+            ("CUDALEAK_DEFAULT_SUPPRESSIONS", "x", "(expected 0 or 1); using the default, 1"),
+            ("CUDALEAK_STACK_DEPTH", "129", "(expected 0 to 128); using the default, 64"),
+            ("CUDALEAK_INTERVAL", "0.001", "(expected seconds, at least 0.01, or 0); using the default, 0 (off)"),
+            ("CUDALEAK_INTERVAL", "2e7", "(more than 10000000 s); using the default, 10000000 s (the longest)"),
+            ("CUDALEAK_INTERVAL_KEEP", "-1", "(expected a count); using the default, 10"),
+            ("CUDALEAK_UNWINDER", "gdb", "(expected fast or dwarf); using the default, fast"),
+            ("CUDALEAK_TIMELINE", "fast", "(expected 0, 1, or a period like 250ms or 2s); using the default, 0 (off)"),
+            ("CUDALEAK_MAX_GROUPS", "0", "(expected a count, at least 1); using the default, 1000"),
+            ("CUDALEAK_MAX_STACKS", "67108864", "(expected 1 to 67108863); using the default, 4194303"),
+            ("CUDALEAK_OOM_REPORTS", "lots", "(expected a count, 0 to 1000); using the default, 3"),
+            ("CUDALEAK_TRACE", "1048577", "(expected a count of events, 0 to 1048576); using the default, 0"),
+            ("CUDALEAK_REPORT_MODE", "0700", "(expected octal permission bits with the owner's 0600, no execute bits); using the default, 0600"),
+            ("CUDALEAK_LOG", "", "(empty); using the default, stderr"),
+            ("CUDALEAK_SUMMARY", "no way", "(expected 0 or 1); using the default, 1"),
+        ];
+        for (name, value, tail) in cases {
+            let (_, w) = parse(&[(name, value)]);
+            assert_eq!(
+                w,
+                [format!("cudaleak: ignoring {name}={value:?} {tail}")],
+                "{name}"
+            );
+        }
+        // Every flag that can be wrong has its case; CUDALEAK_SUPPRESSIONS
+        // takes any path (an empty one: none).
+        for f in FLAGS {
+            assert!(
+                f.name == "CUDALEAK_SUPPRESSIONS" || cases.iter().any(|(n, _, _)| *n == f.name),
+                "{} has no case",
+                f.name
+            );
+        }
+        let (c, w) = parse(&[("CUDALEAK_SUPPRESSIONS", "")]);
+        assert!(w.is_empty() && c.suppressions.is_none());
+    }
+
     #[test]
     fn every_flag_is_parsed_by_from_env() {
         // Only from_env's body: from its signature to the end of its impl,
