@@ -1,5 +1,5 @@
 //! Every environment variable cudaleak reads, declared once, in one table
-//! (the [`flags!`] invocation below, as sanitizer_common declares its flags
+//! (the `flags!` invocation below, as sanitizer_common declares its flags
 //! in one .inc file): name, field, type, default, the default in words,
 //! parser and meaning. The [`Config`] struct, its defaults, its reader
 //! ([`Config::from_env`]: one warning and the default for a bad value), the
@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// One row of the table as `cudaleak env` prints it.
 pub struct Flag {
     pub name: &'static str,
     pub default: &'static str,
@@ -311,7 +312,7 @@ fn parse_bool(v: &str) -> Option<bool> {
 /// Why a flag's value was refused, and what is used instead: the default,
 /// or a value of its own with its words (an interval past the longest is
 /// clamped to it).
-pub struct Bad<T> {
+struct Bad<T> {
     why: String,
     instead: Option<(T, &'static str)>,
 }
