@@ -5,6 +5,7 @@
 //! "api", reason "cudaleak dump"). This command waits for that report.
 
 use super::CliResult;
+use cudaleak_core::config::var;
 use cudaleak_core::render::{self, escape, TextOptions};
 use cudaleak_core::report::Report;
 use std::collections::HashSet;
@@ -28,7 +29,8 @@ fn environ_var(pid: i32, name: &str) -> Option<String> {
 fn process_report_dir(pid: i32) -> Result<PathBuf, String> {
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
         .map_err(|e| format!("cannot read the working directory of process {pid}: {e} (pass --dir)"))?;
-    Ok(match environ_var(pid, "CUDALEAK_DIR").filter(|d| !d.is_empty()) {
+    let dir = environ_var(pid, var::CUDALEAK_DIR).filter(|d| !d.is_empty());
+    Ok(match dir {
         Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
         Some(d) => cwd.join(d),
         None => cwd,

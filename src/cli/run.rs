@@ -4,6 +4,7 @@
 
 use super::{find_library, CliResult, LEAK_EXIT_STATUS, MISSING_REPORT_EXIT_STATUS};
 use cudaleak_core::combine;
+use cudaleak_core::config::var;
 use cudaleak_core::render::{self, escape};
 use cudaleak_core::report::{
     saturating_sum, Report, Trigger, RUN_CHANNEL_ENV, RUN_CHANNEL_FAILED, RUN_CHANNEL_FINAL,
@@ -289,7 +290,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let dir = a
         .dir
         .clone()
-        .or_else(|| std::env::var_os("CUDALEAK_DIR").map(PathBuf::from))
+        .or_else(|| std::env::var_os(var::CUDALEAK_DIR).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("cudaleak-reports"));
     let made = missing_directories(&dir);
     std::fs::create_dir_all(&dir)
@@ -310,7 +311,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));
-    cmd.env("CUDALEAK_DIR", &dir);
+    cmd.env(var::CUDALEAK_DIR, &dir);
     let _simulated = a
         .simulated
         .then(|| super::demo::SimulatedDriver::for_command(&mut cmd))
@@ -320,7 +321,7 @@ pub fn run(a: RunArgs) -> CliResult {
             .map_err(|e| format!("cannot read suppressions file {}: {e}", s.display()))?;
         Suppressions::parse(&text, &s.display().to_string())?;
         cmd.env(
-            "CUDALEAK_SUPPRESSIONS",
+            var::CUDALEAK_SUPPRESSIONS,
             s.canonicalize().unwrap_or_else(|_| s.clone()),
         );
     }
@@ -336,30 +337,30 @@ pub fn run(a: RunArgs) -> CliResult {
         cmd.env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform");
     }
     // The library's dump signal (its default when CUDALEAK_SIGNAL is bad).
-    let mut dump_signal = std::env::var("CUDALEAK_SIGNAL")
+    let mut dump_signal = std::env::var(var::CUDALEAK_SIGNAL)
         .ok()
         .and_then(|v| cudaleak_core::config::parse_signal(&v).ok())
-        .unwrap_or(Some(libc::SIGUSR1));
+        .unwrap_or(cudaleak_core::config::Config::default().signal);
     if let Some(s) = &a.signal {
         dump_signal = cudaleak_core::config::parse_signal(s).map_err(|e| format!("--signal: {e}"))?;
-        cmd.env("CUDALEAK_SIGNAL", s);
+        cmd.env(var::CUDALEAK_SIGNAL, s);
     }
     if let Some(i) = a.interval {
         if !(i.is_finite() && i >= 0.01) {
             return Err("--interval: expected seconds, at least 0.01".into());
         }
-        cmd.env("CUDALEAK_INTERVAL", i.to_string());
+        cmd.env(var::CUDALEAK_INTERVAL, i.to_string());
     }
     // The sampled timeline is on by default under `run` (issue 13); the
     // user's own CUDALEAK_TIMELINE (0 to turn it off, or a period) wins.
-    if std::env::var_os("CUDALEAK_TIMELINE").is_none() {
-        cmd.env("CUDALEAK_TIMELINE", "1");
+    if std::env::var_os(var::CUDALEAK_TIMELINE).is_none() {
+        cmd.env(var::CUDALEAK_TIMELINE, "1");
     }
     if a.no_python {
-        cmd.env("CUDALEAK_PYTHON", "0");
+        cmd.env(var::CUDALEAK_PYTHON, "0");
     }
     if a.no_default_suppressions {
-        cmd.env("CUDALEAK_DEFAULT_SUPPRESSIONS", "0");
+        cmd.env(var::CUDALEAK_DEFAULT_SUPPRESSIONS, "0");
     }
     if let Some(py) = python_package_dir() {
         cmd.env("PYTHONPATH", prepend_path("PYTHONPATH", &py));
