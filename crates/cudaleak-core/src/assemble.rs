@@ -423,12 +423,21 @@ enum Label {
 
 /// What grouping, suppression and sorting read of one trace's group, as
 /// [`build_group`] would make it.
+#[derive(Clone, Copy)]
 struct TraceFacts {
     digest: KeyDigest,
     api: &'static str,
     kind: MemoryKind,
     label: Label,
     verdict: Option<usize>,
+}
+
+/// The facts of traces already summarized over one frame table, for the
+/// next summary over it (`Assembler::summarize`).
+enum FactsMemo {
+    Off,
+    Remember(Vec<(TraceId, TraceFacts)>),
+    Reuse(Vec<(TraceId, TraceFacts)>),
 }
 
 /// One group of a dump, before it is written (if it is): what [`Group`]
@@ -490,6 +499,10 @@ impl<'s> NameVerdicts<'s> {
     /// The first rule that matches a frame of the stack, as
     /// [`Matcher::match_group`]: native frames (function, file, module),
     /// then Python frames (function, file), innermost first.
+    fn has_rules(&self) -> bool {
+        self.matcher.is_some()
+    }
+
     fn of_stack(&mut self, table: &FrameTable, native: &[NativeId], python: &[PythonId]) -> Option<usize> {
         self.matcher.as_ref()?;
         let native_names = native
@@ -653,18 +666,44 @@ impl Assembler<'_> {
     /// Groups `traces` (sorted by trace id) by merged stack
     /// (`group_key.rs`), symbolizing each through `table`: one summary per
     /// group, in order of first trace; each trace's `group` is set.
+    ///
+    /// `memo` carries the facts from one call to the next over the same
+    /// `table`: the peak's groups (issue 21) are mostly the leaks' traces
+    /// again, and symbolizing and digesting a million of them twice was a
+    /// fifth of a 1M-stack exit report (issue 24). `Remember` fills it (in
+    /// trace order); `Reuse` takes a trace's facts from it when there,
+    /// with `verdicts`' verdict, which it recomputes only when rules exist.
     fn summarize(
         &mut self,
         table: &mut FrameTable,
         verdicts: &mut NameVerdicts,
         traces: &mut [TraceCount],
+        memo: &mut FactsMemo,
     ) -> Vec<GroupSummary> {
         let mut groups: Vec<GroupSummary> = Vec::new();
         let mut index: HashMap<KeyDigest, u32> = HashMap::with_capacity(traces.len());
         let (mut native, mut python) = (Vec::new(), Vec::new());
         let mut digests = FrameDigests::default();
+        let mut known = 0;
         for t in traces.iter_mut() {
-            let f = self.facts(table, verdicts, &mut digests, &mut native, &mut python, t.id);
+            let reused = match memo {
+                FactsMemo::Reuse(kept) => {
+                    while known < kept.len() && kept[known].0 < t.id {
+                        known += 1;
+                    }
+                    kept.get(known)
+                        .filter(|k| k.0 == t.id && !verdicts.has_rules())
+                        .map(|&(_, f)| TraceFacts { verdict: None, ..f })
+                }
+                _ => None,
+            };
+            let f = match reused {
+                Some(f) => f,
+                None => self.facts(table, verdicts, &mut digests, &mut native, &mut python, t.id),
+            };
+            if let FactsMemo::Remember(kept) = memo {
+                kept.push((t.id, f));
+            }
             match index.entry(f.digest) {
                 Entry::Occupied(e) => {
                     t.group = *e.get();
@@ -705,11 +744,12 @@ impl Assembler<'_> {
         table: &mut FrameTable,
         mut traces: Vec<TraceCount>,
         max_groups: usize,
+        memo: &mut FactsMemo,
     ) -> (Vec<Group>, Option<LeftOut>) {
         traces.sort_unstable_by_key(|t| t.id);
         let no_rules = Suppressions::none();
         let mut verdicts = NameVerdicts::new(&no_rules);
-        let groups = self.summarize(table, &mut verdicts, &mut traces);
+        let groups = self.summarize(table, &mut verdicts, &mut traces, memo);
         let ranks = label_ranks(table, &groups);
         let mut order: Vec<u32> = (0..groups.len() as u32).collect();
         order.sort_by(|a, b| group_order(&groups, &ranks, *a, *b));
@@ -844,7 +884,15 @@ impl Assembler<'_> {
         // traces are symbolized first, then merged by key, in trace order.
         let mut table = FrameTable::new();
         let mut verdicts = NameVerdicts::new(self.suppressions);
-        let groups = self.summarize(&mut table, &mut verdicts, &mut traces);
+        let mut memo = if snap.peak.is_some() {
+            FactsMemo::Remember(Vec::with_capacity(traces.len()))
+        } else {
+            FactsMemo::Off
+        };
+        let groups = self.summarize(&mut table, &mut verdicts, &mut traces, &mut memo);
+        if let FactsMemo::Remember(kept) = memo {
+            memo = FactsMemo::Reuse(kept);
+        }
         let changes = self
             .growth
             .observe(groups.iter().map(|g| (&g.digest, g.blocks, g.bytes)));
@@ -970,7 +1018,7 @@ impl Assembler<'_> {
                     },
                 )
             };
-            let (groups, groups_left_out) = self.plain_groups(&mut table, counts, max_groups);
+            let (groups, groups_left_out) = self.plain_groups(&mut table, counts, max_groups, &mut memo);
             Peak {
                 bytes: peak_bytes,
                 timestamp_ms,
@@ -1876,6 +1924,49 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The peak's groups reuse the leaks' facts of the traces they share
+    /// (`FactsMemo`): they are what a dump with no blocks, which has none
+    /// to reuse, makes of the same peak, suppression rules or not.
+    #[test]
+    fn the_peak_s_groups_are_the_same_with_the_leaks_facts_reused() {
+        let p = program();
+        let rules = "leak:^f3$\nleak:libffi\nleak:train_b.py\nleak:outer\n";
+        for supp in [Suppressions::default(), Suppressions::parse(rules, "t").unwrap()] {
+            let mut snap = snapshot(&p, 3);
+            // Every trace, some with no live block now (`snapshot`'s
+            // zeros): those are the ones the memo must not answer for.
+            let sites: Vec<(TraceId, u64, u64)> = p
+                .traces
+                .iter()
+                .enumerate()
+                .map(|(i, &(id, _))| (id, 1 + i as u64 % 3, 64 * (1 + i as u64)))
+                .collect();
+            snap.peak = Some(PeakSites {
+                bytes: sites.iter().map(|s| s.2).sum(),
+                timestamp_ms: 5,
+                sites,
+            });
+            let report = |snap: &Snapshot| {
+                Assembler {
+                    depot: &p.depot,
+                    codes: &p.codes,
+                    symbols: &mut ProgramSymbols(program_symbols()),
+                    suppressions: &supp,
+                    growth: &mut GrowthTracker::default(),
+                }
+                .assemble_at_most(snap, meta(1), 40)
+            };
+            let with_leaks = report(&snap).peak.expect("a peak");
+            snap.blocks.clear();
+            let alone = report(&snap).peak.expect("a peak");
+            // (Its `bytes` is the larger of the peak and what is live now.)
+            assert!(with_leaks.groups == alone.groups, "{} rules", supp.rules.len());
+            assert_eq!(with_leaks.groups_left_out, alone.groups_left_out);
+            assert!(with_leaks.groups.len() > 30, "{}", with_leaks.groups.len());
+            assert!(with_leaks.groups.iter().all(|g| g.suppression.is_none()));
         }
     }
 
