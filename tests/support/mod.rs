@@ -43,8 +43,29 @@ pub fn cli() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cudaleak"))
 }
 
+/// The simulated driver and runtime that build.rs made for this test
+/// binary, or the ones CUDALEAK_TEST_SIM_DIR names (another target's, for
+/// [`emulator`] runs).
 pub fn sim_dir() -> PathBuf {
-    PathBuf::from(env!("CUDALEAK_SIM_DIR"))
+    std::env::var_os("CUDALEAK_TEST_SIM_DIR")
+        .map(|p| repo().join(p))
+        .unwrap_or_else(|| PathBuf::from(env!("CUDALEAK_SIM_DIR")))
+}
+
+/// The command that runs the traced programs, when they are built for
+/// another architecture: CUDALEAK_TEST_EMULATOR, split at spaces (as
+/// cargo's runners are), e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
+/// With it, CC builds the programs, CUDALEAK_TEST_LIBRARY and
+/// CUDALEAK_TEST_SIM_DIR are that architecture's, and the loader's
+/// variables go to the emulated program only (scripts/aarch64-check.sh,
+/// issue 27).
+pub fn emulator() -> Option<Vec<String>> {
+    let words: Vec<String> = std::env::var("CUDALEAK_TEST_EMULATOR")
+        .ok()?
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    (!words.is_empty()).then_some(words)
 }
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
@@ -64,7 +85,14 @@ fn newer(out: &Path, inputs: &[PathBuf]) -> bool {
 /// target/<profile>/cudaleak-tests/<name>, once.
 pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = target_dir().join("cudaleak-tests");
+    // Programs for an emulated architecture in a folder of their own.
+    let dir = match emulator() {
+        Some(e) => target_dir().join(format!(
+            "cudaleak-tests-{}",
+            e[0].rsplit('/').next().unwrap_or("emulated")
+        )),
+        None => target_dir().join("cudaleak-tests"),
+    };
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
     let mut inputs: Vec<PathBuf> = sources.iter().map(|s| repo().join(s)).collect();
@@ -246,7 +274,15 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
 /// fresh directory.
 fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Command, TempDir) {
     let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
-    let mut cmd = Command::new(program);
+    let emulator = emulator();
+    let mut cmd = match &emulator {
+        Some(e) => {
+            let mut cmd = Command::new(&e[0]);
+            cmd.args(&e[1..]);
+            cmd
+        }
+        None => Command::new(program),
+    };
     // Start as from a terminal: a test suite run in the background (`cmd &`
     // in a non-interactive shell, nohup) passes SIGINT and SIGQUIT ignored
     // to its children, and the library rightly leaves an ignored SIGINT
@@ -267,14 +303,32 @@ fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Comma
             Ok(())
         });
     }
+    let mut loader_env = vec![
+        ("LD_PRELOAD".to_string(), lib().display().to_string()),
+        ("LD_LIBRARY_PATH".to_string(), sim_dir().display().to_string()),
+    ];
+    for (k, v) in env.iter().filter(|(k, _)| k.starts_with("LD_")) {
+        loader_env.retain(|(name, _)| name != k);
+        loader_env.push((k.to_string(), v.to_string()));
+    }
+    if emulator.is_some() {
+        // The emulator is a program of this machine: the loader's
+        // variables are set for the emulated program only (`-E`).
+        for (k, v) in &loader_env {
+            cmd.arg("-E").arg(format!("{k}={v}"));
+        }
+        cmd.arg(program)
+            .env_remove("LD_PRELOAD")
+            .env_remove("LD_LIBRARY_PATH");
+    } else {
+        cmd.envs(loader_env.iter().map(|(k, v)| (k, v)));
+    }
     cmd.args(args)
-        .env("LD_PRELOAD", lib())
-        .env("LD_LIBRARY_PATH", sim_dir())
         .env("CUDALEAK_DIR", dir.path())
         .env_remove("CUDALEAK_SUPPRESSIONS")
         .env_remove("CUDALEAK_EXITCODE")
         .current_dir(dir.path());
-    for (k, v) in env {
+    for (k, v) in env.iter().filter(|(k, _)| !k.starts_with("LD_")) {
         cmd.env(k, v);
     }
     (cmd, dir)
