@@ -270,9 +270,9 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
     (status, t_out.join().unwrap(), t_err.join().unwrap())
 }
 
-/// `program` under the library, its reports (and working directory) in a
-/// fresh directory.
-fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Command, TempDir) {
+/// `program` under the library (without it when `preload` is false), its
+/// reports (and working directory) in a fresh directory.
+fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> (Command, TempDir) {
     let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
     let emulator = emulator();
     let mut cmd = match &emulator {
@@ -303,10 +303,10 @@ fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Comma
             Ok(())
         });
     }
-    let mut loader_env = vec![
-        ("LD_PRELOAD".to_string(), lib().display().to_string()),
-        ("LD_LIBRARY_PATH".to_string(), sim_dir().display().to_string()),
-    ];
+    let mut loader_env = vec![("LD_LIBRARY_PATH".to_string(), sim_dir().display().to_string())];
+    if preload {
+        loader_env.push(("LD_PRELOAD".to_string(), lib().display().to_string()));
+    }
     for (k, v) in env.iter().filter(|(k, _)| k.starts_with("LD_")) {
         loader_env.retain(|(name, _)| name != k);
         loader_env.push((k.to_string(), v.to_string()));
@@ -321,7 +321,8 @@ fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Comma
             .env_remove("LD_PRELOAD")
             .env_remove("LD_LIBRARY_PATH");
     } else {
-        cmd.envs(loader_env.iter().map(|(k, v)| (k, v)));
+        cmd.env_remove("LD_PRELOAD")
+            .envs(loader_env.iter().map(|(k, v)| (k, v)));
     }
     cmd.args(args)
         .env("CUDALEAK_DIR", dir.path())
@@ -387,7 +388,33 @@ pub fn run_test_python(script: &str, extra: &[(&str, &str)]) -> Outcome {
 }
 
 pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let (cmd, dir) = traced_command(program, args, env);
+    run_in_fresh_dir(program, args, env, true)
+}
+
+/// `program` as [`run_traced`] runs it, but without the library: the
+/// reference for what the program itself shows.
+pub fn run_untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    run_in_fresh_dir(program, args, env, false)
+}
+
+/// Runs `program` under the library and without it, and checks that the
+/// library left the program's exit status alone: (traced, untraced). The
+/// callers whose programs print no addresses compare stdout too.
+pub fn run_traced_and_untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Outcome, Outcome) {
+    let traced = run_traced(program, args, env);
+    let plain = run_untraced(program, args, env);
+    assert_eq!(
+        traced.status.code(),
+        plain.status.code(),
+        "{program:?} {args:?}: status under the library, then without it\nstderr under the library:\n{}\nstderr without it:\n{}",
+        traced.stderr,
+        plain.stderr
+    );
+    (traced, plain)
+}
+
+fn run_in_fresh_dir(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Outcome {
+    let (cmd, dir) = traced_command(program, args, env, preload);
     let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
     Outcome {
         status,
@@ -497,7 +524,7 @@ pub struct Running {
 /// Starts a program under the library with a fresh report directory (also
 /// its working directory); stdout lines arrive through `wait_line`.
 pub fn spawn_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
-    let (mut cmd, dir) = traced_command(program, args, env);
+    let (mut cmd, dir) = traced_command(program, args, env, true);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn");
     let out = child.stdout.take().unwrap();
@@ -581,6 +608,30 @@ impl Running {
         let rest: Vec<String> = self.lines.iter().collect();
         (status, self.dir, rest)
     }
+}
+
+/// `sleep SECONDS` under the library, reporting to `dir`, once the library
+/// is loaded: a process that makes no CUDA call, so it never answers a
+/// dump request or consumes a planted file.
+pub fn idle_traced(dir: &Path, seconds: &str) -> std::process::Child {
+    let child = Command::new("sleep")
+        .arg(seconds)
+        .env("LD_PRELOAD", lib())
+        .env("CUDALEAK_DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let maps = format!("/proc/{}/maps", child.id());
+    let start = Instant::now();
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcudaleak.so")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the library is not loaded"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
 }
 
 /// `cudaleak ARGS` run from `cwd`, outside any traced environment.
