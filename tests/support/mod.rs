@@ -55,7 +55,7 @@ pub fn sim_dir() -> PathBuf {
 /// The command that runs the traced programs, when they are built for
 /// another architecture: CUDALEAK_TEST_EMULATOR, split at spaces (as
 /// cargo's runners are), e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
-/// With it, CC builds the programs, CUDALEAK_TEST_LIBRARY and
+/// With it, CUDALEAK_TEST_CC builds the programs, CUDALEAK_TEST_LIBRARY and
 /// CUDALEAK_TEST_SIM_DIR are that architecture's, and the loader's
 /// variables go to the emulated program only (scripts/aarch64-check.sh,
 /// issue 27).
@@ -102,7 +102,14 @@ pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
         return out;
     }
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-    let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    // CUDALEAK_TEST_CC: a compiler for the programs alone (a cross
+    // compiler for [`emulator`] runs), where CC would also reach the
+    // build scripts of the test binary's own dependencies.
+    let compiler = ["CUDALEAK_TEST_CC", "CC"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|c| !c.is_empty()))
+        .unwrap_or_else(|| "cc".into());
+    let mut cmd = Command::new(compiler);
     cmd.args(["-O0", "-g", "-Wall"])
         .arg(format!("-I{}", repo().join("sim/include").display()))
         .arg(format!("-I{}", repo().join("tests/c").display()))
