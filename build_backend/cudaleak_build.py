@@ -97,7 +97,7 @@ def _cargo():
         if os.path.isfile(os.path.join(home, "bin", "cargo")):
             why += " (there is one in %s: add that directory to PATH)" % os.path.join(home, "bin")
     _fail(
-        "building from source needs Rust 1.85 or newer and a C compiler, and %s: "
+        "building from source needs Rust 1.88 or newer and a C compiler, and %s: "
         "install Rust from https://rustup.rs (or your distribution's cargo and rustc), "
         "then run the install again" % why
     )

@@ -7,7 +7,10 @@
 # - node and npm, to install speedscope (tests/speedscope/package-lock.json),
 #   which opens `--format speedscope` (tests/exports.rs);
 # - libc6-dbg, libc's debug file, whose symbol table names libc's start-up
-#   frames at dump time (tests/reports.rs).
+#   frames at dump time (tests/reports.rs);
+# - gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user, for
+#   scripts/aarch64-check.sh (the aarch64 build, its unit tests and
+#   planted-leak programs under qemu-aarch64; docs/platforms.md).
 # Tests that need one of these are #[ignore]d with the reason in a plain
 # `cargo test`; scripts/test.sh runs them, and there a missing tool fails
 # them (issue 23).
@@ -25,6 +28,12 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 if command -v dpkg >/dev/null 2>&1 && ! dpkg -s libc6-dbg >/dev/null 2>&1; then
     missing="$missing libc6-dbg"
+fi
+if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
+    missing="$missing gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+fi
+if ! command -v qemu-aarch64 >/dev/null 2>&1; then
+    missing="$missing qemu-user"
 fi
 if [ -n "$missing" ]; then
     SUDO=""

@@ -11,7 +11,7 @@ use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -126,24 +126,6 @@ fn demo_uses_a_private_directory_and_never_writes_through_planted_links() {
 
 // ---- 2. dump ----
 
-/// `sleep` with the library loaded and `dir` as its report directory: it
-/// never makes a CUDA call, so no dumper thread consumes planted files.
-fn idle_traced(dir: &Path) -> Child {
-    let child = Command::new("sleep")
-        .arg("120")
-        .env("LD_PRELOAD", lib())
-        .env("CUDALEAK_DIR", dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let maps = format!("/proc/{}/maps", child.id());
-    wait_until("the library is loaded", DEADLINE, || {
-        std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcudaleak.so"))
-    });
-    child
-}
-
 #[test]
 fn dump_never_writes_through_a_planted_request_link() {
     let d = TempDir::new("dump-planted");
@@ -151,7 +133,7 @@ fn dump_never_writes_through_a_planted_request_link() {
     std::fs::write(&victim, "precious").unwrap();
     let reports = d.path().join("reports");
     std::fs::create_dir(&reports).unwrap();
-    let mut target = idle_traced(&reports);
+    let mut target = idle_traced(&reports, "120");
     let pid = target.id().to_string();
     std::os::unix::fs::symlink(&victim, reports.join(format!(".cudaleak-dump-request.{pid}"))).unwrap();
     let (status, _, stderr) = cudaleak(&["dump", &pid, "--timeout", "1"], d.path());
@@ -167,7 +149,7 @@ fn dump_refuses_a_report_directory_anyone_can_write_to() {
     let open_dir = d.path().join("open");
     std::fs::create_dir(&open_dir).unwrap();
     std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut target = idle_traced(&open_dir);
+    let mut target = idle_traced(&open_dir, "120");
     let pid = target.id().to_string();
     let (status, _, stderr) = cudaleak(&["dump", &pid, "--timeout", "1"], d.path());
     let _ = target.kill();
@@ -192,7 +174,7 @@ fn dump_refuses_a_report_directory_of_a_third_user() {
     // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     assert_ne!(unsafe { libc::geteuid() }, 65534);
     std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
-    let mut target = idle_traced(&foreign);
+    let mut target = idle_traced(&foreign, "120");
     let pid = target.id().to_string();
     let (status, _, stderr) = cudaleak(&["dump", &pid, "--timeout", "1"], d.path());
     let _ = target.kill();

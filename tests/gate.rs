@@ -299,26 +299,6 @@ fn report_of_a_directory_names_the_file_it_chose() {
     );
 }
 
-/// `sleep SECONDS` under the library: it never makes a CUDA allocation,
-/// so it never answers a dump request.
-fn idle_traced(dir: &Path, seconds: &str) -> std::process::Child {
-    let child = std::process::Command::new("sleep")
-        .arg(seconds)
-        .env("LD_PRELOAD", lib())
-        .env("CUDALEAK_DIR", dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let maps = format!("/proc/{}/maps", child.id());
-    let start = std::time::Instant::now();
-    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcudaleak.so")) {
-        assert!(start.elapsed() < DEADLINE, "the library is not loaded");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child
-}
-
 #[test]
 fn dump_notices_at_once_that_the_process_died() {
     let d = TempDir::new("dump-dies");

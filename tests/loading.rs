@@ -9,7 +9,6 @@ mod support;
 use cudaleak_core::report::{Group, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 use support::*;
 
 const PLUGIN: &str = "tests/c/plugin.c";
@@ -78,25 +77,10 @@ fn host(with_runtime: bool) -> PathBuf {
     }
 }
 
-/// Exit status of `program` without the library (same environment
-/// otherwise): the reference the traced run must match.
-fn untraced_status(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<i32> {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env_remove("LD_PRELOAD")
-        .env("LD_LIBRARY_PATH", sim_dir());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let (status, _, stderr) = run_command(cmd, Duration::from_secs(60));
-    assert!(status.success(), "fails even without the library: {stderr}");
-    status.code()
-}
-
+/// `program` under the library, checked against a run without it (the
+/// same status), and successful.
 fn run_both(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let want = untraced_status(program, args, env);
-    let out = run_traced(program, args, env);
-    assert_eq!(out.status.code(), want, "stderr:\n{}", out.stderr);
+    let (out, _) = run_traced_and_untraced(program, args, env);
     out.assert_success();
     assert!(!out.stderr.contains("not found"), "{}", out.stderr);
     assert!(!out.stderr.contains("no real"), "{}", out.stderr);

@@ -71,18 +71,6 @@ fn shape(groups: &[Group]) -> Vec<(u64, u64, (String, String, i64))> {
         .collect()
 }
 
-fn untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env("LD_LIBRARY_PATH", sim_dir())
-        .env_remove("LD_PRELOAD");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let (status, stdout, _) = run_command(cmd, SECS);
-    (status.code(), stdout)
-}
-
 fn file_name(dir: &Path, r: &Report) -> String {
     std::fs::read_dir(dir)
         .unwrap()
@@ -95,13 +83,12 @@ fn file_name(dir: &Path, r: &Report) -> String {
 #[test]
 fn an_oom_report_holds_what_was_live_before_the_program_reacted() {
     let oom = oom_program();
-    let out = run_traced(&oom, &["oom"], &[device()]);
     // The program's output and status are its own.
-    let (code, stdout) = untraced(&oom, &["oom"], &[device()]);
-    assert_eq!((out.status.code(), out.stdout.as_str()), (code, stdout.as_str()));
-    assert_eq!(code, Some(1));
+    let (out, plain) = run_traced_and_untraced(&oom, &["oom"], &[device()]);
+    assert_eq!(out.stdout, plain.stdout);
+    assert_eq!(out.status.code(), Some(1));
     assert_eq!(
-        stdout,
+        out.stdout,
         "request of 41943040 bytes: rc=2 errno=1234 out=(nil)\n".repeat(2),
         "the same status, and errno as the program set it"
     );
@@ -453,9 +440,9 @@ fn cudaleak_oom_reports_caps_the_reports_and_0_turns_them_off() {
 #[test]
 fn driver_and_vmm_calls_that_run_out_are_reported_at_their_level() {
     let oom = oom_program();
-    let out = run_traced(&oom, &["driver"], &[device()]);
+    let (out, plain) = run_traced_and_untraced(&oom, &["driver"], &[device()]);
     out.assert_success();
-    assert_eq!(out.stdout, untraced(&oom, &["driver"], &[device()]).1);
+    assert_eq!(out.stdout, plain.stdout);
     assert_eq!(out.stdout, "cuMemAlloc_v2: rc=2 errno=77\n");
     let reports = out.reports();
     let o = by_trigger(&reports, Trigger::Oom)[0].oom.clone().unwrap();

@@ -154,18 +154,12 @@ fn versioned() -> PathBuf {
 
 const VERSIONED: &str = "tests/c/versioned.c";
 
-/// Runs `program ARGS` without the library (it must succeed) and under it:
-/// same status and output; the one report.
+/// Runs `program ARGS` without the library and under it: the same status
+/// (success) and output; the one report.
 fn both(program: &std::path::Path, args: &[&str]) -> (Report, Outcome) {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env("LD_LIBRARY_PATH", sim_dir())
-        .env_remove("LD_PRELOAD");
-    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(60));
-    assert!(status.success(), "{args:?} fails without the library: {stderr}");
-    let out = run_traced(program, args, &[]);
-    assert_eq!(out.status.code(), status.code(), "{args:?}: {}", out.stderr);
-    assert_eq!(out.stdout, stdout, "{args:?}");
+    let (out, plain) = run_traced_and_untraced(program, args, &[]);
+    out.assert_success();
+    assert_eq!(out.stdout, plain.stdout, "{args:?}");
     (out.report(), out)
 }
 

@@ -981,7 +981,7 @@ fn without_rust_the_build_stops_at_once_with_one_line() {
             .collect();
         assert_eq!(lines.len(), 1, "{what}:\n{stdout}\n{stderr}");
         assert!(
-            lines[0].starts_with("cudaleak: building from source needs Rust 1.85 or newer")
+            lines[0].starts_with("cudaleak: building from source needs Rust 1.88 or newer")
                 && lines[0].contains("cargo is not on PATH")
                 && lines[0].contains("https://rustup.rs"),
             "{}",

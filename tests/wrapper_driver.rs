@@ -100,17 +100,12 @@ fn essence(r: &Report) -> String {
     )
 }
 
-fn untraced(program: &Path, args: &[&str], env: &[(String, String)]) -> (Option<i32>, String) {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env_remove("LD_PRELOAD")
-        .env("LD_LIBRARY_PATH", sim_dir());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(60));
-    assert!(status.success(), "{program:?} {args:?} {env:?}: {stderr}");
-    (status.code(), stdout)
+/// `program args` without the library, which must succeed: its status
+/// and output.
+fn untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = run_untraced(program, args, env);
+    out.assert_success();
+    (out.status.code(), out.stdout)
 }
 
 /// `program args` directly and through the wrapper in every mode, without
@@ -123,12 +118,12 @@ fn same_through_the_wrapper(program: &Path, args: &[&str]) {
     let want = essence(&direct.report());
     for mode in MODES {
         let env = wrapped_env(&dir, mode);
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(
-            untraced(program, args, &env),
+            untraced(program, args, &pairs),
             (status, stdout.clone()),
             "{program:?} {args:?} through the wrapper ({mode}), without the library"
         );
-        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let out = run_traced(program, args, &pairs);
         assert_eq!(
             (out.status.code(), &out.stdout),

@@ -43,8 +43,29 @@ pub fn cli() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cudaleak"))
 }
 
+/// The simulated driver and runtime that build.rs made for this test
+/// binary, or the ones CUDALEAK_TEST_SIM_DIR names (another target's, for
+/// [`emulator`] runs).
 pub fn sim_dir() -> PathBuf {
-    PathBuf::from(env!("CUDALEAK_SIM_DIR"))
+    std::env::var_os("CUDALEAK_TEST_SIM_DIR")
+        .map(|p| repo().join(p))
+        .unwrap_or_else(|| PathBuf::from(env!("CUDALEAK_SIM_DIR")))
+}
+
+/// The command that runs the traced programs, when they are built for
+/// another architecture: CUDALEAK_TEST_EMULATOR, split at spaces (as
+/// cargo's runners are), e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
+/// With it, CUDALEAK_TEST_CC builds the programs, CUDALEAK_TEST_LIBRARY and
+/// CUDALEAK_TEST_SIM_DIR are that architecture's, and the loader's
+/// variables go to the emulated program only (scripts/aarch64-check.sh,
+/// issue 27).
+pub fn emulator() -> Option<Vec<String>> {
+    let words: Vec<String> = std::env::var("CUDALEAK_TEST_EMULATOR")
+        .ok()?
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    (!words.is_empty()).then_some(words)
 }
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
@@ -64,7 +85,14 @@ fn newer(out: &Path, inputs: &[PathBuf]) -> bool {
 /// target/<profile>/cudaleak-tests/<name>, once.
 pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = target_dir().join("cudaleak-tests");
+    // Programs for an emulated architecture in a folder of their own.
+    let dir = match emulator() {
+        Some(e) => target_dir().join(format!(
+            "cudaleak-tests-{}",
+            e[0].rsplit('/').next().unwrap_or("emulated")
+        )),
+        None => target_dir().join("cudaleak-tests"),
+    };
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
     let mut inputs: Vec<PathBuf> = sources.iter().map(|s| repo().join(s)).collect();
@@ -74,7 +102,14 @@ pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
         return out;
     }
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-    let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    // CUDALEAK_TEST_CC: a compiler for the programs alone (a cross
+    // compiler for [`emulator`] runs), where CC would also reach the
+    // build scripts of the test binary's own dependencies.
+    let compiler = ["CUDALEAK_TEST_CC", "CC"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|c| !c.is_empty()))
+        .unwrap_or_else(|| "cc".into());
+    let mut cmd = Command::new(compiler);
     cmd.args(["-O0", "-g", "-Wall"])
         .arg(format!("-I{}", repo().join("sim/include").display()))
         .arg(format!("-I{}", repo().join("tests/c").display()))
@@ -242,11 +277,19 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
     (status, t_out.join().unwrap(), t_err.join().unwrap())
 }
 
-/// `program` under the library, its reports (and working directory) in a
-/// fresh directory.
-fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Command, TempDir) {
+/// `program` under the library (without it when `preload` is false), its
+/// reports (and working directory) in a fresh directory.
+fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> (Command, TempDir) {
     let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
-    let mut cmd = Command::new(program);
+    let emulator = emulator();
+    let mut cmd = match &emulator {
+        Some(e) => {
+            let mut cmd = Command::new(&e[0]);
+            cmd.args(&e[1..]);
+            cmd
+        }
+        None => Command::new(program),
+    };
     // Start as from a terminal: a test suite run in the background (`cmd &`
     // in a non-interactive shell, nohup) passes SIGINT and SIGQUIT ignored
     // to its children, and the library rightly leaves an ignored SIGINT
@@ -267,14 +310,33 @@ fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Comma
             Ok(())
         });
     }
+    let mut loader_env = vec![("LD_LIBRARY_PATH".to_string(), sim_dir().display().to_string())];
+    if preload {
+        loader_env.push(("LD_PRELOAD".to_string(), lib().display().to_string()));
+    }
+    for (k, v) in env.iter().filter(|(k, _)| k.starts_with("LD_")) {
+        loader_env.retain(|(name, _)| name != k);
+        loader_env.push((k.to_string(), v.to_string()));
+    }
+    if emulator.is_some() {
+        // The emulator is a program of this machine: the loader's
+        // variables are set for the emulated program only (`-E`).
+        for (k, v) in &loader_env {
+            cmd.arg("-E").arg(format!("{k}={v}"));
+        }
+        cmd.arg(program)
+            .env_remove("LD_PRELOAD")
+            .env_remove("LD_LIBRARY_PATH");
+    } else {
+        cmd.env_remove("LD_PRELOAD")
+            .envs(loader_env.iter().map(|(k, v)| (k, v)));
+    }
     cmd.args(args)
-        .env("LD_PRELOAD", lib())
-        .env("LD_LIBRARY_PATH", sim_dir())
         .env("CUDALEAK_DIR", dir.path())
         .env_remove("CUDALEAK_SUPPRESSIONS")
         .env_remove("CUDALEAK_EXITCODE")
         .current_dir(dir.path());
-    for (k, v) in env {
+    for (k, v) in env.iter().filter(|(k, _)| !k.starts_with("LD_")) {
         cmd.env(k, v);
     }
     (cmd, dir)
@@ -333,7 +395,33 @@ pub fn run_test_python(script: &str, extra: &[(&str, &str)]) -> Outcome {
 }
 
 pub fn run_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let (cmd, dir) = traced_command(program, args, env);
+    run_in_fresh_dir(program, args, env, true)
+}
+
+/// `program` as [`run_traced`] runs it, but without the library: the
+/// reference for what the program itself shows.
+pub fn run_untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    run_in_fresh_dir(program, args, env, false)
+}
+
+/// Runs `program` under the library and without it, and checks that the
+/// library left the program's exit status alone: (traced, untraced). The
+/// callers whose programs print no addresses compare stdout too.
+pub fn run_traced_and_untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Outcome, Outcome) {
+    let traced = run_traced(program, args, env);
+    let plain = run_untraced(program, args, env);
+    assert_eq!(
+        traced.status.code(),
+        plain.status.code(),
+        "{program:?} {args:?}: status under the library, then without it\nstderr under the library:\n{}\nstderr without it:\n{}",
+        traced.stderr,
+        plain.stderr
+    );
+    (traced, plain)
+}
+
+fn run_in_fresh_dir(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> Outcome {
+    let (cmd, dir) = traced_command(program, args, env, preload);
     let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(120));
     Outcome {
         status,
@@ -443,7 +531,7 @@ pub struct Running {
 /// Starts a program under the library with a fresh report directory (also
 /// its working directory); stdout lines arrive through `wait_line`.
 pub fn spawn_traced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
-    let (mut cmd, dir) = traced_command(program, args, env);
+    let (mut cmd, dir) = traced_command(program, args, env, true);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn");
     let out = child.stdout.take().unwrap();
@@ -527,6 +615,30 @@ impl Running {
         let rest: Vec<String> = self.lines.iter().collect();
         (status, self.dir, rest)
     }
+}
+
+/// `sleep SECONDS` under the library, reporting to `dir`, once the library
+/// is loaded: a process that makes no CUDA call, so it never answers a
+/// dump request or consumes a planted file.
+pub fn idle_traced(dir: &Path, seconds: &str) -> std::process::Child {
+    let child = Command::new("sleep")
+        .arg(seconds)
+        .env("LD_PRELOAD", lib())
+        .env("CUDALEAK_DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let maps = format!("/proc/{}/maps", child.id());
+    let start = Instant::now();
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcudaleak.so")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the library is not loaded"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
 }
 
 /// `cudaleak ARGS` run from `cwd`, outside any traced environment.

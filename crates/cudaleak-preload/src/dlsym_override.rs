@@ -146,9 +146,11 @@ pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *m
         "test rax, rax",
         "jz 2f",
         "cmp rax, 1",
-        "jne 1f",
+        // Labels 0 and 1 read as binary literals to LLVM's x86 parser,
+        // which rustc 1.88 (our rust-version) denies (binary_asm_labels).
+        "jne 3f",
         "xor eax, eax",
-        "1:",
+        "3:",
         "ret",
         // Tail jump: the real dlsym sees our caller's return address.
         "2:",

@@ -124,7 +124,9 @@ pub fn own_range() -> (usize, usize) {
 }
 
 /// What the loader says about the object that contains an address.
+/// (Only x86-64's fast unwinder reads the .eh_frame fields.)
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Module {
     pub start: usize,
     pub end: usize,

@@ -213,7 +213,7 @@ unsafe fn read<T: Copy>(addr: usize) -> T {
 /// Plausible user-space pointer, aligned to `align`.
 #[inline(always)]
 fn plausible(p: usize, align: usize) -> bool {
-    (4096..(1 << 56)).contains(&p) && p % align == 0
+    (4096..(1 << 56)).contains(&p) && p.is_multiple_of(align)
 }
 
 /// The calling thread's thread state, or 0 (rule 2).

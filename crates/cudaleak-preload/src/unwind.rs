@@ -10,6 +10,10 @@
 //! checked against the thread's stack bounds, so a wrong rule ends the walk
 //! instead of faulting. `CUDALEAK_UNWINDER=dwarf` uses the backtrace crate
 //! (libgcc's unwinder) instead.
+//!
+//! The fast unwinder is x86-64's; elsewhere (aarch64) every capture takes
+//! the reference path, and the fast unwinder's parts are unused there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use crate::loader::{find_module, own_range};
 use crate::thread::ThreadState;
@@ -700,7 +704,11 @@ mod tests {
 
     /// The fast unwinder gives the same return addresses as libgcc's,
     /// through 30 frames of this (optimized) test binary, then again
-    /// from the warm cache.
+    /// from the warm cache. x86-64 only: elsewhere the fast unwinder is
+    /// the reference one, called from another line of the closure, so
+    /// the two captures differ in that frame alone (seen on aarch64,
+    /// scripts/aarch64-check.sh, issue 27).
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn fast_matches_the_reference_unwinder() {
         let mut log = Box::new(ReplayLog::EMPTY);
