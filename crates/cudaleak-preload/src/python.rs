@@ -250,21 +250,27 @@ unsafe fn this_thread_state() -> usize {
     ours
 }
 
-/// Fills `out` with the calling thread's Python frames, innermost first.
+/// Fills `out` with the calling thread's Python frames, innermost first;
+/// returns how many, and their generation: two captures on a thread with
+/// the same generation have the same frames (0: none; otherwise the
+/// log's, see [`PyReplayLog::generation`]).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> (usize, u64) {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         UNPROBED => {
             if !probe() {
-                return 0;
+                return (0, 0);
             }
         }
-        _ => return 0,
+        _ => return (0, 0),
     }
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use.
-    unsafe { capture_active(out, log) }
+    let n = unsafe { capture_active(out, log) };
+    // A walk that returned frames bumped the generation; a replay kept
+    // the one of the walk it repeats.
+    (n, if n == 0 { 0 } else { log.generation })
 }
 
 /// # Safety
@@ -341,6 +347,11 @@ const INTERPRETER_314: u8 = 4;
 pub struct PyReplayLog {
     /// frames visited; 0 when the log is not usable
     visited: usize,
+    /// Bumped by every full walk (logged or not), kept by a replay: a
+    /// capture's frames are those of the walk that made its generation,
+    /// so a trace is reused by comparing generations, not frames
+    /// (`capture.rs`, issue 24).
+    generation: u64,
     visits: [Visit; PY_REPLAY_FRAMES],
     recorded: usize,
     out: [PyRawFrame; PY_REPLAY_FRAMES],
@@ -375,6 +386,7 @@ enum Fate {
 impl PyReplayLog {
     pub const EMPTY: PyReplayLog = PyReplayLog {
         visited: 0,
+        generation: 0,
         visits: [Visit {
             frame: 0,
             next: 0,
@@ -526,6 +538,7 @@ unsafe fn walk_frames<const MODEL: u8>(
     if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out) } {
         return n;
     }
+    log.generation += 1;
     let interpreter_frames = MODEL != FRAME_OBJECTS;
     let owner_c_entry = l.owner_c_entry.unwrap_or(u8::MAX);
     let owner_generator = l.owner_generator.unwrap_or(u8::MAX);

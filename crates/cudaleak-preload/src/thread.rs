@@ -29,8 +29,8 @@ pub struct ThreadState {
     /// (trace id, api, kind) of the last trace interned here; id 0: none
     /// (`capture.rs`).
     pub last_trace: Cell<(u32, u8, u8)>,
-    /// and its Python frames' count (u32::MAX when more than fit)
-    pub last_python_len: Cell<u32>,
+    /// and the (native, Python) replay generations of its frames
+    pub last_generations: Cell<(u64, u64)>,
     /// This thread's delta slot in the call sites' counters, plus one; 0
     /// until its first counted block (`tracker.rs`).
     pub site_delta: Cell<u16>,
@@ -47,7 +47,7 @@ thread_local! {
             last_context: Cell::new((0, 0)),
             stack_bounds: Cell::new((0, 0)),
             last_trace: Cell::new((0, 0, 0)),
-            last_python_len: Cell::new(u32::MAX),
+            last_generations: Cell::new((0, 0)),
             site_delta: Cell::new(0),
             buffers: Cell::new(std::ptr::null_mut()),
         }
