@@ -381,6 +381,11 @@ enum Fate {
     NotCode,
     /// recorded, or skipped as not started or incomplete: same code object
     UsedCode,
+    /// as `UsedCode`, running the code object of the `UsedCode` visit
+    /// before it (a recursion): the frame's code word is checked, the
+    /// guard was checked there (an object at one address at one time is
+    /// one object), so replay reads no code object for it (issue 24)
+    SameCode,
 }
 
 impl PyReplayLog {
@@ -483,6 +488,7 @@ unsafe fn replay<const MODEL: u8>(
                 Fate::Shim => true,
                 Fate::NotCode => read::<usize>(v.code + l.ob_type) != code_type,
                 Fate::UsedCode => guard(l, v.code) == v.guard,
+                Fate::SameCode => true,
             }
         };
         if !holds {
@@ -555,6 +561,8 @@ unsafe fn walk_frames<const MODEL: u8>(
     let mut budget = 4096;
     // The first code object is checked by type: a wrong layout stops here.
     let mut checked = false;
+    // The code object of the last visit that used one (see `SameCode`).
+    let mut last_used_code = 0;
     while plausible(frame, 8) && budget > 0 {
         if n == out.len() {
             loggable = false;
@@ -611,7 +619,12 @@ unsafe fn walk_frames<const MODEL: u8>(
             }
             checked = true;
         }
-        visit.fate = Fate::UsedCode;
+        visit.fate = if code == last_used_code {
+            Fate::SameCode
+        } else {
+            Fate::UsedCode
+        };
+        last_used_code = code;
         // SAFETY: a live code object: its type checked above (before 3.13,
         // the first one checked proves the layout, and a frame's code word
         // is a code object there by construction).
@@ -872,5 +885,70 @@ mod tests {
             walk(&mut out, &mut log, &frames),
             vec![(code(0), 4, PY_FRAME_ENTRY)]
         );
+    }
+
+    /// A recursion (one code object in consecutive frames) is replayed
+    /// reading that code object once (`Fate::SameCode`), and a changed
+    /// guard of it still ends the replay: the walk sees the new code.
+    #[test]
+    fn a_recursion_checks_its_code_object_once_and_still_sees_it_change() {
+        let l = PyLayout {
+            minor: 14,
+            frames: FrameModel::Interpreter314,
+            executable_tag_mask: 3,
+            frame_owner: Some(74),
+            code_code_adaptive: Some(208),
+            code_first_traceable: Some(192),
+            ..PY313
+        };
+        static CODE_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        let mut code = vec![0u64; 40];
+        code[1] = code_type as u64;
+        code[128 / 8] = 0x1000;
+        code[136 / 8] = 0x2000;
+        let code_addr = code.as_ptr() as usize;
+        let mut frames = vec![[0u64; 11]; 4];
+        let frame = |frames: &Vec<[u64; 11]>, i: usize| frames[i].as_ptr() as usize;
+        // three frames of one function, then the outermost entry frame
+        for i in 0..4 {
+            let next = if i + 1 < 4 { frame(&frames, i + 1) } else { 0 };
+            let f = &mut frames[i];
+            if i < 3 {
+                f[0] = code_addr as u64;
+                f[56 / 8] = (code_addr + 208 + 2 * i) as u64;
+            } else {
+                f[0] = 0x5000 | 1;
+                f[72 / 8] = 3 << 16;
+            }
+            f[1] = next as u64;
+        }
+        let mut out = [MaybeUninit::<PyRawFrame>::uninit(); 8];
+        let mut log = PyReplayLog::EMPTY;
+        let mut walk = |frames: &Vec<[u64; 11]>| {
+            // SAFETY: every address is in `code` or `frames`, alive.
+            let n = unsafe {
+                walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), &mut out, &mut log)
+            };
+            let got = out[..n]
+                .iter()
+                // SAFETY: the walk wrote `out[..n]`.
+                .map(|f| unsafe { f.assume_init() })
+                .map(|f| (f.code as usize, f.guard, f.offset))
+                .collect::<Vec<_>>();
+            (got, log.generation)
+        };
+        let (first, g1) = walk(&frames);
+        assert_eq!(first.iter().map(|f| f.2).collect::<Vec<_>>(), [0, 2, 4]);
+        assert!(first.iter().all(|f| f.0 == code_addr && f.1 == first[0].1));
+        // Unchanged: replayed, the same generation.
+        assert_eq!(walk(&frames), (first.clone(), g1));
+        // The code object's name changes (a new object at the address):
+        // walked again, with the new guard.
+        code[128 / 8] = 0x3000;
+        let (again, g2) = walk(&frames);
+        assert_ne!(g2, g1);
+        assert_eq!(again.len(), 3);
+        assert!(again.iter().all(|f| f.1 != first[0].1));
     }
 }
