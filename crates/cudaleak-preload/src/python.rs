@@ -347,6 +347,8 @@ const INTERPRETER_314: u8 = 4;
 pub struct PyReplayLog {
     /// frames visited; 0 when the log is not usable
     visited: usize,
+    /// the chain's innermost frame, where the logged walk started
+    head: usize,
     /// Bumped by every full walk (logged or not), kept by a replay: a
     /// capture's frames are those of the walk that made its generation,
     /// so a trace is reused by comparing generations, not frames
@@ -359,9 +361,11 @@ pub struct PyReplayLog {
 
 const PY_REPLAY_FRAMES: usize = 32;
 
+/// One frame a walk visited. Its address is not kept: the first is the
+/// log's `head`, each later one the `next` word of the one before, which
+/// replay has just checked (one load less a frame; issue 24).
 #[derive(Clone, Copy)]
 struct Visit {
-    frame: usize,
     next: usize,
     code: usize,
     instr: usize,
@@ -392,8 +396,8 @@ impl PyReplayLog {
     pub const EMPTY: PyReplayLog = PyReplayLog {
         visited: 0,
         generation: 0,
+        head: 0,
         visits: [Visit {
-            frame: 0,
             next: 0,
             code: 0,
             instr: 0,
@@ -468,32 +472,35 @@ unsafe fn replay<const MODEL: u8>(
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
 ) -> Option<usize> {
-    if log.visited == 0 || log.visits[0].frame != frame || log.recorded > out.len() {
+    if log.visited == 0 || log.head != frame || log.recorded > out.len() {
         return None;
     }
+    let mut at = frame;
     for v in &log.visits[..log.visited] {
-        // Each visit's frame is the previous visit's `next`, checked.
-        // SAFETY: the first visit's frame is `frame`, the chain's head
-        // (checked above); each later one is the `next` word just read
-        // from its predecessor: a live frame of this thread's chain.
-        if unsafe { frame_words::<MODEL>(l, v.frame) } != (v.next, v.code, v.instr, v.bytes) {
+        // SAFETY: `at` is first `frame`, the chain's head (checked equal to
+        // the logged walk's above), then the `next` word just read from
+        // its predecessor and checked: a live frame of this thread's chain.
+        if unsafe { frame_words::<MODEL>(l, at) } != (v.next, v.code, v.instr, v.bytes) {
             return None;
         }
-        // SAFETY: `v.code` is the frame's code word as read just now, which
-        // the logging walk found plausible: the object a live frame
-        // executes, so live; for `UsedCode` a code object (type-checked,
-        // or trusted under the checked layout as in `walk_frames`).
-        let holds = unsafe {
-            match v.fate {
-                Fate::Shim => true,
-                Fate::NotCode => read::<usize>(v.code + l.ob_type) != code_type,
-                Fate::UsedCode => guard(l, v.code) == v.guard,
-                Fate::SameCode => true,
+        // Tested in the order of how often they come (a recursion's frames
+        // are `SameCode`): a jump table cost 5 instructions a frame.
+        if v.fate == Fate::UsedCode {
+            // SAFETY: `v.code` is the frame's code word as read just now,
+            // which the logging walk found plausible and a code object
+            // (type-checked, or trusted under the checked layout as in
+            // `walk_frames`): the object a live frame executes, so live.
+            if unsafe { guard(l, v.code) } != v.guard {
+                return None;
             }
-        };
-        if !holds {
-            return None;
+        } else if v.fate == Fate::NotCode {
+            // SAFETY: as above, a live object (not a code object), whose
+            // `ob_type` is at the layout's offset.
+            if unsafe { read::<usize>(v.code + l.ob_type) } == code_type {
+                return None;
+            }
         }
+        at = v.next;
     }
     for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
         slot.write(*f);
@@ -553,6 +560,7 @@ unsafe fn walk_frames<const MODEL: u8>(
     let first_traceable_at = l.code_first_traceable;
     let lasti_unit_bytes = l.lasti_unit_bytes;
 
+    let head = frame;
     let mut n = 0;
     let mut visited = 0;
     // The walk is logged only if it ends where the chain ends.
@@ -574,7 +582,6 @@ unsafe fn walk_frames<const MODEL: u8>(
         let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(l, frame) };
         let owner = bytes as u8;
         let mut visit = Visit {
-            frame,
             next,
             code,
             instr,
@@ -672,6 +679,7 @@ unsafe fn walk_frames<const MODEL: u8>(
     }
     if loggable && budget > 0 && visited > 0 && n <= PY_REPLAY_FRAMES {
         log.visited = visited;
+        log.head = head;
         log.recorded = n;
         for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
             // SAFETY: `out[..n]` were written by this walk.
