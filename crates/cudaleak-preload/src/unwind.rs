@@ -71,13 +71,20 @@ pub struct ReplayLog {
     fp_used: bool,
     /// recorded reads; 0 when the log is not usable
     len: usize,
+    /// of which reads of output return addresses, in walk order, at the
+    /// front of `reads`; the others are at its back
+    outputs: usize,
     /// Bumped by every full walk (logged or not), kept by a replay: the
     /// frames of a capture with generation g are those of the walk that
     /// made g. A trace's reuse (`capture.rs`) compares generations instead
     /// of frames (issue 24), and a capture that was never interned (a
     /// failed call) cannot lend its replay to the previous trace's id.
     generation: u64,
-    /// (address | 1 when the word is an output return address, value)
+    /// (address, value): the output return addresses from the front, the
+    /// other words (saved rbp, our own frames' return addresses) from the
+    /// back. Kept apart, replay checks the others in one tight loop and
+    /// writes each output without testing a flag (issue 24: about 110
+    /// instructions less for a 25-frame stack).
     reads: [(usize, usize); REPLAY_READS],
 }
 
@@ -88,6 +95,7 @@ impl ReplayLog {
         start: [0; 3],
         fp_used: false,
         len: 0,
+        outputs: 0,
         generation: 0,
         reads: [(0, 0); REPLAY_READS],
     };
@@ -96,7 +104,8 @@ impl ReplayLog {
 /// Reads that a walk records (or not, when the log is full).
 struct Recorder<'a> {
     log: &'a mut ReplayLog,
-    len: usize,
+    outputs: usize,
+    others: usize,
     overflow: bool,
     fp_used: bool,
 }
@@ -104,11 +113,14 @@ struct Recorder<'a> {
 impl Recorder<'_> {
     #[inline(always)]
     fn note(&mut self, addr: usize, value: usize, output: bool) {
-        if self.len < REPLAY_READS {
-            self.log.reads[self.len] = (addr | output as usize, value);
-            self.len += 1;
-        } else {
+        if self.outputs + self.others >= REPLAY_READS {
             self.overflow = true;
+        } else if output {
+            self.log.reads[self.outputs] = (addr, value);
+            self.outputs += 1;
+        } else {
+            self.others += 1;
+            self.log.reads[REPLAY_READS - self.others] = (addr, value);
         }
     }
 }
@@ -119,19 +131,27 @@ fn replay(log: &ReplayLog, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> O
     if log.len == 0 || log.start[..2] != start[..2] || (log.fp_used && log.start[2] != start[2]) {
         return None;
     }
-    let mut n = 0;
-    for &(a, v) in &log.reads[..log.len] {
+    let outputs = &log.reads[..log.outputs];
+    if outputs.len() > out.len() {
+        return None;
+    }
+    for &(a, v) in &log.reads[REPLAY_READS - (log.len - log.outputs)..] {
         // SAFETY: the address was checked to lie between the capture's
         // stack pointer (the same now) and the stack's top when recorded.
-        if unsafe { ((a & !1) as *const usize).read() } != v {
+        if unsafe { (a as *const usize).read() } != v {
             return None;
         }
-        if a & 1 != 0 {
-            out[n].write(v as u64);
-            n += 1;
-        }
     }
-    Some(n)
+    // (a mismatch leaves `out` partly written: the walk that follows
+    // writes it again)
+    for (slot, &(a, v)) in out.iter_mut().zip(outputs) {
+        // SAFETY: as above.
+        if unsafe { (a as *const usize).read() } != v {
+            return None;
+        }
+        slot.write(v as u64);
+    }
+    Some(outputs.len())
 }
 
 #[inline]
@@ -486,12 +506,14 @@ fn fast_skipping(
     }
     let mut rec = Recorder {
         log,
-        len: 0,
+        outputs: 0,
+        others: 0,
         overflow: false,
         fp_used: false,
     };
     let n = walk(pc, sp, fp, (sp, top), skip, out, &mut rec);
-    rec.log.len = if rec.overflow { 0 } else { rec.len };
+    rec.log.len = if rec.overflow { 0 } else { rec.outputs + rec.others };
+    rec.log.outputs = rec.outputs;
     rec.log.start = start;
     rec.log.fp_used = rec.fp_used;
     rec.log.generation += 1;
