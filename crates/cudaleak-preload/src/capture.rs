@@ -31,6 +31,9 @@ const STACK_SLOTS: usize = 4;
 pub struct StackBuffer {
     pub native: [MaybeUninit<u64>; MAX_STACK_DEPTH],
     pub python: [MaybeUninit<PyRawFrame>; PY_MAX],
+    /// the Python walk's generation whose frames `python` holds; 0: none
+    /// (`python::capture`: a replay of them copies nothing)
+    pub python_generation: u64,
 }
 
 /// A thread's large buffers, allocated on the heap (zeroed, then the replay
@@ -217,6 +220,7 @@ impl Stack {
             python::capture(
                 &mut (*buffer).python,
                 &mut *std::ptr::addr_of_mut!((*buffers).python_replay),
+                &mut (*buffer).python_generation,
             )
         };
         Stack {

@@ -253,30 +253,39 @@ unsafe fn this_thread_state() -> usize {
 /// Fills `out` with the calling thread's Python frames, innermost first;
 /// returns how many, and their generation: two captures on a thread with
 /// the same generation have the same frames (0: none; otherwise the
-/// log's, see [`PyReplayLog::generation`]).
+/// log's, see [`PyReplayLog::generation`]). `held` is the generation
+/// whose frames `out` already holds (0: none), and is set to the new one:
+/// a replay of the frames `out` holds copies nothing (issue 24: a stack
+/// buffer, taken in turn, usually holds the same frames as the last time).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> (usize, u64) {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: &mut u64) -> (usize, u64) {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         UNPROBED => {
             if !probe() {
+                *held = 0;
                 return (0, 0);
             }
         }
-        _ => return (0, 0),
+        _ => {
+            *held = 0;
+            return (0, 0);
+        }
     }
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use.
-    let n = unsafe { capture_active(out, log) };
+    let n = unsafe { capture_active(out, log, *held) };
     // A walk that returned frames bumped the generation; a replay kept
     // the one of the walk it repeats.
-    (n, if n == 0 { 0 } else { log.generation })
+    let generation = if n == 0 { 0 } else { log.generation };
+    *held = generation;
+    (n, generation)
 }
 
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire), on the thread whose
 /// stack `out` and `log` belong to (see the module comment).
-unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
+unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: u64) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
         // SAFETY: non-zero, so the address of `Py_IsFinalizing` (3.13+) or
@@ -315,11 +324,11 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplay
     // while this thread runs the hook (module comment, rule 1).
     unsafe {
         match l.frames {
-            FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
-            FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
-            FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
-            FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
-            FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log),
+            FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log, held),
         }
     }
 }
@@ -471,6 +480,7 @@ unsafe fn replay<const MODEL: u8>(
     log: &PyReplayLog,
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
+    held: u64,
 ) -> Option<usize> {
     if log.visited == 0 || log.head != frame || log.recorded > out.len() {
         return None;
@@ -502,8 +512,11 @@ unsafe fn replay<const MODEL: u8>(
         }
         at = v.next;
     }
-    for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
-        slot.write(*f);
+    // `out` may hold this very walk's frames already (`capture`'s `held`).
+    if held != log.generation {
+        for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
+            slot.write(*f);
+        }
     }
     Some(log.recorded)
 }
@@ -546,9 +559,10 @@ unsafe fn walk_frames<const MODEL: u8>(
     mut frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     log: &mut PyReplayLog,
+    held: u64,
 ) -> usize {
     // SAFETY: this function's own contract, which `replay` shares.
-    if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out) } {
+    if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out, held) } {
         return n;
     }
     log.generation += 1;
@@ -874,7 +888,7 @@ mod tests {
         let mut log = PyReplayLog::EMPTY;
         let walk = |out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, frames: &Vec<[u64; 11]>| {
             // SAFETY: every address is in `codes` or `frames`, alive.
-            let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log) };
+            let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log, 0) };
             out[..n]
                 .iter()
                 // SAFETY: the walk wrote `out[..n]`.
@@ -936,7 +950,7 @@ mod tests {
         let mut walk = |frames: &Vec<[u64; 11]>| {
             // SAFETY: every address is in `code` or `frames`, alive.
             let n = unsafe {
-                walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), &mut out, &mut log)
+                walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), &mut out, &mut log, 0)
             };
             let got = out[..n]
                 .iter()
