@@ -593,3 +593,26 @@ fn stacks_are_exact_with_and_without_frame_pointers() {
     assert_eq!(stacks[0], stacks[1]);
     assert_eq!(stacks[2], stacks[3]);
 }
+
+/// A failed call's capture (never interned) does not lend its stack to
+/// the trace interned before it: the next call from the failed call's
+/// stack is a group of its own, with its own frames (issue 24).
+#[test]
+fn a_failed_call_does_not_move_the_next_block_to_the_previous_trace() {
+    let sim = sim_dir();
+    let link = [
+        sim.join("libcudart.so.12").display().to_string(),
+        sim.join("libcuda.so.1").display().to_string(),
+    ];
+    let file = "tests/c/failed_capture.c";
+    // -O0: the loop stays one call site (-O2 unrolled it into two).
+    let exe = build("failed_capture", &[file], &[&link[0], &link[1]]);
+    let out = run_traced(&exe, &[], &[]);
+    out.assert_success();
+    let r = out.report();
+    let first = group_at(&r, "allocate_first", file, line_of(file, "/* LEAK first */"));
+    assert_eq!((first.blocks, first.bytes), (1, 1000));
+    let second = group_at(&r, "allocate_here", file, line_of(file, "/* LEAK second */"));
+    assert_eq!((second.blocks, second.bytes), (1, 2000));
+    assert_eq!(r.leaks.len(), 2);
+}

@@ -14,14 +14,12 @@ use crate::unwind::ReplayLog;
 use crate::{python, unwind};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::depot::{Depot, TraceKey};
-use cudaleak_core::python::{frames_bytes, PyRawFrame};
+use cudaleak_core::python::PyRawFrame;
 use cudaleak_core::record::{Api, MemoryKind, TraceId};
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Python frames of the last trace interned on this thread, for reuse.
-pub const LAST_PYTHON: usize = 32;
 /// Python frames recorded per allocation.
 pub const PY_MAX: usize = 64;
 /// Captured stacks a thread holds at once: a runtime hook's and the driver
@@ -33,6 +31,9 @@ const STACK_SLOTS: usize = 4;
 pub struct StackBuffer {
     pub native: [MaybeUninit<u64>; MAX_STACK_DEPTH],
     pub python: [MaybeUninit<PyRawFrame>; PY_MAX],
+    /// the Python walk's generation whose frames `python` holds; 0: none
+    /// (`python::capture`: a replay of them copies nothing)
+    pub python_generation: u64,
 }
 
 /// A thread's large buffers, allocated on the heap (zeroed, then the replay
@@ -42,8 +43,6 @@ pub struct ThreadBuffers {
     pub replay: ReplayLog,
     /// What the last Python frame walk saw (`python.rs`, replay).
     pub python_replay: PyReplayLog,
-    /// Python frames of the last trace interned here (see `last_trace`).
-    pub last_python: [PyRawFrame; LAST_PYTHON],
     stacks: [StackBuffer; STACK_SLOTS],
     next_stack: usize,
 }
@@ -169,8 +168,11 @@ pub struct Stack {
     buffer: *mut StackBuffer,
     n_native: usize,
     n_python: usize,
-    /// the native frames are the previous capture's on this thread
-    replayed: bool,
+    /// (native, Python) generations of the thread's replay logs that the
+    /// frames are (`unwind::capture`, `python::capture`): equal
+    /// generations, equal frames. None: not comparable (no capture, or
+    /// the reference unwinder).
+    generations: Option<(u64, u64)>,
 }
 
 impl Stack {
@@ -187,7 +189,7 @@ impl Stack {
                 buffer: std::ptr::null_mut(),
                 n_native: 0,
                 n_python: 0,
-                replayed: false,
+                generations: None,
             },
         };
         slot.write(stack)
@@ -197,7 +199,7 @@ impl Stack {
     /// calling thread's).
     fn capture(buffers: *mut ThreadBuffers, buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
         let depth = crate::settings::config().stack_depth.min(MAX_STACK_DEPTH);
-        let (n_native, replayed) = if depth > 0 {
+        let (n_native, native_generation) = if depth > 0 {
             // SAFETY: the thread's own buffer, not in use by a live capture
             // (see `Stack`); its arrays are MaybeUninit. One field at a time
             // (the replay logs are other fields of the same allocation), and
@@ -210,20 +212,22 @@ impl Stack {
                 )
             }
         } else {
-            (0, true)
+            // No native frames: always the same (none).
+            (0, Some(0))
         };
         // SAFETY: as above.
-        let n_python = unsafe {
+        let (n_python, python_generation) = unsafe {
             python::capture(
                 &mut (*buffer).python,
                 &mut *std::ptr::addr_of_mut!((*buffers).python_replay),
+                &mut (*buffer).python_generation,
             )
         };
         Stack {
             buffer,
             n_native,
             n_python,
-            replayed,
+            generations: native_generation.map(|g| (g, python_generation)),
         }
     }
 
@@ -245,34 +249,31 @@ impl Stack {
         }
     }
 
-    /// The trace id of this stack in `depot` for a block of `api` and `kind`. When the
-    /// native frames were replayed (unchanged since the previous capture on
-    /// this thread) and API, kind and Python frames are the previous
-    /// trace's too, that trace's id is reused without hashing.
+    /// The trace id of this stack in `depot` for a block of `api` and
+    /// `kind`. When the native and Python frames are the same generations
+    /// of the thread's replay logs as the last trace interned here, and
+    /// API and kind are the same, that trace's id is reused without
+    /// hashing. Comparing generations replaced a copy and a memcmp of the
+    /// Python frames (issue 24: 158 instructions of a Python pair), and
+    /// unlike "the native frames were replayed" it cannot mistake a
+    /// capture never interned (a failed call) for the last trace.
     pub fn intern(&self, depot: &Depot, api: Api, kind: MemoryKind, thread: &ThreadState) -> TraceId {
-        let python = self.python();
         let (last_id, last_api, last_kind) = thread.last_trace.get();
-        let Some(buffers) = buffers(thread) else {
-            return self.intern_new(depot, api, kind);
-        };
-        // SAFETY: this thread's buffers; `last_python` only, disjoint from
-        // the stack buffer `python` points into.
-        let last_python = unsafe { &mut *std::ptr::addr_of_mut!((*buffers).last_python) };
-        if self.replayed
-            && last_id != 0
-            && (last_api, last_kind) == (api as u8, kind as u8)
-            && thread.last_python_len.get() as usize == python.len()
-            && frames_bytes(&last_python[..python.len()]) == frames_bytes(python)
-        {
-            return TraceId(last_id);
+        if let Some(generations) = self.generations {
+            if last_id != 0
+                && (last_api, last_kind) == (api as u8, kind as u8)
+                && thread.last_generations.get() == generations
+            {
+                return TraceId(last_id);
+            }
         }
         let id = self.intern_new(depot, api, kind);
-        if python.len() <= LAST_PYTHON {
-            last_python[..python.len()].copy_from_slice(python);
-            thread.last_python_len.set(python.len() as u32);
-            thread.last_trace.set((id.0, api as u8, kind as u8));
-        } else {
-            thread.last_trace.set((0, 0, 0));
+        match self.generations {
+            Some(generations) => {
+                thread.last_generations.set(generations);
+                thread.last_trace.set((id.0, api as u8, kind as u8));
+            }
+            None => thread.last_trace.set((0, 0, 0)),
         }
         id
     }

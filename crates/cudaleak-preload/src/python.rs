@@ -250,27 +250,42 @@ unsafe fn this_thread_state() -> usize {
     ours
 }
 
-/// Fills `out` with the calling thread's Python frames, innermost first.
+/// Fills `out` with the calling thread's Python frames, innermost first;
+/// returns how many, and their generation: two captures on a thread with
+/// the same generation have the same frames (0: none; otherwise the
+/// log's, see [`PyReplayLog::generation`]). `held` is the generation
+/// whose frames `out` already holds (0: none), and is set to the new one:
+/// a replay of the frames `out` holds copies nothing (issue 24: a stack
+/// buffer, taken in turn, usually holds the same frames as the last time).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: &mut u64) -> (usize, u64) {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         UNPROBED => {
             if !probe() {
-                return 0;
+                *held = 0;
+                return (0, 0);
             }
         }
-        _ => return 0,
+        _ => {
+            *held = 0;
+            return (0, 0);
+        }
     }
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use.
-    unsafe { capture_active(out, log) }
+    let n = unsafe { capture_active(out, log, *held) };
+    // A walk that returned frames bumped the generation; a replay kept
+    // the one of the walk it repeats.
+    let generation = if n == 0 { 0 } else { log.generation };
+    *held = generation;
+    (n, generation)
 }
 
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire), on the thread whose
 /// stack `out` and `log` belong to (see the module comment).
-unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
+unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: u64) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
         // SAFETY: non-zero, so the address of `Py_IsFinalizing` (3.13+) or
@@ -309,11 +324,11 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplay
     // while this thread runs the hook (module comment, rule 1).
     unsafe {
         match l.frames {
-            FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
-            FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
-            FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
-            FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
-            FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log),
+            FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log, held),
+            FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log, held),
         }
     }
 }
@@ -341,6 +356,13 @@ const INTERPRETER_314: u8 = 4;
 pub struct PyReplayLog {
     /// frames visited; 0 when the log is not usable
     visited: usize,
+    /// the chain's innermost frame, where the logged walk started
+    head: usize,
+    /// Bumped by every full walk (logged or not), kept by a replay: a
+    /// capture's frames are those of the walk that made its generation,
+    /// so a trace is reused by comparing generations, not frames
+    /// (`capture.rs`, issue 24).
+    generation: u64,
     visits: [Visit; PY_REPLAY_FRAMES],
     recorded: usize,
     out: [PyRawFrame; PY_REPLAY_FRAMES],
@@ -348,9 +370,11 @@ pub struct PyReplayLog {
 
 const PY_REPLAY_FRAMES: usize = 32;
 
+/// One frame a walk visited. Its address is not kept: the first is the
+/// log's `head`, each later one the `next` word of the one before, which
+/// replay has just checked (one load less a frame; issue 24).
 #[derive(Clone, Copy)]
 struct Visit {
-    frame: usize,
     next: usize,
     code: usize,
     instr: usize,
@@ -370,13 +394,19 @@ enum Fate {
     NotCode,
     /// recorded, or skipped as not started or incomplete: same code object
     UsedCode,
+    /// as `UsedCode`, running the code object of the `UsedCode` visit
+    /// before it (a recursion): the frame's code word is checked, the
+    /// guard was checked there (an object at one address at one time is
+    /// one object), so replay reads no code object for it (issue 24)
+    SameCode,
 }
 
 impl PyReplayLog {
     pub const EMPTY: PyReplayLog = PyReplayLog {
         visited: 0,
+        generation: 0,
+        head: 0,
         visits: [Visit {
-            frame: 0,
             next: 0,
             code: 0,
             instr: 0,
@@ -450,35 +480,43 @@ unsafe fn replay<const MODEL: u8>(
     log: &PyReplayLog,
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
+    held: u64,
 ) -> Option<usize> {
-    if log.visited == 0 || log.visits[0].frame != frame || log.recorded > out.len() {
+    if log.visited == 0 || log.head != frame || log.recorded > out.len() {
         return None;
     }
+    let mut at = frame;
     for v in &log.visits[..log.visited] {
-        // Each visit's frame is the previous visit's `next`, checked.
-        // SAFETY: the first visit's frame is `frame`, the chain's head
-        // (checked above); each later one is the `next` word just read
-        // from its predecessor: a live frame of this thread's chain.
-        if unsafe { frame_words::<MODEL>(l, v.frame) } != (v.next, v.code, v.instr, v.bytes) {
+        // SAFETY: `at` is first `frame`, the chain's head (checked equal to
+        // the logged walk's above), then the `next` word just read from
+        // its predecessor and checked: a live frame of this thread's chain.
+        if unsafe { frame_words::<MODEL>(l, at) } != (v.next, v.code, v.instr, v.bytes) {
             return None;
         }
-        // SAFETY: `v.code` is the frame's code word as read just now, which
-        // the logging walk found plausible: the object a live frame
-        // executes, so live; for `UsedCode` a code object (type-checked,
-        // or trusted under the checked layout as in `walk_frames`).
-        let holds = unsafe {
-            match v.fate {
-                Fate::Shim => true,
-                Fate::NotCode => read::<usize>(v.code + l.ob_type) != code_type,
-                Fate::UsedCode => guard(l, v.code) == v.guard,
+        // Tested in the order of how often they come (a recursion's frames
+        // are `SameCode`): a jump table cost 5 instructions a frame.
+        if v.fate == Fate::UsedCode {
+            // SAFETY: `v.code` is the frame's code word as read just now,
+            // which the logging walk found plausible and a code object
+            // (type-checked, or trusted under the checked layout as in
+            // `walk_frames`): the object a live frame executes, so live.
+            if unsafe { guard(l, v.code) } != v.guard {
+                return None;
             }
-        };
-        if !holds {
-            return None;
+        } else if v.fate == Fate::NotCode {
+            // SAFETY: as above, a live object (not a code object), whose
+            // `ob_type` is at the layout's offset.
+            if unsafe { read::<usize>(v.code + l.ob_type) } == code_type {
+                return None;
+            }
         }
+        at = v.next;
     }
-    for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
-        slot.write(*f);
+    // `out` may hold this very walk's frames already (`capture`'s `held`).
+    if held != log.generation {
+        for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
+            slot.write(*f);
+        }
     }
     Some(log.recorded)
 }
@@ -521,11 +559,13 @@ unsafe fn walk_frames<const MODEL: u8>(
     mut frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     log: &mut PyReplayLog,
+    held: u64,
 ) -> usize {
     // SAFETY: this function's own contract, which `replay` shares.
-    if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out) } {
+    if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out, held) } {
         return n;
     }
+    log.generation += 1;
     let interpreter_frames = MODEL != FRAME_OBJECTS;
     let owner_c_entry = l.owner_c_entry.unwrap_or(u8::MAX);
     let owner_generator = l.owner_generator.unwrap_or(u8::MAX);
@@ -534,6 +574,7 @@ unsafe fn walk_frames<const MODEL: u8>(
     let first_traceable_at = l.code_first_traceable;
     let lasti_unit_bytes = l.lasti_unit_bytes;
 
+    let head = frame;
     let mut n = 0;
     let mut visited = 0;
     // The walk is logged only if it ends where the chain ends.
@@ -542,6 +583,8 @@ unsafe fn walk_frames<const MODEL: u8>(
     let mut budget = 4096;
     // The first code object is checked by type: a wrong layout stops here.
     let mut checked = false;
+    // The code object of the last visit that used one (see `SameCode`).
+    let mut last_used_code = 0;
     while plausible(frame, 8) && budget > 0 {
         if n == out.len() {
             loggable = false;
@@ -553,7 +596,6 @@ unsafe fn walk_frames<const MODEL: u8>(
         let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(l, frame) };
         let owner = bytes as u8;
         let mut visit = Visit {
-            frame,
             next,
             code,
             instr,
@@ -598,7 +640,12 @@ unsafe fn walk_frames<const MODEL: u8>(
             }
             checked = true;
         }
-        visit.fate = Fate::UsedCode;
+        visit.fate = if code == last_used_code {
+            Fate::SameCode
+        } else {
+            Fate::UsedCode
+        };
+        last_used_code = code;
         // SAFETY: a live code object: its type checked above (before 3.13,
         // the first one checked proves the layout, and a frame's code word
         // is a code object there by construction).
@@ -646,6 +693,7 @@ unsafe fn walk_frames<const MODEL: u8>(
     }
     if loggable && budget > 0 && visited > 0 && n <= PY_REPLAY_FRAMES {
         log.visited = visited;
+        log.head = head;
         log.recorded = n;
         for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
             // SAFETY: `out[..n]` were written by this walk.
@@ -840,7 +888,7 @@ mod tests {
         let mut log = PyReplayLog::EMPTY;
         let walk = |out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, frames: &Vec<[u64; 11]>| {
             // SAFETY: every address is in `codes` or `frames`, alive.
-            let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log) };
+            let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log, 0) };
             out[..n]
                 .iter()
                 // SAFETY: the walk wrote `out[..n]`.
@@ -859,5 +907,70 @@ mod tests {
             walk(&mut out, &mut log, &frames),
             vec![(code(0), 4, PY_FRAME_ENTRY)]
         );
+    }
+
+    /// A recursion (one code object in consecutive frames) is replayed
+    /// reading that code object once (`Fate::SameCode`), and a changed
+    /// guard of it still ends the replay: the walk sees the new code.
+    #[test]
+    fn a_recursion_checks_its_code_object_once_and_still_sees_it_change() {
+        let l = PyLayout {
+            minor: 14,
+            frames: FrameModel::Interpreter314,
+            executable_tag_mask: 3,
+            frame_owner: Some(74),
+            code_code_adaptive: Some(208),
+            code_first_traceable: Some(192),
+            ..PY313
+        };
+        static CODE_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        let mut code = vec![0u64; 40];
+        code[1] = code_type as u64;
+        code[128 / 8] = 0x1000;
+        code[136 / 8] = 0x2000;
+        let code_addr = code.as_ptr() as usize;
+        let mut frames = vec![[0u64; 11]; 4];
+        let frame = |frames: &Vec<[u64; 11]>, i: usize| frames[i].as_ptr() as usize;
+        // three frames of one function, then the outermost entry frame
+        for i in 0..4 {
+            let next = if i + 1 < 4 { frame(&frames, i + 1) } else { 0 };
+            let f = &mut frames[i];
+            if i < 3 {
+                f[0] = code_addr as u64;
+                f[56 / 8] = (code_addr + 208 + 2 * i) as u64;
+            } else {
+                f[0] = 0x5000 | 1;
+                f[72 / 8] = 3 << 16;
+            }
+            f[1] = next as u64;
+        }
+        let mut out = [MaybeUninit::<PyRawFrame>::uninit(); 8];
+        let mut log = PyReplayLog::EMPTY;
+        let mut walk = |frames: &Vec<[u64; 11]>| {
+            // SAFETY: every address is in `code` or `frames`, alive.
+            let n = unsafe {
+                walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), &mut out, &mut log, 0)
+            };
+            let got = out[..n]
+                .iter()
+                // SAFETY: the walk wrote `out[..n]`.
+                .map(|f| unsafe { f.assume_init() })
+                .map(|f| (f.code as usize, f.guard, f.offset))
+                .collect::<Vec<_>>();
+            (got, log.generation)
+        };
+        let (first, g1) = walk(&frames);
+        assert_eq!(first.iter().map(|f| f.2).collect::<Vec<_>>(), [0, 2, 4]);
+        assert!(first.iter().all(|f| f.0 == code_addr && f.1 == first[0].1));
+        // Unchanged: replayed, the same generation.
+        assert_eq!(walk(&frames), (first.clone(), g1));
+        // The code object's name changes (a new object at the address):
+        // walked again, with the new guard.
+        code[128 / 8] = 0x3000;
+        let (again, g2) = walk(&frames);
+        assert_ne!(g2, g1);
+        assert_eq!(again.len(), 3);
+        assert!(again.iter().all(|f| f.1 != first[0].1));
     }
 }

@@ -37,14 +37,23 @@ pub fn forget_unloaded_rules(is_gone: &dyn Fn(usize) -> bool) {
 /// The key of a retired cache slot.
 const RETIRED: u64 = u64::MAX;
 
-/// Fills `out` with return addresses; returns how many, and whether the
-/// stack was the same as at the previous capture on this thread (see
-/// [`ReplayLog`]).
+/// Fills `out` with return addresses; returns how many, and the
+/// generation of the thread's replay log that they are (see
+/// [`ReplayLog::generation`]): two captures on a thread with the same
+/// generation have the same frames. None when the capture did not go
+/// through the log (the reference unwinder, a foreign stack).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<u64>], thread: &ThreadState, log: &mut ReplayLog) -> (usize, bool) {
+pub fn capture(
+    out: &mut [MaybeUninit<u64>],
+    thread: &ThreadState,
+    log: &mut ReplayLog,
+) -> (usize, Option<u64>) {
     match crate::settings::config().unwinder {
-        Unwinder::Dwarf => (capture_dwarf(out), false),
-        Unwinder::Fast => fast_skipping(out, own_range(), thread, log),
+        Unwinder::Dwarf => (capture_dwarf(out), None),
+        Unwinder::Fast => {
+            let (n, _replayed) = fast_skipping(out, own_range(), thread, log);
+            (n, Some(log.generation))
+        }
     }
 }
 
@@ -66,7 +75,20 @@ pub struct ReplayLog {
     fp_used: bool,
     /// recorded reads; 0 when the log is not usable
     len: usize,
-    /// (address | 1 when the word is an output return address, value)
+    /// of which reads of output return addresses, in walk order, at the
+    /// front of `reads`; the others are at its back
+    outputs: usize,
+    /// Bumped by every full walk (logged or not), kept by a replay: the
+    /// frames of a capture with generation g are those of the walk that
+    /// made g. A trace's reuse (`capture.rs`) compares generations instead
+    /// of frames (issue 24), and a capture that was never interned (a
+    /// failed call) cannot lend its replay to the previous trace's id.
+    generation: u64,
+    /// (address, value): the output return addresses from the front, the
+    /// other words (saved rbp, our own frames' return addresses) from the
+    /// back. Kept apart, replay checks the others in one tight loop and
+    /// writes each output without testing a flag (issue 24: about 110
+    /// instructions less for a 25-frame stack).
     reads: [(usize, usize); REPLAY_READS],
 }
 
@@ -77,6 +99,8 @@ impl ReplayLog {
         start: [0; 3],
         fp_used: false,
         len: 0,
+        outputs: 0,
+        generation: 0,
         reads: [(0, 0); REPLAY_READS],
     };
 }
@@ -84,7 +108,8 @@ impl ReplayLog {
 /// Reads that a walk records (or not, when the log is full).
 struct Recorder<'a> {
     log: &'a mut ReplayLog,
-    len: usize,
+    outputs: usize,
+    others: usize,
     overflow: bool,
     fp_used: bool,
 }
@@ -92,11 +117,14 @@ struct Recorder<'a> {
 impl Recorder<'_> {
     #[inline(always)]
     fn note(&mut self, addr: usize, value: usize, output: bool) {
-        if self.len < REPLAY_READS {
-            self.log.reads[self.len] = (addr | output as usize, value);
-            self.len += 1;
-        } else {
+        if self.outputs + self.others >= REPLAY_READS {
             self.overflow = true;
+        } else if output {
+            self.log.reads[self.outputs] = (addr, value);
+            self.outputs += 1;
+        } else {
+            self.others += 1;
+            self.log.reads[REPLAY_READS - self.others] = (addr, value);
         }
     }
 }
@@ -107,19 +135,27 @@ fn replay(log: &ReplayLog, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> O
     if log.len == 0 || log.start[..2] != start[..2] || (log.fp_used && log.start[2] != start[2]) {
         return None;
     }
-    let mut n = 0;
-    for &(a, v) in &log.reads[..log.len] {
+    let outputs = &log.reads[..log.outputs];
+    if outputs.len() > out.len() {
+        return None;
+    }
+    for &(a, v) in &log.reads[REPLAY_READS - (log.len - log.outputs)..] {
         // SAFETY: the address was checked to lie between the capture's
         // stack pointer (the same now) and the stack's top when recorded.
-        if unsafe { ((a & !1) as *const usize).read() } != v {
+        if unsafe { (a as *const usize).read() } != v {
             return None;
         }
-        if a & 1 != 0 {
-            out[n].write(v as u64);
-            n += 1;
-        }
     }
-    Some(n)
+    // (a mismatch leaves `out` partly written: the walk that follows
+    // writes it again)
+    for (slot, &(a, v)) in out.iter_mut().zip(outputs) {
+        // SAFETY: as above.
+        if unsafe { (a as *const usize).read() } != v {
+            return None;
+        }
+        slot.write(v as u64);
+    }
+    Some(outputs.len())
 }
 
 #[inline]
@@ -436,7 +472,9 @@ fn rule_for(pc: u64) -> Rule {
 }
 
 /// The fast unwinder (x86-64; other architectures use the reference one),
-/// leaving out return addresses inside `skip`; true when replayed.
+/// leaving out return addresses inside `skip`; true when replayed. A
+/// capture that did not replay made a new generation of the log (see
+/// [`capture`]).
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 fn fast_skipping(
@@ -460,6 +498,10 @@ fn fast_skipping(
         );
     }
     let Some((_, top)) = stack_bounds(sp, thread) else {
+        // Frames the log does not hold: a generation of their own, and
+        // no replay of the log's frames under it.
+        log.len = 0;
+        log.generation += 1;
         return (dwarf_skipping(out, skip), false);
     };
     let start = [pc, sp, fp];
@@ -468,14 +510,17 @@ fn fast_skipping(
     }
     let mut rec = Recorder {
         log,
-        len: 0,
+        outputs: 0,
+        others: 0,
         overflow: false,
         fp_used: false,
     };
     let n = walk(pc, sp, fp, (sp, top), skip, out, &mut rec);
-    rec.log.len = if rec.overflow { 0 } else { rec.len };
+    rec.log.len = if rec.overflow { 0 } else { rec.outputs + rec.others };
+    rec.log.outputs = rec.outputs;
     rec.log.start = start;
     rec.log.fp_used = rec.fp_used;
+    rec.log.generation += 1;
     (n, false)
 }
 
@@ -484,8 +529,9 @@ fn fast_skipping(
     out: &mut [MaybeUninit<u64>],
     skip: (usize, usize),
     _thread: &ThreadState,
-    _log: &mut ReplayLog,
+    log: &mut ReplayLog,
 ) -> (usize, bool) {
+    log.generation += 1;
     (dwarf_skipping(out, skip), false)
 }
 
@@ -651,15 +697,19 @@ mod tests {
             let start = f.iter().position(|a| r.contains(a)).unwrap();
             let rs = r.iter().position(|a| *a == f[start]).unwrap();
             assert_eq!(&f[start..], &r[rs..rs + (nf - start)], "capture {i}");
-            results.push((replayed, f));
+            results.push((replayed, log.generation, f));
         }
         assert_eq!(
             results.iter().map(|r| r.0).collect::<Vec<_>>(),
             [false, true, false, true, false, true]
         );
-        assert_eq!(results[0].1, results[1].1);
-        assert_ne!(results[1].1, results[2].1);
-        assert_eq!(results[0].1, results[4].1);
+        // Each walk makes a new generation; a replay keeps the walk's.
+        let generations: Vec<u64> = results.iter().map(|r| r.1).collect();
+        let g = generations[0];
+        assert_eq!(generations, [g, g, g + 1, g + 1, g + 2, g + 2]);
+        assert_eq!(results[0].2, results[1].2);
+        assert_ne!(results[1].2, results[2].2);
+        assert_eq!(results[0].2, results[4].2);
     }
 
     /// Calls `f` with rbp cleared. Without frame pointers rbp is a general
