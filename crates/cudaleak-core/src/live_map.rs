@@ -55,6 +55,12 @@ impl Hasher for AddrHasher {
     fn write_u64(&mut self, x: u64) {
         self.0 = mix64(self.0 ^ x);
     }
+    /// Trace ids (`TraceId` hashes as a `u32`): the timeline's maps by call
+    /// site take one mix, not the byte loop.
+    #[inline]
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
 }
 
 struct Shard {
