@@ -14,16 +14,16 @@
 //! order are decided on those; full [`Group`]s are made only for the groups
 //! of each list that will be written.
 
-use crate::depot::{Depot, TraceRef};
-use crate::frame_table::{FrameTable, NativeId, PythonId, StrId};
-use crate::group_key::{is_call_machinery_named, FrameDigest, KeyDigest, KeyFrameRef};
-use crate::python::{eval_groups, CodeTable, PyRawFrame, PythonFrame};
+use crate::record::depot::{Depot, TraceRef};
+use crate::record::python::{eval_groups, CodeTable, PyRawFrame, PythonFrame};
 use crate::record::{Block, MemoryKind, TraceId};
+use crate::report::group_key::{is_call_machinery_named, FrameDigest, KeyDigest, KeyFrameRef};
+use crate::report::suppress::{Matcher, Suppressions};
 use crate::report::{
     BlockExample, Group, KindTotals, LeftOut, MergedFrame, NativeFrame, Peak, RawStack, Report,
     SuppressionUse, Totals, Trend, Trigger, FORMAT, VERSION,
 };
-use crate::suppress::{Matcher, Suppressions};
+use crate::symbolize::frame_table::{FrameTable, NativeId, PythonId, StrId};
 use crate::symbolize::{hex, SymbolSource};
 use std::cmp::Ordering;
 use std::collections::hash_map::Entry;
@@ -79,7 +79,7 @@ pub struct PeakSites {
 
 /// Per-group history across the dumps of one process, by the digest of
 /// the key that groups a dump ([`KeyDigest`] of a
-/// [`GroupKey`](crate::group_key::GroupKey)): a group cannot "grow" by
+/// [`GroupKey`](crate::report::group_key::GroupKey)): a group cannot "grow" by
 /// moving between two interpreter call sites. 16 bytes of key per group,
 /// not its symbolized stack (issue 15).
 pub struct GrowthTracker<K = KeyDigest> {
@@ -509,7 +509,7 @@ fn label_text(table: &FrameTable, label: Label) -> String {
         Label::Native(f) => (vec![table.native_frame(f)], vec![]),
         Label::Unknown => (vec![], vec![]),
     };
-    crate::render::top_frame_label(&Group::new(0, 0, "", MemoryKind::Device, native, python))
+    crate::report::render::top_frame_label(&Group::new(0, 0, "", MemoryKind::Device, native, python))
 }
 
 /// Each group's label as a rank: groups compare by rank as by label text,
@@ -877,7 +877,7 @@ impl Assembler<'_> {
             let g = &groups[i as usize];
             let Some(rule) = g.verdict else { continue };
             let pattern = &self.suppressions.rules[rule].pattern;
-            crate::suppress::tally_use(&mut suppressions_used, pattern, g.blocks, g.bytes);
+            crate::report::suppress::tally_use(&mut suppressions_used, pattern, g.blocks, g.bytes);
         }
 
         // The cap: the largest groups of each list; what `leaks` leaves out
@@ -1062,11 +1062,11 @@ impl FrameDigests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::depot::TraceKey;
-    use crate::group_key::GroupKey;
-    use crate::linetable::LineFormat;
-    use crate::python::{CodeInfo, PY_FRAME_ENTRY};
+    use crate::record::depot::TraceKey;
+    use crate::record::linetable::LineFormat;
+    use crate::record::python::{CodeInfo, PY_FRAME_ENTRY};
     use crate::record::Api;
+    use crate::report::group_key::GroupKey;
 
     /// Fake symbols: address → list of (function, file, line).
     struct FakeSymbols(HashMap<u64, Vec<(&'static str, &'static str, i64)>>);
@@ -1583,7 +1583,9 @@ mod tests {
                 .cmp(&a.bytes)
                 .then(b.blocks.cmp(&a.blocks))
                 .then_with(|| a.api.cmp(&b.api))
-                .then_with(|| crate::render::top_frame_label(a).cmp(&crate::render::top_frame_label(b)))
+                .then_with(|| {
+                    crate::report::render::top_frame_label(a).cmp(&crate::report::render::top_frame_label(b))
+                })
         };
         leaks.sort_by(order);
         grown.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));
