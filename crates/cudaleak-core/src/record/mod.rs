@@ -1,4 +1,11 @@
-//! What the live map stores for each block, in 16 bytes.
+//! What the hooks record into. Bottom up:
+//!
+//! 1. line tables, the live map: `linetable`, `live_map`
+//! 2. Python code copies: `python`
+//! 3. interned traces: `depot`
+//! 4. live bytes per call site: `site_counters`
+//!
+//! This file: what the live map stores for each block, in 16 bytes.
 //!
 //! The budget is 64 bytes per live block including the hash table's own
 //! overhead (docs/performance.md). hashbrown keeps (key, value) pairs plus

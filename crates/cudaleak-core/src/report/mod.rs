@@ -1,4 +1,9 @@
-//! The report model: `schema/report.schema.json` (version 1) as Rust types.
+//! The report and its readings that need no process. Bottom up:
+//!
+//! 1. group keys, suppressions, renderings: `group_key`, `suppress`, `render`
+//!
+//! This file: the report model, `schema/report.schema.json` (version 1)
+//! as Rust types.
 //!
 //! Fields the shared schema defines keep its names and meaning; fields this
 //! project adds are marked "extension" and are described in our copy of the

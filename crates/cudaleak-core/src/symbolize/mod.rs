@@ -1,5 +1,11 @@
-//! Dump-time symbolization of raw return addresses: demangled function,
-//! file, line and module, inlined frames expanded (innermost first).
+//! Names and lines for addresses. Bottom up:
+//!
+//! 1. where an address lies in its module: `module_location`
+//! 2. one dump's frames, a report symbolized after the fact: `frame_table`, `offline`
+//!
+//! This file: dump-time symbolization of raw return addresses: demangled
+//! function, file, line and module, inlined frames expanded (innermost
+//! first).
 //!
 //! Hooks only record addresses; this runs on the dumping thread. Results
 //! are cached for the life of the process, so repeated dumps (signals,

@@ -1,5 +1,9 @@
-//! The compact timeline kept next to the reports with `CUDALEAK_INTERVAL`:
-//! time, live bytes and blocks per memory kind, and peak, one point per
+//! Memory over time. Bottom up:
+//!
+//! 1. the sampled timeline, a timeline as text: `site_timeline`, `render`
+//!
+//! This file: the compact timeline kept next to the reports with
+//! `CUDALEAK_INTERVAL`: time, live bytes and blocks per memory kind, and peak, one point per
 //! dump. It stays bounded however long the job runs: past [`MAX_POINTS`]
 //! the older half is thinned to every other point, keeping the higher of
 //! each pair so that peaks survive. Recent history stays at full

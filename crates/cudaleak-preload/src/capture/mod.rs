@@ -1,5 +1,10 @@
-//! What a hook records about the call stack: raw return addresses (our own
-//! frames dropped) and raw Python frames. Names and lines come at dump time.
+//! Stack capture. Bottom up:
+//!
+//! 1. CPython's structure offsets: `python_layouts`
+//! 2. native frames, Python frames: `unwind`, `python`
+//!
+//! This file: what a hook records about the call stack: raw return
+//! addresses (our own frames dropped) and raw Python frames. Names and lines come at dump time.
 //!
 //! The capture owns the thread's large buffers ([`ThreadBuffers`]):
 //! allocated at a thread's first capture, reached through the one pointer

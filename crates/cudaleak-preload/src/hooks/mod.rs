@@ -1,5 +1,11 @@
-//! The hooks themselves: one exported `extern "C"` function per line of
-//! the hook table (`hook_table.rs`), which finds the real function
+//! The hooks. Bottom up:
+//!
+//! 1. the real function behind each hook: `resolve`
+//! 2. what each call means: `events`
+//! 3. dlsym handing out hooks: `dlsym_override`
+//!
+//! This file: the hooks themselves, one exported `extern "C"` function
+//! per line of the hook table (`hook_table.rs`), which finds the real function
 //! (`resolve.rs`), lets the event look at the call before and after it
 //! (`events.rs`), and returns the real result unchanged; and
 //! [`hook_address`], which `dlsym`, `cuGetProcAddress` and
