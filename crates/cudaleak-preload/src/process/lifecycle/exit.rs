@@ -19,19 +19,82 @@ use std::time::{Duration, Instant};
 
 pub(super) const STATUS_UNKNOWN: i64 = i64::MIN;
 pub(super) static EXIT_STATUS: AtomicI64 = AtomicI64::new(STATUS_UNKNOWN);
-/// The exit report: not started, being written, written; or the exec
-/// report written and the exec failed (the process goes on: its exit
-/// report is still to come, but further exec attempts write none).
-pub(super) static EXIT_REPORT: AtomicU32 = AtomicU32::new(EXIT_REPORT_NOT_STARTED);
-pub(super) const EXIT_REPORT_NOT_STARTED: u32 = 0;
-const EXIT_REPORT_WRITING: u32 = 1;
-pub(super) const EXIT_REPORT_DONE: u32 = 2;
-pub(super) const EXIT_REPORT_AFTER_FAILED_EXEC: u32 = 3;
-
-/// Whether the exit report is still to be written in `state`.
-fn exit_report_pending(state: u32) -> bool {
-    state == EXIT_REPORT_NOT_STARTED || state == EXIT_REPORT_AFTER_FAILED_EXEC
+/// Where the exit report stands. Kept in an atomic word ([`ExitReportCell`]),
+/// not behind a lock or a `Once`: signal handlers read it, and threads that
+/// wait for the report sleep on it (futex). Four `u32` constants before
+/// (issue 27).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExitReport {
+    NotStarted = 0,
+    /// Being written: a second way out waits for it, bounded.
+    Writing = 1,
+    Done = 2,
+    /// The exec report written and the exec failed: the process goes on,
+    /// its exit report is still to come, but further exec attempts write
+    /// none.
+    AfterFailedExec = 3,
 }
+
+impl ExitReport {
+    /// Whether the exit report is still to be written.
+    fn pending(self) -> bool {
+        matches!(self, ExitReport::NotStarted | ExitReport::AfterFailedExec)
+    }
+}
+
+impl From<ExitReport> for u32 {
+    fn from(state: ExitReport) -> u32 {
+        state as u32
+    }
+}
+
+impl From<u32> for ExitReport {
+    fn from(word: u32) -> ExitReport {
+        match word {
+            0 => ExitReport::NotStarted,
+            1 => ExitReport::Writing,
+            2 => ExitReport::Done,
+            // 3: the cell stores nothing but these four.
+            _ => ExitReport::AfterFailedExec,
+        }
+    }
+}
+
+/// An [`ExitReport`] in an atomic word: loads acquire, stores release.
+pub(super) struct ExitReportCell(AtomicU32);
+
+impl ExitReportCell {
+    const fn new(state: ExitReport) -> ExitReportCell {
+        ExitReportCell(AtomicU32::new(state as u32))
+    }
+
+    pub(super) fn load(&self) -> ExitReport {
+        self.0.load(Ordering::Acquire).into()
+    }
+
+    pub(super) fn store(&self, state: ExitReport) {
+        self.0.store(state.into(), Ordering::Release)
+    }
+
+    /// Moves from `from` to `to` if it is at `from`; whether it did.
+    pub(super) fn move_from(&self, from: ExitReport, to: ExitReport) -> bool {
+        self.0
+            .compare_exchange(from.into(), to.into(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Sleeps while the state is `now`, at most `timeout`.
+    fn wait_while(&self, now: ExitReport, timeout: Duration) {
+        wait_while_equal(&self.0, now.into(), Some(timeout))
+    }
+
+    fn wake_all(&self) {
+        wake_all(&self.0)
+    }
+}
+
+pub(super) static EXIT_REPORT: ExitReportCell = ExitReportCell::new(ExitReport::NotStarted);
 
 /// Lock waits on exit paths: a thread may have died holding one.
 const EXIT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,13 +104,13 @@ const EXIT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`FATAL_DUMP_WAIT`]. Async-signal-safe: the dumper thread does the work,
 /// this thread only sleeps.
 pub(super) fn report_fatal_signal(sig: c_int) {
-    if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_WRITING {
+    if EXIT_REPORT.load() == ExitReport::Writing {
         // Another thread is writing the exit report (the writer blocks
         // this signal): let it finish, then die as the signal asks. The
         // writer dies of it too, should it get there first.
         let _ = FATAL_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire);
-        sleep_until(|| EXIT_REPORT.load(Ordering::Acquire) != EXIT_REPORT_WRITING);
-    } else if exit_report_pending(EXIT_REPORT.load(Ordering::Acquire))
+        sleep_until(|| EXIT_REPORT.load() != ExitReport::Writing);
+    } else if EXIT_REPORT.load().pending()
         && DUMPER_STARTED.load(Ordering::Acquire)
         && FATAL_SIGNAL
             .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
@@ -130,19 +193,15 @@ pub(super) fn exit_report_for(
     if !is_our_process() {
         return None;
     }
-    let start = |from| {
-        EXIT_REPORT
-            .compare_exchange(from, EXIT_REPORT_WRITING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    };
-    if !start(EXIT_REPORT_NOT_STARTED) && !start(EXIT_REPORT_AFTER_FAILED_EXEC) {
+    let start = |from| EXIT_REPORT.move_from(from, ExitReport::Writing);
+    if !start(ExitReport::NotStarted) && !start(ExitReport::AfterFailedExec) {
         let deadline = Instant::now() + FATAL_DUMP_WAIT;
         loop {
-            let now = EXIT_REPORT.load(Ordering::Acquire);
-            if now != EXIT_REPORT_WRITING || Instant::now() >= deadline {
+            let now = EXIT_REPORT.load();
+            if now != ExitReport::Writing || Instant::now() >= deadline {
                 return None;
             }
-            wait_while_equal(&EXIT_REPORT, now, Some(Duration::from_millis(50)));
+            EXIT_REPORT.wait_while(now, Duration::from_millis(50));
         }
     }
     let blocked = FatalSignalsBlocked::new();
@@ -153,8 +212,8 @@ pub(super) fn exit_report_for(
         settings::read_rank();
     }
     let code = write_exit_report(status, fatal_signal, reason);
-    EXIT_REPORT.store(EXIT_REPORT_DONE, Ordering::Release);
-    wake_all(&EXIT_REPORT);
+    EXIT_REPORT.store(ExitReport::Done);
+    EXIT_REPORT.wake_all();
     drop(blocked);
     // A SIGTERM/SIGINT that came while the report was written, handled on
     // another thread: the process ends by it, not by returning from here.
@@ -228,13 +287,13 @@ pub(super) fn exit_report_by_dumper(status: c_int) -> Option<i32> {
     if DUMPER_TID.load(Ordering::Acquire) == unsafe { libc::gettid() } {
         return exit_report_for(Some(status), None, None, false);
     }
-    let state = EXIT_REPORT.load(Ordering::Acquire);
-    if state == EXIT_REPORT_WRITING {
+    let state = EXIT_REPORT.load();
+    if state == ExitReport::Writing {
         // Another thread writes it: wait for it (bounded).
-        sleep_until(|| EXIT_REPORT.load(Ordering::Acquire) != EXIT_REPORT_WRITING);
+        sleep_until(|| EXIT_REPORT.load() != ExitReport::Writing);
         return None;
     }
-    if !exit_report_pending(state) || !tracker::saw_allocation_call() {
+    if !state.pending() || !tracker::saw_allocation_call() {
         return None;
     }
     if !DUMPER_STARTED.load(Ordering::Acquire) {
@@ -249,5 +308,32 @@ pub(super) fn exit_report_by_dumper(status: c_int) -> Option<i32> {
     match EXIT_REQUEST_CODE.load(Ordering::Acquire) {
         NO_EXIT_REQUEST => None,
         c => Some(c as i32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ExitReport, ExitReportCell};
+
+    #[test]
+    fn the_exit_report_states_keep_their_words_and_moves() {
+        use ExitReport::*;
+        for (state, word, pending) in [
+            (NotStarted, 0, true),
+            (Writing, 1, false),
+            (Done, 2, false),
+            (AfterFailedExec, 3, true),
+        ] {
+            assert_eq!(u32::from(state), word);
+            assert_eq!(ExitReport::from(word), state);
+            assert_eq!(state.pending(), pending, "{state:?}");
+        }
+        let cell = ExitReportCell::new(NotStarted);
+        assert!(!cell.move_from(Done, AfterFailedExec));
+        assert!(cell.move_from(NotStarted, Writing));
+        assert!(!cell.move_from(NotStarted, Writing));
+        cell.store(Done);
+        assert!(cell.move_from(Done, AfterFailedExec));
+        assert_eq!(cell.load(), AfterFailedExec);
     }
 }

@@ -2,7 +2,7 @@
 //! so that the child starts with consistent state and tracks its own
 //! blocks from zero.
 
-use super::exit::{EXIT_REPORT, EXIT_REPORT_NOT_STARTED, EXIT_STATUS, STATUS_UNKNOWN};
+use super::exit::{ExitReport, EXIT_REPORT, EXIT_STATUS, STATUS_UNKNOWN};
 use super::handoff::{
     DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST, EXIT_REQUEST_DONE, FATAL_DONE, FATAL_SIGNAL, NO_EXIT_REQUEST,
     PID, SIGNAL_PENDING,
@@ -52,6 +52,6 @@ pub(super) extern "C" fn fork_child() {
     DUMPER_TID.store(0, Ordering::Release);
     EXIT_REQUEST.store(NO_EXIT_REQUEST, Ordering::Release);
     EXIT_REQUEST_DONE.store(false, Ordering::Release);
-    EXIT_REPORT.store(EXIT_REPORT_NOT_STARTED, Ordering::Release);
+    EXIT_REPORT.store(ExitReport::NotStarted);
     EXIT_STATUS.store(STATUS_UNKNOWN, Ordering::Release);
 }

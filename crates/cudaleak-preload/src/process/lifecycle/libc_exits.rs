@@ -3,8 +3,8 @@
 //! destructor of ours: `kill`/`raise` to ourselves, `exec`.
 
 use super::exit::{
-    exit_report_by_dumper, exit_report_for, real_exit_immediately, report_fatal_signal, ExitFn, EXIT_REPORT,
-    EXIT_REPORT_AFTER_FAILED_EXEC, EXIT_REPORT_DONE, EXIT_STATUS,
+    exit_report_by_dumper, exit_report_for, real_exit_immediately, report_fatal_signal, ExitFn, ExitReport,
+    EXIT_REPORT, EXIT_STATUS,
 };
 use super::handoff::is_our_process;
 use crate::base::settings::{instance, report_dir, warn};
@@ -272,7 +272,7 @@ fn before_exec() -> bool {
         return false;
     }
     errno_kept(|| {
-        if EXIT_REPORT.load(Ordering::Acquire) == EXIT_REPORT_AFTER_FAILED_EXEC {
+        if EXIT_REPORT.load() == ExitReport::AfterFailedExec {
             // This image's exec report stands: only the marker goes.
             crate::process::run_marker::on_exec_report_stands(instance);
         } else {
@@ -288,12 +288,7 @@ fn before_exec() -> bool {
 fn after_failed_exec(reported: bool) {
     if reported {
         errno_kept(|| {
-            let _ = EXIT_REPORT.compare_exchange(
-                EXIT_REPORT_DONE,
-                EXIT_REPORT_AFTER_FAILED_EXEC,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            EXIT_REPORT.move_from(ExitReport::Done, ExitReport::AfterFailedExec);
             dump::reporting_resumes();
             crate::process::run_marker::on_first_allocation_call(report_dir, instance, warn);
         });
