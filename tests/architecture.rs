@@ -35,8 +35,8 @@ fn a_renamed_function_or_a_moved_file_fails_the_check() {
     let original = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
     for (from, to, expected) in [
         (
-            "resolve.rs:cudaleak_enter_runtime",
-            "resolve.rs:cudaleak_enter_runtime_renamed",
+            "scope.rs:cudaleak_enter_runtime",
+            "scope.rs:cudaleak_enter_runtime_renamed",
             "cudaleak_enter_runtime_renamed: not defined there",
         ),
         (

@@ -43,9 +43,11 @@
 //!   `CUDALEAK_TRACE`), `oom` (a failed allocation's snapshot, taken in its
 //!   hook);
 //! - `hooks`: the exported functions, generated from the table (`mod.rs`),
-//!   the real function behind each hook, per calling object (`resolve`),
-//!   and the `dlclose` override, what each call means for the live map
-//!   (`events`), `dlsym` handing out hooks (`dlsym_override`);
+//!   the real function behind each hook (`resolve`: found globally,
+//!   per calling object's scope, and entry points handed out as hooks),
+//!   what each call means for the live map (`events`), `dlsym` handing
+//!   out hooks and `dlclose` forgetting what it unloaded
+//!   (`dlsym_override`);
 //! - `process`: start, fork, dumper thread, signals, exit paths
 //!   (`lifecycle`), snapshot → report → file (`dump`), telling `cudaleak
 //!   run` a process's report went missing (`run_marker`), the in-process C

@@ -104,7 +104,7 @@ pub static CU_MEM_GET_ADDRESS_RANGE_V2: Helper = Helper::new(c"cuMemGetAddressRa
 /// Free and total device memory when an allocation ran out (`oom.rs`).
 pub static CU_MEM_GET_INFO_V2: Helper = Helper::new(c"cuMemGetInfo_v2");
 
-/// After a `dlclose` unloaded objects (`resolve.rs`): forgets the helpers
+/// After a `dlclose` unloaded objects (`dlsym_override.rs`): forgets the helpers
 /// that pointed into them, and the libcuda handle (looked up again).
 pub fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
     for helper in [

@@ -1,7 +1,8 @@
 //! Our `dlsym`: a lookup of a name in the hook table gets the hook
-//! (`hooks.rs`) in place of the real function, which `resolve` remembers;
-//! every other lookup goes to glibc's `dlsym` untouched. On the top floor
-//! with the hooks it hands out.
+//! (`hooks/mod.rs`) in place of the real function, which `resolve`
+//! remembers; every other lookup goes to glibc's `dlsym` untouched. On the
+//! top floor with the hooks it hands out. And our `dlclose`, beside it:
+//! what pointed into an object it unloaded is forgotten.
 //!
 //! Rules, each from a bug other interposers hit:
 //! - it neither allocates nor locks, and keeps the caller's `RTLD_NEXT`
@@ -11,14 +12,15 @@
 //! - only names in the hook table are intercepted, compared in full:
 //!   cudnn*, cublas* and curl* also start with "cu".
 
-use crate::base::loader::{is_own_address, real_dlclose, real_dlsym, real_dlsym_fn};
+use crate::base::loader::{is_own_address, load_range, real_dlclose, real_dlsym, real_dlsym_fn};
 use crate::cuda::hook_table::{HookId, Layer};
 use crate::hooks::hook_address;
-use crate::hooks::resolve::{
-    adopt_for_caller, caller_implements, global_real, note_scope_event, offer, real_for_caller,
+use crate::hooks::resolve::global::{global_real, offer};
+use crate::hooks::resolve::scope::{
+    adopt_for_caller, caller_implements, forget_unloaded, note_scope_event, real_for_caller,
 };
-use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// `decide` result: let the real `dlsym` answer (the override jumps to
 /// it with the caller's return address intact).
@@ -199,4 +201,168 @@ pub unsafe extern "C" fn dlsym(_handle: *mut c_void, _name: *const c_char) -> *m
         decide = sym cudaleak_dlsym_decide,
         real = sym crate::base::loader::CUDALEAK_REAL_DLSYM,
     )
+}
+
+// ---- the dlclose override: objects that go ----
+
+const SNAPSHOT_MAX: usize = 256;
+const NAME_MAX: usize = 256;
+
+/// The loaded objects (ranges and names) before a `dlclose`, and their
+/// ranges after it: static (the override neither allocates nor locks, and
+/// 70 KiB do not belong on a small thread stack), taken with a try-flag:
+/// a second thread closing at the same moment never waits, it checks
+/// every cached pointer against the loader instead (slower, and its
+/// unloaded objects are not named).
+struct Snapshot {
+    before: Objects,
+    after: Objects,
+    names: [[u8; NAME_MAX]; SNAPSHOT_MAX],
+    gone: Objects,
+}
+
+/// Up to SNAPSHOT_MAX ranges: the newest ones (the loader lists objects
+/// in load order, and the newest are the likeliest to be closed).
+struct Objects {
+    ranges: [(usize, usize); SNAPSHOT_MAX],
+    /// how many were visited; the kept ones are the last
+    /// min(seen, SNAPSHOT_MAX), in a ring
+    seen: usize,
+}
+
+impl Objects {
+    const EMPTY: Objects = Objects {
+        ranges: [(0, 0); SNAPSHOT_MAX],
+        seen: 0,
+    };
+
+    fn kept(&self) -> &[(usize, usize)] {
+        &self.ranges[..self.seen.min(SNAPSHOT_MAX)]
+    }
+
+    fn contains(&self, p: usize) -> bool {
+        self.kept().iter().any(|&(lo, hi)| lo <= p && p < hi)
+    }
+}
+
+static SNAPSHOT_BUSY: AtomicBool = AtomicBool::new(false);
+static SNAPSHOT: SnapshotCell = SnapshotCell(std::cell::UnsafeCell::new(Snapshot {
+    before: Objects::EMPTY,
+    after: Objects::EMPTY,
+    names: [[0; NAME_MAX]; SNAPSHOT_MAX],
+    gone: Objects::EMPTY,
+}));
+struct SnapshotCell(std::cell::UnsafeCell<Snapshot>);
+// SAFETY: accessed only by the thread holding SNAPSHOT_BUSY.
+unsafe impl Sync for SnapshotCell {}
+
+/// For the lifecycle's fork child handler: a parent thread may have been
+/// inside `dlclose` at the fork, holding the snapshot, which no thread of
+/// the child will ever give back.
+pub fn reset_after_fork() {
+    SNAPSHOT_BUSY.store(false, Ordering::Release);
+}
+
+/// Records the loaded objects' ranges in `objects` (and their names in
+/// `names`, when given).
+fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>) {
+    struct Walk<'a> {
+        objects: &'a mut Objects,
+        names: Option<&'a mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>,
+    }
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+        let w = &mut *(data as *mut Walk);
+        let info = &*info;
+        let Some(range) = load_range(info) else {
+            return 0;
+        };
+        let at = w.objects.seen % SNAPSHOT_MAX;
+        if let Some(names) = w.names.as_deref_mut() {
+            let slot = &mut names[at];
+            slot[0] = 0;
+            if !info.dlpi_name.is_null() {
+                let name = CStr::from_ptr(info.dlpi_name).to_bytes();
+                let k = name.len().min(NAME_MAX - 1);
+                slot[..k].copy_from_slice(&name[..k]);
+                slot[k] = 0;
+            }
+        }
+        w.objects.ranges[at] = range;
+        w.objects.seen += 1;
+        0
+    }
+    objects.seen = 0;
+    let mut w = Walk { objects, names };
+    // SAFETY: the callback only reads the loader's program headers.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &mut w as *mut Walk as *mut c_void) };
+}
+
+/// Our `dlclose`. After the real one, if objects went away, everything
+/// that pointed into them is forgotten: cached real functions (a later
+/// call must never jump into unmapped memory), the callers' scopes,
+/// unwind rules; and their names are kept so that blocks they allocated
+/// still name their module (`symbolize.rs`).
+///
+/// The forgetting comes after the unmapping: which objects a `dlclose`
+/// unloads (dependencies whose last reference goes, or none when another
+/// handle holds them) only the loader knows. A thread that calls into an
+/// object while another thread unloads it races in the program already
+/// (without us, the same call would jump into the unmapped object). The
+/// global table holds no private runtime copy (see `ADOPTED` in `resolve/scope.rs`), so a
+/// call from an object with a runtime of its own, or a global one, never
+/// meets a closing plugin's pointers.
+///
+/// # Safety
+/// Called as `dlclose` by the program.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let Some(real) = crate::base::loader::real_dlclose_fn() else {
+        return -1;
+    };
+    let generation = crate::base::loader::loaded_generation();
+    let owned = !SNAPSHOT_BUSY.swap(true, Ordering::Acquire);
+    // SAFETY: the snapshot is ours while SNAPSHOT_BUSY is held (owned).
+    let snap = owned.then(|| &mut *SNAPSHOT.0.get());
+    let mut snap = snap.and_then(|s| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            list_loaded(&mut s.before, Some(&mut s.names));
+        }))
+        .ok()
+        .map(|_| s)
+    });
+    let result = real(handle);
+    if crate::base::loader::loaded_generation() != generation {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match snap.as_deref_mut() {
+            Some(s) => forget_unloaded_since(s),
+            None => forget_unloaded(&|p| !crate::base::loader::is_loaded_address(p)),
+        }));
+    }
+    if owned {
+        SNAPSHOT_BUSY.store(false, Ordering::Release);
+    }
+    result
+}
+
+/// Compares the objects before and after: the gone ones are named for
+/// the report and every cached pointer is checked against their list
+/// (one loader walk, whatever the number of cached pointers).
+fn forget_unloaded_since(s: &mut Snapshot) {
+    list_loaded(&mut s.after, None);
+    s.gone.seen = 0;
+    for (i, &(lo, hi)) in s.before.kept().iter().enumerate() {
+        if s.after.kept().contains(&(lo, hi)) {
+            continue;
+        }
+        let slot = &s.names[i];
+        let len = slot.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
+        cudaleak_core::symbolize::note_unloaded(lo as u64, hi as u64, &slot[..len]);
+        s.gone.ranges[s.gone.seen] = (lo, hi);
+        s.gone.seen += 1;
+    }
+    if s.gone.seen == 0 {
+        return;
+    }
+    let gone = &s.gone;
+    forget_unloaded(&|p| gone.contains(p));
 }

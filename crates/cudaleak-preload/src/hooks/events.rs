@@ -31,7 +31,7 @@ use crate::base::thread::{self, ThreadState};
 use crate::capture::Stack;
 use crate::cuda::ffi::*;
 use crate::cuda::hook_table::{HookId, Layer};
-use crate::hooks::resolve;
+use crate::hooks::resolve::entry_points;
 use crate::state::oom;
 use crate::state::tracker::{self, Releases};
 use cudaleak_core::record::{Api, MemoryKind};
@@ -838,7 +838,7 @@ impl Event for EntryPoint {
         if result == CUDA_SUCCESS {
             // SAFETY: the lookup's own arguments.
             unsafe {
-                resolve::substitute_entry_point(
+                entry_points::substitute_entry_point(
                     self.symbol,
                     self.pfn,
                     self.version,

@@ -6,7 +6,7 @@
 //!
 //! This file: the hooks themselves, one exported `extern "C"` function
 //! per line of the hook table (`hook_table.rs`), which finds the real function
-//! (`resolve.rs`), lets the event look at the call before and after it
+//! (`resolve/`), lets the event look at the call before and after it
 //! (`events.rs`), and returns the real result unchanged; and
 //! [`hook_address`], which `dlsym`, `cuGetProcAddress` and
 //! `cudaGetDriverEntryPoint` hand out instead of the real address.
@@ -45,7 +45,7 @@ macro_rules! cuda_hooks {
         }
 
         /// The exported symbols: a driver hook is its body; a runtime hook
-        /// is an entry stub that notes its caller first (`resolve.rs`).
+        /// is an entry stub that notes its caller first (`resolve/scope.rs`).
         pub mod exports {
             #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
             use super::*;
@@ -65,8 +65,8 @@ macro_rules! hook_body {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             type Real = unsafe extern "C" fn($($ty),*) -> $ret;
-            let Some(real) = crate::hooks::resolve::real::<Real>(HookId::$name) else {
-                return crate::hooks::resolve::missing_result(HookId::$name);
+            let Some(real) = crate::hooks::resolve::global::real::<Real>(HookId::$name) else {
+                return crate::hooks::resolve::global::missing_result(HookId::$name);
             };
             crate::hooks::events::intercept(Layer::Driver, || $event, || real($($arg),*))
         }
@@ -76,7 +76,7 @@ macro_rules! hook_body {
         pub unsafe extern "C" fn $name(real: usize, $($arg: $ty),*) -> $ret {
             type Real = unsafe extern "C" fn($($ty),*) -> $ret;
             if real == 0 {
-                return crate::hooks::resolve::missing_code(HookId::$name);
+                return crate::hooks::resolve::global::missing_code(HookId::$name);
             }
             // SAFETY: a function of the hooked signature, from the loader.
             let real = unsafe { std::mem::transmute::<usize, Real>(real) };
@@ -144,7 +144,7 @@ macro_rules! hook_export {
                 "jmp {body}",
                 ".cfi_endproc",
                 id = const HookId::$name as u32,
-                enter = sym crate::hooks::resolve::cudaleak_enter_runtime,
+                enter = sym crate::hooks::resolve::scope::cudaleak_enter_runtime,
                 body = sym super::bodies::$name,
             )
         }
@@ -180,7 +180,7 @@ macro_rules! hook_export {
                 "b {body}",
                 ".cfi_endproc",
                 id = const HookId::$name as u32,
-                enter = sym crate::hooks::resolve::cudaleak_enter_runtime,
+                enter = sym crate::hooks::resolve::scope::cudaleak_enter_runtime,
                 body = sym super::bodies::$name,
             )
         }
@@ -189,7 +189,7 @@ macro_rules! hook_export {
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            let real = crate::hooks::resolve::cudaleak_enter_runtime(0, HookId::$name as u32);
+            let real = crate::hooks::resolve::scope::cudaleak_enter_runtime(0, HookId::$name as u32);
             super::bodies::$name(real, $($arg),*)
         }
     };

@@ -43,7 +43,7 @@ pub(super) extern "C" fn fork_child() {
         dump::DUMP_STATE.raw_unlock();
         PID.store(libc::getpid(), Ordering::Release);
     }
-    crate::hooks::resolve::reset_after_fork();
+    crate::hooks::dlsym_override::reset_after_fork();
     new_instance();
     DUMPER_STARTED.store(false, Ordering::Release);
     SIGNAL_PENDING.store(false, Ordering::Release);

@@ -1,98 +1,25 @@
-//! Finding the real functions behind the hooks, on every path a program
-//! can take to a CUDA function (the hooks that stand in for them are
-//! handed out by `dlsym_override.rs` and the `EntryPoint` event):
+//! The real function of a runtime hook for each caller: what the calling
+//! object's own scope binds (an RTLD_LOCAL plugin's libcudart), cached
+//! per object; else the global definition, else the one adopted from a
+//! private handle (ctypes.CDLL). Also whether a caller defines a driver
+//! function itself, and forgetting what pointed into unloaded objects.
 //!
-//! 1. direct symbol binding: the loader binds to our exports (we are
-//!    preloaded); the real function of a driver hook is
-//!    `dlsym(RTLD_NEXT, name)` (or libcuda's, loaded privately); that of a
-//!    runtime hook is the one the *calling object's* own scope holds (an
-//!    RTLD_LOCAL plugin's libcudart; see "runtime hooks" below);
-//! 2. `dlsym(handle, name)` on a dlopen'ed libcuda/libcudart (JAX/XLA, and
-//!    every runtime: it dlopens libcuda.so.1 with RTLD_LOCAL, so RTLD_NEXT
-//!    from here cannot see it). Our `dlsym` override looks the name up for
-//!    the caller and returns the hook; the real address is remembered here
-//!    ([`offer`], [`adopt_for_caller`]);
-//! 3. `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`: the `EntryPoint`
-//!    event (`events.rs`) maps the requested name and version to a hook
-//!    ([`substitute_entry_point`]).
-//!
-//! Rules, each from a bug other interposers hit:
-//! - A hook never records itself as its own real function (that would
-//!   recurse forever when a lookup returns the hook, e.g. a second
-//!   `cuGetProcAddress` through our own hook): an address inside
-//!   libcudaleak.so is never a real function (`loader::is_own_address`).
-//! - Objects go: our `dlclose` forgets every cached pointer into an object
-//!   it unloaded, so no later call jumps into unmapped memory.
+//! The bug (issue 11): a plugin dlopen'ed with RTLD_LOCAL links libcudart;
+//! its cudaMalloc binds to our export (preloaded objects come first in the
+//! global scope), and `dlsym(RTLD_NEXT)` from here searches the global
+//! scope only, where that libcudart is not. Without us the call worked.
+//! So a runtime hook asks the loader what the *calling object* binds:
+//! `dlsym` through the caller's own link map searches that object's
+//! dependency scope (the plugin, then its libcudart), exactly the lookup
+//! the loader made for the plugin's relocation. When that scope has no
+//! such name, or its first definition is ours (the main program, whose
+//! scope starts with the preloaded library), the global lookup answers.
 
-use crate::base::loader::{
-    is_own_address, load_range, loaded_generation, module_range, own_range, real_dlclose, real_dlsym,
-};
-use crate::cuda::driver_lookup::{lookup_next, CU_GET_PROC_ADDRESS_V2};
-use crate::cuda::ffi::*;
-use crate::cuda::hook_table::{HookId, Layer, ALL_HOOKS, HOOK_COUNT};
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-
-static REAL: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
-
-// ---- one real function per name (the driver, and runtime fallbacks) ----
-
-/// Loaded-object generation at which the global lookup of a name last
-/// failed (0: it has not). Retried only once the generation moves, so a
-/// missing name costs a `dl_iterate_phdr` per call, not a failing `dlsym`
-/// (which formats and frees a loader error message each time).
-static REAL_MISSING_AT: [AtomicU64; HOOK_COUNT] = [const { AtomicU64::new(0) }; HOOK_COUNT];
-
-/// The real function behind hook `id`, resolving it on first use.
-#[inline]
-pub fn real<F: Copy>(id: HookId) -> Option<F> {
-    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-    let p = global_real(id);
-    if p == 0 {
-        return None;
-    }
-    // SAFETY: F is the function-pointer type of the hooked signature.
-    Some(unsafe { std::mem::transmute_copy::<usize, F>(&p) })
-}
-
-#[inline]
-pub fn global_real(id: HookId) -> usize {
-    match REAL[id as usize].load(Ordering::Acquire) {
-        0 => resolve_slow(id),
-        p => p,
-    }
-}
-
-#[cold]
-fn resolve_slow(id: HookId) -> usize {
-    let failed_at = REAL_MISSING_AT[id as usize].load(Ordering::Relaxed);
-    let generation = loaded_generation();
-    if failed_at == generation {
-        return 0;
-    }
-    let p = lookup_next(id.c_name(), id.layer());
-    if p == 0 || is_own_address(p) {
-        REAL_MISSING_AT[id as usize].store(generation, Ordering::Relaxed);
-        return 0;
-    }
-    match REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => p,
-        Err(existing) => existing,
-    }
-}
-
-// ---- runtime hooks: the real function of the caller's own scope ----
-//
-// The bug (issue 11): a plugin dlopen'ed with RTLD_LOCAL links libcudart;
-// its cudaMalloc binds to our export (preloaded objects come first in the
-// global scope), and `dlsym(RTLD_NEXT)` from here searches the global
-// scope only, where that libcudart is not. Without us the call worked.
-// So a runtime hook asks the loader what the *calling object* binds:
-// `dlsym` through the caller's own link map searches that object's
-// dependency scope (the plugin, then its libcudart), exactly the lookup
-// the loader made for the plugin's relocation. When that scope has no
-// such name, or its first definition is ours (the main program, whose
-// scope starts with the preloaded library), the global lookup answers.
+use super::global::{global_real, warn_missing, REAL};
+use crate::base::loader::{is_own_address, module_range, own_range, real_dlclose, real_dlsym};
+use crate::cuda::hook_table::{HookId, ALL_HOOKS, HOOK_COUNT};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// One object that has called a runtime hook: its address range, its link
 /// map (glibc's `dlopen` handle for it), and the real function of each
@@ -493,83 +420,6 @@ pub fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
     }
 }
 
-/// Result when the real driver function cannot be found: the error a
-/// program gets from CUDA without a usable driver, and one warning.
-pub fn missing_result(id: HookId) -> c_int {
-    warn_missing(id, 0);
-    missing_code(id)
-}
-
-/// One warning per name; it says which object asked, when known.
-#[cold]
-fn warn_missing(id: HookId, caller: usize) {
-    static WARNED: [AtomicBool; HOOK_COUNT] = [const { AtomicBool::new(false) }; HOOK_COUNT];
-    if WARNED[id as usize].swap(true, Ordering::Relaxed) {
-        return;
-    }
-    let kind = match id.layer() {
-        Layer::Driver => "driver",
-        Layer::Runtime => "runtime",
-    };
-    if caller == 0 {
-        crate::base::settings::warn(&format!(
-            "cudaleak: the real {} was not found; passing an error back (is the CUDA {kind} installed?)",
-            id.name()
-        ));
-        return;
-    }
-    let asker =
-        cudaleak_core::symbolize::module_of(caller as u64).unwrap_or_else(|| format!("code at {caller:#x}"));
-    crate::base::settings::warn(&format!(
-        "cudaleak: {asker} called {}, but no real {} is loaded in its scope or globally; \
-         passing error {} back (is the CUDA {kind} installed?)",
-        id.name(),
-        id.name(),
-        missing_code(id),
-    ));
-}
-
-/// The error a hook returns when its real function is missing.
-pub fn missing_code(id: HookId) -> c_int {
-    match id.layer() {
-        Layer::Driver => CUDA_ERROR_NOT_FOUND,
-        Layer::Runtime => CUDA_ERROR_INSUFFICIENT_DRIVER,
-    }
-}
-
-/// Someone looked up `id` and got `p`. Returns whether `hook`, the hook
-/// of `id`, may be handed out in its place (recording `p` as the driver's
-/// function).
-pub fn offer(id: HookId, p: usize, hook: usize) -> bool {
-    if p == 0 {
-        return false;
-    }
-    if is_own_address(p) {
-        // Already one of ours (the lookup went through a hook).
-        return p == hook;
-    }
-    if id.layer() == Layer::Runtime {
-        // A runtime copy is per caller scope (see [`ADOPTED`]);
-        // the global table holds only what the global lookup finds.
-        return p == global_real(id);
-    }
-    // Driver: one libcuda per process, every address it gives for a name
-    // is the same function. The global definition comes first: when a
-    // wrapper is libcuda.so.1 and the driver it loaded by path gives `p`,
-    // the program's own calls still go through the wrapper.
-    if global_real(id) == 0 {
-        let _ = REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
-    }
-    true
-}
-
-/// Newest CUDA version whose entry-point names the hook table was checked
-/// against (the CUDA 13.5 headers' cudaTypedefs.h). Lookups at a newer
-/// version are substituted only if the driver returns the same function
-/// for this version (a future `_v3` with another signature must never be
-/// handed our `_v2` hook).
-pub const CHECKED_CUDA_VERSION: c_int = 13050;
-
 /// Whether the object holding `caller` defines driver function `id`
 /// itself: a library that wraps the driver (a GPU-sharing or quota shim,
 /// an API remoting layer, installed as libcuda.so.1) looking up the
@@ -602,228 +452,9 @@ pub fn caller_implements(caller: usize, id: HookId) -> bool {
     p != 0 && lo <= p && p < hi
 }
 
-/// After a successful entry-point lookup that returned `*pfn`: hands out
-/// the hook (`hook_address`, from the hooks' floor) instead when the
-/// result is a function we wrap.
-///
-/// `caller` tells who made the lookup (asked only for a hooked name): an
-/// object that defines the function itself gets the function
-/// ([`caller_implements`]).
-///
-/// # Safety
-/// `symbol` is a C string and `pfn` the lookup's out parameter.
-pub unsafe fn substitute_entry_point(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    version: c_int,
-    flags: u64,
-    hook_address: fn(HookId) -> usize,
-    caller: impl FnOnce() -> usize,
-) {
-    if symbol.is_null() || pfn.is_null() {
-        return;
-    }
-    let p = *pfn as usize;
-    if p == 0 || is_own_address(p) {
-        return;
-    }
-    let name = CStr::from_ptr(symbol).to_bytes();
-    // Version 0: cudaGetDriverEntryPoint, which asks for the runtime's own
-    // version; check against our newest.
-    let asked = if version == 0 { c_int::MAX } else { version };
-    let Some(id) = HookId::for_entry_point(name, asked, flags) else {
-        return;
-    };
-    if asked > CHECKED_CUDA_VERSION && !same_as_checked_version(symbol, p, flags) {
-        return;
-    }
-    if id.layer() == Layer::Driver && caller_implements(caller(), id) {
-        return;
-    }
-    let hook = hook_address(id);
-    if offer(id, p, hook) {
-        *pfn = hook as *mut c_void;
-    }
-}
-
-/// Whether the driver gives `p` for `symbol` at [`CHECKED_CUDA_VERSION`].
-unsafe fn same_as_checked_version(symbol: *const c_char, p: usize, flags: u64) -> bool {
-    let Some(get) = CU_GET_PROC_ADDRESS_V2.get::<GetProcAddressV2Fn>() else {
-        return false;
-    };
-    let mut q: *mut c_void = std::ptr::null_mut();
-    let mut status: c_int = 0;
-    let r = get(symbol, &mut q, CHECKED_CUDA_VERSION, flags, &mut status);
-    r == CUDA_SUCCESS && (q as usize == p || is_own_address(q as usize))
-}
-
-// ---- the dlclose override: objects that go ----
-
-const SNAPSHOT_MAX: usize = 256;
-const NAME_MAX: usize = 256;
-
-/// The loaded objects (ranges and names) before a `dlclose`, and their
-/// ranges after it: static (the override neither allocates nor locks, and
-/// 70 KiB do not belong on a small thread stack), taken with a try-flag:
-/// a second thread closing at the same moment never waits, it checks
-/// every cached pointer against the loader instead (slower, and its
-/// unloaded objects are not named).
-struct Snapshot {
-    before: Objects,
-    after: Objects,
-    names: [[u8; NAME_MAX]; SNAPSHOT_MAX],
-    gone: Objects,
-}
-
-/// Up to SNAPSHOT_MAX ranges: the newest ones (the loader lists objects
-/// in load order, and the newest are the likeliest to be closed).
-struct Objects {
-    ranges: [(usize, usize); SNAPSHOT_MAX],
-    /// how many were visited; the kept ones are the last
-    /// min(seen, SNAPSHOT_MAX), in a ring
-    seen: usize,
-}
-
-impl Objects {
-    const EMPTY: Objects = Objects {
-        ranges: [(0, 0); SNAPSHOT_MAX],
-        seen: 0,
-    };
-
-    fn kept(&self) -> &[(usize, usize)] {
-        &self.ranges[..self.seen.min(SNAPSHOT_MAX)]
-    }
-
-    fn contains(&self, p: usize) -> bool {
-        self.kept().iter().any(|&(lo, hi)| lo <= p && p < hi)
-    }
-}
-
-static SNAPSHOT_BUSY: AtomicBool = AtomicBool::new(false);
-static SNAPSHOT: SnapshotCell = SnapshotCell(std::cell::UnsafeCell::new(Snapshot {
-    before: Objects::EMPTY,
-    after: Objects::EMPTY,
-    names: [[0; NAME_MAX]; SNAPSHOT_MAX],
-    gone: Objects::EMPTY,
-}));
-struct SnapshotCell(std::cell::UnsafeCell<Snapshot>);
-// SAFETY: accessed only by the thread holding SNAPSHOT_BUSY.
-unsafe impl Sync for SnapshotCell {}
-
-/// For the lifecycle's fork child handler: a parent thread may have been
-/// inside `dlclose` at the fork, holding the snapshot, which no thread of
-/// the child will ever give back.
-pub fn reset_after_fork() {
-    SNAPSHOT_BUSY.store(false, Ordering::Release);
-}
-
-/// Records the loaded objects' ranges in `objects` (and their names in
-/// `names`, when given).
-fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>) {
-    struct Walk<'a> {
-        objects: &'a mut Objects,
-        names: Option<&'a mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>,
-    }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
-        let w = &mut *(data as *mut Walk);
-        let info = &*info;
-        let Some(range) = load_range(info) else {
-            return 0;
-        };
-        let at = w.objects.seen % SNAPSHOT_MAX;
-        if let Some(names) = w.names.as_deref_mut() {
-            let slot = &mut names[at];
-            slot[0] = 0;
-            if !info.dlpi_name.is_null() {
-                let name = CStr::from_ptr(info.dlpi_name).to_bytes();
-                let k = name.len().min(NAME_MAX - 1);
-                slot[..k].copy_from_slice(&name[..k]);
-                slot[k] = 0;
-            }
-        }
-        w.objects.ranges[at] = range;
-        w.objects.seen += 1;
-        0
-    }
-    objects.seen = 0;
-    let mut w = Walk { objects, names };
-    // SAFETY: the callback only reads the loader's program headers.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut w as *mut Walk as *mut c_void) };
-}
-
-/// Our `dlclose`. After the real one, if objects went away, everything
-/// that pointed into them is forgotten: cached real functions (a later
-/// call must never jump into unmapped memory), the callers' scopes,
-/// unwind rules; and their names are kept so that blocks they allocated
-/// still name their module (`symbolize.rs`).
-///
-/// The forgetting comes after the unmapping: which objects a `dlclose`
-/// unloads (dependencies whose last reference goes, or none when another
-/// handle holds them) only the loader knows. A thread that calls into an
-/// object while another thread unloads it races in the program already
-/// (without us, the same call would jump into the unmapped object). The
-/// global table holds no private runtime copy (see [`ADOPTED`]), so a
-/// call from an object with a runtime of its own, or a global one, never
-/// meets a closing plugin's pointers.
-///
-/// # Safety
-/// Called as `dlclose` by the program.
-#[cfg(not(test))]
-#[no_mangle]
-pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    let Some(real) = crate::base::loader::real_dlclose_fn() else {
-        return -1;
-    };
-    let generation = loaded_generation();
-    let owned = !SNAPSHOT_BUSY.swap(true, Ordering::Acquire);
-    // SAFETY: the snapshot is ours while SNAPSHOT_BUSY is held (owned).
-    let snap = owned.then(|| &mut *SNAPSHOT.0.get());
-    let mut snap = snap.and_then(|s| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            list_loaded(&mut s.before, Some(&mut s.names));
-        }))
-        .ok()
-        .map(|_| s)
-    });
-    let result = real(handle);
-    if loaded_generation() != generation {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match snap.as_deref_mut() {
-            Some(s) => forget_unloaded_since(s),
-            None => forget_unloaded(&|p| !crate::base::loader::is_loaded_address(p)),
-        }));
-    }
-    if owned {
-        SNAPSHOT_BUSY.store(false, Ordering::Release);
-    }
-    result
-}
-
-/// Compares the objects before and after: the gone ones are named for
-/// the report and every cached pointer is checked against their list
-/// (one loader walk, whatever the number of cached pointers).
-fn forget_unloaded_since(s: &mut Snapshot) {
-    list_loaded(&mut s.after, None);
-    s.gone.seen = 0;
-    for (i, &(lo, hi)) in s.before.kept().iter().enumerate() {
-        if s.after.kept().contains(&(lo, hi)) {
-            continue;
-        }
-        let slot = &s.names[i];
-        let len = slot.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
-        cudaleak_core::symbolize::note_unloaded(lo as u64, hi as u64, &slot[..len]);
-        s.gone.ranges[s.gone.seen] = (lo, hi);
-        s.gone.seen += 1;
-    }
-    if s.gone.seen == 0 {
-        return;
-    }
-    let gone = &s.gone;
-    forget_unloaded(&|p| gone.contains(p));
-}
-
 /// Drops what pointed into objects that `is_gone` says are no longer
 /// loaded.
-fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
+pub fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
     note_scope_event();
     let used = CALLERS_USED.load(Ordering::Acquire).min(MAX_CALLERS);
     for obj in &CALLERS[..used] {
@@ -877,15 +508,4 @@ fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
     }
     crate::cuda::driver_lookup::forget_unloaded(is_gone);
     crate::capture::unwind::forget_unloaded_rules(is_gone);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_the_real_dlsym() {
-        let p = real_dlsym(libc::RTLD_DEFAULT, c"malloc");
-        assert!(!p.is_null());
-    }
 }
