@@ -36,7 +36,8 @@
 //!   found globally or in a privately loaded libcuda);
 //! - `capture`: a hook's stack, in per-thread buffers it owns (`mod.rs`),
 //!   native frames (`unwind`), Python frames (`python`) read with
-//!   CPython's structure offsets (`python_layouts`);
+//!   CPython's structure offsets (`python_layouts`, the tables;
+//!   `python_debug_offsets`, what CPython 3.13+ says of itself);
 //! - `state`: `tracker` (the process-wide state: live map, depot, contexts,
 //!   VMM), `sampler` (the sampled timeline, read from per-call-site
 //!   counters), `event_ring` (the last allocation events,

@@ -1,7 +1,8 @@
 //! Stack capture. Bottom up:
 //!
-//! 1. CPython's structure offsets: `python_layouts`
-//! 2. native frames, Python frames: `unwind`, `python`
+//! 1. CPython's structure offsets, per version: `python_layouts`
+//! 2. the offsets CPython 3.13+ gives of itself: `python_debug_offsets`
+//! 3. native frames, Python frames: `unwind`, `python`
 //!
 //! This file: what a hook records about the call stack: raw return
 //! addresses (our own frames dropped) and raw Python frames. Names and lines come at dump time.
@@ -14,6 +15,7 @@
 //! walk's replay logs are theirs, handed to them for each capture.
 
 pub mod python;
+pub mod python_debug_offsets;
 pub mod python_layouts;
 pub mod unwind;
 

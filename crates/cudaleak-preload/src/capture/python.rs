@@ -22,7 +22,8 @@
 //!    can name them after the interpreter is gone.
 
 use crate::base::loader::real_dlsym;
-use crate::capture::python_layouts::{self, layout_for, FrameModel, PyLayout};
+use crate::capture::python_debug_offsets;
+use crate::capture::python_layouts::{layout_for, FrameModel, PyLayout};
 use cudaleak_core::record::python::{CodeInfo, CodeTable, PyRawFrame, PY_FRAME_ENTRY};
 use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
@@ -160,13 +161,13 @@ fn probe() -> bool {
 /// agree with the interpreter's `_Py_DebugOffsets`. 3.14 and later (and
 /// 3.13 with CUDALEAK_PYTHON_OFFSETS=1): a model built from
 /// `_Py_DebugOffsets` itself, the layout that out-of-process debuggers of
-/// those versions rely on (`python_layouts::layout_from_debug_offsets`).
+/// those versions rely on (`python_debug_offsets::layout_from_debug_offsets`).
 fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static str)> {
     let runtime = sym(c"_PyRuntime");
     let has_offsets = major == 3 && minor >= 13;
     match layout_for(major, minor) {
         Some(table) if !(has_offsets && crate::base::settings::config().python_offsets) => {
-            if let Err(why) = python_layouts::check_against_runtime(table, runtime) {
+            if let Err(why) = python_debug_offsets::check_against_runtime(table, runtime) {
                 turn_off(format!("Python {major}.{minor}: {why}"), true);
                 return None;
             }
@@ -174,11 +175,11 @@ fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static 
         }
         _ if has_offsets => {
             // SAFETY: `_PyRuntime` of this interpreter, or 0.
-            match unsafe { python_layouts::layout_from_runtime(runtime, major, minor) } {
+            match unsafe { python_debug_offsets::layout_from_runtime(runtime, major, minor) } {
                 // Leaked once per process, like the tables are static.
                 Ok(l) => Some((
                     Box::leak(Box::new(l)),
-                    if minor > python_layouts::NEWEST_KNOWN_MINOR {
+                    if minor > python_debug_offsets::NEWEST_KNOWN_MINOR {
                         " (frame layout from _Py_DebugOffsets; newer than the newest known, 3.14)"
                     } else {
                         " (frame layout from _Py_DebugOffsets)"
