@@ -37,7 +37,9 @@
 //!   symbolizing a report after the fact (`offline`); `timeline`: the
 //!   dumps' timeline (`mod.rs`), the sampled one (`site_timeline`), as
 //!   text (`render`);
-//! - `assemble`: snapshot → report;
+//! - `assemble`: snapshot → report (`growth`, `merge` of stacks,
+//!   `grouping` and labels, the `assembler`, and `tests` with a reference
+//!   assembler);
 //! - `config`: every flag, declared once; `writer`: report files;
 //!   `combine`: merges, diffs and ranks across reports.
 
