@@ -8,6 +8,7 @@ use crate::record::depot::TraceRef;
 use crate::record::python::PythonFrame;
 use crate::record::{MemoryKind, TraceId};
 use crate::report::group_key::{FrameDigest, KeyDigest, KeyFrameRef};
+use crate::report::render::stack_label;
 use crate::report::suppress::{Matcher, Suppressions};
 use crate::report::{BlockExample, Group, NativeFrame, RawStack};
 use crate::symbolize::frame_table::{FrameTable, NativeId, PythonId, StrId};
@@ -188,12 +189,7 @@ impl<'s> NameVerdicts<'s> {
         if let Some(v) = self.by_name[i] {
             return v;
         }
-        let one_name = NativeFrame {
-            function: Some(table.string(name).to_string()),
-            ..NativeFrame::default()
-        };
-        let probe = Group::new(0, 0, "", MemoryKind::Device, vec![one_name], vec![]);
-        let v = matcher.match_group(&probe);
+        let v = matcher.match_name(table.string(name));
         self.by_name[i] = Some(v);
         v
     }
@@ -221,12 +217,11 @@ impl<'s> NameVerdicts<'s> {
 /// The text `render::top_frame_label` gives a group named by `label`
 /// (it reads that one frame).
 pub(super) fn label_text(table: &FrameTable, label: Label) -> String {
-    let (native, python) = match label {
-        Label::Python(p) => (vec![], vec![table.python_frame_owned(p)]),
-        Label::Native(f) => (vec![table.native_frame(f)], vec![]),
-        Label::Unknown => (vec![], vec![]),
-    };
-    crate::report::render::top_frame_label(&Group::new(0, 0, "", MemoryKind::Device, native, python))
+    match label {
+        Label::Python(p) => stack_label(Some(&table.python_frame_owned(p)), &[]),
+        Label::Native(f) => stack_label(None, std::slice::from_ref(&table.native_frame(f))),
+        Label::Unknown => stack_label(None, &[]),
+    }
 }
 
 /// Each group's label as a rank: groups compare by rank as by label text,

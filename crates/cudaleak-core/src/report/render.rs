@@ -114,10 +114,18 @@ pub fn python_label(f: &PythonFrame) -> String {
 /// summaries and as a sort tie-breaker. Here, not in `report`, so that the
 /// report model does not reach up into its renderer (issue 16).
 pub fn top_frame_label(g: &Group) -> String {
-    if let Some(p) = g.python_stack.first() {
+    stack_label(g.python_stack.first(), &g.native_stack)
+}
+
+/// [`top_frame_label`] of a stack given by its frames: the innermost
+/// Python frame, else the first native frame with a function. A dump's
+/// sort reads one frame per group through it, without making a `Group`
+/// (issue 27).
+pub fn stack_label(python_top: Option<&PythonFrame>, native: &[NativeFrame]) -> String {
+    if let Some(p) = python_top {
         return python_label(p);
     }
-    g.native_stack
+    native
         .iter()
         .find(|f| f.function.is_some())
         .map(native_label)

@@ -134,6 +134,17 @@ impl Matcher<'_> {
         m
     }
 
+    /// Index of the first rule that matches `name`, one frame's function,
+    /// file or module: what [`Matcher::match_group`] gives a group with
+    /// that one name (issue 27: a dump asks once per distinct name, without
+    /// making a `Group` for it).
+    pub fn match_name(&mut self, name: &str) -> Option<usize> {
+        if self.rules.is_empty() || name.is_empty() {
+            return None;
+        }
+        self.name_match(name)
+    }
+
     /// Index of the first rule that matches any frame of `group`, frames
     /// innermost first (native, then Python), rules in file order per frame.
     pub fn match_group(&mut self, group: &Group) -> Option<usize> {
@@ -379,6 +390,41 @@ mod tests {
         assert_eq!(s.match_group(&by_py_func), Some(3));
         assert_eq!(s.match_group(&by_py_file), Some(4));
         assert_eq!(s.match_group(&none), None);
+    }
+
+    /// A name alone gets the verdict a group with that one name gets: the
+    /// dump's per-name verdicts ask by name (issue 27).
+    #[test]
+    fn a_name_gets_the_verdict_of_a_group_of_that_one_name() {
+        let s = Suppressions::parse(
+            "leak:^init_workspace$\nleak:/vendor/*.c\nleak:libnccl\nleak:*Create$\n",
+            "test.supp",
+        )
+        .unwrap();
+        let names = [
+            "init_workspace",
+            "init_workspace2",
+            "/src/vendor/blas.c",
+            "/usr/lib/libnccl.so.2",
+            "cublasCreate",
+            "cublasCreate_v2",
+            "",
+            "main",
+        ];
+        let mut by_name = s.matcher();
+        let mut by_group = s.matcher();
+        for name in names {
+            let one = NativeFrame {
+                function: Some(name.to_string()),
+                ..NativeFrame::default()
+            };
+            let probe = Group::new(0, 0, "", MemoryKind::Device, vec![one], vec![]);
+            assert_eq!(by_name.match_name(name), by_group.match_group(&probe), "{name:?}");
+        }
+        assert_eq!(by_name.match_name("init_workspace"), Some(0));
+        assert_eq!(by_name.match_name("cublasCreate"), Some(3));
+        assert_eq!(by_name.match_name(""), None);
+        assert_eq!(Suppressions::none().matcher().match_name("init_workspace"), None);
     }
 
     #[test]
