@@ -6,7 +6,7 @@
 //!
 //! The cells here are plain values; each is owned by the module that uses
 //! it (named on the field), and this file imports none of them. The large
-//! per-thread buffers (replay logs, captured stacks) are `capture.rs`'s,
+//! per-thread buffers (replay logs, captured stacks) are `capture/mod.rs`'s,
 //! reached through the one pointer [`ThreadState::buffers`]: glibc carves
 //! static TLS out of each thread's stack, and 6.4 KB of it, plus a 2.5 KB
 //! stack buffer in every hook frame, made threads with 16-24 KB stacks
@@ -27,11 +27,11 @@ pub struct ThreadState {
     /// (`unwind.rs`).
     pub stack_bounds: Cell<(usize, usize)>,
     /// (trace id, api, kind) of the last trace interned here; id 0: none
-    /// (`capture.rs`).
+    /// (`capture/mod.rs`).
     pub last_trace: Cell<(u32, u8, u8)>,
     /// and its Python frames' count (u32::MAX when more than fit)
     pub last_python_len: Cell<u32>,
-    /// `capture.rs`'s per-thread buffers: null until the thread's first
+    /// `capture/mod.rs`'s per-thread buffers: null until the thread's first
     /// capture, a sentinel once the thread's exit freed them.
     pub buffers: Cell<*mut c_void>,
 }

@@ -7,7 +7,7 @@
 //! - this file, for [`HookId`] (one variant per function), the names and
 //!   layers: what `resolve`, `events` and the `dlsym` override need to
 //!   know about a hook, low in the crate;
-//! - `hooks.rs`, at the top, for the exported functions themselves and
+//! - `hooks/mod.rs`, at the top, for the exported functions themselves and
 //!   [`hooks::hook_address`](crate::hooks): only there are the event
 //!   expressions compiled.
 
@@ -22,7 +22,7 @@ pub enum Layer {
 }
 
 /// Calls `$then! { ... }` with the table. The event expressions and
-/// types are resolved where `$then` expands (`hooks.rs`); `hook_address`
+/// types are resolved where `$then` expands (`hooks/mod.rs`); `hook_address`
 /// there is the hook's own exported address, handed out by lookups.
 macro_rules! for_each_cuda_hook {
     ($then:ident) => {

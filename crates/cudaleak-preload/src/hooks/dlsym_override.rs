@@ -301,7 +301,7 @@ fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSH
 /// that pointed into them is forgotten: cached real functions (a later
 /// call must never jump into unmapped memory), the callers' scopes,
 /// unwind rules; and their names are kept so that blocks they allocated
-/// still name their module (`symbolize.rs`).
+/// still name their module (`cudaleak-core`'s `symbolize/mod.rs`).
 ///
 /// The forgetting comes after the unmapping: which objects a `dlclose`
 /// unloads (dependencies whose last reference goes, or none when another

@@ -807,7 +807,7 @@ pub struct EntryPoint {
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
-    /// The hook handed out for a name we wrap (`hooks.rs`, above).
+    /// The hook handed out for a name we wrap (`hooks/mod.rs`, above).
     hook_address: fn(HookId) -> usize,
 }
 
