@@ -466,3 +466,29 @@ fn run_leaves_no_empty_report_directory_it_made() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(reports_in(&d.path().join("reports")).len(), 1);
 }
+
+/// `cudaleak env` lists every flag of the one table (issue 27), once, with
+/// its default and meaning, in the table's order.
+#[test]
+fn env_lists_every_flag_of_the_table_with_its_default() {
+    let d = TempDir::new("cli-env");
+    let out = cli_run(&["env"], d.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let names: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("CUDALEAK_"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let flags = cudaleak_core::config::FLAGS;
+    assert_eq!(names, flags.iter().map(|f| f.name).collect::<Vec<_>>());
+    for f in flags {
+        let at = out.stdout.find(&format!("{} ", f.name)).unwrap();
+        let entry: Vec<&str> = out.stdout[at..].lines().take(2).collect();
+        assert!(
+            entry[0].ends_with(&format!(" default: {}", f.default)),
+            "{entry:?}"
+        );
+        assert_eq!(entry[1].trim(), f.help, "{}", f.name);
+    }
+}

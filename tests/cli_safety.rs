@@ -189,7 +189,7 @@ fn dump_refuses_a_report_directory_of_a_third_user() {
     std::fs::create_dir(&foreign).unwrap();
     // The target and this test run as one user; the directory belongs to
     // neither.
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     assert_ne!(unsafe { libc::geteuid() }, 65534);
     std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
     let mut target = idle_traced(&foreign);

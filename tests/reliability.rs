@@ -304,8 +304,9 @@ fn stale_temporaries_of_killed_processes_are_removed_and_no_others() {
 
 fn hostname() -> String {
     let mut buf = [0u8; 256];
-    // SAFETY: buffer and its length.
     assert_eq!(
+        // SAFETY: a writable buffer of `buf.len()` bytes, which
+        // gethostname does not write past.
         unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) },
         0
     );

@@ -235,6 +235,7 @@ fn the_wheel_holds_the_command_the_library_the_module_and_the_plugin() {
         "__init__.py",
         "__main__.py",
         "pytest_plugin.py",
+        "_tables.py",
         "_lib/libcudaleak.so",
     ] {
         assert!(

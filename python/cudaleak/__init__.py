@@ -22,6 +22,7 @@ import json
 import warnings
 
 from cudaleak._install import library_path
+from cudaleak._tables import BINARY_UNITS, NOISE_MODULES, NOISE_PREFIXES, SIZE_UNITS
 
 __all__ = [
     "available",
@@ -123,7 +124,7 @@ def format_size(nbytes):
     if nbytes < 1024:
         return "1 byte" if nbytes == 1 else "%d bytes" % nbytes
     value, unit = float(nbytes), "bytes"
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+    for unit in BINARY_UNITS:
         value /= 1024.0
         if round(value, 1) < 1024.0:
             break
@@ -132,15 +133,6 @@ def format_size(nbytes):
 
 def _count(n, noun):
     return "1 %s" % noun if n == 1 else "%d %ss" % (n, noun)
-
-
-_SIZE_UNITS = {
-    "": 1, "b": 1, "byte": 1, "bytes": 1,
-    "k": 1024, "kib": 1024, "kb": 1000,
-    "m": 1024 ** 2, "mib": 1024 ** 2, "mb": 1000 ** 2,
-    "g": 1024 ** 3, "gib": 1024 ** 3, "gb": 1000 ** 3,
-    "t": 1024 ** 4, "tib": 1024 ** 4, "tb": 1000 ** 4,
-}
 
 
 def parse_size(limit):
@@ -159,9 +151,9 @@ def parse_size(limit):
         value = float(number)
     except ValueError:
         value = -1.0
-    if value < 0 or unit not in _SIZE_UNITS:
+    if value < 0 or unit not in SIZE_UNITS:
         raise ValueError("cudaleak: not a size: %r (write e.g. 4096, \"1 MiB\", \"10 MB\")" % (limit,))
-    return int(round(value * _SIZE_UNITS[unit]))
+    return int(round(value * SIZE_UNITS[unit]))
 
 
 # Frames that belong to the test runner or to cudaleak itself: left out of
@@ -191,24 +183,14 @@ def _is_user(frame):
 
 # Native machinery left out of the text, as `cudaleak report` does without
 # --full-stacks (CONTRACT.md, "Noise"): program start, the interpreter's own
-# frames, foreign-call machinery (libffi, ctypes).
-_NOISE_PREFIXES = (
-    "_start", "__libc_start_", "_PyEval_", "PyEval_Eval", "PyObject_Call", "_PyObject_Call",
-    "PyObject_Vectorcall", "_PyObject_Vectorcall", "_PyObject_MakeTpCall", "_PyObject_FastCall", "_PyFunction_Vectorcall",
-    "_PyVectorcall", "PyVectorcall_", "slot_tp_", "type_call", "method_vectorcall", "cfunction_call",
-    "cfunction_vectorcall", "_PyCFunction", "PyCFunction_Call", "vectorcall_method", "object_vacall",
-    "call_function", "do_call_core", "run_eval_code_obj", "run_mod", "pyrun_", "_PyRun_", "PyRun_",
-    "Py_RunMain", "Py_BytesMain", "pymain_", "ffi_call", "ffi_closure", "_ctypes_callproc", "PyCFuncPtr_call",
-)
-_NOISE_MODULES = ("libffi.so", "_ctypes.")
-
-
+# frames, foreign-call machinery (libffi, ctypes). The lists are the
+# command's own (_tables.py is generated from them, issue 27).
 def _is_noise(frame):
     name = frame.get("function") or ""
-    if name.startswith(_NOISE_PREFIXES):
+    if name.startswith(NOISE_PREFIXES):
         return True
     module = (frame.get("module") or "").rsplit("/", 1)[-1]
-    return module.startswith(_NOISE_MODULES)
+    return module.startswith(NOISE_MODULES)
 
 
 def _native_frames(group):

@@ -5,6 +5,7 @@
 //! and they are written to a temporary directory only while it runs.
 
 use super::{create_new_file, find_library, CliResult};
+use cudaleak_core::config::var;
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -167,10 +168,10 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
     let status = Command::new(work.by_fd().join("demo"))
         .env("LD_PRELOAD", &lib)
         .env("LD_LIBRARY_PATH", work.by_fd())
-        .env("CUDALEAK_DIR", &reports)
+        .env(var::CUDALEAK_DIR, &reports)
         .env(
-            "CUDALEAK_TIMELINE",
-            std::env::var_os("CUDALEAK_TIMELINE").unwrap_or_else(|| "20ms".into()),
+            var::CUDALEAK_TIMELINE,
+            std::env::var_os(var::CUDALEAK_TIMELINE).unwrap_or_else(|| "20ms".into()),
         )
         .status()
         .map_err(|e| format!("cannot run the demo: {e}"))?;

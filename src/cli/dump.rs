@@ -5,6 +5,7 @@
 //! "api", reason "cudaleak dump"). This command waits for that report.
 
 use super::CliResult;
+use cudaleak_core::config::var;
 use cudaleak_core::report::render::{self, escape, TextOptions};
 use cudaleak_core::report::Report;
 use std::collections::HashSet;
@@ -28,7 +29,8 @@ fn environ_var(pid: i32, name: &str) -> Option<String> {
 fn process_report_dir(pid: i32) -> Result<PathBuf, String> {
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
         .map_err(|e| format!("cannot read the working directory of process {pid}: {e} (pass --dir)"))?;
-    Ok(match environ_var(pid, "CUDALEAK_DIR").filter(|d| !d.is_empty()) {
+    let dir = environ_var(pid, var::CUDALEAK_DIR).filter(|d| !d.is_empty());
+    Ok(match dir {
         Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
         Some(d) => cwd.join(d),
         None => cwd,
@@ -87,7 +89,7 @@ fn process_owner(pid: i32) -> Result<u32, String> {
 /// Permission denied" (issue 12).
 fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| {
-        // SAFETY: plain system call.
+        // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
         let me = unsafe { libc::geteuid() };
         format!(
             "cannot read process {pid}: /proc/{pid}/maps: {e} (it runs as uid {owner}, this command as uid {me}; run cudaleak dump as the same user or as root)"
@@ -268,7 +270,7 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
     let meta = std::fs::File::from(dir_fd.try_clone().map_err(|e| e.to_string())?)
         .metadata()
         .map_err(|e| format!("{}: {e}", shown()))?;
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != owner && meta.uid() != me {
         return Err(format!(

@@ -6,6 +6,7 @@ use super::{find_library, CliResult, LEAK_EXIT_STATUS, MISSING_REPORT_EXIT_STATU
 use cudaleak_core::base::safe_read;
 use cudaleak_core::base::units::{count, size_exact};
 use cudaleak_core::combine;
+use cudaleak_core::config::var;
 use cudaleak_core::report::render::{self, escape};
 use cudaleak_core::report::suppress::Suppressions;
 use cudaleak_core::report::{
@@ -197,7 +198,7 @@ fn active_processes(dir: &Path, run_id: &str) -> Vec<Active> {
 /// `cudaleak dump` creates, whatever its signal dispositions; the child
 /// gets the signal itself only when it catches it and was not asked.
 fn ask_for_dumps(dir: &Path, run_id: &str, sig: libc::c_int, dump_signal: Option<libc::c_int>) {
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     let mut asked = Vec::new();
     for a in active_processes(dir, run_id) {
@@ -289,7 +290,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let dir = a
         .dir
         .clone()
-        .or_else(|| std::env::var_os("CUDALEAK_DIR").map(PathBuf::from))
+        .or_else(|| std::env::var_os(var::CUDALEAK_DIR).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("cudaleak-reports"));
     let made = missing_directories(&dir);
     std::fs::create_dir_all(&dir)
@@ -310,7 +311,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));
-    cmd.env("CUDALEAK_DIR", &dir);
+    cmd.env(var::CUDALEAK_DIR, &dir);
     let _simulated = a
         .simulated
         .then(|| super::demo::SimulatedDriver::for_command(&mut cmd))
@@ -320,7 +321,7 @@ pub fn run(a: RunArgs) -> CliResult {
             .map_err(|e| format!("cannot read suppressions file {}: {e}", s.display()))?;
         Suppressions::parse(&text, &s.display().to_string())?;
         cmd.env(
-            "CUDALEAK_SUPPRESSIONS",
+            var::CUDALEAK_SUPPRESSIONS,
             s.canonicalize().unwrap_or_else(|_| s.clone()),
         );
     }
@@ -336,30 +337,30 @@ pub fn run(a: RunArgs) -> CliResult {
         cmd.env("XLA_PYTHON_CLIENT_ALLOCATOR", "platform");
     }
     // The library's dump signal (its default when CUDALEAK_SIGNAL is bad).
-    let mut dump_signal = std::env::var("CUDALEAK_SIGNAL")
+    let mut dump_signal = std::env::var(var::CUDALEAK_SIGNAL)
         .ok()
         .and_then(|v| cudaleak_core::config::parse_signal(&v).ok())
-        .unwrap_or(Some(libc::SIGUSR1));
+        .unwrap_or(cudaleak_core::config::Config::default().signal);
     if let Some(s) = &a.signal {
         dump_signal = cudaleak_core::config::parse_signal(s).map_err(|e| format!("--signal: {e}"))?;
-        cmd.env("CUDALEAK_SIGNAL", s);
+        cmd.env(var::CUDALEAK_SIGNAL, s);
     }
     if let Some(i) = a.interval {
         if !(i.is_finite() && i >= 0.01) {
             return Err("--interval: expected seconds, at least 0.01".into());
         }
-        cmd.env("CUDALEAK_INTERVAL", i.to_string());
+        cmd.env(var::CUDALEAK_INTERVAL, i.to_string());
     }
     // The sampled timeline is on by default under `run` (issue 13); the
     // user's own CUDALEAK_TIMELINE (0 to turn it off, or a period) wins.
-    if std::env::var_os("CUDALEAK_TIMELINE").is_none() {
-        cmd.env("CUDALEAK_TIMELINE", "1");
+    if std::env::var_os(var::CUDALEAK_TIMELINE).is_none() {
+        cmd.env(var::CUDALEAK_TIMELINE, "1");
     }
     if a.no_python {
-        cmd.env("CUDALEAK_PYTHON", "0");
+        cmd.env(var::CUDALEAK_PYTHON, "0");
     }
     if a.no_default_suppressions {
-        cmd.env("CUDALEAK_DEFAULT_SUPPRESSIONS", "0");
+        cmd.env(var::CUDALEAK_DEFAULT_SUPPRESSIONS, "0");
     }
     if let Some(py) = python_package_dir() {
         cmd.env("PYTHONPATH", prepend_path("PYTHONPATH", &py));
@@ -511,7 +512,7 @@ fn list_oom_reports(ooms: &mut [(PathBuf, Report)]) {
 
 /// Whether `path` (not followed) belongs to the user who runs the gate.
 fn owned_by_us(path: &Path) -> bool {
-    // SAFETY: plain system call.
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     let me = unsafe { libc::geteuid() };
     std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == me)
 }
@@ -611,8 +612,10 @@ impl RunChannel {
 
     /// `FD:DEVICE:INODE` of the sending end.
     fn env_value(&self) -> Option<String> {
-        // SAFETY: fstat into local storage.
+        // SAFETY: `stat` is plain integers, all valid as zero.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of a descriptor we own into local storage, which
+        // it fills and does not keep.
         (unsafe { libc::fstat(self.sender, &mut st) } == 0)
             .then(|| format!("{}:{}:{}", self.sender, st.st_dev, st.st_ino))
     }

@@ -27,9 +27,13 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call goes to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees are ours; the counters are atomics
+// and never allocate.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is.
+        // SAFETY: forwarded as is: the caller's `layout` meets `alloc`'s
+        // contract (non-zero size) for `System` as for us.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
@@ -39,7 +43,8 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is.
+        // SAFETY: forwarded as is: `ptr` came from `System.alloc` (through
+        // `alloc` above) with this same `layout`.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }

@@ -1,115 +1,185 @@
-//! Every environment variable cudaleak reads, declared once (as
-//! sanitizer_common declares its flags in one .inc file): name, default,
-//! meaning, and how a bad value falls back. The preload library reads them
-//! once at start; `cudaleak run` sets some of them; docs are written from
-//! [`FLAGS`].
+//! Every environment variable cudaleak reads, declared once, in one table
+//! (the `flags!` invocation below, as sanitizer_common declares its flags
+//! in one .inc file): name, field, type, default, the default in words,
+//! parser and meaning. The [`Config`] struct, its defaults, its reader
+//! ([`Config::from_env`]: one warning and the default for a bad value), the
+//! list `cudaleak env` prints ([`FLAGS`]) and the names the command sets
+//! ([`var`]) are all made from it (issue 27: a flag's name and default were
+//! written in three places here). The preload library reads them once at
+//! start; `cudaleak run` sets some of them.
 
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
+/// One row of the table as `cudaleak env` prints it.
 pub struct Flag {
     pub name: &'static str,
     pub default: &'static str,
     pub help: &'static str,
 }
 
-pub const FLAGS: &[Flag] = &[
-    Flag {
-        name: "CUDALEAK_DIR",
-        default: "the working directory",
-        help: "directory for report files, created if missing",
-    },
-    Flag {
-        name: "CUDALEAK_SIGNAL",
-        default: "USR1",
-        help: "signal that triggers a live dump: a name (USR1, SIGUSR2) or a number; none disables",
-    },
-    Flag {
-        name: "CUDALEAK_EXITCODE",
-        default: "0",
-        help: "when not 0, a process that exited 0 but whose exit report has unsuppressed leaks exits with this status",
-    },
-    Flag {
-        name: "CUDALEAK_SUPPRESSIONS",
-        default: "none",
-        help: "suppressions file in LeakSanitizer's format (leak:PATTERN)",
-    },
-    Flag {
-        name: "CUDALEAK_PYTHON",
-        default: "1",
-        help: "0 turns Python stack capture off",
-    },
-    Flag {
-        name: "CUDALEAK_PYTHON_OFFSETS",
-        default: "0",
-        help: "1 reads CPython 3.13's frames through the layout the interpreter publishes (_Py_DebugOffsets) instead of the built-in table; 3.14 and later are always read that way",
-    },
-    Flag {
-        name: "CUDALEAK_DEFAULT_SUPPRESSIONS",
-        default: "1",
-        help: "0 turns off the built-in suppressions for one-time allocations of CUDA libraries",
-    },
-    Flag {
-        name: "CUDALEAK_STACK_DEPTH",
-        default: "64",
-        help: "native frames recorded per allocation (at most 128); 0 turns native stacks off",
-    },
-    Flag {
-        name: "CUDALEAK_INTERVAL",
-        default: "0",
-        help: "seconds between periodic live dumps (trigger \"interval\"); 0 disables; also writes a timeline file",
-    },
-    Flag {
-        name: "CUDALEAK_INTERVAL_KEEP",
-        default: "10",
-        help: "interval reports kept per process (older ones are deleted; the timeline keeps the history); 0 keeps all",
-    },
-    Flag {
-        name: "CUDALEAK_UNWINDER",
-        default: "fast",
-        help: "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)",
-    },
-    Flag {
-        name: "CUDALEAK_TIMELINE",
-        default: "0 (1 under `cudaleak run`)",
-        help: "sample live memory by call site for the reports' timeline: 0 off, 1 every 100ms, or a period (250ms, 2s)",
-    },
-    Flag {
-        name: "CUDALEAK_MAX_GROUPS",
-        default: "1000",
-        help: "leak groups (and suppressed, and growth groups) written per report, largest first; the rest are counted in totals.groups_left_out",
-    },
-    Flag {
-        name: "CUDALEAK_MAX_STACKS",
-        default: "4194303",
-        help: "distinct stacks stored per process (at most 67108863); blocks from new stacks past it have none, counted in totals.stacks_dropped",
-    },
-    Flag {
-        name: "CUDALEAK_OOM_REPORTS",
-        default: "3",
-        help: "out-of-memory reports (trigger \"oom\") written per process, at most 1000; failures within 1 s of a report's count in it; 0 writes none",
-    },
-    Flag {
-        name: "CUDALEAK_TRACE",
-        default: "0",
-        help: "keep the last N allocation events (alloc, free, out of memory) in a ring and write them into every report's allocation_trace, at most 1048576; 0 off",
-    },
-    Flag {
-        name: "CUDALEAK_REPORT_MODE",
-        default: "0600",
-        help: "permission bits of report and timeline files, in octal (0640, 0644 to let others read them); the owner always reads and writes",
-    },
-    Flag {
-        name: "CUDALEAK_LOG",
-        default: "none (stderr)",
-        help: "file the library's warnings and summaries are appended to instead of stderr (created mode 0600 if missing)",
-    },
-    Flag {
-        name: "CUDALEAK_SUMMARY",
-        default: "1",
-        help: "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)",
-    },
-];
+/// Makes everything a flag needs from the table's rows:
+///
+/// ```text
+/// NAME => field: Type = default value,
+///     default "the default in words" [, warning "the default as a warning names it"],
+///     parse PARSER,
+///     help "what it does, on one line";
+/// ```
+///
+/// `PARSER` turns the variable's text into the field's value, or into a
+/// [`Bad`] that says why not: the reader warns once and keeps the default.
+/// The words of the default are what `cudaleak env` prints and what the
+/// warning says is used, unless `warning` words it for the warning alone.
+macro_rules! flags {
+    ($(
+        $var:ident => $field:ident: $ty:ty = $default:expr,
+            default $default_words:literal $(, warning $warning_words:literal)?,
+            parse $parse:expr,
+            help $help:literal;
+    )*) => {
+        /// The flags as `cudaleak env` lists them, in the table's order.
+        pub const FLAGS: &[Flag] = &[
+            $(Flag { name: stringify!($var), default: $default_words, help: $help },)*
+        ];
+
+        /// Each flag's variable name, for the code that sets or reads one
+        /// on its own (`cudaleak run`, `cudaleak dump`).
+        pub mod var {
+            $(pub const $var: &str = stringify!($var);)*
+        }
+
+        /// The flags' values: the table's defaults, or the environment's.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct Config {
+            $(
+                #[doc = concat!("`", stringify!($var), "` (default ", $default_words, "): ", $help)]
+                pub $field: $ty,
+            )*
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Config { $($field: $default,)* }
+            }
+        }
+
+        impl Config {
+            /// Reads the flags through `get`, in the table's order; each bad
+            /// value produces one warning through `warn` (a line starting
+            /// with "cudaleak:") and its default.
+            pub fn from_env(
+                get: impl Fn(&str) -> Option<String>,
+                mut warn: impl FnMut(String),
+            ) -> Config {
+                let mut c = Config::default();
+                $(
+                    if let Some(v) = get(stringify!($var)) {
+                        read(
+                            &mut c.$field,
+                            &v,
+                            $parse,
+                            stringify!($var),
+                            first!($($warning_words)? $default_words),
+                            &mut warn,
+                        );
+                    }
+                )*
+                c
+            }
+        }
+    };
+}
+
+/// The first of one or two literals: a row's `warning` words when it has
+/// them, else its `default` words.
+macro_rules! first {
+    ($first:literal $($rest:literal)?) => {
+        $first
+    };
+}
+
+flags! {
+    CUDALEAK_DIR => dir: Option<PathBuf> = None,
+        default "the working directory",
+        parse path,
+        help "directory for report files, created if missing";
+    CUDALEAK_SIGNAL => signal: Option<i32> = Some(libc::SIGUSR1),
+        default "USR1",
+        parse |v| Ok(parse_signal(v)?),
+        help "signal that triggers a live dump: a name (USR1, SIGUSR2) or a number; none disables";
+    CUDALEAK_EXITCODE => exitcode: i32 = 0,
+        default "0",
+        parse number(0..=255, "not an exit status 0-255"),
+        help "when not 0, a process that exited 0 but whose exit report has unsuppressed leaks exits with this status";
+    CUDALEAK_SUPPRESSIONS => suppressions: Option<PathBuf> = None,
+        default "none",
+        // An empty value names no file, without a warning.
+        parse |v| Ok((!v.is_empty()).then(|| PathBuf::from(v))),
+        help "suppressions file in LeakSanitizer's format (leak:PATTERN)";
+    CUDALEAK_PYTHON => python: bool = true,
+        default "1",
+        parse boolean,
+        help "0 turns Python stack capture off";
+    CUDALEAK_PYTHON_OFFSETS => python_offsets: bool = false,
+        default "0",
+        parse boolean,
+        help "1 reads CPython 3.13's frames through the layout the interpreter publishes (_Py_DebugOffsets) instead of the built-in table; 3.14 and later are always read that way";
+    CUDALEAK_DEFAULT_SUPPRESSIONS => default_suppressions: bool = true,
+        default "1",
+        parse boolean,
+        help "0 turns off the built-in suppressions for one-time allocations of CUDA libraries";
+    CUDALEAK_STACK_DEPTH => stack_depth: usize = 64,
+        default "64",
+        parse number(0..=MAX_STACK_DEPTH, "expected 0 to 128"),
+        help "native frames recorded per allocation (at most 128); 0 turns native stacks off";
+    CUDALEAK_INTERVAL => interval: Option<Duration> = None,
+        default "0", warning "0 (off)",
+        parse interval,
+        help "seconds between periodic live dumps (trigger \"interval\"); 0 disables; also writes a timeline file";
+    CUDALEAK_INTERVAL_KEEP => interval_keep: usize = 10,
+        default "10",
+        parse number(0..=usize::MAX, "expected a count"),
+        help "interval reports kept per process (older ones are deleted; the timeline keeps the history); 0 keeps all";
+    CUDALEAK_UNWINDER => unwinder: Unwinder = Unwinder::Fast,
+        default "fast",
+        parse unwinder,
+        help "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)";
+    CUDALEAK_TIMELINE => timeline: Option<Duration> = None,
+        default "0 (1 under `cudaleak run`)", warning "0 (off)",
+        parse |v| Ok(crate::timeline::site_timeline::parse_period(v)?),
+        help "sample live memory by call site for the reports' timeline: 0 off, 1 every 100ms, or a period (250ms, 2s)";
+    CUDALEAK_MAX_GROUPS => max_groups: usize = DEFAULT_MAX_GROUPS,
+        default "1000",
+        parse number(1..=usize::MAX, "expected a count, at least 1"),
+        help "leak groups (and suppressed, and growth groups) written per report, largest first; the rest are counted in totals.groups_left_out";
+    CUDALEAK_MAX_STACKS => max_stacks: u32 = crate::record::depot::DEFAULT_MAX_TRACES,
+        default "4194303",
+        parse number(1..=crate::record::depot::MAX_TRACES, "expected 1 to 67108863"),
+        help "distinct stacks stored per process (at most 67108863); blocks from new stacks past it have none, counted in totals.stacks_dropped";
+    CUDALEAK_OOM_REPORTS => oom_reports: u32 = DEFAULT_OOM_REPORTS,
+        default "3",
+        parse number(0..=MAX_OOM_REPORTS, "expected a count, 0 to 1000"),
+        help "out-of-memory reports (trigger \"oom\") written per process, at most 1000; failures within 1 s of a report's count in it; 0 writes none";
+    CUDALEAK_TRACE => trace_events: usize = 0,
+        default "0",
+        parse number(0..=MAX_TRACE_EVENTS, "expected a count of events, 0 to 1048576"),
+        help "keep the last N allocation events (alloc, free, out of memory) in a ring and write them into every report's allocation_trace, at most 1048576; 0 off";
+    CUDALEAK_REPORT_MODE => report_mode: u32 = DEFAULT_REPORT_MODE,
+        default "0600",
+        parse report_mode,
+        help "permission bits of report and timeline files, in octal (0640, 0644 to let others read them); the owner always reads and writes";
+    CUDALEAK_LOG => log: Option<PathBuf> = None,
+        default "none (stderr)", warning "stderr",
+        parse path,
+        help "file the library's warnings and summaries are appended to instead of stderr (created mode 0600 if missing)";
+    CUDALEAK_SUMMARY => summary: bool = true,
+        default "1",
+        parse boolean,
+        help "0 keeps the LeakSanitizer-style summary off stderr at exit (the report file is still written)";
+}
 
 pub const MAX_STACK_DEPTH: usize = 128;
 
@@ -125,39 +195,6 @@ pub enum Unwinder {
     Dwarf,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct Config {
-    /// None: the working directory
-    pub dir: Option<PathBuf>,
-    /// None: live dumps by signal disabled
-    pub signal: Option<i32>,
-    pub exitcode: i32,
-    pub suppressions: Option<PathBuf>,
-    pub python: bool,
-    /// CUDALEAK_PYTHON_OFFSETS: the frame layout from `_Py_DebugOffsets` on 3.13 too
-    pub python_offsets: bool,
-    pub default_suppressions: bool,
-    pub stack_depth: usize,
-    pub interval: Option<Duration>,
-    pub interval_keep: usize,
-    pub unwinder: Unwinder,
-    pub summary: bool,
-    /// None: no sampled timeline (`CUDALEAK_TIMELINE`)
-    pub timeline: Option<Duration>,
-    /// groups written per list of a report (CUDALEAK_MAX_GROUPS)
-    pub max_groups: usize,
-    /// distinct stacks stored (CUDALEAK_MAX_STACKS)
-    pub max_stacks: u32,
-    /// out-of-memory reports per process (CUDALEAK_OOM_REPORTS); 0: none
-    pub oom_reports: u32,
-    /// allocation events kept in the ring (CUDALEAK_TRACE); 0: off
-    pub trace_events: usize,
-    /// permission bits of report files (CUDALEAK_REPORT_MODE)
-    pub report_mode: u32,
-    /// file for the library's lines instead of stderr (CUDALEAK_LOG)
-    pub log: Option<PathBuf>,
-}
-
 /// Reports are readable by their owner only unless `CUDALEAK_REPORT_MODE`
 /// says otherwise (issue 23: a world-readable marker gave away the run id
 /// a forged report needs).
@@ -170,32 +207,6 @@ pub const DEFAULT_OOM_REPORTS: u32 = 3;
 pub const MAX_OOM_REPORTS: u32 = 1000;
 /// The most `CUDALEAK_TRACE` keeps: 1 Mi events, 40 MiB of ring (40-byte slots).
 pub const MAX_TRACE_EVENTS: usize = 1 << 20;
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            dir: None,
-            signal: Some(libc::SIGUSR1),
-            exitcode: 0,
-            suppressions: None,
-            python: true,
-            python_offsets: false,
-            default_suppressions: true,
-            stack_depth: 64,
-            interval: None,
-            interval_keep: 10,
-            unwinder: Unwinder::Fast,
-            summary: true,
-            timeline: None,
-            max_groups: DEFAULT_MAX_GROUPS,
-            max_stacks: crate::depot::DEFAULT_MAX_TRACES,
-            oom_reports: DEFAULT_OOM_REPORTS,
-            trace_events: 0,
-            report_mode: DEFAULT_REPORT_MODE,
-            log: None,
-        }
-    }
-}
 
 const SIGNALS: &[(&str, i32)] = &[
     ("HUP", libc::SIGHUP),
@@ -298,149 +309,109 @@ fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-impl Config {
-    /// Reads the flags through `get`; each bad value produces one warning
-    /// through `warn` (a line starting with "cudaleak:") and its default.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>, mut warn: impl FnMut(String)) -> Config {
-        let mut c = Config::default();
-        let mut bad = |name: &str, value: &str, why: &str, default: &str| {
+/// Why a flag's value was refused, and what is used instead: the default,
+/// or a value of its own with its words (an interval past the longest is
+/// clamped to it).
+struct Bad<T> {
+    why: String,
+    instead: Option<(T, &'static str)>,
+}
+
+impl<T> From<String> for Bad<T> {
+    fn from(why: String) -> Self {
+        Bad { why, instead: None }
+    }
+}
+
+impl<T> From<&str> for Bad<T> {
+    fn from(why: &str) -> Self {
+        why.to_string().into()
+    }
+}
+
+/// One flag's value into its field, or one warning.
+fn read<T>(
+    field: &mut T,
+    value: &str,
+    parse: impl Fn(&str) -> Result<T, Bad<T>>,
+    name: &str,
+    default_words: &str,
+    warn: &mut impl FnMut(String),
+) {
+    match parse(value) {
+        Ok(v) => *field = v,
+        Err(Bad { why, instead }) => {
+            let used = instead.as_ref().map_or(default_words, |(_, words)| words);
             warn(format!(
-                "cudaleak: ignoring {name}={value:?} ({why}); using the default, {default}"
-            ))
-        };
-        if let Some(v) = get("CUDALEAK_DIR") {
-            if v.is_empty() {
-                bad("CUDALEAK_DIR", &v, "empty", "the working directory");
-            } else {
-                c.dir = Some(PathBuf::from(v));
+                "cudaleak: ignoring {name}={value:?} ({why}); using the default, {used}"
+            ));
+            if let Some((v, _)) = instead {
+                *field = v;
             }
         }
-        if let Some(v) = get("CUDALEAK_SIGNAL") {
-            match parse_signal(&v) {
-                Ok(s) => c.signal = s,
-                Err(e) => bad("CUDALEAK_SIGNAL", &v, &e, "USR1"),
-            }
+    }
+}
+
+/// A path; an empty one is refused.
+fn path(v: &str) -> Result<Option<PathBuf>, Bad<Option<PathBuf>>> {
+    if v.is_empty() {
+        Err("empty".into())
+    } else {
+        Ok(Some(PathBuf::from(v)))
+    }
+}
+
+fn boolean(v: &str) -> Result<bool, Bad<bool>> {
+    parse_bool(v).ok_or_else(|| "expected 0 or 1".into())
+}
+
+/// A decimal number within `range`; else `why`.
+fn number<T: FromStr + PartialOrd>(
+    range: RangeInclusive<T>,
+    why: &'static str,
+) -> impl Fn(&str) -> Result<T, Bad<T>> {
+    move |v| {
+        v.trim()
+            .parse::<T>()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| why.into())
+    }
+}
+
+/// Seconds, at least 0.01, or 0 (off); past [`MAX_INTERVAL_SECS`] clamped
+/// to it, with a warning.
+fn interval(v: &str) -> Result<Option<Duration>, Bad<Option<Duration>>> {
+    match v.trim().parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(s) if s.is_finite() && (0.01..=MAX_INTERVAL_SECS).contains(&s) => {
+            Ok(Some(Duration::from_secs_f64(s)))
         }
-        if let Some(v) = get("CUDALEAK_EXITCODE") {
-            match v.trim().parse::<i32>() {
-                Ok(n) if (0..=255).contains(&n) => c.exitcode = n,
-                _ => bad("CUDALEAK_EXITCODE", &v, "not an exit status 0-255", "0"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_LOG") {
-            if v.is_empty() {
-                bad("CUDALEAK_LOG", &v, "empty", "stderr");
-            } else {
-                c.log = Some(PathBuf::from(v));
-            }
-        }
-        if let Some(v) = get("CUDALEAK_SUPPRESSIONS") {
-            if !v.is_empty() {
-                c.suppressions = Some(PathBuf::from(v));
-            }
-        }
-        for (name, slot, default) in [
-            ("CUDALEAK_PYTHON", &mut c.python, "1"),
-            ("CUDALEAK_PYTHON_OFFSETS", &mut c.python_offsets, "0"),
-            ("CUDALEAK_DEFAULT_SUPPRESSIONS", &mut c.default_suppressions, "1"),
-            ("CUDALEAK_SUMMARY", &mut c.summary, "1"),
-        ] {
-            if let Some(v) = get(name) {
-                match parse_bool(&v) {
-                    Some(b) => *slot = b,
-                    None => bad(name, &v, "expected 0 or 1", default),
-                }
-            }
-        }
-        if let Some(v) = get("CUDALEAK_STACK_DEPTH") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if n <= MAX_STACK_DEPTH => c.stack_depth = n,
-                _ => bad("CUDALEAK_STACK_DEPTH", &v, "expected 0 to 128", "64"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_INTERVAL") {
-            match v.trim().parse::<f64>() {
-                Ok(0.0) => c.interval = None,
-                Ok(s) if s.is_finite() && (0.01..=MAX_INTERVAL_SECS).contains(&s) => {
-                    c.interval = Some(Duration::from_secs_f64(s))
-                }
-                Ok(s) if s > MAX_INTERVAL_SECS => {
-                    bad(
-                        "CUDALEAK_INTERVAL",
-                        &v,
-                        "more than 10000000 s",
-                        "10000000 s (the longest)",
-                    );
-                    c.interval = Some(Duration::from_secs_f64(MAX_INTERVAL_SECS))
-                }
-                _ => bad(
-                    "CUDALEAK_INTERVAL",
-                    &v,
-                    "expected seconds, at least 0.01, or 0",
-                    "0 (off)",
-                ),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_INTERVAL_KEEP") {
-            match v.trim().parse::<usize>() {
-                Ok(n) => c.interval_keep = n,
-                _ => bad("CUDALEAK_INTERVAL_KEEP", &v, "expected a count", "10"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_TIMELINE") {
-            match crate::site_timeline::parse_period(&v) {
-                Ok(p) => c.timeline = p,
-                Err(e) => bad("CUDALEAK_TIMELINE", &v, &e, "0 (off)"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_MAX_GROUPS") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if n >= 1 => c.max_groups = n,
-                _ => bad("CUDALEAK_MAX_GROUPS", &v, "expected a count, at least 1", "1000"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_MAX_STACKS") {
-            match v.trim().parse::<u32>() {
-                Ok(n) if (1..=crate::depot::MAX_TRACES).contains(&n) => c.max_stacks = n,
-                _ => bad("CUDALEAK_MAX_STACKS", &v, "expected 1 to 67108863", "4194303"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_OOM_REPORTS") {
-            match v.trim().parse::<u32>() {
-                Ok(n) if n <= MAX_OOM_REPORTS => c.oom_reports = n,
-                _ => bad("CUDALEAK_OOM_REPORTS", &v, "expected a count, 0 to 1000", "3"),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_TRACE") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if n <= MAX_TRACE_EVENTS => c.trace_events = n,
-                _ => bad(
-                    "CUDALEAK_TRACE",
-                    &v,
-                    "expected a count of events, 0 to 1048576",
-                    "0",
-                ),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_REPORT_MODE") {
-            match u32::from_str_radix(v.trim(), 8) {
-                Ok(m) if m & !0o666 == 0 && m & 0o600 == 0o600 => c.report_mode = m,
-                _ => bad(
-                    "CUDALEAK_REPORT_MODE",
-                    &v,
-                    "expected octal permission bits with the owner's 0600, no execute bits",
-                    "0600",
-                ),
-            }
-        }
-        if let Some(v) = get("CUDALEAK_UNWINDER") {
-            match v.trim() {
-                "fast" => c.unwinder = Unwinder::Fast,
-                "dwarf" => c.unwinder = Unwinder::Dwarf,
-                _ => bad("CUDALEAK_UNWINDER", &v, "expected fast or dwarf", "fast"),
-            }
-        }
-        c
+        Ok(s) if s > MAX_INTERVAL_SECS => Err(Bad {
+            why: "more than 10000000 s".into(),
+            instead: Some((
+                Some(Duration::from_secs_f64(MAX_INTERVAL_SECS)),
+                "10000000 s (the longest)",
+            )),
+        }),
+        _ => Err("expected seconds, at least 0.01, or 0".into()),
+    }
+}
+
+fn unwinder(v: &str) -> Result<Unwinder, Bad<Unwinder>> {
+    match v.trim() {
+        "fast" => Ok(Unwinder::Fast),
+        "dwarf" => Ok(Unwinder::Dwarf),
+        _ => Err("expected fast or dwarf".into()),
+    }
+}
+
+/// Octal permission bits that keep the owner's 0600 and give no execute
+/// bit.
+fn report_mode(v: &str) -> Result<u32, Bad<u32>> {
+    match u32::from_str_radix(v.trim(), 8) {
+        Ok(m) if m & !0o666 == 0 && m & 0o600 == 0o600 => Ok(m),
+        _ => Err("expected octal permission bits with the owner's 0600, no execute bits".into()),
     }
 }
 
@@ -551,21 +522,118 @@ mod tests {
         assert_eq!(c.interval, Some(Duration::from_millis(500)));
     }
 
+    /// One bad value of each flag and its warning, word for word: the
+    /// texts users and tests match on (issue 27: the table that generates
+    /// the parser must keep them).
     #[test]
-    fn every_flag_is_parsed_by_from_env() {
-        // Only from_env's body: from its signature to the end of its impl,
-        // before the tests, whose own literals would match (issue 23).
-        let src = include_str!("config.rs");
-        let start = src.find("pub fn from_env").unwrap();
-        let end = start + src[start..].find("#[cfg(test)]").unwrap();
-        let body = &src[start..end];
-        // Read means asked of the environment: `get("NAME")`, or a row
-        // of the table of booleans read in one loop. A warning that names
-        // it does not count.
+    fn every_flag_warns_in_its_own_words() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("CUDALEAK_DIR", "", "(empty); using the default, the working directory"),
+            ("CUDALEAK_SIGNAL", "9", "(signal \"9\" cannot be used for dumps); using the default, USR1"),
+            ("CUDALEAK_EXITCODE", "256", "(not an exit status 0-255); using the default, 0"),
+            ("CUDALEAK_PYTHON", "maybe", "(expected 0 or 1); using the default, 1"),
+            ("CUDALEAK_PYTHON_OFFSETS", "2", "(expected 0 or 1); using the default, 0"),
+            ("CUDALEAK_DEFAULT_SUPPRESSIONS", "x", "(expected 0 or 1); using the default, 1"),
+            ("CUDALEAK_STACK_DEPTH", "129", "(expected 0 to 128); using the default, 64"),
+            ("CUDALEAK_INTERVAL", "0.001", "(expected seconds, at least 0.01, or 0); using the default, 0 (off)"),
+            ("CUDALEAK_INTERVAL", "2e7", "(more than 10000000 s); using the default, 10000000 s (the longest)"),
+            ("CUDALEAK_INTERVAL_KEEP", "-1", "(expected a count); using the default, 10"),
+            ("CUDALEAK_UNWINDER", "gdb", "(expected fast or dwarf); using the default, fast"),
+            ("CUDALEAK_TIMELINE", "fast", "(expected 0, 1, or a period like 250ms or 2s); using the default, 0 (off)"),
+            ("CUDALEAK_MAX_GROUPS", "0", "(expected a count, at least 1); using the default, 1000"),
+            ("CUDALEAK_MAX_STACKS", "67108864", "(expected 1 to 67108863); using the default, 4194303"),
+            ("CUDALEAK_OOM_REPORTS", "lots", "(expected a count, 0 to 1000); using the default, 3"),
+            ("CUDALEAK_TRACE", "1048577", "(expected a count of events, 0 to 1048576); using the default, 0"),
+            ("CUDALEAK_REPORT_MODE", "0700", "(expected octal permission bits with the owner's 0600, no execute bits); using the default, 0600"),
+            ("CUDALEAK_LOG", "", "(empty); using the default, stderr"),
+            ("CUDALEAK_SUMMARY", "no way", "(expected 0 or 1); using the default, 1"),
+        ];
+        for (name, value, tail) in cases {
+            let (_, w) = parse(&[(name, value)]);
+            assert_eq!(
+                w,
+                [format!("cudaleak: ignoring {name}={value:?} {tail}")],
+                "{name}"
+            );
+        }
+        // Every flag that can be wrong has its case; CUDALEAK_SUPPRESSIONS
+        // takes any path (an empty one: none).
         for f in FLAGS {
-            let read = body.contains(&format!("get(\"{}\")", f.name))
-                || body.contains(&format!("(\"{}\", &mut c.", f.name));
-            assert!(read, "{} not read", f.name);
+            assert!(
+                f.name == "CUDALEAK_SUPPRESSIONS" || cases.iter().any(|(n, _, _)| *n == f.name),
+                "{} has no case",
+                f.name
+            );
+        }
+        let (c, w) = parse(&[("CUDALEAK_SUPPRESSIONS", "")]);
+        assert!(w.is_empty() && c.suppressions.is_none());
+    }
+
+    /// The first word of a default as written: "0" of "`0` (off)", "none"
+    /// of "none: stderr".
+    fn first_word(words: &str) -> String {
+        words
+            .trim_start_matches('`')
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect()
+    }
+
+    /// CONTRACT.md's table of variables and the flags' table name the same
+    /// variables, with the same defaults (issue 27: the flags are declared
+    /// once; the contract must not drift from them).
+    #[test]
+    fn the_contract_lists_every_flag_and_no_other() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../CONTRACT.md");
+        let contract = std::fs::read_to_string(path).unwrap();
+        let section = contract
+            .split("\n## ")
+            .find(|s| s.starts_with("Environment"))
+            .expect("CONTRACT.md has an Environment section");
+        let rows: Vec<(String, String)> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `CUDALEAK_"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split(" | ").collect();
+                let name = format!("CUDALEAK_{}", cells[0].trim_end_matches('`'));
+                let default = cells.last().unwrap().trim_end_matches(" |").to_string();
+                (name, default)
+            })
+            .collect();
+        assert!(rows.len() >= 10, "{rows:?}");
+        for (name, default) in &rows {
+            let flag = FLAGS.iter().find(|f| f.name == name);
+            let flag =
+                flag.unwrap_or_else(|| panic!("CONTRACT.md documents {name}, the table has no such flag"));
+            assert_eq!(
+                first_word(default),
+                first_word(flag.default),
+                "{name}: CONTRACT.md says the default is {default:?}, the table {:?}",
+                flag.default
+            );
+        }
+        for f in FLAGS {
+            assert!(
+                rows.iter().any(|(n, _)| n == f.name),
+                "{} is a flag that CONTRACT.md's Environment table does not document",
+                f.name
+            );
+        }
+    }
+
+    /// The default in words, given as the value, is the default value: the
+    /// words `cudaleak env` prints cannot drift from the value the table
+    /// sets. (The flags whose default is to be unset have none to give.)
+    #[test]
+    fn the_default_words_read_as_the_default_value() {
+        for f in FLAGS {
+            if [var::CUDALEAK_DIR, var::CUDALEAK_SUPPRESSIONS, var::CUDALEAK_LOG].contains(&f.name) {
+                continue;
+            }
+            let word = first_word(f.default);
+            let (c, w) = parse(&[(f.name, word.as_str())]);
+            assert!(w.is_empty(), "{}: {w:?}", f.name);
+            assert_eq!(c, Config::default(), "{}={word}", f.name);
         }
     }
 }

@@ -52,8 +52,3 @@ pub mod report;
 pub mod symbolize;
 pub mod timeline;
 pub mod writer;
-
-// config.rs still names these by their paths from before the folders
-// (issue 27); kept so that the work on config.rs merges by itself.
-use record::depot;
-use timeline::site_timeline;

@@ -28,8 +28,13 @@ pub struct FutexMutex<T> {
     value: UnsafeCell<T>,
 }
 
-// SAFETY: access to `value` is serialized by `state`.
+// SAFETY: access to `value` is serialized by `state`: a `&T`/`&mut T` is
+// only handed out by a guard (or `get_unchecked`, whose contract excludes
+// other threads), so sharing the mutex across threads shares `T` one thread
+// at a time, which `T: Send` allows.
 unsafe impl<T: Send> Sync for FutexMutex<T> {}
+// SAFETY: the mutex owns its `T` (an `UnsafeCell` and an atomic), so moving
+// it to another thread moves the `T`, which `T: Send` allows.
 unsafe impl<T: Send> Send for FutexMutex<T> {}
 
 pub struct FutexGuard<'a, T> {
@@ -98,7 +103,10 @@ impl<T> FutexMutex<T> {
     /// while the lock is held through `raw_lock` from the prepare handler.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn get_unchecked(&self) -> &mut T {
-        &mut *self.value.get()
+        // SAFETY: `value.get()` points into `self`, live for the borrow; the
+        // caller guarantees no other thread uses the lock, and holding it
+        // through `raw_lock` keeps every guard of this thread out too.
+        unsafe { &mut *self.value.get() }
     }
 
     fn try_acquire_with_deadline(&self, deadline: Instant) -> bool {
@@ -261,6 +269,7 @@ mod tests {
         let m = FutexMutex::new(1);
         m.raw_lock();
         assert!(m.try_lock().is_none());
+        // SAFETY: this thread took the lock with `raw_lock` just above.
         unsafe { m.raw_unlock() };
         assert_eq!(*m.try_lock().unwrap(), 1);
     }

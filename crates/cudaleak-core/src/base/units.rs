@@ -17,22 +17,21 @@ pub fn count(n: u64, singular: &str) -> String {
 /// A size in binary units with one decimal: "600 bytes", "1 byte",
 /// "4.0 KiB", "70.0 MiB". Exact below 1 KiB.
 pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {
         return count(bytes, "byte");
     }
     let mut value = bytes as f64 / 1024.0;
     let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
+    while value >= 1024.0 && unit + 1 < BINARY_UNITS.len() {
         value /= 1024.0;
         unit += 1;
     }
     // 1023.96 KiB would print as "1024.0 KiB": step up instead.
-    if format!("{value:.1}") == "1024.0" && unit + 1 < UNITS.len() {
+    if format!("{value:.1}") == "1024.0" && unit + 1 < BINARY_UNITS.len() {
         value /= 1024.0;
         unit += 1;
     }
-    format!("{value:.1} {}", UNITS[unit])
+    format!("{value:.1} {}", BINARY_UNITS[unit])
 }
 
 /// A size where the exact count matters too: "70.0 MiB (73400320 bytes)";
@@ -55,6 +54,34 @@ pub fn size_delta(delta: i64) -> String {
     format!("{sign}{}", size(delta.unsigned_abs()))
 }
 
+/// The units [`size`] steps through above 1 KiB, each 1024 times the one
+/// before. The Python module's `format_size` uses them too, from its
+/// generated copy (python/cudaleak/_tables.py, issue 27).
+pub const BINARY_UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+
+/// The units [`parse_size`] takes (lower case) and the bytes of each: binary
+/// ones for "k" and "KiB", decimal ones for "kB". The Python module's
+/// `parse_size` takes the same, from its generated copy
+/// (python/cudaleak/_tables.py, issue 27).
+pub const SIZE_UNITS: &[(&str, u64)] = &[
+    ("", 1),
+    ("b", 1),
+    ("byte", 1),
+    ("bytes", 1),
+    ("k", 1 << 10),
+    ("kib", 1 << 10),
+    ("kb", 1_000),
+    ("m", 1 << 20),
+    ("mib", 1 << 20),
+    ("mb", 1_000_000),
+    ("g", 1 << 30),
+    ("gib", 1 << 30),
+    ("gb", 1_000_000_000),
+    ("t", 1 << 40),
+    ("tib", 1 << 40),
+    ("tb", 1_000_000_000_000),
+];
+
 /// Parses a size as people write it: "4096", "1 MiB", "1.5GiB", "10 MB"
 /// (decimal units), "512 KiB", "100 bytes"; None when it is not one.
 pub fn parse_size(text: &str) -> Option<u64> {
@@ -64,18 +91,8 @@ pub fn parse_size(text: &str) -> Option<u64> {
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let value: f64 = num.parse().ok()?;
-    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" | "byte" | "bytes" => 1.0,
-        "k" | "kib" => 1024.0,
-        "kb" => 1e3,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "mb" => 1e6,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "gb" => 1e9,
-        "t" | "tib" => 1024f64.powi(4),
-        "tb" => 1e12,
-        _ => return None,
-    };
+    let unit = unit.trim().to_ascii_lowercase();
+    let factor = SIZE_UNITS.iter().find(|(name, _)| *name == unit)?.1 as f64;
     let bytes = value * factor;
     (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes.round() as u64)
 }

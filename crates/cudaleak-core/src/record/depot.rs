@@ -222,10 +222,11 @@ impl Depot {
     /// (under the insert lock).
     fn table_for(&self, count: usize) -> &Table {
         let mut table = self.table.load(Ordering::Acquire);
-        // SAFETY: tables are never freed.
         let size = if table.is_null() {
             0
         } else {
+            // SAFETY: non-null, and tables are never freed (a grown table
+            // replaces the pointer; the old one is leaked on purpose).
             unsafe { &*table }.buckets.len()
         };
         if size == 0 || count > size * LOAD {
@@ -341,7 +342,9 @@ impl Depot {
     /// # Safety
     /// Must follow [`Depot::lock_for_fork`] on this thread.
     pub unsafe fn unlock_after_fork(&self) {
-        self.insert_lock.raw_unlock();
+        // SAFETY: the caller took `insert_lock` with `lock_for_fork` on this
+        // thread (the fork prepare handler), so it is ours to release.
+        unsafe { self.insert_lock.raw_unlock() };
     }
 }
 

@@ -258,7 +258,9 @@ impl LiveMap {
     /// Must follow [`LiveMap::lock_all`] on this thread.
     pub unsafe fn unlock_all(&self) {
         for s in &self.shards {
-            s.0.raw_unlock();
+            // SAFETY: the caller took every shard lock with `lock_all` on
+            // this thread, so each is ours to release, once.
+            unsafe { s.0.raw_unlock() };
         }
     }
 
@@ -270,12 +272,17 @@ impl LiveMap {
     /// no other thread (the child of `fork`).
     pub unsafe fn reset_locked_and_unlock(&self) {
         for s in &self.shards {
-            let shard = s.0.get_unchecked();
+            // SAFETY: the caller guarantees this is the only thread (the
+            // child of `fork`) and that `lock_all` holds this shard, so no
+            // guard or other reference to its value exists.
+            let shard = unsafe { s.0.get_unchecked() };
             shard.map = HashMap::with_hasher(AddrHash);
             shard.inserted = 0;
             shard.removed = 0;
             shard.moved = 0;
-            s.0.raw_unlock();
+            // SAFETY: held since `lock_all` on this thread; `shard` is not
+            // used after the release.
+            unsafe { s.0.raw_unlock() };
         }
     }
 }

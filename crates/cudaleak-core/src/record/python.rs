@@ -118,7 +118,9 @@ impl CodeTable {
     /// # Safety
     /// Must follow [`CodeTable::lock_for_fork`] on this thread.
     pub unsafe fn unlock_after_fork(&self) {
-        self.codes.raw_unlock();
+        // SAFETY: the caller took `codes` with `lock_for_fork` on this
+        // thread (the fork prepare handler), so it is ours to release.
+        unsafe { self.codes.raw_unlock() };
     }
 }
 

@@ -160,8 +160,10 @@ fn native_line(i: usize, f: &NativeFrame) -> String {
 /// Function names that are machinery, not the program's code: shown with
 /// `--full-stacks`, kept in JSON, left out of text by default (issue 12).
 /// Program start, the interpreter's own frames between Python frames, and
-/// the foreign-call machinery between a Python line and the CUDA call.
-const NOISE_PREFIXES: &[&str] = &[
+/// the foreign-call machinery between a Python line and the CUDA call. The
+/// Python module leaves the same out of a failure's text, from its
+/// generated copy (python/cudaleak/_tables.py, issue 27).
+pub const NOISE_PREFIXES: &[&str] = &[
     "_start",
     "__libc_start_",
     "_PyEval_",
@@ -201,7 +203,7 @@ const NOISE_PREFIXES: &[&str] = &[
 ];
 
 /// Module files that are foreign-call machinery as a whole.
-const NOISE_MODULES: &[&str] = &["libffi.so", "_ctypes."];
+pub const NOISE_MODULES: &[&str] = &["libffi.so", "_ctypes."];
 
 /// Machinery, not the program: see [`NOISE_PREFIXES`].
 pub fn is_noise(f: &NativeFrame) -> bool {

@@ -121,6 +121,7 @@ impl ProcessSymbolizer {
 
 /// Path of the loaded object that contains `addr`, from the dynamic loader.
 pub fn module_of(addr: u64) -> Option<String> {
+    // SAFETY: `Dl_info` is plain pointers and integers, all valid as zero.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads loader state; info is a valid out-pointer.
     let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) };

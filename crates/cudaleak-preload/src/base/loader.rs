@@ -59,8 +59,14 @@ pub fn loaded_generation() -> u64 {
     unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
         let end_of_subs = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8;
         if size >= end_of_subs {
-            let info = &*info;
-            *(data as *mut u64) = info.dlpi_adds.wrapping_add(info.dlpi_subs);
+            // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` of
+            // `size` bytes, which reach `dlpi_subs` (checked above), alive
+            // for this call; `data` is the `&mut g` given below, a live u64
+            // that nothing else touches while the iteration runs.
+            unsafe {
+                let info = &*info;
+                *(data as *mut u64) = info.dlpi_adds.wrapping_add(info.dlpi_subs);
+            }
         }
         1
     }
@@ -90,7 +96,8 @@ pub fn real_dlclose_fn() -> Option<DlcloseFn> {
 /// `dlclose` without our override in the way.
 pub fn real_dlclose(handle: *mut c_void) -> c_int {
     match real_dlclose_fn() {
-        // SAFETY: the handle came from dlopen.
+        // SAFETY: glibc's own dlclose; every caller passes a handle its own
+        // dlopen (RTLD_NOLOAD) returned, dropping the reference it added.
         Some(f) => unsafe { f(handle) },
         None => -1,
     }
@@ -137,10 +144,17 @@ pub fn find_module(addr: usize) -> Option<Module> {
         _: usize,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        let s = &mut *(data as *mut Search);
-        let info = &*info;
+        // SAFETY: `data` is the `&mut s` given to `dl_iterate_phdr` below,
+        // live and not otherwise used while the iteration runs.
+        let s = unsafe { &mut *(data as *mut Search) };
+        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info`, alive
+        // for this call.
+        let info = unsafe { &*info };
         let base = info.dlpi_addr as usize;
-        let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+        // SAFETY: the loader's program headers of this object: `dlpi_phnum`
+        // entries at `dlpi_phdr`, mapped while the object is loaded, which
+        // the loader lock held during the iteration guarantees.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
         let inside = phdrs.iter().any(|p| {
             p.p_type == libc::PT_LOAD
                 && base + p.p_vaddr as usize <= s.addr
@@ -149,7 +163,8 @@ pub fn find_module(addr: usize) -> Option<Module> {
         if !inside {
             return 0;
         }
-        let Some((lo, hi)) = load_range(info) else {
+        // SAFETY: `info` is what `dl_iterate_phdr` passed this callback.
+        let Some((lo, hi)) = (unsafe { load_range(info) }) else {
             return 0;
         };
         let hdr = phdrs
@@ -186,7 +201,10 @@ pub fn find_module(addr: usize) -> Option<Module> {
 /// `info` is what `dl_iterate_phdr` passes its callback.
 pub unsafe fn load_range(info: &libc::dl_phdr_info) -> Option<(usize, usize)> {
     let base = info.dlpi_addr as usize;
-    let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+    // SAFETY: per the contract, `info` comes from `dl_iterate_phdr`, so its
+    // `dlpi_phnum` program headers at `dlpi_phdr` are mapped (the loader
+    // lock is held for the callback's duration).
+    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let (mut lo, mut hi) = (usize::MAX, 0);
     for p in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
         lo = lo.min(base + p.p_vaddr as usize);

@@ -21,7 +21,7 @@ pub struct ThreadState {
     pub in_driver_hook: Cell<bool>,
     /// The runtime hook running on this thread (`events::HookCx`), if any.
     pub runtime_call: Cell<*const ()>,
-    /// (context, slot) last seen on this thread (`tracker.rs`).
+    /// (context, slot) last seen on this thread (`state/tracker.rs`).
     pub last_context: Cell<(u64, u8)>,
     /// This thread's stack, [low, high); (0, 0) until first needed
     /// (`unwind.rs`).
@@ -31,6 +31,9 @@ pub struct ThreadState {
     pub last_trace: Cell<(u32, u8, u8)>,
     /// and its Python frames' count (u32::MAX when more than fit)
     pub last_python_len: Cell<u32>,
+    /// This thread's delta slot in the call sites' counters, plus one; 0
+    /// until its first counted block (`state/tracker.rs`).
+    pub site_delta: Cell<u16>,
     /// `capture/mod.rs`'s per-thread buffers: null until the thread's first
     /// capture, a sentinel once the thread's exit freed them.
     pub buffers: Cell<*mut c_void>,
@@ -45,6 +48,7 @@ thread_local! {
             stack_bounds: Cell::new((0, 0)),
             last_trace: Cell::new((0, 0, 0)),
             last_python_len: Cell::new(u32::MAX),
+            site_delta: Cell::new(0),
             buffers: Cell::new(std::ptr::null_mut()),
         }
     };

@@ -66,10 +66,15 @@ impl ThreadBuffers {
     /// Only the fields used are reached (no `&mut ThreadBuffers`): a
     /// capture holds references into other fields meanwhile.
     pub unsafe fn next_stack(this: *mut ThreadBuffers) -> *mut StackBuffer {
-        let next = &mut *std::ptr::addr_of_mut!((*this).next_stack);
+        // SAFETY: `this` is the calling thread's live buffers (contract);
+        // only the `next_stack` field is borrowed, which no capture holds a
+        // reference into, and no other thread reaches these buffers.
+        let next = unsafe { &mut *std::ptr::addr_of_mut!((*this).next_stack) };
         let i = *next % STACK_SLOTS;
         *next = i + 1;
-        std::ptr::addr_of_mut!((*this).stacks[i])
+        // SAFETY: a place projection inside the same live allocation
+        // (`i < STACK_SLOTS`); no reference is made, only its address.
+        unsafe { std::ptr::addr_of_mut!((*this).stacks[i]) }
     }
 }
 
@@ -202,11 +207,11 @@ impl Stack {
     /// calling thread's).
     fn capture(buffers: *mut ThreadBuffers, buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
         let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
-        // SAFETY: the thread's own buffer, not in use by a live capture
-        // (see `Stack`); its arrays are MaybeUninit. One field at a time
-        // (the replay logs are other fields of the same allocation), and
-        // captures do not nest on a thread.
         let (n_native, replayed) = if depth > 0 {
+            // SAFETY: the thread's own buffer, not in use by a live capture
+            // (see `Stack`); its arrays are MaybeUninit. One field at a time
+            // (the replay logs are other fields of the same allocation), and
+            // captures do not nest on a thread.
             unsafe {
                 unwind::capture(
                     &mut (&mut (*buffer).native)[..depth],

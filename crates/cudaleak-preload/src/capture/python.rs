@@ -201,9 +201,14 @@ fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static 
     }
 }
 
+/// # Safety
+/// `addr..addr + size_of::<T>()` must be readable memory; `T` is a plain
+/// integer or address, for which every bit pattern is valid.
 #[inline(always)]
 unsafe fn read<T: Copy>(addr: usize) -> T {
-    (addr as *const T).read_unaligned()
+    // SAFETY: readable per the caller; `read_unaligned` needs no alignment,
+    // and any bytes there make a valid plain-data `T`.
+    unsafe { (addr as *const T).read_unaligned() }
 }
 
 /// Plausible user-space pointer, aligned to `align`.
@@ -213,16 +218,32 @@ fn plausible(p: usize, align: usize) -> bool {
 }
 
 /// The calling thread's thread state, or 0 (rule 2).
+///
+/// # Safety
+/// Only once `STATE` was read as ACTIVE (Acquire): `probe` stored the
+/// getters and `LAYOUT` before it (Release).
 unsafe fn this_thread_state() -> usize {
-    let get_this: TstateFn = std::mem::transmute(GET_THIS_THREAD_STATE.load(Ordering::Relaxed));
-    let ours = get_this();
+    // SAFETY: ACTIVE implies a non-zero address of
+    // `PyGILState_GetThisThreadState`, found by dlsym in `probe`; its C
+    // type is `PyThreadState *(void)`, a `TstateFn`.
+    let get_this: TstateFn = unsafe { std::mem::transmute(GET_THIS_THREAD_STATE.load(Ordering::Relaxed)) };
+    // SAFETY: it reads this thread's slot of the interpreter's TSS key; it
+    // takes neither the GIL nor a lock, from any thread (rule 2).
+    let ours = unsafe { get_this() };
     let unchecked = GET_UNCHECKED.load(Ordering::Relaxed);
     if unchecked != 0 {
-        let get: TstateFn = std::mem::transmute(unchecked);
-        let attached = get();
+        // SAFETY: non-zero, so the address of
+        // `_PyThreadState_UncheckedGet`/`PyThreadState_GetUnchecked` that
+        // `probe` found, also `PyThreadState *(void)`.
+        let get: TstateFn = unsafe { std::mem::transmute(unchecked) };
+        // SAFETY: a read of the runtime's current (3.12+: thread-local)
+        // thread state, no check, no lock (rule 2).
+        let attached = unsafe { get() };
         // 3.12+: the attached state is thread-local and so always ours;
         // before 3.12 it is the GIL holder's, ours only when equal.
-        let layout = &*LAYOUT.load(Ordering::Relaxed);
+        // SAFETY: ACTIVE implies LAYOUT points to a static table or a
+        // layout leaked in `choose_layout`, never freed.
+        let layout = unsafe { &*LAYOUT.load(Ordering::Relaxed) };
         if attached != 0 && (layout.attached_is_thread_local || attached == ours) {
             return attached;
         }
@@ -247,33 +268,54 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> us
     unsafe { capture_active(out, log) }
 }
 
+/// # Safety
+/// Only once `STATE` was read as ACTIVE (Acquire), on the thread whose
+/// stack `out` and `log` belong to (see the module comment).
 unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
-        let f: FinalizingFn = std::mem::transmute(fin);
-        if f() != 0 {
+        // SAFETY: non-zero, so the address of `Py_IsFinalizing` (3.13+) or
+        // `_Py_IsFinalizing` that `probe` found; both are `int (void)`.
+        let f: FinalizingFn = unsafe { std::mem::transmute(fin) };
+        // SAFETY: a plain read of the runtime's finalizing flag (rule 2).
+        if unsafe { f() } != 0 {
             return 0;
         }
     }
-    let tstate = this_thread_state();
+    // SAFETY: ACTIVE, as this function's caller guarantees.
+    let tstate = unsafe { this_thread_state() };
     if !plausible(tstate, 8) {
         return 0;
     }
-    let l = &*LAYOUT.load(Ordering::Relaxed);
+    // SAFETY: ACTIVE implies LAYOUT points to a static table or a layout
+    // leaked in `choose_layout`, never freed.
+    let l = unsafe { &*LAYOUT.load(Ordering::Relaxed) };
     let code_type = CODE_TYPE.load(Ordering::Relaxed);
-    let mut frame: usize = read(tstate + l.tstate_frame);
+    // SAFETY: `tstate` is this thread's own `PyThreadState`, live while the
+    // thread runs; `l` was checked against this interpreter in `probe`, so
+    // the offset is inside it.
+    let mut frame: usize = unsafe { read(tstate + l.tstate_frame) };
     if let Some(cur) = l.cframe_current_frame {
         if !plausible(frame, 8) {
             return 0;
         }
-        frame = read(frame + cur);
+        // SAFETY: 3.11 and 3.12: `frame` is the thread state's `cframe`, a
+        // `_PyCFrame` in the thread state (`root_cframe`) or on this
+        // thread's C stack in an eval loop below us, so live.
+        frame = unsafe { read(frame + cur) };
     }
-    match l.frames {
-        FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
-        FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
-        FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
-        FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
-        FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log),
+    // SAFETY: `frame` is this thread's innermost Python frame read under
+    // the checked layout `l` of this interpreter, and `code_type` its
+    // `PyCode_Type`: the contract of `walk_frames`. The chain is frozen
+    // while this thread runs the hook (module comment, rule 1).
+    unsafe {
+        match l.frames {
+            FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log),
+            FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log),
+            FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log),
+            FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log),
+            FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log),
+        }
     }
 }
 
@@ -354,12 +396,21 @@ impl PyReplayLog {
 }
 
 /// The words of a frame that decide what the walk makes of it.
+///
+/// # Safety
+/// `frame` is a live frame (frame object or interpreter frame, as `MODEL`
+/// says) of the calling thread's chain, and `l` the layout checked against
+/// the running interpreter, so that each offset below lies in the frame.
 #[inline(always)]
 unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, usize, usize, u16) {
-    let next: usize = read(frame + l.frame_back);
-    let code: usize = read(frame + l.frame_code);
+    // SAFETY: fields of the live `frame` at the checked layout's offsets,
+    // per the contract; plain words and bytes (so for the reads below).
+    let next: usize = unsafe { read(frame + l.frame_back) };
+    // SAFETY: as above.
+    let code: usize = unsafe { read(frame + l.frame_code) };
     if MODEL == FRAME_OBJECTS {
-        let lasti: i32 = read(frame + l.frame_instr);
+        // SAFETY: as above (`f_lasti`).
+        let lasti: i32 = unsafe { read(frame + l.frame_instr) };
         return (next, code, lasti as usize, 0);
     }
     // 3.14+: a tagged stack reference; all tag bits set is a tagged int,
@@ -375,10 +426,14 @@ unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, us
     } else {
         code
     };
-    let instr: usize = read(frame + l.frame_instr);
-    let owner: u8 = read(frame + l.frame_owner.unwrap_or(0));
+    // SAFETY: as above (`instr_ptr`/`prev_instr`).
+    let instr: usize = unsafe { read(frame + l.frame_instr) };
+    // SAFETY: as above (`owner`; 3.11+ layouts all have it, offset 0 is
+    // the frame's first byte otherwise).
+    let owner: u8 = unsafe { read(frame + l.frame_owner.unwrap_or(0)) };
     let entry: u8 = if MODEL == INTERPRETER_311 {
-        read(frame + l.frame_is_entry.unwrap_or(0))
+        // SAFETY: as above (3.11's `is_entry`).
+        unsafe { read(frame + l.frame_is_entry.unwrap_or(0)) }
     } else {
         0
     };
@@ -386,6 +441,9 @@ unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, us
 }
 
 /// Replays the log if the chain is unchanged (see [`PyReplayLog`]).
+///
+/// # Safety
+/// As [`walk_frames`]; `log` is this thread's, written by its walks.
 #[inline(always)]
 unsafe fn replay<const MODEL: u8>(
     l: &PyLayout,
@@ -399,13 +457,22 @@ unsafe fn replay<const MODEL: u8>(
     }
     for v in &log.visits[..log.visited] {
         // Each visit's frame is the previous visit's `next`, checked.
-        if frame_words::<MODEL>(l, v.frame) != (v.next, v.code, v.instr, v.bytes) {
+        // SAFETY: the first visit's frame is `frame`, the chain's head
+        // (checked above); each later one is the `next` word just read
+        // from its predecessor: a live frame of this thread's chain.
+        if unsafe { frame_words::<MODEL>(l, v.frame) } != (v.next, v.code, v.instr, v.bytes) {
             return None;
         }
-        let holds = match v.fate {
-            Fate::Shim => true,
-            Fate::NotCode => read::<usize>(v.code + l.ob_type) != code_type,
-            Fate::UsedCode => guard(l, v.code) == v.guard,
+        // SAFETY: `v.code` is the frame's code word as read just now, which
+        // the logging walk found plausible: the object a live frame
+        // executes, so live; for `UsedCode` a code object (type-checked,
+        // or trusted under the checked layout as in `walk_frames`).
+        let holds = unsafe {
+            match v.fate {
+                Fate::Shim => true,
+                Fate::NotCode => read::<usize>(v.code + l.ob_type) != code_type,
+                Fate::UsedCode => guard(l, v.code) == v.guard,
+            }
         };
         if !holds {
             return None;
@@ -441,6 +508,13 @@ unsafe fn replay<const MODEL: u8>(
 ///    `__init__`, parked at offset 0 below its RESUME, between the caller
 ///    and the real `__init__`. Without this test that shim shows up as a
 ///    bogus Python frame on 3.13.
+///
+/// # Safety
+/// `frame` is 0 (or implausible) or the calling thread's innermost frame,
+/// read under `l`, the layout checked against the running interpreter,
+/// whose `PyCode_Type` is at `code_type`. The chain from it is frozen
+/// while this thread runs (module comment, rule 1), so each `previous`
+/// word leads to a live frame or ends the chain.
 #[inline(never)]
 unsafe fn walk_frames<const MODEL: u8>(
     l: &PyLayout,
@@ -449,7 +523,8 @@ unsafe fn walk_frames<const MODEL: u8>(
     out: &mut [MaybeUninit<PyRawFrame>],
     log: &mut PyReplayLog,
 ) -> usize {
-    if let Some(n) = replay::<MODEL>(l, code_type, log, frame, out) {
+    // SAFETY: this function's own contract, which `replay` shares.
+    if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out) } {
         return n;
     }
     let interpreter_frames = MODEL != FRAME_OBJECTS;
@@ -474,7 +549,9 @@ unsafe fn walk_frames<const MODEL: u8>(
             break;
         }
         budget -= 1;
-        let (next, code, instr, bytes) = frame_words::<MODEL>(l, frame);
+        // SAFETY: `frame` is plausible and is the head or a `previous` word
+        // of this thread's frozen chain (the contract).
+        let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(l, frame) };
         let owner = bytes as u8;
         let mut visit = Visit {
             frame,
@@ -496,7 +573,8 @@ unsafe fn walk_frames<const MODEL: u8>(
         if MODEL >= INTERPRETER_312 && owner >= owner_c_entry {
             // (1)
             if n > 0 {
-                out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
+                // SAFETY: `out[..n]` were written by this walk.
+                unsafe { out[n - 1].assume_init_mut() }.flags |= PY_FRAME_ENTRY;
             }
             log_visit(visit);
             frame = next;
@@ -507,7 +585,9 @@ unsafe fn walk_frames<const MODEL: u8>(
             break;
         }
         if MODEL >= INTERPRETER_313 || !checked {
-            if read::<usize>(code + ob_type) != code_type {
+            // SAFETY: `code` is plausible and is what a live frame executes,
+            // so a live object, whose `ob_type` is at the layout's offset.
+            if unsafe { read::<usize>(code + ob_type) } != code_type {
                 if MODEL >= INTERPRETER_313 {
                     visit.fate = Fate::NotCode;
                     log_visit(visit);
@@ -520,7 +600,10 @@ unsafe fn walk_frames<const MODEL: u8>(
             checked = true;
         }
         visit.fate = Fate::UsedCode;
-        visit.guard = guard(l, code);
+        // SAFETY: a live code object: its type checked above (before 3.13,
+        // the first one checked proves the layout, and a frame's code word
+        // is a code object there by construction).
+        visit.guard = unsafe { guard(l, code) };
         log_visit(visit);
         let offset = if interpreter_frames {
             let Some(offset) = instr.checked_sub(code + code_start).filter(|&o| o < 1 << 30) else {
@@ -528,7 +611,9 @@ unsafe fn walk_frames<const MODEL: u8>(
                 continue;
             };
             if let Some(at) = first_traceable_at {
-                let first_traceable: i32 = read(code + at);
+                // SAFETY: `_co_firsttraceable` of the live code object, as
+                // for the guard above.
+                let first_traceable: i32 = unsafe { read(code + at) };
                 if owner != owner_generator && (offset as i64) < first_traceable as i64 * 2 {
                     frame = next; // (4)
                     continue;
@@ -557,13 +642,15 @@ unsafe fn walk_frames<const MODEL: u8>(
     }
     if n > 0 {
         // The outermost frame was entered from C (the interpreter's main).
-        out[n - 1].assume_init_mut().flags |= PY_FRAME_ENTRY;
+        // SAFETY: `out[..n]` were written by this walk.
+        unsafe { out[n - 1].assume_init_mut() }.flags |= PY_FRAME_ENTRY;
     }
     if loggable && budget > 0 && visited > 0 && n <= PY_REPLAY_FRAMES {
         log.visited = visited;
         log.recorded = n;
         for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
-            *slot = f.assume_init();
+            // SAFETY: `out[..n]` were written by this walk.
+            *slot = unsafe { f.assume_init() };
         }
     } else {
         log.visited = 0;
@@ -575,23 +662,35 @@ unsafe fn walk_frames<const MODEL: u8>(
 /// address: its qualified-name and line-table objects, which sit on one
 /// cache line of the code object. A new code object at the same address
 /// with both the same is, for our purposes, the same code.
+///
+/// # Safety
+/// `code` is a live code object of the interpreter `l` was checked against.
 #[inline(always)]
 unsafe fn guard(l: &PyLayout, code: usize) -> u64 {
-    let name: usize = read(code + l.code_qualname.unwrap_or(l.code_name));
-    let table: usize = read(code + l.code_linetable);
+    // SAFETY: two pointer fields of the live code object at the checked
+    // layout's offsets (the contract).
+    let name: usize = unsafe { read(code + l.code_qualname.unwrap_or(l.code_name)) };
+    // SAFETY: as above.
+    let table: usize = unsafe { read(code + l.code_linetable) };
     (name as u64) ^ (table as u64).rotate_left(32)
 }
 
 /// Reads a str object (compact layout) into a String.
+///
+/// # Safety
+/// `obj` is implausible (then None) or a live str object of the
+/// interpreter `l` was checked against (a code object's name or file).
 unsafe fn read_str(l: &PyLayout, obj: usize) -> Option<String> {
     if !plausible(obj, 8) {
         return None;
     }
-    let len: isize = read(obj + l.unicode_length);
+    // SAFETY: `ob_size`-like header field of the live str (the contract).
+    let len: isize = unsafe { read(obj + l.unicode_length) };
     if !(0..=(1 << 20)).contains(&len) {
         return None;
     }
-    let state: u32 = read(obj + l.unicode_state);
+    // SAFETY: the str's `state` bit field, as above.
+    let state: u32 = unsafe { read(obj + l.unicode_state) };
     let kind = (state >> 2) & 7;
     let compact = (state >> 5) & 1 == 1;
     let ascii = (state >> 6) & 1 == 1;
@@ -600,41 +699,57 @@ unsafe fn read_str(l: &PyLayout, obj: usize) -> Option<String> {
     }
     let len = len as usize;
     if ascii {
-        let data = std::slice::from_raw_parts((obj + l.unicode_ascii_size) as *const u8, len);
+        // SAFETY: a compact ASCII str keeps its `len` bytes inline, right
+        // after the `PyASCIIObject` header; the object is live and not
+        // mutated (strs are immutable), and `len` is capped above.
+        let data = unsafe { std::slice::from_raw_parts((obj + l.unicode_ascii_size) as *const u8, len) };
         return Some(String::from_utf8_lossy(data).into_owned());
     }
     let data = obj + l.unicode_compact_size;
-    let chars: String = match kind {
-        1 => std::slice::from_raw_parts(data as *const u8, len)
-            .iter()
-            .map(|&b| b as char)
-            .collect(),
-        2 => char::decode_utf16(
-            std::slice::from_raw_parts(data as *const u16, len)
+    // SAFETY: a compact non-ASCII str keeps `len` code units of `kind`
+    // bytes (1, 2 or 4, matched below) inline after the
+    // `PyCompactUnicodeObject` header, allocated and aligned by CPython
+    // for that kind; immutable and live, `len` capped above.
+    let chars: String = unsafe {
+        match kind {
+            1 => std::slice::from_raw_parts(data as *const u8, len)
                 .iter()
-                .copied(),
-        )
-        .map(|c| c.unwrap_or('\u{fffd}'))
-        .collect(),
-        4 => std::slice::from_raw_parts(data as *const u32, len)
-            .iter()
-            .map(|&c| char::from_u32(c).unwrap_or('\u{fffd}'))
+                .map(|&b| b as char)
+                .collect(),
+            2 => char::decode_utf16(
+                std::slice::from_raw_parts(data as *const u16, len)
+                    .iter()
+                    .copied(),
+            )
+            .map(|c| c.unwrap_or('\u{fffd}'))
             .collect(),
-        _ => return None,
+            4 => std::slice::from_raw_parts(data as *const u32, len)
+                .iter()
+                .map(|&c| char::from_u32(c).unwrap_or('\u{fffd}'))
+                .collect(),
+            _ => return None,
+        }
     };
     Some(chars)
 }
 
 /// Copies a bytes object's content.
+///
+/// # Safety
+/// `obj` is implausible (then None) or a live bytes object of the
+/// interpreter `l` was checked against (a code object's line table).
 unsafe fn read_bytes(l: &PyLayout, obj: usize) -> Option<Vec<u8>> {
     if !plausible(obj, 8) {
         return None;
     }
-    let len: isize = read(obj + l.bytes_size);
+    // SAFETY: `ob_size` of the live bytes object (the contract).
+    let len: isize = unsafe { read(obj + l.bytes_size) };
     if !(0..=(1 << 24)).contains(&len) {
         return None;
     }
-    Some(std::slice::from_raw_parts((obj + l.bytes_data) as *const u8, len as usize).to_vec())
+    // SAFETY: a bytes object keeps its `ob_size` bytes inline at `ob_sval`;
+    // live and immutable, `len` capped above.
+    Some(unsafe { std::slice::from_raw_parts((obj + l.bytes_data) as *const u8, len as usize) }.to_vec())
 }
 
 /// Copies what reports need of each code object of `frames` not copied
@@ -729,6 +844,7 @@ mod tests {
             let n = unsafe { walk_frames::<INTERPRETER_314>(&l, code_type, frame(frames, 0), out, log) };
             out[..n]
                 .iter()
+                // SAFETY: the walk wrote `out[..n]`.
                 .map(|f| unsafe { f.assume_init() })
                 .map(|f| (f.code as usize, f.offset, f.flags))
                 .collect::<Vec<_>>()

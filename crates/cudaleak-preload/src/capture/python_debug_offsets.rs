@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! CPython 3.13 and later describe their own structures: `_Py_DebugOffsets`
 //! (Include/internal/pycore_debug_offsets.h), the first member of
 //! `_PyRuntime`. Here its declared layout per version, and the frame model

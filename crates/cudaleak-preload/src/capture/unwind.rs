@@ -442,7 +442,8 @@ fn fast_skipping(
     log: &mut ReplayLog,
 ) -> (usize, bool) {
     let (pc, sp, fp): (usize, usize, usize);
-    // SAFETY: reads three registers.
+    // SAFETY: copies rip, rsp and rbp into three outputs; it reads no
+    // memory, moves no stack and keeps the flags, as the options declare.
     unsafe {
         std::arch::asm!(
             "lea {pc}, [rip]",
@@ -635,9 +636,12 @@ mod tests {
             } else {
                 with_rbp_zero(&mut || recurse(10, &mut || path_b(&mut f)));
             }
+            // SAFETY: each capture wrote the first `nf`/`nr` entries it
+            // returned.
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
             let r: Vec<u64> = reference[..nr]
                 .iter()
+                // SAFETY: as above.
                 .map(|v| unsafe { v.assume_init() })
                 .collect();
             let start = f.iter().position(|a| r.contains(a)).unwrap();
@@ -710,9 +714,12 @@ mod tests {
                 nf = fast_skipping(&mut fast, (0, 0), crate::base::thread::current(), &mut log).0;
                 nr = dwarf_skipping(&mut reference, (0, 0));
             });
+            // SAFETY: each capture wrote the first `nf`/`nr` entries it
+            // returned.
             let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
             let r: Vec<u64> = reference[..nr]
                 .iter()
+                // SAFETY: as above.
                 .map(|v| unsafe { v.assume_init() })
                 .collect();
             assert!(nf >= 30, "fast unwinder stopped after {nf} frames");

@@ -271,9 +271,12 @@ fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSH
         names: Option<&'a mut [[u8; NAME_MAX]; SNAPSHOT_MAX]>,
     }
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
-        let w = &mut *(data as *mut Walk);
-        let info = &*info;
-        let Some(range) = load_range(info) else {
+        // SAFETY: `data` is the `Walk` that `list_loaded` lent
+        // dl_iterate_phdr for this call, and `info` the loader's record of
+        // one loaded object, valid while the callback runs.
+        let (w, info) = unsafe { (&mut *(data as *mut Walk), &*info) };
+        // SAFETY: `info` is what dl_iterate_phdr passed this callback.
+        let Some(range) = (unsafe { load_range(info) }) else {
             return 0;
         };
         let at = w.objects.seen % SNAPSHOT_MAX;
@@ -281,7 +284,9 @@ fn list_loaded(objects: &mut Objects, names: Option<&mut [[u8; NAME_MAX]; SNAPSH
             let slot = &mut names[at];
             slot[0] = 0;
             if !info.dlpi_name.is_null() {
-                let name = CStr::from_ptr(info.dlpi_name).to_bytes();
+                // SAFETY: the loader's name of the object, a C string while
+                // the callback runs; copied out before it returns.
+                let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
                 let k = name.len().min(NAME_MAX - 1);
                 slot[..k].copy_from_slice(&name[..k]);
                 slot[k] = 0;
@@ -323,7 +328,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let generation = crate::base::loader::loaded_generation();
     let owned = !SNAPSHOT_BUSY.swap(true, Ordering::Acquire);
     // SAFETY: the snapshot is ours while SNAPSHOT_BUSY is held (owned).
-    let snap = owned.then(|| &mut *SNAPSHOT.0.get());
+    let snap = owned.then(|| unsafe { &mut *SNAPSHOT.0.get() });
     let mut snap = snap.and_then(|s| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             list_loaded(&mut s.before, Some(&mut s.names));
@@ -331,7 +336,10 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         .ok()
         .map(|_| s)
     });
-    let result = real(handle);
+    // SAFETY: glibc's own dlclose, given the program's handle as the
+    // program passed it: the program's call meets its contract, as it
+    // would without us.
+    let result = unsafe { real(handle) };
     if crate::base::loader::loaded_generation() != generation {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match snap.as_deref_mut() {
             Some(s) => forget_unloaded_since(s),

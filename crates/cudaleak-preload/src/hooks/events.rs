@@ -355,30 +355,36 @@ pub fn array_3d_bytes_v1(desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> usize {
 
 /// The size of a multicast object, from its properties.
 pub fn multicast_bytes(prop: *const CUmulticastObjectProp) -> usize {
-    // SAFETY: the caller's properties, read before the call when given.
     if prop.is_null() {
         0
     } else {
+        // SAFETY: non-null: the properties the program passed to the
+        // call, which the driver requires to be a valid struct; read
+        // before the call, while the program's argument is live.
         unsafe { (*prop).size }
     }
 }
 
 /// The size of an external memory object, from its handle description.
 pub fn external_bytes(desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> usize {
-    // SAFETY: as above.
     if desc.is_null() {
         0
     } else {
+        // SAFETY: non-null: the description the program passed to the
+        // call, a valid struct by the driver's contract; read before the
+        // call, while the program's argument is live.
         unsafe { (*desc).size as usize }
     }
 }
 
 /// The size of a buffer mapped from external memory.
 pub fn external_buffer_bytes(desc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC) -> usize {
-    // SAFETY: as above.
     if desc.is_null() {
         0
     } else {
+        // SAFETY: non-null: the description the program passed to the
+        // call, a valid struct by the driver's contract; read before the
+        // call, while the program's argument is live.
         unsafe { (*desc).size as usize }
     }
 }
@@ -467,21 +473,25 @@ impl Event for Alloc {
             }
             return;
         }
-        // SAFETY: the call succeeded, so it wrote its out parameter.
         let key = match self.out {
+            // SAFETY: the program's non-null out parameter, which the
+            // successful call wrote; read unaligned, trusting no alignment.
             Out::Address(out) if !out.is_null() => unsafe { out.read_unaligned() },
+            // SAFETY: as above, a 32-bit out parameter.
             Out::Address32(out) if !out.is_null() => u64::from(unsafe { out.read_unaligned() }),
             Out::Key(key) if key != 0 => key,
             _ => return,
         };
         let size = match self.size {
             Size::Bytes(b) => b,
-            // SAFETY: written by the successful call.
             Size::Pitch(p, h, _) if !p.is_null() => {
+                // SAFETY: the program's non-null pitch out parameter,
+                // written by the successful call.
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(h as u64)
             }
-            // SAFETY: written by the successful call.
             Size::Pitch32(p, h, _) if !p.is_null() => {
+                // SAFETY: the program's non-null pitch out parameter,
+                // written by the successful call.
                 (unsafe { p.read_unaligned() } as u64).saturating_mul(h as u64)
             }
             Size::Pitch(..) | Size::Pitch32(..) => 0,
@@ -542,8 +552,8 @@ impl Event for Free {
         Some(Removed(tracker::remove_block(self.addr, self.accepts)))
     }
 
-    fn after(&self, _: &mut HookCx, removed: Removed, result: c_int) {
-        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS);
+    fn after(&self, cx: &mut HookCx, removed: Removed, result: c_int) {
+        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS, cx.thread);
     }
 }
 
@@ -767,15 +777,17 @@ impl Event for ContextEvent {
         if result != CUDA_SUCCESS {
             return;
         }
-        // SAFETY (the reads below): out parameters written by the
-        // successful call.
+        // The reads below: the program's non-null out parameters, written
+        // by the successful call.
         match *self {
             ContextEvent::Destroy(ctx) => tracker::teardown_context(ctx),
             ContextEvent::Attach(pctx) if !pctx.is_null() => {
+                // SAFETY: `pctx` is non-null and the call wrote the context.
                 tracker::context_attached(unsafe { pctx.read_unaligned() } as u64)
             }
             ContextEvent::Detach(ctx) => tracker::context_detached(ctx),
             ContextEvent::PrimaryRetain(pctx, dev) if !pctx.is_null() => {
+                // SAFETY: `pctx` is non-null and the call wrote the context.
                 tracker::primary_retained(dev, unsafe { pctx.read_unaligned() } as u64)
             }
             ContextEvent::PrimaryRelease(dev) => tracker::primary_released(dev),
@@ -786,10 +798,12 @@ impl Event for ContextEvent {
                 tracker::primary_reset(dev)
             }
             ContextEvent::GreenCreate(pgreen, dev) if !pgreen.is_null() => {
+                // SAFETY: `pgreen` is non-null and the call wrote the handle.
                 tracker::green_created(unsafe { pgreen.read_unaligned() } as u64, dev)
             }
             ContextEvent::GreenDestroy(green) => tracker::green_destroyed(green),
             ContextEvent::GreenContext(pctx, green) if !pctx.is_null() => {
+                // SAFETY: `pctx` is non-null and the call wrote the context.
                 tracker::green_context(green, unsafe { pctx.read_unaligned() } as u64)
             }
             ContextEvent::Attach(..)
@@ -836,7 +850,9 @@ impl Event for EntryPoint {
     }
     fn after(&self, _: &mut HookCx, _: (), result: c_int) {
         if result == CUDA_SUCCESS {
-            // SAFETY: the lookup's own arguments.
+            // SAFETY: `symbol` and `pfn` are what the program passed to the
+            // lookup that just succeeded: its C string and the out
+            // parameter the driver wrote, as `substitute_entry_point` asks.
             unsafe {
                 entry_points::substitute_entry_point(
                     self.symbol,
@@ -991,8 +1007,9 @@ impl Event for RuntimeAlloc {
         }
         let size = match self.size {
             RtSize::Bytes(b) => b as u64,
-            // SAFETY: written by the successful call.
             RtSize::Pitch(p, rows, _) if !p.is_null() => {
+                // SAFETY: the program's non-null pitch out parameter,
+                // written by the successful call.
                 unsafe { p.read_unaligned() as u64 }.saturating_mul(rows as u64)
             }
             RtSize::Pitch(..) => 0,
@@ -1062,7 +1079,7 @@ impl Event for RuntimeFree {
         }
         // The runtime released without a driver call we saw.
         let removed = tracker::remove_block(self.addr, self.accepts);
-        tracker::finish_release(self.addr, removed, result == CUDA_SUCCESS);
+        tracker::finish_release(self.addr, removed, result == CUDA_SUCCESS, cx.thread);
     }
 }
 

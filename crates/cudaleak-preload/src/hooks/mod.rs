@@ -68,7 +68,11 @@ macro_rules! hook_body {
             let Some(real) = crate::hooks::resolve::global::real::<Real>(HookId::$name) else {
                 return crate::hooks::resolve::global::missing_result(HookId::$name);
             };
-            crate::hooks::events::intercept(Layer::Driver, || $event, || real($($arg),*))
+            // SAFETY: `real` is the next definition of this very symbol
+            // (the loader's, by name), so it has the hooked signature, and
+            // it gets the program's own arguments unchanged: the program's
+            // call meets its contract, as it would without us.
+            crate::hooks::events::intercept(Layer::Driver, || $event, || unsafe { real($($arg),*) })
         }
     };
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
@@ -80,7 +84,10 @@ macro_rules! hook_body {
             }
             // SAFETY: a function of the hooked signature, from the loader.
             let real = unsafe { std::mem::transmute::<usize, Real>(real) };
-            crate::hooks::events::intercept(Layer::Runtime, || $event, || real($($arg),*))
+            // SAFETY: the real function of this name in the calling object's
+            // scope, called with the program's own arguments unchanged: the
+            // program's call meets its contract, as it would without us.
+            crate::hooks::events::intercept(Layer::Runtime, || $event, || unsafe { real($($arg),*) })
         }
     };
 }
@@ -190,7 +197,10 @@ macro_rules! hook_export {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             let real = crate::hooks::resolve::scope::cudaleak_enter_runtime(0, HookId::$name as u32);
-            super::bodies::$name(real, $($arg),*)
+            // SAFETY: the body's contract is the hooked function's, with
+            // the real function (or 0) first: the program's arguments pass
+            // through unchanged.
+            unsafe { super::bodies::$name(real, $($arg),*) }
         }
     };
 }

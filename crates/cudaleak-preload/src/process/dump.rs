@@ -113,7 +113,7 @@ pub fn hostname() -> String {
 }
 
 pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
-    // SAFETY: plain system calls.
+    // SAFETY: getpid and getppid take no argument, cannot fail and touch no memory.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
     DumpMeta {
         trigger: req.trigger,
@@ -242,7 +242,7 @@ pub fn with_state<R>(timeout: Option<Duration>, f: impl FnOnce(&mut DumpState) -
 static FINAL_WRITTEN_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 fn this_pid() -> i32 {
-    // SAFETY: plain system call.
+    // SAFETY: getpid takes no argument, cannot fail and touches no memory.
     unsafe { libc::getpid() }
 }
 
@@ -405,7 +405,7 @@ fn write_timeline(state: &DumpState) {
     let name = ReportName {
         hostname: hostname(),
         rank: settings::rank(),
-        // SAFETY: plain system call.
+        // SAFETY: getpid takes no argument, cannot fail and touches no memory.
         pid: unsafe { libc::getpid() } as i64,
         instance: instance(),
         sequence: 0,

@@ -124,7 +124,8 @@ fn now_us() -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out pointer.
+    // SAFETY: `ts` is a live local that clock_gettime only writes; an
+    // unknown clock fails with EINVAL, handled below.
     if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
         return 0;
     }

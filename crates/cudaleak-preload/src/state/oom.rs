@@ -122,7 +122,8 @@ fn clock_ms(clock: libc::clockid_t) -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out pointer.
+    // SAFETY: `ts` is a live local that clock_gettime only writes; an
+    // unknown clock fails with EINVAL, handled below.
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return 0;
     }
@@ -307,8 +308,12 @@ pub fn lock_for_fork() {
 /// # Safety
 /// After [`lock_for_fork`] on this thread.
 pub unsafe fn unlock_after_fork() {
-    PENDING.raw_unlock();
-    LOG.raw_unlock();
+    // SAFETY: the caller ran `lock_for_fork` on this thread, which took
+    // both; each is released once, in reverse order.
+    unsafe {
+        PENDING.raw_unlock();
+        LOG.raw_unlock();
+    }
 }
 
 /// pthread_atfork child: the child's episodes are its own.
@@ -316,12 +321,18 @@ pub unsafe fn unlock_after_fork() {
 /// # Safety
 /// After [`lock_for_fork`], in the single-threaded child.
 pub unsafe fn reset_in_child_and_unlock() {
-    *PENDING.get_unchecked() = Vec::new();
-    let log = LOG.get_unchecked();
-    log.episodes = Vec::new();
-    log.reports_taken = 0;
-    PENDING.raw_unlock();
-    LOG.raw_unlock();
+    // SAFETY: the caller ran `lock_for_fork` before `fork` on the thread
+    // that is now the child's only one: it holds both locks and no other
+    // thread exists, so their values may be reached without a guard; each
+    // is released once, after its last use.
+    unsafe {
+        *PENDING.get_unchecked() = Vec::new();
+        let log = LOG.get_unchecked();
+        log.episodes = Vec::new();
+        log.reports_taken = 0;
+        PENDING.raw_unlock();
+        LOG.raw_unlock();
+    }
 }
 
 #[cfg(test)]

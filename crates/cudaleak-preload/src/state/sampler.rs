@@ -49,7 +49,7 @@ const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
 
 fn with_sampler<R>(period: Duration, f: impl FnOnce(&mut Sampler) -> R) -> Option<R> {
     let mut guard = SAMPLER.lock_for(LOCK_TIMEOUT)?;
-    // SAFETY: plain system call.
+    // SAFETY: getpid takes no argument, cannot fail and touches no memory.
     let pid = unsafe { libc::getpid() };
     if guard.as_ref().is_none_or(|s| s.pid != pid) {
         *guard = Some(Sampler {

@@ -13,7 +13,7 @@ use cudaleak_core::base::lock::FutexMutex;
 use cudaleak_core::config::Config;
 use cudaleak_core::record::depot::Depot;
 use cudaleak_core::record::live_map::{AddrHash, LiveMap, MapCounts};
-use cudaleak_core::record::site_counters::SiteCounters;
+use cudaleak_core::record::site_counters::{SiteCounters, NO_DELTA_SLOT};
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -134,18 +134,42 @@ pub fn note_internal_error() {
 }
 
 /// Live and peak bytes count memory, not reserved address space. The call
-/// site is told the peak before the block counts (`site_counters.rs`).
-fn add_bytes(b: &Block) {
+/// site is told the peak before the block counts (`site_counters.rs`),
+/// through the thread's delta slot.
+#[inline]
+fn add_bytes(b: &Block, thread: &ThreadState) {
     if !b.kind().counts_in_live_bytes() {
         return;
     }
     let n = b.size();
     let peak = PEAK_BYTES.load(Ordering::Relaxed);
-    SITES.add(b.trace, n, peak);
+    SITES.add_from(delta_slot(thread), b.trace, n, peak);
     let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
     if now > peak {
         new_peak(now);
     }
+}
+
+/// The calling thread's delta slot in [`SITES`], claimed at its first
+/// counted block. `site_delta` holds the slot plus one, so that 0 means
+/// not yet; a thread that found none holds `NO_DELTA_SLOT`, which reads
+/// back as a number past the slots: the sites' words directly.
+#[inline(always)]
+fn delta_slot(thread: &ThreadState) -> u16 {
+    match thread.site_delta.get() {
+        0 => claim_delta_slot(thread),
+        n => n - 1,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim_delta_slot(thread: &ThreadState) -> u16 {
+    let slot = SITES.claim_delta_slot();
+    thread
+        .site_delta
+        .set(if slot == NO_DELTA_SLOT { slot } else { slot + 1 });
+    slot
 }
 
 /// Live bytes went past the peak: only while memory grows, never in a
@@ -165,16 +189,30 @@ fn coarse_now_ms() -> i64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out pointer.
+    // SAFETY: `ts` is a live local that clock_gettime only writes; an
+    // unknown clock fails with EINVAL, handled below.
     if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
         return 0;
     }
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
+/// A block gone, on a path that has no thread state at hand (teardowns,
+/// handles): straight to its site's word.
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
         SITES.sub(b.trace, b.size(), PEAK_BYTES.load(Ordering::Relaxed));
+        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+    }
+}
+
+/// A block freed by the calling thread: through its delta slot, which
+/// holds the change when the block's site is the thread's current one.
+#[inline]
+fn sub_bytes_from(b: &Block, thread: &ThreadState) {
+    if b.kind().counts_in_live_bytes() {
+        let peak = PEAK_BYTES.load(Ordering::Relaxed);
+        SITES.sub_from(delta_slot(thread), b.trace, b.size(), peak);
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
@@ -230,9 +268,9 @@ pub fn record_allocation(
         &LIVE
     };
     if let Some(old) = map.insert(key, block) {
-        sub_bytes(&old);
+        sub_bytes_from(&old, thread);
     }
-    add_bytes(&block);
+    add_bytes(&block, thread);
 }
 
 /// Which blocks a release call takes: blocks of its memory kinds, and
@@ -267,7 +305,7 @@ pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
     LIVE.remove_if(addr, |b| accepts.accepts(b))
 }
 
-pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
+pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread: &ThreadState) {
     match removed {
         Some(b) if succeeded => {
             crate::state::event_ring::record(
@@ -277,7 +315,7 @@ pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool) {
                 b.trace,
                 b.device(),
             );
-            sub_bytes(&b);
+            sub_bytes_from(&b, thread);
         }
         Some(b) => LIVE.restore(addr, b),
         None => {
@@ -852,16 +890,21 @@ pub fn lock_all_for_fork() {
 /// # Safety
 /// After [`lock_all_for_fork`] on this thread.
 pub unsafe fn unlock_all_after_fork() {
-    GREEN_INSERT.raw_unlock();
-    ATTACHES.raw_unlock();
-    TORN_DOWN.raw_unlock();
-    HANDLES.unlock_all();
-    LIVE.unlock_all();
-    crate::capture::python::CODES.unlock_after_fork();
-    DEPOT.unlock_after_fork();
-    CONTEXT_INSERT.raw_unlock();
-    VMM.raw_unlock();
-    SNAPSHOT_LOCK.raw_unlock();
+    // SAFETY: the caller ran `lock_all_for_fork` on this thread, which took
+    // each of these locks once; they are released once each, in reverse
+    // order.
+    unsafe {
+        GREEN_INSERT.raw_unlock();
+        ATTACHES.raw_unlock();
+        TORN_DOWN.raw_unlock();
+        HANDLES.unlock_all();
+        LIVE.unlock_all();
+        crate::capture::python::CODES.unlock_after_fork();
+        DEPOT.unlock_after_fork();
+        CONTEXT_INSERT.raw_unlock();
+        VMM.raw_unlock();
+        SNAPSHOT_LOCK.raw_unlock();
+    }
 }
 
 /// pthread_atfork child: the child tracks only its own blocks, from zero.
@@ -870,22 +913,29 @@ pub unsafe fn unlock_all_after_fork() {
 /// # Safety
 /// After [`lock_all_for_fork`], in the single-threaded child.
 pub unsafe fn reset_in_child_and_unlock() {
-    GREEN_INSERT.raw_unlock();
-    ATTACHES.raw_unlock();
-    let torn = TORN_DOWN.get_unchecked();
-    *torn = Vec::new();
-    TORN_DOWN.raw_unlock();
-    HANDLES.reset_locked_and_unlock();
-    LIVE.reset_locked_and_unlock();
-    crate::capture::python::CODES.unlock_after_fork();
-    DEPOT.unlock_after_fork();
-    CONTEXT_INSERT.raw_unlock();
-    let vmm = VMM.get_unchecked();
-    vmm.mappings = BTreeMap::new();
-    vmm.handles = HashMap::with_hasher(AddrHash);
-    vmm.binds = Vec::new();
-    VMM.raw_unlock();
-    SNAPSHOT_LOCK.raw_unlock();
+    // SAFETY: the caller ran `lock_all_for_fork` before `fork` on the thread
+    // that is now the child's only one, so this thread holds every lock
+    // below and no other thread can use them: each lock's value may be
+    // reached without a guard while held (`get_unchecked`), and each lock
+    // is released once, in reverse order, its reference unused after.
+    unsafe {
+        GREEN_INSERT.raw_unlock();
+        ATTACHES.raw_unlock();
+        let torn = TORN_DOWN.get_unchecked();
+        *torn = Vec::new();
+        TORN_DOWN.raw_unlock();
+        HANDLES.reset_locked_and_unlock();
+        LIVE.reset_locked_and_unlock();
+        crate::capture::python::CODES.unlock_after_fork();
+        DEPOT.unlock_after_fork();
+        CONTEXT_INSERT.raw_unlock();
+        let vmm = VMM.get_unchecked();
+        vmm.mappings = BTreeMap::new();
+        vmm.handles = HashMap::with_hasher(AddrHash);
+        vmm.binds = Vec::new();
+        VMM.raw_unlock();
+        SNAPSHOT_LOCK.raw_unlock();
+    }
     SITES.reset();
     for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
         c.store(0, Ordering::Relaxed);

@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! Entry points: after a `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`
 //! lookup, the hook is handed out in place of a function we wrap (the
 //! `EntryPoint` event, `events.rs`), when the driver gives the same

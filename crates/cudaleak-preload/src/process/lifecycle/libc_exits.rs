@@ -1,3 +1,4 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! The C library's ways out, wrapped: `exit`, `_exit`/`_Exit`, the status
 //! `main` returns (`__libc_start_main`), and the ways out that run no
 //! destructor of ours: `kill`/`raise` to ourselves, `exec`.

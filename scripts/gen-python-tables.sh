@@ -1,0 +1,13 @@
+#!/bin/sh
+# Writes python/cudaleak/_tables.py, the Python module's copy of the
+# tables it shares with the command (the units of parse_size and
+# format_size, the noise frames), from the Rust tables themselves
+# (cudaleak_core::base::units, cudaleak_core::report::render). tests/python.rs renders
+# the same text and fails when the file differs (issue 27).
+#
+#     scripts/gen-python-tables.sh
+set -eu
+cd "$(dirname "$0")/.."
+CUDALEAK_WRITE_PYTHON_TABLES=1 cargo test --release --test python -- --exact \
+    the_python_tables_are_generated_from_the_rust_ones
+echo "wrote python/cudaleak/_tables.py"
