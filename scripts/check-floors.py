@@ -18,9 +18,14 @@ Two checks, at every level:
    circle is printed with the names that tie it.
 2. Declared floors: when a crate's lib.rs (or main.rs) lists its floors in
    its top doc comment, one line per floor, bottom up, as
-       //! 3. per-thread state: `thread`
+       //! 3. stack capture: `capture`
    every module is on exactly one floor, and none uses a module on a
-   higher floor (modules on one floor may use each other one way).
+   higher floor (modules on one floor may use each other one way). A
+   module that is a folder lists the floors of its own modules the same
+   way, in its mod.rs (or NAME.rs), and is checked the same way; in a
+   crate that declares floors, every folder module of two modules or more
+   must (issue 27: the floors are the folders, and each folder says how
+   its files stand).
 
 Names a macro receives as tokens and pastes elsewhere (a table of items
 handed to a macro) are not uses of the module holding the table; a crate
@@ -205,20 +210,34 @@ def circles(graph):
     return found
 
 
+def floors_in(path):
+    """{module: [floors]} from the floor lines of one file's doc comment;
+    {} if it has none."""
+    floors = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = FLOOR_LINE.match(line.rstrip("\n"))
+            if m:
+                for name in re.findall(r"`(" + NAME + r")`", m.group(2)):
+                    floors.setdefault(name, []).append(int(m.group(1)))
+    return floors
+
+
 def declared_floors(src):
     """{module: [floors]} from the crate root's doc comment; {} if none."""
     for root in ("lib.rs", "main.rs"):
         path = os.path.join(src, root)
-        if not os.path.exists(path):
-            continue
-        floors = {}
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                m = FLOOR_LINE.match(line.rstrip("\n"))
-                if m:
-                    for name in re.findall(r"`(" + NAME + r")`", m.group(2)):
-                        floors.setdefault(name, []).append(int(m.group(1)))
-        return floors
+        if os.path.exists(path):
+            return floors_in(path)
+    return {}
+
+
+def folder_floors(folder):
+    """{module: [floors]} declared by a folder module's own file (NAME/mod.rs
+    or NAME.rs beside the folder); {} if none."""
+    for path in (os.path.join(folder, "mod.rs"), folder.rstrip(os.sep) + ".rs"):
+        if os.path.exists(path):
+            return floors_in(path)
     return {}
 
 
@@ -251,24 +270,27 @@ def floor_problems(where, mods, graph, floors):
     return problems
 
 
-def check_folder(folder, parent_path, floors):
+def check_folder(folder, parent_path, floors, floors_required):
     """Problems among the modules of `folder`, then inside each module
-    that is a folder itself."""
+    that is a folder itself (with the floors its own file declares)."""
     mods = modules_in(folder)
     graph = uses_of(mods, parent_path)
     problems = circle_problems(folder, graph)
     if floors:
         problems += floor_problems(folder, mods, graph, floors)
+    elif floors_required and len(mods) > 1:
+        problems.append(f"{folder}: a folder of {len(mods)} modules lists no floors in its mod.rs")
     for name in sorted(mods):
         sub = os.path.join(folder, name)
         if os.path.isdir(sub):
-            problems += check_folder(sub, parent_path + "::" + name, {})
+            problems += check_folder(sub, parent_path + "::" + name, folder_floors(sub), floors_required)
     return problems
 
 
 def check(src):
     """Problems found in one crate's src directory, as lines."""
-    return check_folder(src, "crate", declared_floors(src))
+    floors = declared_floors(src)
+    return check_folder(src, "crate", floors, bool(floors))
 
 
 def main(argv):

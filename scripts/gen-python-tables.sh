@@ -2,7 +2,7 @@
 # Writes python/cudaleak/_tables.py, the Python module's copy of the
 # tables it shares with the command (the units of parse_size and
 # format_size, the noise frames), from the Rust tables themselves
-# (cudaleak_core::units, cudaleak_core::render). tests/python.rs renders
+# (cudaleak_core::base::units, cudaleak_core::report::render). tests/python.rs renders
 # the same text and fails when the file differs (issue 27).
 #
 #     scripts/gen-python-tables.sh

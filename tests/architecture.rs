@@ -35,14 +35,14 @@ fn a_renamed_function_or_a_moved_file_fails_the_check() {
     let original = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
     for (from, to, expected) in [
         (
-            "resolve.rs:cudaleak_enter_runtime",
-            "resolve.rs:cudaleak_enter_runtime_renamed",
+            "scope.rs:cudaleak_enter_runtime",
+            "scope.rs:cudaleak_enter_runtime_renamed",
             "cudaleak_enter_runtime_renamed: not defined there",
         ),
         (
-            "crates/cudaleak-preload/src/tracker.rs:record_allocation",
             "crates/cudaleak-preload/src/state/tracker.rs:record_allocation",
-            "state/tracker.rs: no such file",
+            "crates/cudaleak-preload/src/tracker.rs:record_allocation",
+            "src/tracker.rs: no such file",
         ),
     ] {
         assert!(original.contains(from), "{from}");

@@ -57,22 +57,126 @@ fn the_preload_crate_declares_every_module_on_a_floor() {
     // module missing from it must fail, so the list is read.
     let src = repo().join("crates/cudaleak-preload/src");
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    assert!(lib.contains("`state`"), "lib.rs lists the floor `state`");
     let copy = fake_crate(
         "declared",
         &[
-            ("lib.rs", &lib.replace("`tracker`", "`tracked`")),
-            ("tracker.rs", "use crate::capture::Stack;\n"),
-            ("capture.rs", "pub struct Stack;\n"),
+            ("lib.rs", &lib.replace("`state`", "`stated`")),
+            ("state/mod.rs", "//! 1. all: `tracker`\npub mod tracker;\n"),
+            ("state/tracker.rs", "use crate::capture::Stack;\n"),
+            ("capture/mod.rs", "pub struct Stack;\n"),
         ],
     );
     let out = check(&[&copy]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("module `tracker` is on no floor"), "{said}");
+    assert!(said.contains("module `state` is on no floor"), "{said}");
     assert!(
-        said.contains("the floors name `tracked`, which is no module"),
+        said.contains("the floors name `stated`, which is no module"),
         "{said}"
     );
+}
+
+/// A copy of one of this repository's crates' src/, with `edits` applied
+/// (file, text appended).
+fn copy_of_crate(name: &str, krate: &str, edits: &[(&str, &str)]) -> PathBuf {
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("cudaleak-floors-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(&repo().join("crates").join(krate).join("src"), &dir);
+    for (file, line) in edits {
+        let path = dir.join(file);
+        let mut body = std::fs::read_to_string(&path).unwrap();
+        body.push_str(line);
+        std::fs::write(path, body).unwrap();
+    }
+    dir
+}
+
+/// The floors are the folders (issue 27): in a copy of the real crates, a
+/// folder that reaches up to a higher folder fails, and so does a file
+/// that reaches up a floor its folder's mod.rs declares.
+#[test]
+fn the_folders_of_the_real_crates_are_floors() {
+    for (krate, file, planted, expected) in [
+        (
+            "cudaleak-preload",
+            "capture/unwind.rs",
+            "fn planted() { crate::state::tracker::nothing() }\n",
+            "`capture` (floor 3) reaches up to `state` (floor 4): tracker",
+        ),
+        (
+            "cudaleak-preload",
+            "state/event_ring.rs",
+            "fn planted() { super::oom::nothing() }\n",
+            "`event_ring` (floor 1) reaches up to `oom` (floor 3): nothing",
+        ),
+        (
+            "cudaleak-core",
+            "record/live_map.rs",
+            "fn planted() { crate::report::render::nothing() }\n",
+            "`record` (floor 2) reaches up to `report` (floor 3): render",
+        ),
+        (
+            "cudaleak-core",
+            "record/linetable.rs",
+            "fn planted() { crate::record::depot::nothing() }\n",
+            "`linetable` (floor 1) reaches up to `depot` (floor 3): nothing",
+        ),
+    ] {
+        let clean = copy_of_crate("clean", krate, &[]);
+        let out = check(&[&clean]);
+        assert!(out.status.success(), "{krate}: {}", text(&out));
+        let dir = copy_of_crate("planted", krate, &[(file, planted)]);
+        let out = check(&[&dir]);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{krate} {file}: {said}");
+        assert!(said.contains(expected), "{krate} {file}: {said}");
+    }
+}
+
+/// In a crate that declares floors, a folder of modules must declare its
+/// own: the order of its files is part of the map.
+#[test]
+fn a_folder_without_floors_fails_in_a_crate_with_floors() {
+    let lib = "//! 1. bottom: `low`\n//! 2. top: `high`\n\nmod high;\nmod low;\n";
+    fails_with(
+        "folder-floors",
+        &[
+            ("lib.rs", lib),
+            ("high.rs", "pub fn g() { crate::low::one::f() }\n"),
+            ("low/mod.rs", "//! The low floor.\npub mod one;\npub mod two;\n"),
+            ("low/one.rs", "pub fn f() {}\n"),
+            ("low/two.rs", "pub fn h() {}\n"),
+        ],
+        "a folder of 2 modules lists no floors in its mod.rs",
+    );
+    let declared = fake_crate(
+        "folder-floors-declared",
+        &[
+            ("lib.rs", lib),
+            ("high.rs", "pub fn g() { crate::low::one::f() }\n"),
+            (
+                "low/mod.rs",
+                "//! 1. one: `one`\n//! 2. two: `two`\npub mod one;\npub mod two;\n",
+            ),
+            ("low/one.rs", "pub fn f() {}\n"),
+            ("low/two.rs", "pub fn h() { super::one::f() }\n"),
+        ],
+    );
+    let out = check(&[&declared]);
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 #[test]

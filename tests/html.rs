@@ -933,7 +933,7 @@ fn is_machinery(name: &str) -> bool {
         offset: None,
         build_id: None,
     };
-    cudaleak_core::render::is_noise(&f)
+    cudaleak_core::report::render::is_noise(&f)
 }
 
 /// Issue 26: the page of a Python program with 60 leaking call sites,

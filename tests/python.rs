@@ -766,8 +766,8 @@ fn no_leaks_takes_the_same_options() {
 /// `parse_size` and `format_size` and the noise frames, which the module
 /// once wrote out again by hand (issue 27).
 fn python_tables() -> String {
-    use cudaleak_core::render::{NOISE_MODULES, NOISE_PREFIXES};
-    use cudaleak_core::units::{BINARY_UNITS, SIZE_UNITS};
+    use cudaleak_core::base::units::{BINARY_UNITS, SIZE_UNITS};
+    use cudaleak_core::report::render::{NOISE_MODULES, NOISE_PREFIXES};
     // A Rust string literal of these tables is a Python one: plain ASCII,
     // no quote, no backslash.
     let quote = |s: &str| {
@@ -791,18 +791,18 @@ fn python_tables() -> String {
          parse_size, format_size and the frames left out of a failure's text\n\
          agree with cudaleak's own.\"\"\"\n\n",
     );
-    out += "# cudaleak_core::units::BINARY_UNITS: format_size's units above 1 KiB.\n";
+    out += "# cudaleak_core::base::units::BINARY_UNITS: format_size's units above 1 KiB.\n";
     out += &format!("BINARY_UNITS = {}", tuple(&BINARY_UNITS));
-    out += "\n# cudaleak_core::units::SIZE_UNITS: the units parse_size takes (lower\n\
+    out += "\n# cudaleak_core::base::units::SIZE_UNITS: the units parse_size takes (lower\n\
             # case) and the bytes of each.\nSIZE_UNITS = {\n";
     for (unit, bytes) in SIZE_UNITS {
         out += &format!("    {}: {bytes},\n", quote(unit));
     }
     out += "}\n";
-    out += "\n# cudaleak_core::render::NOISE_PREFIXES: functions that are machinery,\n\
+    out += "\n# cudaleak_core::report::render::NOISE_PREFIXES: functions that are machinery,\n\
             # not the program (program start, the interpreter, foreign calls).\n";
     out += &format!("NOISE_PREFIXES = {}", tuple(NOISE_PREFIXES));
-    out += "\n# cudaleak_core::render::NOISE_MODULES: module files that are\n\
+    out += "\n# cudaleak_core::report::render::NOISE_MODULES: module files that are\n\
             # foreign-call machinery as a whole.\n";
     out += &format!("NOISE_MODULES = {}", tuple(NOISE_MODULES));
     out
@@ -831,9 +831,9 @@ fn the_python_tables_are_generated_from_the_rust_ones() {
 /// render::is_noise): one table is not enough if the code around it drifts.
 #[test]
 fn the_module_sizes_and_noise_agree_with_the_command() {
-    use cudaleak_core::render::is_noise;
+    use cudaleak_core::base::units::{parse_size, size_exact};
+    use cudaleak_core::report::render::is_noise;
     use cudaleak_core::report::NativeFrame;
-    use cudaleak_core::units::{parse_size, size_exact};
     let texts = [
         "4096",
         "1 MiB",

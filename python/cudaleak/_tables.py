@@ -4,7 +4,7 @@
 parse_size, format_size and the frames left out of a failure's text
 agree with cudaleak's own."""
 
-# cudaleak_core::units::BINARY_UNITS: format_size's units above 1 KiB.
+# cudaleak_core::base::units::BINARY_UNITS: format_size's units above 1 KiB.
 BINARY_UNITS = (
     "KiB",
     "MiB",
@@ -14,7 +14,7 @@ BINARY_UNITS = (
     "EiB",
 )
 
-# cudaleak_core::units::SIZE_UNITS: the units parse_size takes (lower
+# cudaleak_core::base::units::SIZE_UNITS: the units parse_size takes (lower
 # case) and the bytes of each.
 SIZE_UNITS = {
     "": 1,
@@ -35,7 +35,7 @@ SIZE_UNITS = {
     "tb": 1000000000000,
 }
 
-# cudaleak_core::render::NOISE_PREFIXES: functions that are machinery,
+# cudaleak_core::report::render::NOISE_PREFIXES: functions that are machinery,
 # not the program (program start, the interpreter, foreign calls).
 NOISE_PREFIXES = (
     "_start",
@@ -76,7 +76,7 @@ NOISE_PREFIXES = (
     "PyCFuncPtr_call",
 )
 
-# cudaleak_core::render::NOISE_MODULES: module files that are
+# cudaleak_core::report::render::NOISE_MODULES: module files that are
 # foreign-call machinery as a whole.
 NOISE_MODULES = (
     "libffi.so",

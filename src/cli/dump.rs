@@ -6,7 +6,7 @@
 
 use super::CliResult;
 use cudaleak_core::config::var;
-use cudaleak_core::render::{self, escape, TextOptions};
+use cudaleak_core::report::render::{self, escape, TextOptions};
 use cudaleak_core::report::Report;
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -152,7 +152,7 @@ fn file_build_id(path: &Path) -> Option<String> {
         let mut notes = vec![0u8; size as usize];
         f.seek(SeekFrom::Start(offset)).ok()?;
         f.read_exact(&mut notes).ok()?;
-        if let Some(id) = cudaleak_core::module_location::build_id_in_notes(&notes) {
+        if let Some(id) = cudaleak_core::symbolize::module_location::build_id_in_notes(&notes) {
             return Some(id);
         }
     }

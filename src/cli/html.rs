@@ -5,12 +5,12 @@
 //! a report (function names, file paths, Python source names) can end that
 //! element or start markup: see [`embed_json`].
 
+use cudaleak_core::base::units::{count, size_delta, size_exact};
 use cudaleak_core::combine::{self, GroupDelta, GroupKey, RankView};
-use cudaleak_core::python::PythonFrame;
+use cudaleak_core::record::python::PythonFrame;
 use cudaleak_core::report::{
     Group, MergedFrame, NativeFrame, Report, SampledTimeline, TimelineSample, Trend,
 };
-use cudaleak_core::units::{count, size_delta, size_exact};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ pub struct PageFrame {
     loc: Option<String>,
     python: bool,
     /// machinery the text report hides by default (program start, the
-    /// interpreter, ctypes/libffi): [`cudaleak_core::render::is_noise`],
+    /// interpreter, ctypes/libffi): [`cudaleak_core::report::render::is_noise`],
     /// so that the page folds exactly what the text report folds (issue 26)
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     noise: bool,
@@ -208,7 +208,7 @@ fn choose_sites(rows: &[SiteRow], total: &[u64]) -> Vec<(usize, Vec<&'static str
 }
 
 /// The drawn series of `rows`, labelled so that they tell apart
-/// ([`cudaleak_core::render::group_labels`]), with "other" for the rest.
+/// ([`cudaleak_core::report::render::group_labels`]), with "other" for the rest.
 fn chosen_series(
     rows: &[SiteRow],
     total: &[u64],
@@ -223,7 +223,7 @@ fn chosen_series(
     let mut labels: Vec<String> = groups.iter().map(|g| site_label(g)).collect();
     let twins = labels.iter().enumerate().any(|(i, l)| labels[..i].contains(l));
     if twins {
-        labels = cudaleak_core::render::group_labels(&groups);
+        labels = cudaleak_core::report::render::group_labels(&groups);
     }
     let mut series: Vec<Series> = chosen
         .iter()
@@ -354,10 +354,10 @@ fn native_frame(f: &NativeFrame) -> PageFrame {
         _ => f.module.as_ref().map(|m| format!("{m} {}", f.address)),
     };
     PageFrame {
-        name: cudaleak_core::render::native_label(f),
+        name: cudaleak_core::report::render::native_label(f),
         loc,
         python: false,
-        noise: cudaleak_core::render::is_noise(f),
+        noise: cudaleak_core::report::render::is_noise(f),
     }
 }
 
@@ -384,7 +384,7 @@ impl FrameTable {
     fn intern(&mut self, mut f: PageFrame) -> u32 {
         // Names capped as in every rendering (issue 23: a 50 MB name).
         let cap = |s: &mut String| {
-            if let std::borrow::Cow::Owned(c) = cudaleak_core::render::cap_name(s) {
+            if let std::borrow::Cow::Owned(c) = cudaleak_core::report::render::cap_name(s) {
                 *s = c;
             }
         };
@@ -641,7 +641,11 @@ fn dump_marks(all: &[(PathBuf, Report)]) -> Vec<Mark> {
 }
 
 fn site_label(g: &Group) -> String {
-    format!("{} at {}", g.api, cudaleak_core::render::top_frame_label(g))
+    format!(
+        "{} at {}",
+        g.api,
+        cudaleak_core::report::render::top_frame_label(g)
+    )
 }
 
 /// The timeline a report carries (`CUDALEAK_TIMELINE`): one point per
@@ -694,7 +698,7 @@ fn timeline_from_samples(
                     .then(|| {
                         format!(
                             "partial: only where it was among the {} largest at a sample",
-                            cudaleak_core::site_timeline::SITES_PER_SAMPLE
+                            cudaleak_core::timeline::site_timeline::SITES_PER_SAMPLE
                         )
                     }),
             ),
@@ -908,7 +912,7 @@ pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks:
         frames: table.frames,
         oom,
         peak,
-        pytorch_hint: pytorch.then_some(cudaleak_core::render::PYTORCH_CACHE_HINT),
+        pytorch_hint: pytorch.then_some(cudaleak_core::report::render::PYTORCH_CACHE_HINT),
         full_stacks,
         ..page_base()
     };
@@ -1009,7 +1013,7 @@ pub fn merge_page(dir: &std::path::Path, processes: usize, view: &RankView, merg
 fn page_base() -> Page {
     Page {
         generator: format!("cudaleak {}", env!("CARGO_PKG_VERSION")),
-        pytorch_note: cudaleak_core::render::PYTORCH_CACHE_NOTE,
+        pytorch_note: cudaleak_core::report::render::PYTORCH_CACHE_NOTE,
         ..Page::default()
     }
 }

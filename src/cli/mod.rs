@@ -55,7 +55,7 @@ fn python_package_candidates(bin_dir: &std::path::Path) -> Vec<PathBuf> {
 /// site-packages, only maturin's `cudaleak.pth` naming the clone's
 /// python/ directory, where the build put the library.
 fn editable_package_dirs(site: &std::path::Path) -> impl Iterator<Item = PathBuf> {
-    cudaleak_core::safe_read::read_regular_text(&site.join("cudaleak.pth"), 64 * 1024)
+    cudaleak_core::base::safe_read::read_regular_text(&site.join("cudaleak.pth"), 64 * 1024)
         .unwrap_or_default()
         .lines()
         .map(str::trim)

@@ -3,12 +3,12 @@
 
 use super::CliResult;
 use crate::{Format, ViewArgs};
+use cudaleak_core::base::units::{count, size_delta, size_exact};
 use cudaleak_core::combine::{self, Change};
-use cudaleak_core::offline_symbolize::OfflineSymbolizer;
-use cudaleak_core::render::{self, escape, TextOptions};
+use cudaleak_core::report::render::{self, escape, TextOptions};
 use cudaleak_core::report::{saturating_sum, Group, Report, MAX_REPORT_BYTES};
+use cudaleak_core::symbolize::offline::OfflineSymbolizer;
 use cudaleak_core::timeline::Timeline;
-use cudaleak_core::units::{count, size_delta, size_exact};
 use std::path::{Path, PathBuf};
 
 fn is_report_name(name: &str) -> bool {
@@ -271,7 +271,7 @@ fn timeline(paths: &[PathBuf], view: &ViewArgs) -> Option<CliResult> {
     let mut out = String::new();
     for p in paths {
         let shown = escape(&p.display().to_string()).into_owned();
-        let text = match cudaleak_core::safe_read::read_regular_text(p, MAX_REPORT_BYTES) {
+        let text = match cudaleak_core::base::safe_read::read_regular_text(p, MAX_REPORT_BYTES) {
             Ok(t) => t,
             Err(e) => return Some(Err(format!("{shown}: {e}"))),
         };
@@ -284,7 +284,7 @@ fn timeline(paths: &[PathBuf], view: &ViewArgs) -> Option<CliResult> {
                 Ok(s) => out.push_str(&(s + "\n")),
                 Err(e) => return Some(Err(e.to_string())),
             },
-            Format::Text => out.push_str(&cudaleak_core::timeline_render::timeline_text(
+            Format::Text => out.push_str(&cudaleak_core::timeline::render::timeline_text(
                 &t,
                 Some(&p.display().to_string()),
                 view.top.unwrap_or(20),

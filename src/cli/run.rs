@@ -3,16 +3,16 @@
 //! over every report they wrote.
 
 use super::{find_library, CliResult, LEAK_EXIT_STATUS, MISSING_REPORT_EXIT_STATUS};
+use cudaleak_core::base::safe_read;
+use cudaleak_core::base::units::{count, size_exact};
 use cudaleak_core::combine;
 use cudaleak_core::config::var;
-use cudaleak_core::render::{self, escape};
+use cudaleak_core::report::render::{self, escape};
+use cudaleak_core::report::suppress::Suppressions;
 use cudaleak_core::report::{
     saturating_sum, Report, Trigger, RUN_CHANNEL_ENV, RUN_CHANNEL_FAILED, RUN_CHANNEL_FINAL,
     RUN_CHANNEL_START, RUN_ID_ENV, RUN_MARKER_PREFIX,
 };
-use cudaleak_core::safe_read;
-use cudaleak_core::suppress::Suppressions;
-use cudaleak_core::units::{count, size_exact};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
@@ -497,13 +497,13 @@ fn list_oom_reports(ooms: &mut [(PathBuf, Report)]) {
             escape(&combine::rank_label(r)),
             escape(r.command.first().map(String::as_str).unwrap_or("?")),
             escape(&o.api),
-            cudaleak_core::units::size(o.requested_bytes),
+            cudaleak_core::base::units::size(o.requested_bytes),
             if o.failed_calls > 1 {
                 format!(", {} calls", o.failed_calls)
             } else {
                 String::new()
             },
-            cudaleak_core::units::size(r.totals.live_bytes),
+            cudaleak_core::base::units::size(r.totals.live_bytes),
             count(r.totals.live_blocks, "block"),
             escape(&p.display().to_string())
         );

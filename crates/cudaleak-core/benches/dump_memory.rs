@@ -12,11 +12,11 @@
 //! build-ids).
 
 use cudaleak_core::assemble::{Assembler, DumpMeta, GrowthTracker, Snapshot};
-use cudaleak_core::depot::{Depot, TraceKey};
-use cudaleak_core::python::CodeTable;
+use cudaleak_core::record::depot::{Depot, TraceKey};
+use cudaleak_core::record::python::CodeTable;
 use cudaleak_core::record::{Api, Block, MemoryKind};
+use cudaleak_core::report::suppress::Suppressions;
 use cudaleak_core::report::{NativeFrame, Trigger};
-use cudaleak_core::suppress::Suppressions;
 use cudaleak_core::symbolize::{hex, SymbolSource};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

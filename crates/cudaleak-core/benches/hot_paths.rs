@@ -11,11 +11,11 @@
 //! linked it; it is measured end to end instead (stacks on vs
 //! `CUDALEAK_STACK_DEPTH=0` in scripts/bench.py).
 
-use cudaleak_core::depot::{Depot, TraceKey};
-use cudaleak_core::live_map::LiveMap;
-use cudaleak_core::python::PyRawFrame;
+use cudaleak_core::record::depot::{Depot, TraceKey};
+use cudaleak_core::record::live_map::LiveMap;
+use cudaleak_core::record::python::PyRawFrame;
+use cudaleak_core::record::site_counters::SiteCounters;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
-use cudaleak_core::site_counters::SiteCounters;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn main() {

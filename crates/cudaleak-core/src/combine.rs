@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// Matching groups across reports uses the same key as a dump's own
 /// grouping and its growth (`group_key.rs`).
-pub use crate::group_key::GroupKey;
+pub use crate::report::group_key::GroupKey;
 
 /// One identity for the process that wrote a report.
 pub fn process_id(r: &Report) -> (String, i64, String) {
@@ -97,7 +97,9 @@ pub fn sort_groups(groups: &mut [Group]) {
             .cmp(&a.bytes)
             .then(b.blocks.cmp(&a.blocks))
             .then_with(|| a.api.cmp(&b.api))
-            .then_with(|| crate::render::top_frame_label(a).cmp(&crate::render::top_frame_label(b)))
+            .then_with(|| {
+                crate::report::render::top_frame_label(a).cmp(&crate::report::render::top_frame_label(b))
+            })
     });
 }
 
@@ -256,7 +258,8 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
     let order = |d: i64| (d < 0, std::cmp::Reverse(d.unsigned_abs()));
     out.sort_by(|a, b| {
         order(a.bytes_delta).cmp(&order(b.bytes_delta)).then_with(|| {
-            crate::render::top_frame_label(&a.group).cmp(&crate::render::top_frame_label(&b.group))
+            crate::report::render::top_frame_label(&a.group)
+                .cmp(&crate::report::render::top_frame_label(&b.group))
         })
     });
     out

@@ -149,15 +149,15 @@ flags! {
         help "native stack capture: fast (cached CFI rules per return address) or dwarf (the backtrace crate, slower)";
     CUDALEAK_TIMELINE => timeline: Option<Duration> = None,
         default "0 (1 under `cudaleak run`)", warning "0 (off)",
-        parse |v| Ok(crate::site_timeline::parse_period(v)?),
+        parse |v| Ok(crate::timeline::site_timeline::parse_period(v)?),
         help "sample live memory by call site for the reports' timeline: 0 off, 1 every 100ms, or a period (250ms, 2s)";
     CUDALEAK_MAX_GROUPS => max_groups: usize = DEFAULT_MAX_GROUPS,
         default "1000",
         parse number(1..=usize::MAX, "expected a count, at least 1"),
         help "leak groups (and suppressed, and growth groups) written per report, largest first; the rest are counted in totals.groups_left_out";
-    CUDALEAK_MAX_STACKS => max_stacks: u32 = crate::depot::DEFAULT_MAX_TRACES,
+    CUDALEAK_MAX_STACKS => max_stacks: u32 = crate::record::depot::DEFAULT_MAX_TRACES,
         default "4194303",
-        parse number(1..=crate::depot::MAX_TRACES, "expected 1 to 67108863"),
+        parse number(1..=crate::record::depot::MAX_TRACES, "expected 1 to 67108863"),
         help "distinct stacks stored per process (at most 67108863); blocks from new stacks past it have none, counted in totals.stacks_dropped";
     CUDALEAK_OOM_REPORTS => oom_reports: u32 = DEFAULT_OOM_REPORTS,
         default "3",

@@ -1,33 +1,54 @@
 //! The process-independent core of cudaleak.
 //!
 //! Hooks in the preload crate record into the structures defined here
-//! ([`live_map::LiveMap`], [`depot::Depot`], [`python::CodeTable`]); a dump
-//! turns a snapshot of them into a [`report::Report`] ([`assemble`]),
-//! applies [`suppress`]ions and writes it ([`writer`]) in the renderings of
-//! [`render`]. Nothing here needs a CUDA process, so all of it is
+//! ([`record::live_map::LiveMap`], [`record::depot::Depot`],
+//! [`record::python::CodeTable`]); a dump turns a snapshot of them into a
+//! [`report::Report`] ([`assemble`]), applies
+//! [`report::suppress`]ions and writes it ([`writer`]) in the renderings of
+//! [`report::render`]. Nothing here needs a CUDA process, so all of it is
 //! unit-tested with fake addresses and fake symbol tables.
+//!
+//! One folder per floor (issue 27): each module uses only modules on its
+//! own floor or below, so the tree read top-down is these floors read
+//! bottom-up. Bottom up:
+//!
+//! 1. what every floor stands on: `base`
+//! 2. what the hooks record into: `record`
+//! 3. the report model and its readings: `report`
+//! 4. names and lines for addresses, memory over time: `symbolize`, `timeline`
+//! 5. from a snapshot to a report: `assemble`
+//! 6. the flags, report files, views across reports: `config`, `writer`, `combine`
+//!
+//! `scripts/check-floors.py` (run by CI) reads that list, and the list in
+//! each folder's `mod.rs`: a module left out, or a use that reaches a
+//! higher floor, fails.
+//!
+//! What is where:
+//! - `base`: `lock` (a futex mutex safe in a hook), `safe_read` (capped
+//!   reads of files others name), `units` (sizes in words);
+//! - `record`: what a block is (`mod.rs`), the live map (`live_map`), trace
+//!   interning (`depot`), Python code copies and line tables (`python`,
+//!   `linetable`), live bytes per call site (`site_counters`);
+//! - `report`: the report model (`mod.rs`), what makes two stacks one
+//!   group (`group_key`), suppressions (`suppress`), text and collapsed
+//!   renderings (`render`);
+//! - `symbolize`: dump-time symbolization (`mod.rs`), where an address lies
+//!   in its module (`module_location`), one dump's frames (`frame_table`),
+//!   symbolizing a report after the fact (`offline`); `timeline`: the
+//!   dumps' timeline (`mod.rs`), the sampled one (`site_timeline`), as
+//!   text (`render`);
+//! - `assemble`: snapshot → report (`growth`, `merge` of stacks,
+//!   `grouping` and labels, the `assembler`, and `tests` with a reference
+//!   assembler);
+//! - `config`: every flag, declared once; `writer`: report files;
+//!   `combine`: merges, diffs and ranks across reports.
 
 pub mod assemble;
+pub mod base;
 pub mod combine;
 pub mod config;
-pub mod depot;
-pub mod frame_table;
-pub mod group_key;
-pub mod linetable;
-pub mod live_map;
-pub mod lock;
-pub mod module_location;
-pub mod offline_symbolize;
-pub mod python;
 pub mod record;
-pub mod render;
 pub mod report;
-pub mod safe_read;
-pub mod site_counters;
-pub mod site_timeline;
-pub mod suppress;
 pub mod symbolize;
 pub mod timeline;
-pub mod timeline_render;
-pub mod units;
 pub mod writer;

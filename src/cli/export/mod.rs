@@ -79,7 +79,7 @@ pub fn process_label(r: &Report) -> String {
 /// The name of a group as one line: its innermost frame and the API, the
 /// way a counter track or a flame graph leaf is labelled.
 pub fn group_title(g: &cudaleak_core::report::Group) -> String {
-    let stack = cudaleak_core::render::stack_of(g);
+    let stack = cudaleak_core::report::render::stack_of(g);
     // The first frame that is the program's: a Python line when there is
     // one, else the innermost native frame.
     let pick = stack
@@ -121,7 +121,7 @@ pub fn keep_top(processes: &mut [Process], n: usize) {
             address: "0x0".into(),
             function: Some(format!(
                 "[{}]",
-                cudaleak_core::units::count(rest.len() as u64, "other group")
+                cudaleak_core::base::units::count(rest.len() as u64, "other group")
             )),
             ..Default::default()
         })];

@@ -13,7 +13,7 @@
 //! length-delimited fields, not worth a code generator.
 
 use super::{frame_name, Process};
-use cudaleak_core::render::stack_of;
+use cudaleak_core::report::render::stack_of;
 use cudaleak_core::report::{Group, MergedFrame};
 use std::collections::HashMap;
 

@@ -5,7 +5,7 @@
 //! the leaf, as in folded output) weighted by its leaked bytes.
 
 use super::{frame_name, process_label, Process};
-use cudaleak_core::render::stack_of;
+use cudaleak_core::report::render::stack_of;
 use cudaleak_core::report::saturating_sum;
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -25,7 +25,7 @@
 use super::pickle::Value;
 use super::{frame_name, process_label, Process};
 use cudaleak_core::record::MemoryKind;
-use cudaleak_core::render::stack_of;
+use cudaleak_core::report::render::stack_of;
 use cudaleak_core::report::Group;
 use std::collections::BTreeMap;
 
@@ -182,7 +182,7 @@ pub fn snapshot(processes: &[Process]) -> Vec<u8> {
         for ((p, d), n) in &devices {
             eprintln!(
                 "cudaleak: snapshot device {n} is device {d} of {}",
-                cudaleak_core::render::escape(&process_label(&processes[*p].1))
+                cudaleak_core::report::render::escape(&process_label(&processes[*p].1))
             );
         }
     }

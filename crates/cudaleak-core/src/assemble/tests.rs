@@ -1,0 +1,897 @@
+//! The assembler's tests, and the straightforward assembler (every trace
+//! a full group, then capped) its reports are compared with.
+
+use super::assembler::*;
+use super::grouping::*;
+use super::growth::*;
+use super::*;
+use crate::record::depot::{Depot, TraceKey};
+use crate::record::linetable::LineFormat;
+use crate::record::python::{CodeInfo, CodeTable, PyRawFrame, PY_FRAME_ENTRY};
+use crate::record::{Api, Block, MemoryKind, TraceId};
+use crate::report::group_key::GroupKey;
+use crate::report::suppress::Suppressions;
+use crate::report::{
+    BlockExample, Group, KindTotals, LeftOut, MergedFrame, NativeFrame, Report, Totals, Trend, Trigger,
+    FORMAT, VERSION,
+};
+use crate::symbolize::{hex, SymbolSource};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+
+/// Fake symbols: address → list of (function, file, line).
+struct FakeSymbols(HashMap<u64, Vec<(&'static str, &'static str, i64)>>);
+
+impl SymbolSource for FakeSymbols {
+    fn symbolize(&mut self, ra: u64) -> Vec<NativeFrame> {
+        let pc = ra - 1;
+        match self.0.get(&ra) {
+            Some(v) => v
+                .iter()
+                .map(|(f, file, line)| NativeFrame {
+                    address: hex(pc),
+                    function: Some(f.to_string()),
+                    file: Some(file.to_string()),
+                    line: Some(*line),
+                    module: Some("/bin/app".into()),
+                    ..NativeFrame::default()
+                })
+                .collect(),
+            None => vec![NativeFrame {
+                address: hex(pc),
+                function: None,
+                file: None,
+                line: None,
+                module: None,
+                ..NativeFrame::default()
+            }],
+        }
+    }
+}
+
+fn meta(seq: u64) -> DumpMeta {
+    DumpMeta {
+        trigger: Trigger::Exit,
+        sequence: seq,
+        pid: 42,
+        ppid: Some(1),
+        command: vec!["app".into()],
+        hostname: Some("h".into()),
+        rank: None,
+        instance: None,
+        timestamp_ms: 1,
+        reason: None,
+        exit_status: Some(0),
+        signal: None,
+        python: None,
+    }
+}
+
+fn symbols() -> FakeSymbols {
+    FakeSymbols(HashMap::from([
+        (0x101, vec![("leak_a", "app.c", 10)]),
+        (0x201, vec![("leak_b", "app.c", 20)]),
+        (0x301, vec![("main", "app.c", 30)]),
+        (0x401, vec![("cudaMalloc", "cudart.c", 5)]),
+        (0x501, vec![("internal_alloc", "cudart.c", 2)]),
+        (0x601, vec![("_PyEval_EvalFrameDefault", "ceval.c", 1)]),
+        (0x611, vec![("_PyEval_EvalFrameDefault", "ceval.c", 2)]),
+        (0x701, vec![("ffi_call", "ffi.c", 1)]),
+        (
+            0x801,
+            vec![("inlined_helper", "app.c", 7), ("outer", "app.c", 70)],
+        ),
+    ]))
+}
+
+fn key(api: &str, native: &'static [u64]) -> TraceKey<'static> {
+    TraceKey {
+        api: Api::by_name(api).unwrap(),
+        kind: MemoryKind::Device,
+        native,
+        python: &[],
+    }
+}
+
+#[test]
+fn pytorch_cache_segments_are_the_native_allocator_s_only() {
+    for (name, cache) in [
+        ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long, CUstream_st*)", true),
+        ("c10::cuda::CUDACachingAllocator::Native::ExpandableSegment::map(c10::cuda::CUDACachingAllocator::Native::SegmentRange)", true),
+        ("c10::cuda::CUDACachingAllocator::THCCachingAllocator::malloc(void**, int, unsigned long, CUstream_st*)", true),
+        ("_ZN3c104cuda20CUDACachingAllocator6Native22DeviceCachingAllocator6mallocEimP11CUstream_st", true),
+        ("c10::cuda::CUDACachingAllocator::CudaMallocAsync::mallocAsync(void**, int, unsigned long, CUstream_st*)", false),
+        ("_ZN3c104cuda20CUDACachingAllocator15CudaMallocAsync11mallocAsyncEPPvimP11CUstream_st", false),
+        ("at::cuda::setWorkspaceForHandle()", false),
+        ("cudaMalloc", false),
+    ] {
+        assert_eq!(is_pytorch_caching_allocator(name), cache, "{name}");
+    }
+}
+
+#[test]
+fn groups_sorted_by_bytes_with_symbolized_frames() {
+    let depot = Box::new(Depot::new());
+    let a = depot.intern(&key("cudaMalloc", &[0x101, 0x301]), |_| {});
+    let b = depot.intern(&key("cudaMalloc", &[0x201, 0x301]), |_| {});
+    let snap = Snapshot {
+        blocks: vec![
+            (0x1000, Block::new(100, a, MemoryKind::Device, 1, Some(0), 0)),
+            (0x2000, Block::new(100, a, MemoryKind::Device, 1, Some(0), 0)),
+            (0x3000, Block::new(500, b, MemoryKind::Device, 1, Some(0), 0)),
+        ],
+        allocations: 5,
+        frees: 2,
+        peak_bytes: 900,
+        ..Default::default()
+    };
+    let mut syms = symbols();
+    let sup = Suppressions::default();
+    let mut growth = GrowthTracker::default();
+    let r = Assembler {
+        depot: &depot,
+        codes: &CodeTable::new(),
+        symbols: &mut syms,
+        suppressions: &sup,
+        growth: &mut growth,
+    }
+    .assemble(&snap, meta(1));
+    assert_eq!(r.totals.live_blocks, 3);
+    assert_eq!(r.totals.live_bytes, 700);
+    assert_eq!(r.totals.peak_bytes, 900);
+    assert_eq!(r.leaks.len(), 2);
+    assert_eq!(r.leaks[0].bytes, 500);
+    assert_eq!(r.leaks[0].native_stack[0].function.as_deref(), Some("leak_b"));
+    assert_eq!(r.leaks[0].native_stack[0].line, Some(20));
+    assert_eq!(r.leaks[0].native_stack[0].address, "0x200");
+    assert_eq!(r.leaks[1].blocks, 2);
+    assert_eq!(r.leaks[1].examples.len(), 2);
+    assert_eq!(r.totals.by_memory[&MemoryKind::Device].bytes, 700);
+    // First dump: everything grew since process start.
+    assert_eq!(r.growth.len(), 2);
+    assert_eq!(r.growth[0].bytes_delta, Some(500));
+}
+
+#[test]
+fn static_runtime_frames_are_attributed_and_dropped() {
+    let depot = Box::new(Depot::new());
+    let t = depot.intern(&key("cuMemAlloc_v2", &[0x501, 0x401, 0x101, 0x301]), |_| {});
+    let wrong = depot.intern(&key("cuMemAllocManaged", &[0x401, 0x101]), |_| {});
+    let snap = Snapshot {
+        blocks: vec![
+            (0x1000, Block::new(64, t, MemoryKind::Device, 0, None, 0)),
+            (0x2000, Block::new(32, wrong, MemoryKind::Device, 0, None, 0)),
+        ],
+        ..Default::default()
+    };
+    let mut syms = symbols();
+    let r = Assembler {
+        depot: &depot,
+        codes: &CodeTable::new(),
+        symbols: &mut syms,
+        suppressions: &Suppressions::default(),
+        growth: &mut GrowthTracker::default(),
+    }
+    .assemble(&snap, meta(1));
+    assert_eq!(r.leaks[0].api, "cudaMalloc");
+    assert_eq!(r.leaks[0].native_stack[0].function.as_deref(), Some("leak_a"));
+    // cudaMalloc never calls cuMemAllocManaged: no attribution.
+    assert_eq!(r.leaks[1].api, "cuMemAllocManaged");
+    assert_eq!(r.leaks[1].native_stack.len(), 2);
+}
+
+#[test]
+fn inlined_frames_expand_in_place() {
+    let depot = Box::new(Depot::new());
+    let t = depot.intern(&key("cudaMalloc", &[0x801, 0x301]), |_| {});
+    let snap = Snapshot {
+        blocks: vec![(0x1000, Block::new(1, t, MemoryKind::Device, 0, None, 0))],
+        ..Default::default()
+    };
+    let r = Assembler {
+        depot: &depot,
+        codes: &CodeTable::new(),
+        symbols: &mut symbols(),
+        suppressions: &Suppressions::default(),
+        growth: &mut GrowthTracker::default(),
+    }
+    .assemble(&snap, meta(1));
+    let names: Vec<_> = r.leaks[0]
+        .native_stack
+        .iter()
+        .map(|f| f.function.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["inlined_helper", "outer", "main"]);
+}
+
+#[test]
+fn python_frames_replace_eval_loop_frames() {
+    let depot = Box::new(Depot::new());
+    let codes = CodeTable::new();
+    for (code, name, first) in [(1u64, "inner", 10), (2, "middle", 20), (3, "outer", 30)] {
+        codes.insert(
+            code,
+            0,
+            CodeInfo {
+                filename: "t.py".into(),
+                qualname: name.into(),
+                firstlineno: first,
+                format: LineFormat::Lnotab,
+                linetable: vec![],
+            },
+        );
+    }
+    // inner+middle ran in one eval invocation (middle entered from C),
+    // outer in another.
+    let py = [
+        PyRawFrame {
+            code: 1,
+            guard: 0,
+            offset: 0,
+            flags: 0,
+        },
+        PyRawFrame {
+            code: 2,
+            guard: 0,
+            offset: 0,
+            flags: PY_FRAME_ENTRY,
+        },
+        PyRawFrame {
+            code: 3,
+            guard: 0,
+            offset: 0,
+            flags: PY_FRAME_ENTRY,
+        },
+    ];
+    static NATIVE: [u64; 5] = [0x701, 0x601, 0x701, 0x601, 0x301];
+    let t = depot.intern(
+        &TraceKey {
+            api: Api::cudaMalloc,
+            kind: MemoryKind::Device,
+            native: &NATIVE,
+            python: &py,
+        },
+        |_| {},
+    );
+    let snap = Snapshot {
+        blocks: vec![(0x1000, Block::new(1, t, MemoryKind::Device, 0, None, 0))],
+        ..Default::default()
+    };
+    let r = Assembler {
+        depot: &depot,
+        codes: &codes,
+        symbols: &mut symbols(),
+        suppressions: &Suppressions::default(),
+        growth: &mut GrowthTracker::default(),
+    }
+    .assemble(&snap, meta(1));
+    let g = &r.leaks[0];
+    assert_eq!(g.python_stack.len(), 3);
+    assert_eq!(g.python_stack[0].function, "inner");
+    assert_eq!(g.python_stack[0].line, Some(10));
+    let merged: Vec<String> = g
+        .merged_stack
+        .iter()
+        .map(|f| match f {
+            MergedFrame::Native(n) => n.function.clone().unwrap(),
+            MergedFrame::Python(p) => format!("py:{}", p.function),
+        })
+        .collect();
+    assert_eq!(
+        merged,
+        [
+            "ffi_call",
+            "py:inner",
+            "py:middle",
+            "ffi_call",
+            "py:outer",
+            "main"
+        ]
+    );
+}
+
+/// CPython 3.13 reached one Python line through two call sites in
+/// the eval loop (specialized and generic): one group, both raw
+/// stacks kept, and blocks moving between them is not growth.
+#[test]
+fn one_python_line_is_one_group_whatever_the_eval_loop_call_site() {
+    let depot = Box::new(Depot::new());
+    let codes = CodeTable::new();
+    codes.insert(
+        1,
+        0,
+        CodeInfo {
+            filename: "train.py".into(),
+            qualname: "allocate".into(),
+            firstlineno: 13,
+            format: LineFormat::Lnotab,
+            linetable: vec![],
+        },
+    );
+    let py = [PyRawFrame {
+        code: 1,
+        guard: 0,
+        offset: 0,
+        flags: PY_FRAME_ENTRY,
+    }];
+    static SPECIALIZED: [u64; 3] = [0x701, 0x601, 0x301];
+    static GENERIC: [u64; 3] = [0x701, 0x611, 0x301];
+    let trace = |native: &'static [u64]| {
+        depot.intern(
+            &TraceKey {
+                api: Api::cudaMalloc,
+                kind: MemoryKind::Device,
+                native,
+                python: &py,
+            },
+            |_| {},
+        )
+    };
+    let (a, b) = (trace(&SPECIALIZED), trace(&GENERIC));
+    assert_ne!(a, b);
+    let block = |t| Block::new(100, t, MemoryKind::Device, 0, None, 0);
+    let mut growth = GrowthTracker::default();
+    let mut dump = |blocks: Vec<(u64, Block)>, seq| {
+        Assembler {
+            depot: &depot,
+            codes: &codes,
+            symbols: &mut symbols(),
+            suppressions: &Suppressions::default(),
+            growth: &mut growth,
+        }
+        .assemble(
+            &Snapshot {
+                blocks,
+                ..Default::default()
+            },
+            meta(seq),
+        )
+    };
+    let r = dump(
+        vec![(0x1000, block(a)), (0x2000, block(a)), (0x3000, block(b))],
+        1,
+    );
+    assert_eq!(r.leaks.len(), 1, "{:#?}", r.leaks);
+    let g = &r.leaks[0];
+    assert_eq!((g.blocks, g.bytes), (3, 300));
+    assert_eq!(g.raw_stacks.len(), 2);
+    assert_eq!((g.raw_stacks[0].blocks, g.raw_stacks[1].blocks), (2, 1));
+    assert_eq!(g.native_stack[1].line, Some(1), "the largest raw stack shows");
+    assert_eq!(g.raw_stacks[1].native_stack[1].line, Some(2));
+    assert_eq!(g.examples.len(), 3);
+    // Same blocks, moved to the other call site: no growth.
+    let r = dump(
+        vec![(0x1000, block(b)), (0x2000, block(b)), (0x3000, block(a))],
+        2,
+    );
+    assert_eq!(r.leaks.len(), 1);
+    assert!(r.growth.is_empty(), "{:#?}", r.growth);
+    assert_eq!(r.leaks[0].native_stack[1].line, Some(2));
+}
+
+#[test]
+fn suppressed_groups_leave_leaks_and_growth() {
+    let depot = Box::new(Depot::new());
+    let a = depot.intern(&key("cudaMalloc", &[0x101, 0x301]), |_| {});
+    let b = depot.intern(&key("cudaMalloc", &[0x201, 0x301]), |_| {});
+    let snap = Snapshot {
+        blocks: vec![
+            (0x1000, Block::new(10, a, MemoryKind::Device, 0, None, 0)),
+            (0x2000, Block::new(20, b, MemoryKind::Device, 0, None, 0)),
+        ],
+        ..Default::default()
+    };
+    let sup = Suppressions::parse("leak:^leak_b$", "t").unwrap();
+    let r = Assembler {
+        depot: &depot,
+        codes: &CodeTable::new(),
+        symbols: &mut symbols(),
+        suppressions: &sup,
+        growth: &mut GrowthTracker::default(),
+    }
+    .assemble(&snap, meta(1));
+    assert_eq!(r.leaks.len(), 1);
+    assert_eq!(r.suppressed.len(), 1);
+    assert_eq!(r.suppressed[0].suppression.as_deref(), Some("^leak_b$"));
+    assert_eq!(r.growth.len(), 1);
+    assert_eq!(r.suppressions_used[0].bytes, 20);
+    // Totals still count every live block.
+    assert_eq!(r.totals.live_bytes, 30);
+}
+
+#[test]
+fn growth_and_trends_over_dumps() {
+    let mut g = GrowthTracker::<TraceId>::default();
+    let (leak, cache, steady) = (TraceId(1), TraceId(2), TraceId(3));
+    // Changes of (leak, cache, steady), in that order.
+    let dump = |g: &mut GrowthTracker<TraceId>, l: u64, c: u64| {
+        g.observe([(&leak, l, l * 10), (&cache, c, c * 10), (&steady, 1, 5)])
+    };
+    let d1 = dump(&mut g, 1, 4);
+    assert_eq!(d1[0].bytes_delta, 10);
+    assert_eq!(d1[2].bytes_delta, 5);
+    assert_eq!(d1[0].trend, None);
+    let d2 = dump(&mut g, 2, 8);
+    assert_eq!(d2[2].bytes_delta, 0, "unchanged group is not growth");
+    let d3 = dump(&mut g, 3, 8);
+    assert_eq!(d3[0].trend, Some(Trend::Growing));
+    assert_eq!(d3[1].trend, Some(Trend::Bounded));
+    assert_eq!(d3[2].trend, Some(Trend::Bounded));
+    assert_eq!(d3[1].bytes_delta, 0);
+    let d4 = dump(&mut g, 4, 8);
+    assert_eq!(d4[0].trend, Some(Trend::Growing));
+    assert_eq!(d4[0].blocks_delta, 1);
+    // A group absent from a dump starts over when it comes back.
+    g.observe([(&leak, 4, 40)]);
+    let d6 = g.observe([(&leak, 4, 40), (&cache, 8, 80)]);
+    assert_eq!(d6[1].bytes_delta, 80);
+}
+
+/// The cap as the dump applied it before issue 15's bound, to a report
+/// already made: the `max` largest groups of each list kept, what
+/// `leaks` leaves out counted in `totals.groups_left_out`.
+fn cap_groups(r: &mut Report, max: usize) {
+    if r.leaks.len() > max {
+        let mut left = LeftOut::default();
+        for g in r.leaks.drain(max..) {
+            left.groups += 1;
+            left.blocks = left.blocks.saturating_add(g.blocks);
+            if !g.memory.is_address_space() {
+                left.bytes = left.bytes.saturating_add(g.bytes);
+            }
+        }
+        r.totals.groups_left_out = Some(left);
+    }
+    r.suppressed.truncate(max);
+    r.growth.truncate(max);
+}
+
+// ---- the bounded dump gives what the straightforward one gave ----
+
+/// The dump as it was made before issue 15's bound: every trace a full
+/// group first, merged by `GroupKey`, growth keyed by `GroupKey`, then
+/// sorted, suppressed and capped by `cap_groups`.
+#[allow(clippy::too_many_arguments)]
+fn straightforward(
+    depot: &Depot,
+    codes: &CodeTable,
+    symbols: &mut dyn SymbolSource,
+    suppressions: &Suppressions,
+    growth: &mut GrowthTracker<GroupKey>,
+    snap: &Snapshot,
+    meta: DumpMeta,
+    max: usize,
+) -> Report {
+    let mut by_trace: HashMap<TraceId, Acc> = HashMap::new();
+    let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();
+    let mut live_bytes = 0u64;
+    for &(addr, b) in &snap.blocks {
+        let kind = depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
+        if kind.counts_in_live_bytes() {
+            live_bytes += b.size();
+        }
+        let k = by_memory.entry(kind).or_default();
+        k.blocks += 1;
+        k.bytes += b.size();
+        let acc = by_trace.entry(b.trace).or_insert(Acc {
+            blocks: 0,
+            bytes: 0,
+            examples: Vec::new(),
+        });
+        acc.blocks += 1;
+        acc.bytes += b.size();
+        if acc.examples.len() < EXAMPLES_PER_GROUP {
+            acc.examples.push(BlockExample {
+                address: hex(addr),
+                size: b.size(),
+                device: b.device(),
+            });
+        }
+    }
+    let mut ids: Vec<TraceId> = by_trace.keys().copied().collect();
+    ids.sort();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
+    for id in ids {
+        let acc = by_trace.remove(&id).unwrap();
+        let g = match depot.get(id) {
+            Some(t) => {
+                let mut native = Vec::new();
+                for &ra in t.native {
+                    native.extend(symbols.symbolize(ra));
+                }
+                let python = t.python.iter().map(|f| codes.resolve(f)).collect();
+                build_group(&t, acc, native, python)
+            }
+            None => unknown_group(acc),
+        };
+        match index.entry(GroupKey::of(&g)) {
+            Entry::Occupied(e) => add_raw_stack(&mut groups[*e.get()], g),
+            Entry::Vacant(e) => {
+                e.insert(groups.len());
+                groups.push(g);
+            }
+        }
+    }
+    let mut keys: Vec<(&GroupKey, usize)> = index.iter().map(|(k, &i)| (k, i)).collect();
+    keys.sort_unstable_by_key(|&(_, i)| i);
+    let changes = growth.observe(keys.iter().map(|&(k, i)| (k, groups[i].blocks, groups[i].bytes)));
+    let mut suppress = suppressions.matcher();
+    let mut leaks = Vec::new();
+    let mut grown = Vec::new();
+    for (mut g, c) in groups.into_iter().zip(changes) {
+        g.trend = c.trend;
+        if c.bytes_delta > 0 && suppress.match_group(&g).is_none() {
+            let mut gg = g.clone();
+            gg.blocks_delta = Some(c.blocks_delta);
+            gg.bytes_delta = Some(c.bytes_delta);
+            grown.push(gg);
+        }
+        leaks.push(g);
+    }
+    let order = |a: &Group, b: &Group| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.blocks.cmp(&a.blocks))
+            .then_with(|| a.api.cmp(&b.api))
+            .then_with(|| {
+                crate::report::render::top_frame_label(a).cmp(&crate::report::render::top_frame_label(b))
+            })
+    };
+    leaks.sort_by(order);
+    grown.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));
+    let mut suppressed = Vec::new();
+    let suppressions_used = suppress.apply(&mut leaks, &mut suppressed);
+    let mut r = Report {
+        format: FORMAT.into(),
+        version: VERSION,
+        trigger: meta.trigger,
+        sequence: meta.sequence,
+        pid: meta.pid,
+        ppid: meta.ppid,
+        command: meta.command,
+        hostname: meta.hostname,
+        rank: meta.rank,
+        instance: meta.instance,
+        timestamp_ms: meta.timestamp_ms,
+        totals: Totals {
+            live_blocks: snap.blocks.len() as u64,
+            live_bytes,
+            peak_bytes: snap.peak_bytes.max(live_bytes),
+            allocations: snap.allocations,
+            frees: snap.frees,
+            failed_allocations: snap.failed_allocations,
+            invalid_frees: snap.invalid_frees,
+            by_memory,
+            stacks_dropped: depot.dropped(),
+            groups_left_out: None,
+        },
+        leaks,
+        growth: grown,
+        suppressed,
+        reason: meta.reason,
+        exit_status: meta.exit_status,
+        signal: meta.signal,
+        suppressions_used,
+        python: meta.python,
+        incomplete_shards: snap.incomplete_shards,
+        merged_from: vec![],
+        run_id: None,
+        timeline: None,
+        oom: None,
+        peak: None,
+        oom_events: Vec::new(),
+        allocation_trace: None,
+    };
+    cap_groups(&mut r, max);
+    r
+}
+
+/// Symbols for a made-up program: application functions (two addresses
+/// with the same symbols), an inlined pair, an address without symbols,
+/// the interpreter's eval loop at two call sites, call machinery, a
+/// static runtime entry point, a frame without a module.
+fn program_symbols() -> FakeSymbols {
+    let mut m: HashMap<u64, Vec<(&'static str, &'static str, i64)>> = HashMap::from([
+        (0x2001, vec![("helper", "app.c", 7), ("outer", "app.c", 70)]),
+        (0x4001, vec![("_PyEval_EvalFrameDefault", "ceval.c", 1)]),
+        (0x4011, vec![("_PyEval_EvalFrameDefault", "ceval.c", 2)]),
+        (0x5001, vec![("ffi_call", "ffi.c", 1)]),
+        (0x6001, vec![("cudaMalloc", "cudart.c", 5)]),
+        (0x7001, vec![("PyObject_Vectorcall", "call.c", 3)]),
+    ]);
+    const NAMES: [&str; 10] = ["f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9"];
+    for (i, name) in NAMES.iter().enumerate() {
+        let line = 10 * i as i64;
+        m.insert(0x1001 + 0x10 * i as u64, vec![(name, "app.c", line)]);
+    }
+    // Another call of f0 with the same line: one group with 0x1001.
+    m.insert(0x1101, vec![("f0", "app.c", 0)]);
+    FakeSymbols(m)
+}
+
+/// Modules as the real symbolizer gives them: what call machinery and
+/// suppressions look at.
+struct ProgramSymbols(FakeSymbols);
+
+impl SymbolSource for ProgramSymbols {
+    fn symbolize(&mut self, ra: u64) -> Vec<NativeFrame> {
+        let module = match ra {
+            0x4001 | 0x4011 | 0x7001 => Some("/usr/lib/libpython3.12.so.1.0"),
+            0x5001 => Some("/usr/lib/libffi.so.8"),
+            0x6001 => Some("/usr/lib/libtorch.so"),
+            0x1091 => None,
+            _ => Some("/bin/app"),
+        };
+        let mut frames = self.0.symbolize(ra);
+        for f in &mut frames {
+            if f.function.is_some() {
+                f.module = module.map(String::from);
+            }
+        }
+        frames
+    }
+}
+
+/// Counts the calls per address.
+struct Counting<S>(S, HashMap<u64, u32>);
+
+impl<S: SymbolSource> SymbolSource for Counting<S> {
+    fn symbolize(&mut self, ra: u64) -> Vec<NativeFrame> {
+        *self.1.entry(ra).or_default() += 1;
+        self.0.symbolize(ra)
+    }
+}
+
+struct Program {
+    depot: Box<Depot>,
+    codes: CodeTable,
+    traces: Vec<(TraceId, MemoryKind)>,
+}
+
+/// About 400 traces made at random (fixed seed) from the symbols above
+/// and five Python code objects (one unknown to the code table).
+fn program() -> Program {
+    let depot = Box::new(Depot::new());
+    let codes = CodeTable::new();
+    for (code, file, name) in [
+        (1u64, "train_a.py", "step"),
+        (2, "train_a.py", "forward"),
+        (3, "train_b.py", "main"),
+        (4, "train_b.py", "<module>"),
+    ] {
+        codes.insert(
+            code,
+            0,
+            CodeInfo {
+                filename: file.into(),
+                qualname: name.into(),
+                firstlineno: 10 * code as i32,
+                format: LineFormat::Lnotab,
+                linetable: vec![6, 2, 6, 3],
+            },
+        );
+    }
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let apis = [
+        Api::cudaMalloc,
+        Api::by_name("cuMemAlloc_v2").unwrap(),
+        Api::by_name("cuMemAllocManaged").unwrap(),
+        Api::by_name("cuMemAddressReserve").unwrap(),
+    ];
+    let kinds = [
+        MemoryKind::Device,
+        MemoryKind::Device,
+        MemoryKind::Managed,
+        MemoryKind::Reservation,
+    ];
+    let addresses = [
+        0x1001, 0x1011, 0x1021, 0x1031, 0x1041, 0x1051, 0x1061, 0x1071, 0x1081, 0x1091, 0x1101, 0x2001,
+        0x3001, 0x5001, 0x7001,
+    ];
+    let mut traces = Vec::new();
+    for _ in 0..600 {
+        let a = next(apis.len() as u64) as usize;
+        let mut native: Vec<u64> = Vec::new();
+        if a == 1 && next(2) == 0 {
+            native.push(0x6001);
+        }
+        let depth = 1 + next(4);
+        for _ in 0..depth {
+            native.push(addresses[next(addresses.len() as u64) as usize]);
+        }
+        let mut python = Vec::new();
+        if next(3) == 0 {
+            for level in 0..1 + next(3) {
+                if next(2) == 0 {
+                    native.push(0x5001);
+                }
+                native.push([0x4001, 0x4011][next(2) as usize]);
+                if level == 0 && next(2) == 0 {
+                    native.push(0x7001);
+                }
+                python.push(PyRawFrame {
+                    code: [1, 2, 3, 4, 9][next(5) as usize],
+                    guard: 0,
+                    offset: [0, 6, 12][next(3) as usize] as u32,
+                    flags: PY_FRAME_ENTRY,
+                });
+            }
+            if next(4) == 0 {
+                // One more Python frame than eval-loop frames.
+                python.push(PyRawFrame {
+                    code: 4,
+                    guard: 0,
+                    offset: 0,
+                    flags: 0,
+                });
+            }
+        }
+        native.push(0x1001);
+        let id = depot.intern(
+            &TraceKey {
+                api: apis[a],
+                kind: kinds[a],
+                native: &native,
+                python: &python,
+            },
+            |_| {},
+        );
+        if !traces.iter().any(|&(t, _)| t == id) {
+            traces.push((id, kinds[a]));
+        }
+    }
+    // Blocks whose stack was not stored.
+    traces.push((TraceId(0), MemoryKind::Device));
+    Program { depot, codes, traces }
+}
+
+/// Live blocks of dump `dump`: trace i has a number of blocks that
+/// grows, stays, or comes and goes with the dump, of 1, 2 or 4 bytes
+/// (many ties for the sort's later keys).
+fn snapshot(p: &Program, dump: u64) -> Snapshot {
+    let mut blocks = Vec::new();
+    let mut address = 0x10_0000u64;
+    for (i, &(id, kind)) in p.traces.iter().enumerate() {
+        let i = i as u64;
+        let n = match i % 4 {
+            0 => 1 + dump,
+            1 => 2,
+            2 => (i + dump) % 3,
+            _ => 1 + (dump % 2) * (i % 5),
+        };
+        for _ in 0..n {
+            address += 0x100;
+            blocks.push((address, Block::new(1 << (i % 3), id, kind, 0, Some(0), 0)));
+        }
+    }
+    Snapshot {
+        blocks,
+        allocations: 1000,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn bounded_assembly_gives_the_reports_of_the_straightforward_one() {
+    let p = program();
+    let rules = "leak:^f3$\nleak:libffi\nleak:train_b.py\nleak:^f3$\nleak:outer\n";
+    for supp in [Suppressions::default(), Suppressions::parse(rules, "t").unwrap()] {
+        for max in [usize::MAX, 0, 1, 7, 40] {
+            let mut new_growth = GrowthTracker::default();
+            let mut old_growth = GrowthTracker::<GroupKey>::default();
+            for dump in 0..5 {
+                let snap = snapshot(&p, dump);
+                let new = Assembler {
+                    depot: &p.depot,
+                    codes: &p.codes,
+                    symbols: &mut ProgramSymbols(program_symbols()),
+                    suppressions: &supp,
+                    growth: &mut new_growth,
+                }
+                .assemble_at_most(&snap, meta(dump), max);
+                let old = straightforward(
+                    &p.depot,
+                    &p.codes,
+                    &mut ProgramSymbols(program_symbols()),
+                    &supp,
+                    &mut old_growth,
+                    &snap,
+                    meta(dump),
+                    max,
+                );
+                assert_eq!(new, old, "max {max}, dump {dump}, {} rules", supp.rules.len());
+                if max == usize::MAX && dump == 3 {
+                    // The test sees what it claims to see.
+                    assert!(new.leaks.len() > 100, "{}", new.leaks.len());
+                    assert!(new.leaks.iter().filter(|g| g.raw_stacks.len() > 1).count() >= 5);
+                    assert!(new.leaks.iter().any(|g| g.api == "cudaMalloc"
+                        && g.native_stack[0].function.as_deref() != Some("cudaMalloc")));
+                    assert!(new.leaks.iter().any(|g| g.trend == Some(Trend::Growing)));
+                    assert!(new.leaks.iter().any(|g| g.trend == Some(Trend::Bounded)));
+                    assert!(new.leaks.iter().any(|g| g.api == "unknown"));
+                    assert!(new.growth.len() > 10);
+                    if !supp.is_empty() {
+                        assert!(new.suppressed.len() > 10);
+                        assert_eq!(new.suppressions_used.len(), 4, "{:#?}", new.suppressions_used);
+                    }
+                }
+                if max == 7 {
+                    let left = new.totals.groups_left_out.expect("more than 7 groups");
+                    assert!(left.bytes < left.blocks * 4, "reserved bytes are not counted");
+                }
+            }
+        }
+    }
+}
+
+/// The peak's groups reuse the leaks' facts of the traces they share
+/// (`FactsMemo`): they are what a dump with no blocks, which has none to
+/// reuse, makes of the same peak, suppression rules or not.
+#[test]
+fn the_peak_s_groups_are_the_same_with_the_leaks_facts_reused() {
+    let p = program();
+    let rules = "leak:^f3$\nleak:libffi\nleak:train_b.py\nleak:outer\n";
+    for supp in [Suppressions::default(), Suppressions::parse(rules, "t").unwrap()] {
+        let mut snap = snapshot(&p, 3);
+        // Every trace, some with no live block now (`snapshot`'s zeros):
+        // those are the ones the memo must not answer for.
+        let sites: Vec<(TraceId, u64, u64)> = p
+            .traces
+            .iter()
+            .enumerate()
+            .map(|(i, &(id, _))| (id, 1 + i as u64 % 3, 64 * (1 + i as u64)))
+            .collect();
+        snap.peak = Some(PeakSites {
+            bytes: sites.iter().map(|s| s.2).sum(),
+            timestamp_ms: 5,
+            sites,
+        });
+        let report = |snap: &Snapshot| {
+            Assembler {
+                depot: &p.depot,
+                codes: &p.codes,
+                symbols: &mut ProgramSymbols(program_symbols()),
+                suppressions: &supp,
+                growth: &mut GrowthTracker::default(),
+            }
+            .assemble_at_most(snap, meta(1), 40)
+        };
+        let with_leaks = report(&snap).peak.expect("a peak");
+        snap.blocks.clear();
+        let alone = report(&snap).peak.expect("a peak");
+        // (Its `bytes` is the larger of the peak and what is live now.)
+        assert!(with_leaks.groups == alone.groups, "{} rules", supp.rules.len());
+        assert_eq!(with_leaks.groups_left_out, alone.groups_left_out);
+        assert!(with_leaks.groups.len() > 30, "{}", with_leaks.groups.len());
+        assert!(with_leaks.groups.iter().all(|g| g.suppression.is_none()));
+    }
+}
+
+/// Each return address is symbolized once per dump, whatever the
+/// number of traces through it (they were symbolized once per trace).
+#[test]
+fn each_address_is_symbolized_once_per_dump() {
+    let p = program();
+    let mut growth = GrowthTracker::default();
+    for dump in 0..2 {
+        let mut symbols = Counting(ProgramSymbols(program_symbols()), HashMap::new());
+        let r = Assembler {
+            depot: &p.depot,
+            codes: &p.codes,
+            symbols: &mut symbols,
+            suppressions: &Suppressions::default(),
+            growth: &mut growth,
+        }
+        .assemble_at_most(&snapshot(&p, dump), meta(dump), 3);
+        assert_eq!(r.leaks.len(), 3);
+        assert!(symbols.1.len() > 10);
+        assert!(symbols.1.values().all(|&n| n == 1), "{:?}", symbols.1);
+    }
+}

@@ -1,0 +1,312 @@
+//! Stack capture. Bottom up:
+//!
+//! 1. CPython's structure offsets, per version: `python_layouts`
+//! 2. the offsets CPython 3.13+ gives of itself: `python_debug_offsets`
+//! 3. native frames, Python frames: `unwind`, `python`
+//!
+//! This file: what a hook records about the call stack: raw return
+//! addresses (our own frames dropped) and raw Python frames. Names and lines come at dump time.
+//!
+//! The capture owns the thread's large buffers ([`ThreadBuffers`]):
+//! allocated at a thread's first capture, reached through the one pointer
+//! `ThreadState::buffers`, freed by a pthread key destructor when the
+//! thread exits (programs that make many threads do not leak). Their parts
+//! belong to the modules that use them: the unwinder's and the Python
+//! walk's replay logs are theirs, handed to them for each capture.
+
+pub mod python;
+pub mod python_debug_offsets;
+pub mod python_layouts;
+pub mod unwind;
+
+use crate::base::thread::ThreadState;
+use crate::capture::python::PyReplayLog;
+use crate::capture::unwind::ReplayLog;
+use cudaleak_core::config::MAX_STACK_DEPTH;
+use cudaleak_core::record::depot::{Depot, TraceKey};
+use cudaleak_core::record::python::PyRawFrame;
+use cudaleak_core::record::{Api, MemoryKind, TraceId};
+use std::ffi::c_void;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Python frames recorded per allocation.
+pub const PY_MAX: usize = 64;
+/// Captured stacks a thread holds at once: a runtime hook's and the driver
+/// hook it calls, with room to spare. Captures take them in turn.
+const STACK_SLOTS: usize = 4;
+
+/// One captured stack's frames; only the first `n_*` entries (kept in
+/// `capture::Stack`) are ever read, so they are never zeroed.
+pub struct StackBuffer {
+    pub native: [MaybeUninit<u64>; MAX_STACK_DEPTH],
+    pub python: [MaybeUninit<PyRawFrame>; PY_MAX],
+    /// the Python walk's generation whose frames `python` holds; 0: none
+    /// (`python::capture`: a replay of them copies nothing)
+    pub python_generation: u64,
+}
+
+/// A thread's large buffers, allocated on the heap (zeroed, then the replay
+/// logs set to their empty states), never built on the (small) stack.
+pub struct ThreadBuffers {
+    /// What the last full stack walk read (`unwind.rs`, replay).
+    pub replay: ReplayLog,
+    /// What the last Python frame walk saw (`python.rs`, replay).
+    pub python_replay: PyReplayLog,
+    stacks: [StackBuffer; STACK_SLOTS],
+    next_stack: usize,
+}
+
+impl ThreadBuffers {
+    /// The next stack buffer of `this`, in turn.
+    ///
+    /// # Safety
+    /// `this` is the calling thread's buffers ([`buffers`]).
+    /// Only the fields used are reached (no `&mut ThreadBuffers`): a
+    /// capture holds references into other fields meanwhile.
+    pub unsafe fn next_stack(this: *mut ThreadBuffers) -> *mut StackBuffer {
+        // SAFETY: `this` is the calling thread's live buffers (contract);
+        // only the `next_stack` field is borrowed, which no capture holds a
+        // reference into, and no other thread reaches these buffers.
+        let next = unsafe { &mut *std::ptr::addr_of_mut!((*this).next_stack) };
+        let i = *next % STACK_SLOTS;
+        *next = i + 1;
+        // SAFETY: a place projection inside the same live allocation
+        // (`i < STACK_SLOTS`); no reference is made, only its address.
+        unsafe { std::ptr::addr_of_mut!((*this).stacks[i]) }
+    }
+}
+
+/// `ThreadState::buffers` once the thread's key destructor freed them: a
+/// later hook on the exiting thread captures nothing rather than allocate
+/// again.
+const GONE: *mut c_void = std::ptr::dangling_mut();
+
+/// The pthread key whose destructor frees a thread's buffers, plus one;
+/// 0 until created, u32::MAX when it cannot be.
+static KEY: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn free_buffers(p: *mut libc::c_void) {
+    if p.is_null() {
+        return;
+    }
+    crate::base::thread::current().buffers.set(GONE);
+    // SAFETY: allocated in `buffers` with this layout; no capture is
+    // running on this exiting thread.
+    unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<ThreadBuffers>()) };
+}
+
+fn key() -> Option<libc::pthread_key_t> {
+    match KEY.load(Ordering::Acquire) {
+        0 => {}
+        u32::MAX => return None,
+        k => return Some(k - 1),
+    }
+    let mut k: libc::pthread_key_t = 0;
+    // SAFETY: creating a key with a plain extern "C" destructor.
+    if unsafe { libc::pthread_key_create(&mut k, Some(free_buffers)) } != 0 {
+        let _ = KEY.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Acquire);
+        return None;
+    }
+    match KEY.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(k),
+        Err(won) => {
+            // Another thread created one first: use that one.
+            // SAFETY: our own, unused key.
+            unsafe { libc::pthread_key_delete(k) };
+            (won != u32::MAX).then(|| won - 1)
+        }
+    }
+}
+
+/// This thread's buffers, allocated on first use; None when they cannot
+/// be had (out of memory, or the thread is exiting). A raw pointer, not
+/// `&mut`: a capture holds a reference into one field (a stack buffer)
+/// while the unwinder and the Python walk reach others (their replay
+/// logs); two live `&mut ThreadBuffers` over them would be undefined
+/// behaviour. Fields are reached with `addr_of_mut!`.
+#[inline]
+pub fn buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
+    let p = thread.buffers.get().cast::<ThreadBuffers>();
+    if !p.is_null() && p != GONE.cast() {
+        return Some(p);
+    }
+    if p == GONE.cast() {
+        return None;
+    }
+    new_buffers(thread)
+}
+
+#[cold]
+fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
+    let key = key()?;
+    // SAFETY: a plain allocation; the fields that need more than zero
+    // bits are written below before any use.
+    let p = unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::new::<ThreadBuffers>()) }
+        .cast::<ThreadBuffers>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: fields of the fresh allocation (copied from constants,
+    // not built on this small stack).
+    unsafe {
+        std::ptr::addr_of_mut!((*p).replay).write(ReplayLog::EMPTY);
+        std::ptr::addr_of_mut!((*p).python_replay).write(PyReplayLog::EMPTY);
+    }
+    // SAFETY: registering the buffers for the key's destructor.
+    if unsafe { libc::pthread_setspecific(key, p.cast()) } != 0 {
+        // SAFETY: just allocated with this layout.
+        unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<ThreadBuffers>()) };
+        return None;
+    }
+    thread.buffers.set(p.cast());
+    Some(p)
+}
+
+/// Stack a capture may need below the hook (unwinder, Python walk, a new
+/// trace's interning); with less left, the capture is skipped and the block
+/// recorded without a stack, rather than overflow a small thread stack
+/// (issue 15: 16 KiB thread stacks crashed).
+const CAPTURE_STACK_NEEDED: usize = 16 << 10;
+
+/// A captured stack. It lives in the hook's frame, so it is small: the
+/// frames are in one of the thread's stack buffers ([`ThreadBuffers`]),
+/// taken in turn, so that a runtime hook's stack is still there when the
+/// driver hook it calls captures its own.
+pub struct Stack {
+    /// null when nothing was captured
+    buffer: *mut StackBuffer,
+    n_native: usize,
+    n_python: usize,
+    /// (native, Python) generations of the thread's replay logs that the
+    /// frames are (`unwind::capture`, `python::capture`): equal
+    /// generations, equal frames. None: not comparable (no capture, or
+    /// the reference unwinder).
+    generations: Option<(u64, u64)>,
+}
+
+impl Stack {
+    /// Captures the calling thread's native and Python stacks into `slot`.
+    #[inline(never)]
+    pub fn capture_into<'a>(slot: &'a mut MaybeUninit<Stack>, thread: &ThreadState) -> &'a Stack {
+        let stack = match room_to_capture(slot as *const _ as usize, thread)
+            .then(|| buffers(thread))
+            .flatten()
+        {
+            // SAFETY: this thread's buffers, just had.
+            Some(buffers) => Self::capture(buffers, unsafe { ThreadBuffers::next_stack(buffers) }, thread),
+            None => Stack {
+                buffer: std::ptr::null_mut(),
+                n_native: 0,
+                n_python: 0,
+                generations: None,
+            },
+        };
+        slot.write(stack)
+    }
+
+    /// Captures into `buffer`, one of the stack buffers of `buffers` (the
+    /// calling thread's).
+    fn capture(buffers: *mut ThreadBuffers, buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
+        let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
+        let (n_native, native_generation) = if depth > 0 {
+            // SAFETY: the thread's own buffer, not in use by a live capture
+            // (see `Stack`); its arrays are MaybeUninit. One field at a time
+            // (the replay logs are other fields of the same allocation), and
+            // captures do not nest on a thread.
+            unsafe {
+                unwind::capture(
+                    &mut (&mut (*buffer).native)[..depth],
+                    thread,
+                    &mut *std::ptr::addr_of_mut!((*buffers).replay),
+                )
+            }
+        } else {
+            // No native frames: always the same (none).
+            (0, Some(0))
+        };
+        // SAFETY: as above.
+        let (n_python, python_generation) = unsafe {
+            python::capture(
+                &mut (*buffer).python,
+                &mut *std::ptr::addr_of_mut!((*buffers).python_replay),
+                &mut (*buffer).python_generation,
+            )
+        };
+        Stack {
+            buffer,
+            n_native,
+            n_python,
+            generations: native_generation.map(|g| (g, python_generation)),
+        }
+    }
+
+    pub fn native(&self) -> &[u64] {
+        if self.buffer.is_null() {
+            return &[];
+        }
+        // SAFETY: the first n_native entries were written by the unwinder.
+        unsafe { std::slice::from_raw_parts((*self.buffer).native.as_ptr().cast::<u64>(), self.n_native) }
+    }
+
+    pub fn python(&self) -> &[PyRawFrame] {
+        if self.buffer.is_null() {
+            return &[];
+        }
+        // SAFETY: the first n_python entries were written by the reader.
+        unsafe {
+            std::slice::from_raw_parts((*self.buffer).python.as_ptr().cast::<PyRawFrame>(), self.n_python)
+        }
+    }
+
+    /// The trace id of this stack in `depot` for a block of `api` and
+    /// `kind`. When the native and Python frames are the same generations
+    /// of the thread's replay logs as the last trace interned here, and
+    /// API and kind are the same, that trace's id is reused without
+    /// hashing. Comparing generations replaced a copy and a memcmp of the
+    /// Python frames (issue 24: 158 instructions of a Python pair), and
+    /// unlike "the native frames were replayed" it cannot mistake a
+    /// capture never interned (a failed call) for the last trace.
+    pub fn intern(&self, depot: &Depot, api: Api, kind: MemoryKind, thread: &ThreadState) -> TraceId {
+        let (last_id, last_api, last_kind) = thread.last_trace.get();
+        if let Some(generations) = self.generations {
+            if last_id != 0
+                && (last_api, last_kind) == (api as u8, kind as u8)
+                && thread.last_generations.get() == generations
+            {
+                return TraceId(last_id);
+            }
+        }
+        let id = self.intern_new(depot, api, kind);
+        match self.generations {
+            Some(generations) => {
+                thread.last_generations.set(generations);
+                thread.last_trace.set((id.0, api as u8, kind as u8));
+            }
+            None => thread.last_trace.set((0, 0, 0)),
+        }
+        id
+    }
+
+    /// Out of line: a new trace is the rare case, and inlined here it made
+    /// the common one (a replayed stack) save more registers.
+    #[inline(never)]
+    fn intern_new(&self, depot: &Depot, api: Api, kind: MemoryKind) -> TraceId {
+        let key = TraceKey {
+            api,
+            kind,
+            native: self.native(),
+            python: self.python(),
+        };
+        depot.intern(&key, |k| python::remember_code_objects(k.python))
+    }
+}
+
+fn room_to_capture(sp: usize, thread: &ThreadState) -> bool {
+    match unwind::stack_bounds(sp, thread) {
+        Some((low, _)) => sp - low >= CAPTURE_STACK_NEEDED,
+        // Not on the thread's own stack (a coroutine, sigaltstack): no
+        // bounds to check against, as before.
+        None => true,
+    }
+}

@@ -1,0 +1,75 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
+//! Entry points: after a `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`
+//! lookup, the hook is handed out in place of a function we wrap (the
+//! `EntryPoint` event, `events.rs`), when the driver gives the same
+//! function at the version the hook table was checked against.
+
+use super::global::offer;
+use super::scope::caller_implements;
+use crate::base::loader::is_own_address;
+use crate::cuda::driver_lookup::CU_GET_PROC_ADDRESS_V2;
+use crate::cuda::ffi::*;
+use crate::cuda::hook_table::{HookId, Layer};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+/// Newest CUDA version whose entry-point names the hook table was checked
+/// against (the CUDA 13.5 headers' cudaTypedefs.h). Lookups at a newer
+/// version are substituted only if the driver returns the same function
+/// for this version (a future `_v3` with another signature must never be
+/// handed our `_v2` hook).
+pub const CHECKED_CUDA_VERSION: c_int = 13050;
+
+/// After a successful entry-point lookup that returned `*pfn`: hands out
+/// the hook (`hook_address`, from the hooks' floor) instead when the
+/// result is a function we wrap.
+///
+/// `caller` tells who made the lookup (asked only for a hooked name): an
+/// object that defines the function itself gets the function
+/// ([`caller_implements`]).
+///
+/// # Safety
+/// `symbol` is a C string and `pfn` the lookup's out parameter.
+pub unsafe fn substitute_entry_point(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    hook_address: fn(HookId) -> usize,
+    caller: impl FnOnce() -> usize,
+) {
+    if symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    let p = *pfn as usize;
+    if p == 0 || is_own_address(p) {
+        return;
+    }
+    let name = CStr::from_ptr(symbol).to_bytes();
+    // Version 0: cudaGetDriverEntryPoint, which asks for the runtime's own
+    // version; check against our newest.
+    let asked = if version == 0 { c_int::MAX } else { version };
+    let Some(id) = HookId::for_entry_point(name, asked, flags) else {
+        return;
+    };
+    if asked > CHECKED_CUDA_VERSION && !same_as_checked_version(symbol, p, flags) {
+        return;
+    }
+    if id.layer() == Layer::Driver && caller_implements(caller(), id) {
+        return;
+    }
+    let hook = hook_address(id);
+    if offer(id, p, hook) {
+        *pfn = hook as *mut c_void;
+    }
+}
+
+/// Whether the driver gives `p` for `symbol` at [`CHECKED_CUDA_VERSION`].
+unsafe fn same_as_checked_version(symbol: *const c_char, p: usize, flags: u64) -> bool {
+    let Some(get) = CU_GET_PROC_ADDRESS_V2.get::<GetProcAddressV2Fn>() else {
+        return false;
+    };
+    let mut q: *mut c_void = std::ptr::null_mut();
+    let mut status: c_int = 0;
+    let r = get(symbol, &mut q, CHECKED_CUDA_VERSION, flags, &mut status);
+    r == CUDA_SUCCESS && (q as usize == p || is_own_address(q as usize))
+}

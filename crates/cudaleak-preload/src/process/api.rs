@@ -1,0 +1,108 @@
+//! The in-process C API: dumps on demand and checkpoints, for test suites
+//! and the Python module `cudaleak` (`python/cudaleak`).
+//!
+//! ```c
+//! int      cudaleak_dump(const char *reason);          // 0: report written
+//! uint64_t cudaleak_checkpoint(void);                  // id of a new checkpoint
+//! int      cudaleak_live_since(uint64_t id, uint64_t *blocks, uint64_t *bytes);
+//! char    *cudaleak_leaks_since_json(uint64_t id);     // free with cudaleak_free
+//! void     cudaleak_free(char *p);
+//! ```
+
+use crate::process::dump::{self, Request};
+use crate::process::lifecycle;
+use crate::state::tracker;
+use cudaleak_core::assemble::Snapshot;
+use cudaleak_core::record::MAX_EPOCH;
+use cudaleak_core::report::Trigger;
+use std::ffi::{c_char, c_int, CString};
+use std::panic::catch_unwind;
+use std::sync::atomic::Ordering;
+
+/// Writes a report now (trigger "api"). Returns 0 when a report was
+/// written, 1 when the process has made no allocation call yet (no report
+/// by the contract), -1 when writing failed.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_dump(reason: *const c_char) -> c_int {
+    catch_unwind(|| {
+        if !tracker::saw_allocation_call() {
+            return 1;
+        }
+        let mut r = Request::new(Trigger::Api);
+        r.reason = lifecycle::c_str_arg(reason);
+        match dump::dump(r) {
+            Some(o) if o.path.is_some() => 0,
+            _ => -1,
+        }
+    })
+    .unwrap_or(-1)
+}
+
+/// Starts a checkpoint: blocks allocated from now on carry its id or a
+/// later one. Ids start at 1.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_checkpoint() -> u64 {
+    // Saturates where blocks stop telling epochs apart (MAX_EPOCH): from
+    // there on a checkpoint covers everything since the last distinct one.
+    let previous = tracker::EPOCH
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+            Some((e + 1).min(MAX_EPOCH))
+        })
+        .unwrap_or(MAX_EPOCH);
+    (previous + 1).min(MAX_EPOCH) as u64
+}
+
+/// Blocks and bytes still live that were allocated since checkpoint `id`.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_live_since(id: u64, blocks: *mut u64, bytes: *mut u64) -> c_int {
+    catch_unwind(|| {
+        let live = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
+        let total: u64 = live.iter().map(|(_, b)| b.size()).sum();
+        // SAFETY: the caller's out parameters, written when non-null.
+        unsafe {
+            if !blocks.is_null() {
+                *blocks = live.len() as u64;
+            }
+            if !bytes.is_null() {
+                *bytes = total;
+            }
+        }
+        0
+    })
+    .unwrap_or(-1)
+}
+
+/// A report (JSON, schema version 1, trigger "api") of the blocks still
+/// live that were allocated since checkpoint `id`, suppressions applied.
+/// Nothing is written to disk. Free the string with [`cudaleak_free`].
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_leaks_since_json(id: u64) -> *mut c_char {
+    catch_unwind(|| {
+        let snap = Snapshot {
+            blocks: tracker::blocks_since(id.min(u32::MAX as u64) as u32),
+            ..Default::default()
+        };
+        let report = dump::with_state(None, |state| {
+            let mut meta_req = Request::new(Trigger::Api);
+            meta_req.reason = Some(format!("blocks since checkpoint {id}"));
+            // Not a dump (no file, no growth bookkeeping): it carries the
+            // sequence number the next dump will have.
+            let sequence = state.next_sequence();
+            dump::assemble(state, &snap, dump::meta_for(&meta_req, sequence), false)
+        })?;
+        let json = serde_json::to_string(&report).ok()?;
+        CString::new(json).ok().map(CString::into_raw)
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// Frees a string returned by this API.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_free(p: *mut c_char) {
+    if !p.is_null() {
+        // SAFETY: only strings from CString::into_raw above reach here.
+        drop(unsafe { CString::from_raw(p) });
+    }
+}

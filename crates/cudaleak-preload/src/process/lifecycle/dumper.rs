@@ -1,0 +1,159 @@
+//! The dumper thread: created with every signal blocked, it does every
+//! dump the triggers ask for (signal, interval, `cudaleak dump`, a fatal
+//! signal's report, `_exit`'s exit report) and takes the timeline's
+//! samples.
+
+use super::exit::{exit_report, exit_report_for};
+use super::handoff::{
+    DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST, EXIT_REQUEST_CODE, EXIT_REQUEST_DONE, FATAL_DONE, FATAL_SIGNAL,
+    NO_EXIT_REQUEST, PID, SIGNAL_PENDING, WAKE,
+};
+use crate::base::settings::{self, report_dir, warn};
+use crate::process::dump::{self, Request};
+use crate::state::tracker;
+use cudaleak_core::base::lock::wait_while_equal;
+use cudaleak_core::report::Trigger;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the dumper looks for a `cudaleak dump` request file.
+const REQUEST_POLL: Duration = Duration::from_millis(200);
+
+/// Starts the dumper thread with `pthread_create` rather than
+/// `std::thread::spawn`: this runs inside the first allocation hook, on
+/// whatever stack the program gave that thread, and std's spawn needs
+/// kilobytes of it (issue 15: a first cudaMalloc on a 16 KiB thread stack
+/// crashed in it).
+pub(super) fn start_dumper() {
+    if DUMPER_STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    extern "C" fn dumper_main(_: *mut c_void) -> *mut c_void {
+        // Named here, on this thread's own 1 MiB stack: naming another
+        // thread formats a /proc path with sprintf, about 2.2 KB of the
+        // allocating thread's stack (issue 23); naming oneself is a prctl.
+        // SAFETY: a static C string.
+        unsafe { libc::pthread_setname_np(libc::pthread_self(), c"cudaleak-dump".as_ptr()) };
+        let _ = std::panic::catch_unwind(dumper_loop);
+        std::ptr::null_mut()
+    }
+    // The thread inherits this mask: it must never run a signal handler.
+    // SAFETY: sigset and attribute manipulation on local storage.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, 1 << 20);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut thread: libc::pthread_t = std::mem::zeroed();
+        let rc = libc::pthread_create(&mut thread, &attr, dumper_main, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if rc != 0 {
+            DUMPER_STARTED.store(false, Ordering::Release);
+        }
+    }
+}
+
+fn request_file() -> Option<PathBuf> {
+    let dir = settings::configured_report_dir()?;
+    Some(dir.join(cudaleak_core::report::dump_request_name(
+        PID.load(Ordering::Acquire),
+    )))
+}
+
+/// The dumper thread never dies: a panic in one round is caught, noted
+/// once on stderr, and the loop goes on (issue 15: a dumper thread that
+/// died silently left no way to dump, and SIGTERM then waited 10 s for
+/// nothing).
+fn dumper_loop() {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    loop {
+        if std::panic::catch_unwind(dumper_rounds).is_err() {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                warn("cudaleak: internal error in the dump thread; it goes on (please report this)");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `now + every`, or None (no interval dump) when that is past what
+/// `Instant` can hold.
+fn next_due(every: Option<Duration>) -> Option<Instant> {
+    Instant::now().checked_add(every?)
+}
+
+fn dumper_rounds() {
+    static CLEANED: AtomicBool = AtomicBool::new(false);
+    // SAFETY: plain system call.
+    DUMPER_TID.store(unsafe { libc::gettid() }, Ordering::Release);
+    if !CLEANED.swap(true, Ordering::AcqRel) {
+        if let Some(dir) = report_dir() {
+            cudaleak_core::writer::remove_stale_temporaries(&dir, &dump::hostname());
+        }
+    }
+    let mut next_interval = next_due(settings::config().interval);
+    let request = request_file();
+    loop {
+        let seen = WAKE.load(Ordering::Acquire);
+        let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dump::write_oom_reports(false, None);
+            let asked = EXIT_REQUEST.swap(NO_EXIT_REQUEST, Ordering::AcqRel);
+            if asked != NO_EXIT_REQUEST {
+                // A program thread in `_exit` waits for this, bounded.
+                let code = exit_report_for(Some(asked as i32), None, None, false);
+                EXIT_REQUEST_CODE.store(code.map_or(NO_EXIT_REQUEST, i64::from), Ordering::Release);
+                EXIT_REQUEST_DONE.store(true, Ordering::Release);
+            }
+            let fatal = FATAL_SIGNAL.load(Ordering::Acquire);
+            if fatal != 0 && !FATAL_DONE.load(Ordering::Acquire) {
+                exit_report(None, Some(fatal));
+                FATAL_DONE.store(true, Ordering::Release);
+            }
+            if SIGNAL_PENDING.swap(false, Ordering::AcqRel) {
+                let mut r = Request::new(Trigger::Signal);
+                r.signal = settings::config().signal;
+                dump::dump(r);
+            }
+            if let Some(due) = next_interval {
+                if Instant::now() >= due {
+                    // The next one is scheduled first: a dump that panics
+                    // must not make every later round dump again at once.
+                    next_interval = next_due(settings::config().interval);
+                    dump::dump(Request::new(Trigger::Interval));
+                }
+            }
+            if let Some(req) = &request {
+                if std::fs::remove_file(req).is_ok() {
+                    let mut r = Request::new(Trigger::Api);
+                    r.reason = Some("cudaleak dump".into());
+                    dump::dump(r);
+                }
+            }
+        }));
+        if round.is_err() {
+            // A fatal-signal handler waits for this flag: never leave it hanging.
+            if FATAL_SIGNAL.load(Ordering::Acquire) != 0 {
+                FATAL_DONE.store(true, Ordering::Release);
+            }
+            EXIT_REQUEST_DONE.store(true, Ordering::Release);
+            std::panic::resume_unwind(Box::new("dump round"));
+        }
+        let mut wait = REQUEST_POLL;
+        if let Ok(Some(next_sample)) =
+            std::panic::catch_unwind(|| crate::state::sampler::tick(&tracker::sampler_sources()))
+        {
+            wait = wait.min(next_sample);
+        }
+        if let Some(due) = next_interval {
+            wait = wait.min(due.saturating_duration_since(Instant::now()));
+        }
+        wait_while_equal(&WAKE, seen, Some(wait));
+    }
+}

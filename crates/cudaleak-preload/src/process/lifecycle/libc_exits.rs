@@ -1,0 +1,329 @@
+#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
+//! The C library's ways out, wrapped: `exit`, `_exit`/`_Exit`, the status
+//! `main` returns (`__libc_start_main`), and the ways out that run no
+//! destructor of ours: `kill`/`raise` to ourselves, `exec`.
+
+use super::exit::{
+    exit_report_by_dumper, exit_report_for, real_exit_immediately, report_fatal_signal, ExitFn, ExitReport,
+    EXIT_REPORT, EXIT_STATUS,
+};
+use super::handoff::is_our_process;
+use crate::base::settings::{instance, report_dir, warn};
+use crate::process::dump;
+use crate::state::tracker;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// `_exit` and `_Exit`: no atexit handlers run, so the report is written
+/// before the real `_exit` (os._exit in Python, multiprocessing workers,
+/// many launchers). `_exit` is async-signal-safe and often called from a
+/// signal handler, which may have interrupted malloc: the report (which
+/// allocates, symbolizes and writes files) is written by the dumper thread
+/// while this thread waits, at most [`FATAL_DUMP_WAIT`], as for `kill` and
+/// `raise` (issue 23: a handler's `_exit` deadlocked on glibc's malloc
+/// lock). The dumper thread itself writes inline; without one (it could
+/// not be started) nothing is written here but one line, with `write(2)`.
+fn immediate_exit(status: c_int) -> ! {
+    let code = std::panic::catch_unwind(|| exit_report_by_dumper(status))
+        .ok()
+        .flatten();
+    real_exit_immediately(code.unwrap_or(status))
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    immediate_exit(status)
+}
+
+#[allow(non_snake_case)]
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    immediate_exit(status)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn exit(status: c_int) -> ! {
+    if is_our_process() {
+        EXIT_STATUS.store(status as i64, Ordering::Release);
+    }
+    let p = crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"exit");
+    if !p.is_null() {
+        // SAFETY: glibc's exit.
+        unsafe {
+            let f: ExitFn = std::mem::transmute(p);
+            f(status)
+        }
+    }
+    real_exit_immediately(status)
+}
+
+type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+type StartMainFn = unsafe extern "C" fn(
+    MainFn,
+    c_int,
+    *mut *mut c_char,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+unsafe extern "C" fn main_returning_status(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    envp: *mut *mut c_char,
+) -> c_int {
+    let main: MainFn = std::mem::transmute(REAL_MAIN.load(Ordering::Acquire));
+    let status = main(argc, argv, envp);
+    if is_our_process() {
+        EXIT_STATUS.store(status as i64, Ordering::Release);
+    }
+    status
+}
+
+/// Wraps `main` to learn the status it returns: glibc passes it to an
+/// internal `exit` that no preload can see.
+///
+/// # Safety
+/// Called by the program's `_start` with glibc's arguments.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    let real = crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"__libc_start_main");
+    if real.is_null() {
+        // Nothing to forward to: cannot happen with glibc.
+        std::process::abort();
+    }
+    let real: StartMainFn = std::mem::transmute(real);
+    REAL_MAIN.store(main as usize, Ordering::Release);
+    real(
+        main_returning_status,
+        argc,
+        argv,
+        init,
+        fini,
+        rtld_fini,
+        stack_end,
+    )
+}
+
+/// Whether `sig`, sent to this process now, ends it by the default action
+/// of SIGTERM or SIGINT.
+fn dies_of(sig: c_int) -> bool {
+    if sig != libc::SIGTERM && sig != libc::SIGINT {
+        return false;
+    }
+    // SAFETY: querying the disposition and this thread's mask.
+    unsafe {
+        let mut cur: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction != libc::SIG_DFL {
+            return false;
+        }
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask);
+        libc::sigismember(&mask, sig) == 0
+    }
+}
+
+/// CPython ends a program stopped by an uncaught KeyboardInterrupt with
+/// `signal(SIGINT, SIG_DFL); kill(getpid(), SIGINT)` after finalization:
+/// no destructor of ours runs (issue 15: Ctrl-C, the usual end of a
+/// training run, wrote no report). So a SIGINT or SIGTERM that a process
+/// sends itself with the default action writes the fatal-signal report
+/// first. The dumper thread writes it, as for a signal we handle: C
+/// programs send themselves the signal from their own handlers too, where
+/// this thread may have been interrupted inside malloc.
+fn before_signal_to_self(sig: c_int) {
+    if is_our_process() && tracker::saw_allocation_call() && dies_of(sig) {
+        report_fatal_signal(sig);
+    }
+}
+
+type KillFn = unsafe extern "C" fn(libc::pid_t, c_int) -> c_int;
+type RaiseFn = unsafe extern "C" fn(c_int) -> c_int;
+
+/// The C library's definitions of the functions this file wraps besides
+/// the allocation hooks, found once at load (0 when absent). Not lazily:
+/// CPython's subprocess calls execve in a vfork child, where a first
+/// dlsym would take the loader lock and malloc on the parent's heap; and
+/// kill/raise can be called from signal handlers.
+struct RealFunctions {
+    kill: AtomicUsize,
+    raise: AtomicUsize,
+    execve: AtomicUsize,
+    execv: AtomicUsize,
+    execvp: AtomicUsize,
+    execvpe: AtomicUsize,
+    fexecve: AtomicUsize,
+    execveat: AtomicUsize,
+}
+
+static REAL: RealFunctions = RealFunctions {
+    kill: AtomicUsize::new(0),
+    raise: AtomicUsize::new(0),
+    execve: AtomicUsize::new(0),
+    execv: AtomicUsize::new(0),
+    execvp: AtomicUsize::new(0),
+    execvpe: AtomicUsize::new(0),
+    fexecve: AtomicUsize::new(0),
+    execveat: AtomicUsize::new(0),
+};
+
+pub(super) fn resolve_real_functions() {
+    let slots: [(&AtomicUsize, &CStr); 8] = [
+        (&REAL.kill, c"kill"),
+        (&REAL.raise, c"raise"),
+        (&REAL.execve, c"execve"),
+        (&REAL.execv, c"execv"),
+        (&REAL.execvp, c"execvp"),
+        (&REAL.execvpe, c"execvpe"),
+        (&REAL.fexecve, c"fexecve"),
+        (&REAL.execveat, c"execveat"),
+    ];
+    for (slot, name) in slots {
+        slot.store(
+            crate::base::loader::real_dlsym(libc::RTLD_NEXT, name) as usize,
+            Ordering::Release,
+        );
+    }
+}
+
+/// Runs `f` with the caller's errno kept (our reporting must not change
+/// what the program reads after a call that succeeded), passing a panic
+/// by.
+fn errno_kept(f: impl FnOnce()) {
+    // SAFETY: errno is thread-local.
+    let errno = unsafe { *libc::__errno_location() };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Whether `kill(pid, _)` reaches this process: its pid, its process
+/// group (`0` or `-pgid`), or every process (`-1`, which spares only
+/// init and the sender: not us).
+fn kill_reaches_us(pid: libc::pid_t) -> bool {
+    // SAFETY: plain system calls.
+    unsafe {
+        match pid {
+            0 => true,
+            p if p > 0 => p == libc::getpid(),
+            -1 => false,
+            p => p.checked_neg() == Some(libc::getpgrp()),
+        }
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
+    // A signal to our own process group ends us too (a launcher's
+    // `kill(0, SIGTERM)`): the report is written as for one to ourselves.
+    errno_kept(|| {
+        if kill_reaches_us(pid) {
+            before_signal_to_self(sig);
+        }
+    });
+    match REAL.kill.load(Ordering::Acquire) {
+        // SAFETY: glibc's kill.
+        p if p != 0 => unsafe { std::mem::transmute::<usize, KillFn>(p)(pid, sig) },
+        // SAFETY: the system call glibc's kill makes.
+        _ => unsafe { libc::syscall(libc::SYS_kill, pid as libc::c_long, sig as libc::c_long) as c_int },
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn raise(sig: c_int) -> c_int {
+    errno_kept(|| before_signal_to_self(sig));
+    match REAL.raise.load(Ordering::Acquire) {
+        // SAFETY: glibc's raise.
+        p if p != 0 => unsafe { std::mem::transmute::<usize, RaiseFn>(p)(sig) },
+        // SAFETY: the system call glibc's raise makes.
+        _ => unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid() as libc::c_long,
+                libc::syscall(libc::SYS_gettid),
+                sig as libc::c_long,
+            ) as c_int
+        },
+    }
+}
+
+/// The old image's report, before an exec replaces it: the exit report
+/// (`trigger: "exit"`, `reason: "exec"`, no `exit_status`). The new image
+/// loads the library afresh and reports its own blocks (issue 15: leaks of
+/// an image that called exec were never reported; issue 11). Only a
+/// process that made CUDA allocation calls writes one; a vfork child
+/// (another pid) does not touch our state. Written once per image: a
+/// failed exec goes on, and its next attempts write none (Python's
+/// os.execvp tries execv once per PATH entry: each wrote a full, fsynced
+/// report); the run marker is removed before each attempt and made again
+/// after each failure. Returns whether the failure path must run.
+fn before_exec() -> bool {
+    if !is_our_process() || !tracker::saw_allocation_call() {
+        return false;
+    }
+    errno_kept(|| {
+        if EXIT_REPORT.load() == ExitReport::AfterFailedExec {
+            // This image's exec report stands: only the marker goes.
+            crate::process::run_marker::on_exec_report_stands(instance);
+        } else {
+            exit_report_for(None, None, Some("exec"), true);
+        }
+    });
+    true
+}
+
+/// The exec failed and the process goes on: its exit report is still to
+/// come (at its end, with whatever it does until then), and the gate must
+/// again notice should it go missing.
+fn after_failed_exec(reported: bool) {
+    if reported {
+        errno_kept(|| {
+            EXIT_REPORT.move_from(ExitReport::Done, ExitReport::AfterFailedExec);
+            dump::reporting_resumes();
+            crate::process::run_marker::on_first_allocation_call(report_dir, instance, warn);
+        });
+    }
+}
+
+type Argv = *const *const c_char;
+
+macro_rules! exec_hook {
+    ($name:ident, ($($arg:ident: $ty:ty),*)) => {
+        /// Writes the old image's report, then calls the C library's function.
+        ///
+        /// # Safety
+        /// The C library's contract for this function.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            let reported = before_exec();
+            let p = REAL.$name.load(Ordering::Acquire);
+            if p == 0 {
+                *libc::__errno_location() = libc::ENOSYS;
+                after_failed_exec(reported);
+                return -1;
+            }
+            let f: unsafe extern "C" fn($($ty),*) -> c_int = std::mem::transmute(p);
+            let rc = f($($arg),*);
+            after_failed_exec(reported);
+            rc
+        }
+    };
+}
+
+exec_hook!(execve, (path: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(execv, (path: *const c_char, argv: Argv));
+exec_hook!(execvp, (file: *const c_char, argv: Argv));
+exec_hook!(execvpe, (file: *const c_char, argv: Argv, envp: Argv));
+exec_hook!(fexecve, (fd: c_int, argv: Argv, envp: Argv));
+exec_hook!(execveat, (dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int));

@@ -1,0 +1,949 @@
+//! Process-wide tracking state, and what the events do to it.
+//!
+//! Lock order (never taken the other way round): SNAPSHOT_LOCK → VMM →
+//! a map shard → TORN_DOWN. ATTACHES and GREEN_INSERT are taken alone. No
+//! lock here is held while a real CUDA function runs.
+
+use crate::base::thread::ThreadState;
+use crate::capture::Stack;
+use crate::cuda::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
+use crate::cuda::ffi::*;
+use cudaleak_core::assemble::{PeakSites, Snapshot};
+use cudaleak_core::base::lock::FutexMutex;
+use cudaleak_core::config::Config;
+use cudaleak_core::record::depot::Depot;
+use cudaleak_core::record::live_map::{AddrHash, LiveMap, MapCounts};
+use cudaleak_core::record::site_counters::{SiteCounters, NO_DELTA_SLOT};
+use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Device, host and managed blocks and VA reservations, by address.
+pub static LIVE: LiveMap = LiveMap::new();
+/// Physical allocations (cuMemCreate), by handle: another key space.
+pub static HANDLES: LiveMap = LiveMap::new();
+pub static DEPOT: Depot = Depot::new();
+/// Live bytes and blocks per trace, now and at the process's peak: every
+/// report's `peak`, and the sampled timeline (`sampler.rs`). Always kept
+/// (issue 21; docs/performance.md has their cost).
+pub static SITES: SiteCounters = SiteCounters::new();
+/// Blocks still live when their context was destroyed: leaked by the
+/// program, kept for the reports, but out of LIVE so that the driver's
+/// reuse of their addresses cannot be mistaken for them.
+pub static TORN_DOWN: FutexMutex<Vec<(u64, Block)>> = FutexMutex::new(Vec::new());
+/// Held while a dump reads the maps and while a teardown moves blocks, so
+/// that a snapshot never sees a block twice or not at all.
+pub static SNAPSHOT_LOCK: FutexMutex<()> = FutexMutex::new(());
+
+static FAILED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
+/// A value alone in its 64-byte cache line.
+///
+/// The bug (issue 24): two threads doubled the library's cost per pair
+/// with no lock waited on. `LIVE_BYTES`, written by every allocation and
+/// release, shared its line with `PEAK_BYTES`, `EPOCH` and `TRACKING`,
+/// which every event reads: each write took the line from the other core.
+#[repr(align(64))]
+struct OwnLine<T>(T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+static LIVE_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
+static PEAK_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
+/// When PEAK_BYTES was last raised (Unix ms, to the coarse clock's tick).
+static PEAK_TIME_MS: AtomicI64 = AtomicI64::new(0);
+static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// Checkpoint epoch; stored in each block (`cudaleak_checkpoint`).
+pub static EPOCH: AtomicU32 = AtomicU32::new(0);
+static SAW_ALLOCATION_CALL: AtomicBool = AtomicBool::new(false);
+static TRACKING: AtomicBool = AtomicBool::new(false);
+
+#[inline]
+pub fn is_tracking() -> bool {
+    TRACKING.load(Ordering::Relaxed)
+}
+
+pub fn set_tracking(on: bool) {
+    TRACKING.store(on, Ordering::Release);
+}
+
+/// Applies the parts of the configuration the tracking state keeps
+/// (called once at load with the configuration in force).
+pub fn configure(c: &Config) {
+    DEPOT.set_max_traces(c.max_stacks);
+    crate::state::event_ring::configure(c.trace_events);
+}
+
+/// What the lifecycle does at the first allocation call of a process (or
+/// of a fork child): installed at load, before tracking starts, so the
+/// tracker never names the floor above it.
+static ON_FIRST_ALLOCATION_CALL: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs what runs at the first allocation call (a plain function).
+pub fn at_first_allocation_call(f: fn()) {
+    ON_FIRST_ALLOCATION_CALL.store(f as usize, Ordering::Release);
+}
+
+pub fn saw_allocation_call() -> bool {
+    SAW_ALLOCATION_CALL.load(Ordering::Acquire)
+}
+
+/// Any allocation call, failed or not: the process will write reports.
+/// The first one counts only once the lifecycle installed its work
+/// (`at_first_allocation_call`, before tracking starts): a call noted
+/// without it would leave the process with no dumper and no handlers.
+#[inline]
+pub fn note_allocation_call() {
+    if SAW_ALLOCATION_CALL.load(Ordering::Relaxed) {
+        return;
+    }
+    let f = ON_FIRST_ALLOCATION_CALL.load(Ordering::Acquire);
+    if f != 0
+        && SAW_ALLOCATION_CALL
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        // SAFETY: stored from a `fn()` by `at_first_allocation_call`.
+        unsafe { std::mem::transmute::<usize, fn()>(f)() };
+    }
+}
+
+pub fn note_failed_allocation() {
+    FAILED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What the timeline's sampler reads (`sampler.rs`).
+pub fn sampler_sources() -> crate::state::sampler::Sources<'static> {
+    crate::state::sampler::Sources {
+        period: crate::base::settings::config().timeline,
+        sites: &SITES,
+        depot: &DEPOT,
+        peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),
+        active: saw_allocation_call(),
+    }
+}
+
+pub fn note_internal_error() {
+    INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Live and peak bytes count memory, not reserved address space. The call
+/// site is told the peak before the block counts (`site_counters.rs`),
+/// through the thread's delta slot.
+#[inline]
+fn add_bytes(b: &Block, thread: &ThreadState) {
+    if !b.kind().counts_in_live_bytes() {
+        return;
+    }
+    let n = b.size();
+    let peak = PEAK_BYTES.load(Ordering::Relaxed);
+    SITES.add_from(delta_slot(thread), b.trace, n, peak);
+    let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
+    if now > peak {
+        new_peak(now);
+    }
+}
+
+/// The calling thread's delta slot in [`SITES`], claimed at its first
+/// counted block. `site_delta` holds the slot plus one, so that 0 means
+/// not yet; a thread that found none holds `NO_DELTA_SLOT`, which reads
+/// back as a number past the slots: the sites' words directly.
+#[inline(always)]
+fn delta_slot(thread: &ThreadState) -> u16 {
+    match thread.site_delta.get() {
+        0 => claim_delta_slot(thread),
+        n => n - 1,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim_delta_slot(thread: &ThreadState) -> u16 {
+    let slot = SITES.claim_delta_slot();
+    thread
+        .site_delta
+        .set(if slot == NO_DELTA_SLOT { slot } else { slot + 1 });
+    slot
+}
+
+/// Live bytes went past the peak: only while memory grows, never in a
+/// steady alloc/free loop.
+#[cold]
+#[inline(never)]
+fn new_peak(now: u64) {
+    if PEAK_BYTES.fetch_max(now, Ordering::Relaxed) < now {
+        PEAK_TIME_MS.store(coarse_now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// Unix time in ms from the coarse clock (a vDSO read, no system call;
+/// its tick is 1-4 ms).
+fn coarse_now_ms() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live local that clock_gettime only writes; an
+    // unknown clock fails with EINVAL, handled below.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+}
+
+/// A block gone, on a path that has no thread state at hand (teardowns,
+/// handles): straight to its site's word.
+fn sub_bytes(b: &Block) {
+    if b.kind().counts_in_live_bytes() {
+        SITES.sub(b.trace, b.size(), PEAK_BYTES.load(Ordering::Relaxed));
+        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+    }
+}
+
+/// A block freed by the calling thread: through its delta slot, which
+/// holds the change when the block's site is the thread's current one.
+#[inline]
+fn sub_bytes_from(b: &Block, thread: &ThreadState) {
+    if b.kind().counts_in_live_bytes() {
+        let peak = PEAK_BYTES.load(Ordering::Relaxed);
+        SITES.sub_from(delta_slot(thread), b.trace, b.size(), peak);
+        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+    }
+}
+
+/// Kinds whose memory belongs to a context and dies with it (a
+/// registration is undone with its context).
+fn context_bound(kind: MemoryKind) -> bool {
+    matches!(
+        kind,
+        MemoryKind::Device
+            | MemoryKind::Host
+            | MemoryKind::Managed
+            | MemoryKind::Array
+            | MemoryKind::Registered
+    )
+}
+
+pub fn record_allocation(
+    key: u64,
+    size: u64,
+    api: Api,
+    kind: MemoryKind,
+    stack: &Stack,
+    device: Option<u8>,
+    thread: &ThreadState,
+) {
+    let trace: TraceId = stack.intern(&DEPOT, api, kind, thread);
+    let (slot, ctx_device) = if context_bound(kind) {
+        current_context(thread)
+    } else {
+        (0, None)
+    };
+    let block = Block::new(
+        size,
+        trace,
+        kind,
+        slot,
+        ctx_device.or(device),
+        EPOCH.load(Ordering::Relaxed),
+    );
+    let map = if api.returns_handle() {
+        VMM.lock().handles.insert(key, HandleState { maps: 0, refs: 1 });
+        &HANDLES
+    } else {
+        // Blocks with an address, whose frees `finish_release` sees.
+        crate::state::event_ring::record(
+            crate::state::event_ring::Action::Alloc,
+            key,
+            size,
+            trace,
+            block.device(),
+        );
+        &LIVE
+    };
+    if let Some(old) = map.insert(key, block) {
+        sub_bytes_from(&old, thread);
+    }
+    add_bytes(&block, thread);
+}
+
+/// Which blocks a release call takes: blocks of its memory kinds, and
+/// memory opened from elsewhere (`Imported`) by the calls it undoes: a
+/// pointer imported from another process's pool is freed with cuMemFree,
+/// one opened by cuIpcOpenMemHandle only with cuIpcCloseMemHandle.
+pub struct Releases {
+    pub kinds: &'static [MemoryKind],
+    pub imported_by: &'static [Api],
+}
+
+impl Releases {
+    fn accepts(&self, b: &Block) -> bool {
+        if self.kinds.contains(&b.kind()) {
+            return true;
+        }
+        if b.kind() != MemoryKind::Imported || self.imported_by.is_empty() {
+            return false;
+        }
+        // The depot reads without a lock. A block without a stack (the
+        // depot was full) is let through: the driver says whether the
+        // call may release it, and a failed release puts it back.
+        DEPOT
+            .get(b.trace)
+            .is_none_or(|t| self.imported_by.contains(&t.api))
+    }
+}
+
+/// Takes a block out of the live map before its release call (case 3 in
+/// events.rs); `None` when `addr` is not a live block the call releases.
+pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
+    LIVE.remove_if(addr, |b| accepts.accepts(b))
+}
+
+pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread: &ThreadState) {
+    match removed {
+        Some(b) if succeeded => {
+            crate::state::event_ring::record(
+                crate::state::event_ring::Action::Free,
+                addr,
+                b.size(),
+                b.trace,
+                b.device(),
+            );
+            sub_bytes_from(&b, thread);
+        }
+        Some(b) => LIVE.restore(addr, b),
+        None => {
+            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+// ---- virtual memory management ----
+
+/// What keeps a handle's memory alive: its references (1 from the call
+/// that made it, +1 per cuMemRetainAllocationHandle, -1 per cuMemRelease)
+/// and its mappings and multicast binds. It dies when both are 0.
+#[derive(Clone, Copy, Default)]
+struct HandleState {
+    maps: u32,
+    refs: u32,
+}
+
+/// Memory handle `mem` bound to multicast object `mc` at `offset`, for
+/// device `dev` (-1: not known).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Bind {
+    mc: u64,
+    dev: i32,
+    offset: u64,
+    mem: u64,
+}
+
+struct Vmm {
+    /// mapped VA → (handle, size); ordered for range lookups in cuMemUnmap
+    mappings: BTreeMap<u64, (u64, u64)>,
+    handles: HashMap<u64, HandleState, AddrHash>,
+    binds: Vec<Bind>,
+}
+
+static VMM: FutexMutex<Vmm> = FutexMutex::new(Vmm {
+    mappings: BTreeMap::new(),
+    handles: HashMap::with_hasher(AddrHash),
+    binds: Vec::new(),
+});
+
+pub enum HandleRelease {
+    NotLive,
+    Removed(Block),
+    /// one reference less; still referenced or mapped: the memory lives on
+    Deferred,
+}
+
+pub fn release_handle_begin(handle: u64) -> HandleRelease {
+    let mut vmm = VMM.lock();
+    let state = vmm.handles.get(&handle).copied();
+    match state {
+        Some(s) if s.refs == 0 => HandleRelease::NotLive,
+        Some(s) if s.refs > 1 || s.maps > 0 => {
+            if let Some(st) = vmm.handles.get_mut(&handle) {
+                st.refs -= 1;
+            }
+            HandleRelease::Deferred
+        }
+        _ => match HANDLES.remove(handle) {
+            Some(b) => {
+                vmm.handles.remove(&handle);
+                HandleRelease::Removed(b)
+            }
+            None => HandleRelease::NotLive,
+        },
+    }
+}
+
+pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
+    match (st, succeeded) {
+        (HandleRelease::NotLive, _) => {
+            INVALID_FREES.fetch_add(1, Ordering::Relaxed);
+        }
+        (HandleRelease::Removed(b), true) => {
+            sub_bytes(&b);
+            if b.kind() == MemoryKind::Multicast {
+                let gone = drop_binds_of(&mut VMM.lock(), handle);
+                gone.iter().for_each(|(_, b)| sub_bytes(b));
+            }
+        }
+        (HandleRelease::Removed(b), false) => {
+            VMM.lock()
+                .handles
+                .insert(handle, HandleState { maps: 0, refs: 1 });
+            HANDLES.restore(handle, b);
+        }
+        (HandleRelease::Deferred, true) => {}
+        (HandleRelease::Deferred, false) => {
+            if let Some(s) = VMM.lock().handles.get_mut(&handle) {
+                s.refs += 1;
+            }
+        }
+    }
+}
+
+/// cuMemRetainAllocationHandle returned `handle`: one more reference,
+/// which a cuMemRelease will give back.
+pub fn handle_retained(handle: u64) {
+    let mut vmm = VMM.lock();
+    if HANDLES.get(handle).is_some() {
+        vmm.handles.entry(handle).or_default().refs += 1;
+    }
+}
+
+pub fn mapped(va: u64, size: u64, handle: u64) {
+    let mut vmm = VMM.lock();
+    vmm.mappings.insert(va, (handle, size));
+    vmm.handles.entry(handle).or_default().maps += 1;
+}
+
+/// The handle mapped at `addr`, anywhere in its mapping.
+fn handle_mapped_at(vmm: &Vmm, addr: u64) -> Option<u64> {
+    let (&va, &(handle, size)) = vmm.mappings.range(..=addr).next_back()?;
+    (addr < va.saturating_add(size)).then_some(handle)
+}
+
+/// A multicast bind succeeded: memory handle `mem` (or the one mapped at
+/// `addr`) lives at least until it is unbound or the object goes.
+pub fn bound(mc: u64, dev: i32, offset: u64, mem: Option<u64>, addr: u64) {
+    let mut vmm = VMM.lock();
+    let Some(mem) = mem.or_else(|| handle_mapped_at(&vmm, addr)) else {
+        return; // memory of a pool (cudaMallocAsync), not a handle
+    };
+    let dev = if dev >= 0 {
+        dev
+    } else {
+        HANDLES.get(mem).and_then(|b| b.device()).map_or(-1, |d| d as i32)
+    };
+    vmm.binds.push(Bind { mc, dev, offset, mem });
+    vmm.handles.entry(mem).or_default().maps += 1;
+}
+
+/// Takes one mapping or bind off handle `h`; when that was the last and
+/// no reference is left, its block. `vmm` is locked.
+fn unreference(vmm: &mut Vmm, h: u64) -> Option<(u64, Block)> {
+    let st = vmm.handles.get_mut(&h)?;
+    st.maps = st.maps.saturating_sub(1);
+    if st.maps > 0 || st.refs > 0 {
+        return None;
+    }
+    vmm.handles.remove(&h);
+    HANDLES.remove(h).map(|b| (h, b))
+}
+
+/// A multicast object is gone: its binds with it; the blocks that died.
+fn drop_binds_of(vmm: &mut Vmm, mc: u64) -> Vec<(u64, Block)> {
+    let mut gone = Vec::new();
+    let mut i = 0;
+    while i < vmm.binds.len() {
+        if vmm.binds[i].mc == mc {
+            let b = vmm.binds.swap_remove(i);
+            gone.extend(unreference(vmm, b.mem));
+        } else {
+            i += 1;
+        }
+    }
+    gone
+}
+
+/// What cuMulticastUnbind took out, to put back if the call fails.
+pub struct UnbindUndo {
+    binds: Vec<Bind>,
+    handles: Vec<(u64, Block)>,
+}
+
+pub fn unbind_begin(mc: u64, dev: i32, offset: u64, size: u64) -> UnbindUndo {
+    let mut vmm = VMM.lock();
+    let end = offset.saturating_add(size);
+    let mut undo = UnbindUndo {
+        binds: Vec::new(),
+        handles: Vec::new(),
+    };
+    let mut i = 0;
+    while i < vmm.binds.len() {
+        let b = vmm.binds[i];
+        if b.mc == mc && (b.dev == dev || b.dev < 0) && (offset..end).contains(&b.offset) {
+            vmm.binds.swap_remove(i);
+            undo.handles.extend(unreference(&mut vmm, b.mem));
+            undo.binds.push(b);
+        } else {
+            i += 1;
+        }
+    }
+    undo
+}
+
+pub fn unbind_finish(undo: UnbindUndo, succeeded: bool) {
+    if succeeded {
+        undo.handles.iter().for_each(|(_, b)| sub_bytes(b));
+        return;
+    }
+    let mut vmm = VMM.lock();
+    for (h, b) in undo.handles {
+        vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
+        HANDLES.restore(h, b);
+    }
+    for b in undo.binds {
+        vmm.handles.entry(b.mem).or_default().maps += 1;
+        vmm.binds.push(b);
+    }
+}
+
+/// What cuMemUnmap took out, to put back if the call fails.
+pub struct UnmapUndo {
+    mappings: Vec<(u64, u64, u64)>,
+    handles: Vec<(u64, Block)>,
+}
+
+pub fn unmap_begin(va: u64, size: u64) -> UnmapUndo {
+    let mut vmm = VMM.lock();
+    let end = va.saturating_add(size);
+    let gone: Vec<(u64, u64, u64)> = vmm
+        .mappings
+        .range(va..end)
+        .map(|(&a, &(h, s))| (a, h, s))
+        .collect();
+    let mut handles = Vec::new();
+    for &(a, h, _) in &gone {
+        vmm.mappings.remove(&a);
+        handles.extend(unreference(&mut vmm, h));
+    }
+    UnmapUndo {
+        mappings: gone,
+        handles,
+    }
+}
+
+pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
+    if succeeded {
+        for (h, b) in &undo.handles {
+            sub_bytes(b);
+            if b.kind() == MemoryKind::Multicast {
+                let gone = drop_binds_of(&mut VMM.lock(), *h);
+                gone.iter().for_each(|(_, b)| sub_bytes(b));
+            }
+        }
+        return;
+    }
+    let mut vmm = VMM.lock();
+    for (h, b) in undo.handles {
+        vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
+        HANDLES.restore(h, b);
+    }
+    for (a, h, s) in undo.mappings {
+        vmm.mappings.insert(a, (h, s));
+        vmm.handles.entry(h).or_default().maps += 1;
+    }
+}
+
+// ---- contexts ----
+
+const MAX_CONTEXTS: usize = 256;
+/// Slot → context handle; slot 0 means "no context".
+static CONTEXTS: [AtomicU64; MAX_CONTEXTS] = [const { AtomicU64::new(0) }; MAX_CONTEXTS];
+/// Slot → device + 1 (0: unknown).
+static CONTEXT_DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(0) }; MAX_CONTEXTS];
+static CONTEXT_COUNT: AtomicUsize = AtomicUsize::new(0);
+static CONTEXT_INSERT: FutexMutex<()> = FutexMutex::new(());
+
+fn slot_of(ctx: u64) -> Option<u8> {
+    let n = CONTEXT_COUNT.load(Ordering::Acquire);
+    (1..=n.min(MAX_CONTEXTS - 1))
+        .find(|&i| CONTEXTS[i].load(Ordering::Acquire) == ctx)
+        .map(|i| i as u8)
+}
+
+fn device_of_slot(slot: u8) -> Option<u8> {
+    match CONTEXT_DEVICES[slot as usize].load(Ordering::Acquire) {
+        0 => None,
+        d => Some(d - 1),
+    }
+}
+
+/// The device of the calling thread's current context, if known.
+pub fn current_device(thread: &ThreadState) -> Option<u8> {
+    current_context(thread).1
+}
+
+/// The calling thread's current context, as (slot, device).
+fn current_context(thread: &ThreadState) -> (u8, Option<u8>) {
+    let Some(get) = CU_CTX_GET_CURRENT.get::<CtxGetCurrentFn>() else {
+        return (0, None);
+    };
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: real driver call with a valid out pointer.
+    if unsafe { get(&mut ctx) } != CUDA_SUCCESS || ctx.is_null() {
+        return (0, None);
+    }
+    let ctx = ctx as u64;
+    let (last, last_slot) = thread.last_context.get();
+    let slot = if last == ctx && last_slot != 0 {
+        last_slot
+    } else {
+        // A green context's CUcontext allocates the primary context's
+        // memory: its blocks take the primary context's slot, and die
+        // with it.
+        let owner = primary_of_green_context(ctx).unwrap_or(ctx);
+        let s = slot_of(owner).unwrap_or_else(|| add_context(owner));
+        thread.last_context.set((ctx, s));
+        s
+    };
+    (slot, device_of_slot(slot))
+}
+
+#[cold]
+fn add_context(ctx: u64) -> u8 {
+    let _g = CONTEXT_INSERT.lock();
+    if let Some(s) = slot_of(ctx) {
+        return s;
+    }
+    let n = CONTEXT_COUNT.load(Ordering::Acquire);
+    if n + 1 >= MAX_CONTEXTS {
+        return 0;
+    }
+    let slot = n + 1;
+    let mut dev: CUdevice = -1;
+    if let Some(get) = CU_CTX_GET_DEVICE.get::<CtxGetDeviceFn>() {
+        // SAFETY: ctx is current on this thread; valid out pointer.
+        if unsafe { get(&mut dev) } != CUDA_SUCCESS {
+            dev = -1;
+        }
+    }
+    CONTEXTS[slot].store(ctx, Ordering::Release);
+    if (0..255).contains(&dev) {
+        CONTEXT_DEVICES[slot].store(dev as u8 + 1, Ordering::Release);
+    }
+    CONTEXT_COUNT.store(slot, Ordering::Release);
+    slot as u8
+}
+
+/// Moves every block of a destroyed context to TORN_DOWN.
+pub fn teardown_context(ctx: u64) {
+    forget_attaches(ctx);
+    let Some(slot) = slot_of(ctx) else { return };
+    teardown_slots(|s| s == slot);
+}
+
+// ---- CUDA 2.0's context usage count (cuCtxAttach / cuCtxDetach) ----
+
+/// Contexts attached to (cuCtxAttach) more often than detached, with the
+/// count of attaches not yet matched; the context's creation is the one
+/// reference a last cuCtxDetach takes away. A deprecated API: a few slots.
+static ATTACHES: FutexMutex<[(u64, u32); 16]> = FutexMutex::new([(0, 0); 16]);
+
+pub fn context_attached(ctx: u64) {
+    let mut a = ATTACHES.lock();
+    if let Some(e) = a.iter_mut().find(|e| e.0 == ctx && e.1 > 0) {
+        e.1 += 1;
+    } else if let Some(e) = a.iter_mut().find(|e| e.1 == 0) {
+        *e = (ctx, 1);
+    }
+}
+
+/// A successful cuCtxDetach: the last one destroyed the context.
+pub fn context_detached(ctx: u64) {
+    {
+        let mut a = ATTACHES.lock();
+        if let Some(e) = a.iter_mut().find(|e| e.0 == ctx && e.1 > 0) {
+            e.1 -= 1;
+            return;
+        }
+    }
+    teardown_context(ctx);
+}
+
+fn forget_attaches(ctx: u64) {
+    let mut a = ATTACHES.lock();
+    a.iter_mut().filter(|e| e.0 == ctx).for_each(|e| *e = (0, 0));
+}
+
+// ---- green contexts (CUDA 12.4) ----
+//
+// cuGreenCtxCreate retains the device's primary context and
+// cuGreenCtxDestroy releases it (NVIDIA's documentation of both); the
+// green context's CUcontext (cuCtxFromGreenCtx) is "a normal primary
+// context" with other SM resources. So a green context owns no memory:
+// what is allocated while it is current is the primary context's and dies
+// with that one, and a green context that outlives the program's own
+// references keeps the primary context, and its blocks, alive.
+
+const MAX_GREEN: usize = 64;
+/// green context handle, its device + 1, and its CUcontext (0 until asked)
+static GREEN: [(AtomicU64, AtomicI64, AtomicU64); MAX_GREEN] =
+    [const { (AtomicU64::new(0), AtomicI64::new(0), AtomicU64::new(0)) }; MAX_GREEN];
+static GREEN_INSERT: FutexMutex<()> = FutexMutex::new(());
+
+pub fn green_created(green: u64, dev: CUdevice) {
+    let Some(d) = device_index(dev) else { return };
+    PRIMARY_REFS[d].fetch_add(1, Ordering::AcqRel);
+    let _g = GREEN_INSERT.lock();
+    if let Some(e) = GREEN.iter().find(|e| e.0.load(Ordering::Acquire) == 0) {
+        e.2.store(0, Ordering::Relaxed);
+        e.1.store(d as i64 + 1, Ordering::Relaxed);
+        e.0.store(green, Ordering::Release);
+    }
+}
+
+pub fn green_destroyed(green: u64) {
+    let dev = {
+        let _g = GREEN_INSERT.lock();
+        let Some(e) = GREEN.iter().find(|e| e.0.load(Ordering::Acquire) == green) else {
+            return;
+        };
+        e.0.store(0, Ordering::Release);
+        e.1.load(Ordering::Relaxed) - 1
+    };
+    primary_released(dev as CUdevice);
+}
+
+/// cuCtxFromGreenCtx: `ctx` allocates the primary context's memory.
+pub fn green_context(green: u64, ctx: u64) {
+    if let Some(e) = GREEN.iter().find(|e| e.0.load(Ordering::Acquire) == green) {
+        e.2.store(ctx, Ordering::Release);
+    }
+}
+
+/// The primary context whose memory `ctx`, a green context's CUcontext,
+/// allocates (when that primary context is known).
+fn primary_of_green_context(ctx: u64) -> Option<u64> {
+    let e = GREEN
+        .iter()
+        .find(|e| e.0.load(Ordering::Acquire) != 0 && e.2.load(Ordering::Acquire) == ctx)?;
+    let d = usize::try_from(e.1.load(Ordering::Relaxed) - 1).ok()?;
+    match PRIMARY_CONTEXT.get(d)?.load(Ordering::Acquire) {
+        0 => None,
+        p => Some(p),
+    }
+}
+
+fn teardown_slots(matches: impl Fn(u8) -> bool) {
+    let _g = SNAPSHOT_LOCK.lock();
+    let moved = LIVE.drain_where(|b| b.context_slot() != 0 && matches(b.context_slot()));
+    if !moved.is_empty() {
+        TORN_DOWN.lock().extend(moved);
+    }
+}
+
+const MAX_DEVICES: usize = 64;
+static PRIMARY_CONTEXT: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static PRIMARY_REFS: [AtomicI64; MAX_DEVICES] = [const { AtomicI64::new(0) }; MAX_DEVICES];
+
+fn device_index(dev: CUdevice) -> Option<usize> {
+    usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
+}
+
+pub fn primary_retained(dev: CUdevice, ctx: u64) {
+    if let Some(d) = device_index(dev) {
+        PRIMARY_CONTEXT[d].store(ctx, Ordering::Release);
+        PRIMARY_REFS[d].fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The last release destroys the primary context.
+pub fn primary_released(dev: CUdevice) {
+    let Some(d) = device_index(dev) else { return };
+    let before = PRIMARY_REFS[d].fetch_sub(1, Ordering::AcqRel);
+    if before == 1 {
+        teardown_context(PRIMARY_CONTEXT[d].load(Ordering::Acquire));
+    } else if before <= 0 {
+        PRIMARY_REFS[d].store(0, Ordering::Release);
+    }
+}
+
+pub fn primary_reset(dev: CUdevice) {
+    let Some(d) = device_index(dev) else { return };
+    PRIMARY_REFS[d].store(0, Ordering::Release);
+    match PRIMARY_CONTEXT[d].load(Ordering::Acquire) {
+        0 => teardown_device(d as u8),
+        ctx => teardown_context(ctx),
+    }
+}
+
+fn teardown_device(dev: u8) {
+    teardown_slots(|s| device_of_slot(s) == Some(dev));
+}
+
+/// cudaDeviceReset whose driver call we did not see.
+pub fn teardown_current_device(thread: &ThreadState) {
+    if let (_, Some(dev)) = current_context(thread) {
+        primary_reset(dev as CUdevice);
+    }
+}
+
+// ---- reading ----
+
+/// Reads every live block and the counters, exactly (see live_map.rs).
+/// With a timeout, gives up on locks that stay taken (dumps at exit).
+pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
+    let _g = match timeout {
+        Some(t) => SNAPSHOT_LOCK.lock_for(t)?,
+        None => SNAPSHOT_LOCK.lock(),
+    };
+    let mut snap = Snapshot::default();
+    // Sized first (one short lock per shard): growing the copy by doubling
+    // moved it several times (issue 21: the out-of-memory snapshot is taken
+    // on the failing thread).
+    if timeout.is_none() {
+        let live = LIVE.counts().live + HANDLES.counts().live;
+        snap.blocks.reserve(live as usize + live as usize / 16 + 64);
+    }
+    let mut counts = MapCounts::default();
+    let mut skipped = 0;
+    for map in [&LIVE, &HANDLES] {
+        skipped += map.for_each_shard(timeout, |it, c| {
+            snap.blocks.extend(it);
+            counts.add(c);
+        });
+    }
+    snap.blocks.extend(TORN_DOWN.lock().iter().copied());
+    snap.allocations = counts.inserted;
+    snap.frees = counts.removed;
+    snap.failed_allocations = FAILED_ALLOCATIONS.load(Ordering::Relaxed);
+    snap.invalid_frees = INVALID_FREES.load(Ordering::Relaxed);
+    let peak = PEAK_BYTES.load(Ordering::Relaxed);
+    snap.peak_bytes = peak;
+    snap.peak = Some(peak_sites(peak));
+    snap.incomplete_shards = skipped as u64;
+    Some(snap)
+}
+
+/// What each call site held when the process reached `peak`, the current
+/// peak (`site_counters.rs`): one pass over the call sites, no lock.
+fn peak_sites(peak: u64) -> PeakSites {
+    let mut sites = Vec::new();
+    SITES.for_each_at_peak(DEPOT.len(), peak, |trace, bytes, blocks| {
+        sites.push((trace, blocks, bytes))
+    });
+    PeakSites {
+        bytes: peak,
+        timestamp_ms: PEAK_TIME_MS.load(Ordering::Relaxed),
+        sites,
+    }
+}
+
+/// Live blocks allocated at or after checkpoint epoch `epoch`.
+pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
+    let mut out = Vec::new();
+    let _g = SNAPSHOT_LOCK.lock();
+    for map in [&LIVE, &HANDLES] {
+        map.for_each_shard(None, |it, _| out.extend(it.filter(|(_, b)| b.epoch() >= epoch)));
+    }
+    out.extend(
+        TORN_DOWN
+            .lock()
+            .iter()
+            .filter(|(_, b)| b.epoch() >= epoch)
+            .copied(),
+    );
+    out
+}
+
+// ---- fork ----
+
+/// pthread_atfork prepare: every lock a hook can hold, in lock order.
+pub fn lock_all_for_fork() {
+    SNAPSHOT_LOCK.raw_lock();
+    VMM.raw_lock();
+    CONTEXT_INSERT.raw_lock();
+    DEPOT.lock_for_fork();
+    crate::capture::python::CODES.lock_for_fork();
+    LIVE.lock_all();
+    HANDLES.lock_all();
+    TORN_DOWN.raw_lock();
+    ATTACHES.raw_lock();
+    GREEN_INSERT.raw_lock();
+}
+
+/// pthread_atfork parent.
+///
+/// # Safety
+/// After [`lock_all_for_fork`] on this thread.
+pub unsafe fn unlock_all_after_fork() {
+    // SAFETY: the caller ran `lock_all_for_fork` on this thread, which took
+    // each of these locks once; they are released once each, in reverse
+    // order.
+    unsafe {
+        GREEN_INSERT.raw_unlock();
+        ATTACHES.raw_unlock();
+        TORN_DOWN.raw_unlock();
+        HANDLES.unlock_all();
+        LIVE.unlock_all();
+        crate::capture::python::CODES.unlock_after_fork();
+        DEPOT.unlock_after_fork();
+        CONTEXT_INSERT.raw_unlock();
+        VMM.raw_unlock();
+        SNAPSHOT_LOCK.raw_unlock();
+    }
+}
+
+/// pthread_atfork child: the child tracks only its own blocks, from zero.
+/// Interned traces and code objects stay valid (same address space).
+///
+/// # Safety
+/// After [`lock_all_for_fork`], in the single-threaded child.
+pub unsafe fn reset_in_child_and_unlock() {
+    // SAFETY: the caller ran `lock_all_for_fork` before `fork` on the thread
+    // that is now the child's only one, so this thread holds every lock
+    // below and no other thread can use them: each lock's value may be
+    // reached without a guard while held (`get_unchecked`), and each lock
+    // is released once, in reverse order, its reference unused after.
+    unsafe {
+        GREEN_INSERT.raw_unlock();
+        ATTACHES.raw_unlock();
+        let torn = TORN_DOWN.get_unchecked();
+        *torn = Vec::new();
+        TORN_DOWN.raw_unlock();
+        HANDLES.reset_locked_and_unlock();
+        LIVE.reset_locked_and_unlock();
+        crate::capture::python::CODES.unlock_after_fork();
+        DEPOT.unlock_after_fork();
+        CONTEXT_INSERT.raw_unlock();
+        let vmm = VMM.get_unchecked();
+        vmm.mappings = BTreeMap::new();
+        vmm.handles = HashMap::with_hasher(AddrHash);
+        vmm.binds = Vec::new();
+        VMM.raw_unlock();
+        SNAPSHOT_LOCK.raw_unlock();
+    }
+    SITES.reset();
+    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
+        c.store(0, Ordering::Relaxed);
+    }
+    PEAK_TIME_MS.store(0, Ordering::Relaxed);
+    for r in &PRIMARY_REFS {
+        r.store(0, Ordering::Relaxed);
+    }
+    crate::state::event_ring::reset_in_child();
+    SAW_ALLOCATION_CALL.store(false, Ordering::Release);
+}
