@@ -1,4 +1,3 @@
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! CPython 3.13 and later describe their own structures: `_Py_DebugOffsets`
 //! (Include/internal/pycore_debug_offsets.h), the first member of
 //! `_PyRuntime`. Here its declared layout per version, and the frame model
@@ -380,14 +379,28 @@ pub unsafe fn debug_offsets_blob(runtime: usize, minor: u32) -> Option<&'static 
     if runtime == 0 {
         return None;
     }
-    let header = std::slice::from_raw_parts(runtime as *const u8, HEADER_BYTES);
+    // SAFETY: `runtime` is not 0, so per the contract the address of
+    // `_PyRuntime`, a global `_PyRuntimeState` of the interpreter's image
+    // (the executable or libpython), far larger than these 24 bytes; u8
+    // needs no alignment. 'static: an interpreter's image is not unloaded
+    // while it runs. The interpreter writes these bytes from its static
+    // initializer, and again on a re-initialization (Py_Initialize after
+    // Py_Finalize) with the same values, never anything else, so no write
+    // changes what the slice reads.
+    let header = unsafe { std::slice::from_raw_parts(runtime as *const u8, HEADER_BYTES) };
     if &header[..8] != COOKIE {
         return Some(header);
     }
     // The cookie says this is the runtime state, which starts with the
     // offsets; its size, checked against the layout, bounds what is read.
     let d = DebugOffsetsLayout::for_minor(minor.min(NEWEST_KNOWN_MINOR))?;
-    Some(std::slice::from_raw_parts(runtime as *const u8, d.len()))
+    // SAFETY: as above, from the same start: on 3.13+ `_Py_DebugOffsets`
+    // is the first member of `_PyRuntimeState`, which also holds the main
+    // interpreter's state inline (hundreds of KiB), so the at most 760
+    // bytes of a known layout lie inside `_PyRuntime` even for a newer
+    // version read with the newest known layout. The offsets' own
+    // `runtime_state.size` is checked against this length when parsed.
+    Some(unsafe { std::slice::from_raw_parts(runtime as *const u8, d.len()) })
 }
 
 /// The frame model from the running interpreter's own offsets.
@@ -395,8 +408,10 @@ pub unsafe fn debug_offsets_blob(runtime: usize, minor: u32) -> Option<&'static 
 /// # Safety
 /// As [`debug_offsets_blob`].
 pub unsafe fn layout_from_runtime(runtime: usize, major: u32, minor: u32) -> Result<PyLayout, String> {
-    let blob =
-        debug_offsets_blob(runtime, minor).ok_or("no _PyRuntime, or no _Py_DebugOffsets layout for it")?;
+    // SAFETY: `runtime` is `_PyRuntime` or 0, this function's contract,
+    // which is the one `debug_offsets_blob` asks.
+    let blob = unsafe { debug_offsets_blob(runtime, minor) }
+        .ok_or("no _PyRuntime, or no _Py_DebugOffsets layout for it")?;
     layout_from_debug_offsets(blob, major, minor)
 }
 
@@ -407,7 +422,10 @@ pub fn check_against_runtime(layout: &PyLayout, runtime: usize) -> Result<(), St
     if layout.minor < 13 {
         return Ok(());
     }
-    // SAFETY: `runtime` is `_PyRuntime` or 0.
+    // SAFETY: `runtime` is `_PyRuntime` or 0: what dlsym found for
+    // `_PyRuntime` in this process, which is what this function's one
+    // caller (`python::choose_layout`) passes. Nothing here checks it: a
+    // caller with any other address would need this to be an `unsafe fn`.
     let from_offsets = unsafe { layout_from_runtime(runtime, layout.major, layout.minor)? };
     match first_difference(layout, &from_offsets) {
         None => Ok(()),

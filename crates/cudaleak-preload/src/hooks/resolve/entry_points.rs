@@ -1,4 +1,3 @@
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! Entry points: after a `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`
 //! lookup, the hook is handed out in place of a function we wrap (the
 //! `EntryPoint` event, `events.rs`), when the driver gives the same
@@ -40,18 +39,26 @@ pub unsafe fn substitute_entry_point(
     if symbol.is_null() || pfn.is_null() {
         return;
     }
-    let p = *pfn as usize;
+    // SAFETY: `pfn` is not null, and per the contract the lookup's out
+    // parameter, which the driver has just written (the lookup succeeded):
+    // a readable, aligned `void *`.
+    let p = unsafe { *pfn } as usize;
     if p == 0 || is_own_address(p) {
         return;
     }
-    let name = CStr::from_ptr(symbol).to_bytes();
+    // SAFETY: `symbol` is not null, and per the contract the name the
+    // program passed to the lookup, a NUL-terminated string that outlives
+    // this call (it is only read here, and `name` does not escape).
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     // Version 0: cudaGetDriverEntryPoint, which asks for the runtime's own
     // version; check against our newest.
     let asked = if version == 0 { c_int::MAX } else { version };
     let Some(id) = HookId::for_entry_point(name, asked, flags) else {
         return;
     };
-    if asked > CHECKED_CUDA_VERSION && !same_as_checked_version(symbol, p, flags) {
+    // SAFETY: `symbol` is the C string checked above, as
+    // `same_as_checked_version` asks.
+    if asked > CHECKED_CUDA_VERSION && !unsafe { same_as_checked_version(symbol, p, flags) } {
         return;
     }
     if id.layer() == Layer::Driver && caller_implements(caller(), id) {
@@ -59,17 +66,32 @@ pub unsafe fn substitute_entry_point(
     }
     let hook = hook_address(id);
     if offer(id, p, hook) {
-        *pfn = hook as *mut c_void;
+        // SAFETY: the same out parameter, writable: the driver wrote it,
+        // and the program reads it when the lookup returns. The value is
+        // our hook for `id`, which has the C type of the function the
+        // driver put there: `for_entry_point` picked the variant the driver
+        // gives at this version, and a version newer than the checked one
+        // passed `same_as_checked_version`; `offer` agreed that the hook
+        // stands in for `p`.
+        unsafe { *pfn = hook as *mut c_void };
     }
 }
 
 /// Whether the driver gives `p` for `symbol` at [`CHECKED_CUDA_VERSION`].
+///
+/// # Safety
+/// `symbol` is a NUL-terminated string.
 unsafe fn same_as_checked_version(symbol: *const c_char, p: usize, flags: u64) -> bool {
     let Some(get) = CU_GET_PROC_ADDRESS_V2.get::<GetProcAddressV2Fn>() else {
         return false;
     };
     let mut q: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = 0;
-    let r = get(symbol, &mut q, CHECKED_CUDA_VERSION, flags, &mut status);
+    // SAFETY: `get` is the driver's own `cuGetProcAddress_v2` (the helper
+    // looks past our hook, so this does not re-enter it), and
+    // `GetProcAddressV2Fn` is its C type in cuda.h. Its arguments: the C
+    // string this function's contract promises, and two locals as the
+    // out parameters it writes.
+    let r = unsafe { get(symbol, &mut q, CHECKED_CUDA_VERSION, flags, &mut status) };
     r == CUDA_SUCCESS && (q as usize == p || is_own_address(q as usize))
 }

@@ -1,4 +1,3 @@
-#![allow(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)] // issue 27: SAFETY pass after this file's split
 //! The C library's ways out, wrapped: `exit`, `_exit`/`_Exit`, the status
 //! `main` returns (`__libc_start_main`), and the ways out that run no
 //! destructor of ours: `kill`/`raise` to ourselves, `exec`.
@@ -50,7 +49,10 @@ pub extern "C" fn exit(status: c_int) -> ! {
     }
     let p = crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"exit");
     if !p.is_null() {
-        // SAFETY: glibc's exit.
+        // SAFETY: `p` is not null: the C library's `exit`, the definition
+        // after ours (RTLD_NEXT), whose C type `void exit(int)`, noreturn,
+        // is `ExitFn`. Any status is valid; it runs the atexit handlers as
+        // the program's own call would.
         unsafe {
             let f: ExitFn = std::mem::transmute(p);
             f(status)
@@ -70,13 +72,25 @@ type StartMainFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 
+/// The `main` that glibc calls in place of the program's: calls the program's
+/// `main` and notes the status it returns.
+///
+/// # Safety
+/// Called only by glibc's `__libc_start_main`, handed it by ours below
+/// after the program's `main` was stored in `REAL_MAIN`.
 unsafe extern "C" fn main_returning_status(
     argc: c_int,
     argv: *mut *mut c_char,
     envp: *mut *mut c_char,
 ) -> c_int {
-    let main: MainFn = std::mem::transmute(REAL_MAIN.load(Ordering::Acquire));
-    let status = main(argc, argv, envp);
+    // SAFETY: our `__libc_start_main` stored the program's `main`, a
+    // `MainFn`, in REAL_MAIN (Release) before it handed this function to
+    // glibc, which alone calls it: the value is that non-null function
+    // pointer as a `usize`, turned back into its own type.
+    let main: MainFn = unsafe { std::mem::transmute(REAL_MAIN.load(Ordering::Acquire)) };
+    // SAFETY: the program's `main`, called with the arguments glibc gives
+    // this function, which are the ones glibc would have given it.
+    let status = unsafe { main(argc, argv, envp) };
     if is_our_process() {
         EXIT_STATUS.store(status as i64, Ordering::Release);
     }
@@ -103,17 +117,27 @@ pub unsafe extern "C" fn __libc_start_main(
         // Nothing to forward to: cannot happen with glibc.
         std::process::abort();
     }
-    let real: StartMainFn = std::mem::transmute(real);
+    // SAFETY: `real` is not null: the C library's `__libc_start_main`
+    // (RTLD_NEXT: the definition after ours). `StartMainFn` is its C type
+    // in csu/libc-start.c: `main`, `argc`, `argv`, then `init`, `fini`,
+    // `rtld_fini` and `stack_end`, four pointer-sized arguments passed
+    // through untouched as `*mut c_void` (the same registers).
+    let real: StartMainFn = unsafe { std::mem::transmute(real) };
     REAL_MAIN.store(main as usize, Ordering::Release);
-    real(
-        main_returning_status,
-        argc,
-        argv,
-        init,
-        fini,
-        rtld_fini,
-        stack_end,
-    )
+    // SAFETY: the arguments `_start` gave us, unchanged but for `main`:
+    // `main_returning_status` has main's C type and, REAL_MAIN being
+    // stored just above, calls the program's `main` with what it gets.
+    unsafe {
+        real(
+            main_returning_status,
+            argc,
+            argv,
+            init,
+            fini,
+            rtld_fini,
+            stack_end,
+        )
+    }
 }
 
 /// Whether `sig`, sent to this process now, ends it by the default action
@@ -122,7 +146,9 @@ fn dies_of(sig: c_int) -> bool {
     if sig != libc::SIGTERM && sig != libc::SIGINT {
         return false;
     }
-    // SAFETY: querying the disposition and this thread's mask.
+    // SAFETY: queries only (a null new action and a null new mask) into
+    // locals, plain C structs for which all-zero bytes are a valid value;
+    // `sig` is SIGTERM or SIGINT, a valid signal number.
     unsafe {
         let mut cur: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction != libc::SIG_DFL {
@@ -201,10 +227,12 @@ pub(super) fn resolve_real_functions() {
 /// what the program reads after a call that succeeded), passing a panic
 /// by.
 fn errno_kept(f: impl FnOnce()) {
-    // SAFETY: errno is thread-local.
+    // SAFETY: `__errno_location` returns the calling thread's own errno,
+    // an aligned `int` valid for the thread's life; no other thread
+    // touches it.
     let errno = unsafe { *libc::__errno_location() };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    // SAFETY: as above.
+    // SAFETY: the same thread's errno, as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
@@ -212,7 +240,8 @@ fn errno_kept(f: impl FnOnce()) {
 /// group (`0` or `-pgid`), or every process (`-1`, which spares only
 /// init and the sender: not us).
 fn kill_reaches_us(pid: libc::pid_t) -> bool {
-    // SAFETY: plain system calls.
+    // SAFETY: `getpid` and `getpgrp` take nothing, cannot fail and are
+    // async-signal-safe (kill may be called from a signal handler).
     unsafe {
         match pid {
             0 => true,
@@ -233,9 +262,13 @@ pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
         }
     });
     match REAL.kill.load(Ordering::Acquire) {
-        // SAFETY: glibc's kill.
+        // SAFETY: `p` is not null: the C library's `kill`, found at load
+        // by `resolve_real_functions` (RTLD_NEXT); `KillFn` is its C type
+        // `int kill(pid_t, int)`. The program's arguments, unchanged: its
+        // call meets kill's contract as it would without us.
         p if p != 0 => unsafe { std::mem::transmute::<usize, KillFn>(p)(pid, sig) },
-        // SAFETY: the system call glibc's kill makes.
+        // SAFETY: no C library `kill` (cannot happen with glibc): the
+        // system call it makes, with the same arguments; plain integers.
         _ => unsafe { libc::syscall(libc::SYS_kill, pid as libc::c_long, sig as libc::c_long) as c_int },
     }
 }
@@ -244,9 +277,12 @@ pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
 pub extern "C" fn raise(sig: c_int) -> c_int {
     errno_kept(|| before_signal_to_self(sig));
     match REAL.raise.load(Ordering::Acquire) {
-        // SAFETY: glibc's raise.
+        // SAFETY: `p` is not null: the C library's `raise`, found at load
+        // by `resolve_real_functions` (RTLD_NEXT); `RaiseFn` is its C type
+        // `int raise(int)`. The program's argument, unchanged.
         p if p != 0 => unsafe { std::mem::transmute::<usize, RaiseFn>(p)(sig) },
-        // SAFETY: the system call glibc's raise makes.
+        // SAFETY: no C library `raise` (cannot happen with glibc): the
+        // system calls it makes (a signal to this thread), plain integers.
         _ => unsafe {
             libc::syscall(
                 libc::SYS_tgkill,
@@ -309,12 +345,24 @@ macro_rules! exec_hook {
             let reported = before_exec();
             let p = REAL.$name.load(Ordering::Acquire);
             if p == 0 {
-                *libc::__errno_location() = libc::ENOSYS;
+                // SAFETY: the calling thread's errno, an aligned `int`
+                // valid for the thread's life (and async-signal-safe to
+                // write, as exec is called after fork).
+                unsafe { *libc::__errno_location() = libc::ENOSYS };
                 after_failed_exec(reported);
                 return -1;
             }
-            let f: unsafe extern "C" fn($($ty),*) -> c_int = std::mem::transmute(p);
-            let rc = f($($arg),*);
+            // SAFETY: `p` is not null: the C library's function of this
+            // name, found at load by `resolve_real_functions` (RTLD_NEXT).
+            // The type is the one its invocation below spells, the
+            // function's C type in unistd.h (`Argv` for `char *const[]`).
+            let f: unsafe extern "C" fn($($ty),*) -> c_int = unsafe { std::mem::transmute(p) };
+            // SAFETY: the program's arguments, unchanged: its call meets
+            // the C library's contract as it would without us. The
+            // address was found at load, so this makes no `dlsym`, which
+            // would lock and allocate in a vfork child or a child forked
+            // from threads (CPython's subprocess).
+            let rc = unsafe { f($($arg),*) };
             after_failed_exec(reported);
             rc
         }
