@@ -167,7 +167,9 @@ fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static 
     let has_offsets = major == 3 && minor >= 13;
     match layout_for(major, minor) {
         Some(table) if !(has_offsets && crate::base::settings::config().python_offsets) => {
-            if let Err(why) = python_debug_offsets::check_against_runtime(table, runtime) {
+            // SAFETY: `runtime` is what dlsym found for `_PyRuntime` in
+            // this process (the interpreter's own), or 0.
+            if let Err(why) = unsafe { python_debug_offsets::check_against_runtime(table, runtime) } {
                 turn_off(format!("Python {major}.{minor}: {why}"), true);
                 return None;
             }

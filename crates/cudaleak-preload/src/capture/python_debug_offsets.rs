@@ -418,14 +418,16 @@ pub unsafe fn layout_from_runtime(runtime: usize, major: u32, minor: u32) -> Res
 /// Checks a table layout against what the running interpreter says about
 /// itself where it says anything: on 3.13+, the model built from
 /// `_Py_DebugOffsets` must be the table's, field for field.
-pub fn check_against_runtime(layout: &PyLayout, runtime: usize) -> Result<(), String> {
+///
+/// # Safety
+/// As [`layout_from_runtime`]: `runtime` is this process's `_PyRuntime`
+/// (what dlsym found for it) or 0; the memory there is read.
+pub unsafe fn check_against_runtime(layout: &PyLayout, runtime: usize) -> Result<(), String> {
     if layout.minor < 13 {
         return Ok(());
     }
-    // SAFETY: `runtime` is `_PyRuntime` or 0: what dlsym found for
-    // `_PyRuntime` in this process, which is what this function's one
-    // caller (`python::choose_layout`) passes. Nothing here checks it: a
-    // caller with any other address would need this to be an `unsafe fn`.
+    // SAFETY: `runtime` is `_PyRuntime` or 0, this function's contract,
+    // which is the one `layout_from_runtime` asks.
     let from_offsets = unsafe { layout_from_runtime(runtime, layout.major, layout.minor)? };
     match first_difference(layout, &from_offsets) {
         None => Ok(()),
