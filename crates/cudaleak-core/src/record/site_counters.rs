@@ -70,6 +70,51 @@ pub const DELTA_SLOTS: usize = 512;
 pub const NO_DELTA_SLOT: u16 = u16::MAX;
 /// The site of an empty delta (trace ids stay below `depot::MAX_TRACES`).
 const NO_SITE: u32 = u32::MAX;
+/// How long a reader waits on a slot whose `seq` stays odd and unmoved (its
+/// owner stopped inside a change: preempted, or in a fatal signal's
+/// handler that waits for the dumper) before it takes what it loaded; and
+/// on slots whose `seq` keeps moving (owners at work).
+const STUCK_FOR: std::time::Duration = std::time::Duration::from_millis(20);
+const BUSY_FOR: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Counts a reader's failed tries: spins first, then yields, then gives up
+/// after [`STUCK_FOR`] on one unmoved count or [`BUSY_FOR`] in all.
+struct Tries {
+    last: u64,
+    since: Option<std::time::Instant>,
+    stuck_since: Option<std::time::Instant>,
+    spins: u32,
+}
+
+impl Tries {
+    fn new() -> Tries {
+        Tries {
+            last: u64::MAX,
+            since: None,
+            stuck_since: None,
+            spins: 0,
+        }
+    }
+
+    /// Another try after one that saw the slots' sequence counts `seqs`
+    /// (a fold of them)? False: take the values as loaded.
+    fn again(&mut self, seqs: u64) -> bool {
+        self.spins += 1;
+        if self.spins < 1000 {
+            std::hint::spin_loop();
+            return true;
+        }
+        let now = std::time::Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if seqs != self.last {
+            self.last = seqs;
+            self.stuck_since = Some(now);
+        }
+        let stuck = self.stuck_since.map_or(std::time::Duration::ZERO, |t| now - t);
+        std::thread::yield_now();
+        stuck < STUCK_FOR && now - since < BUSY_FOR
+    }
+}
 
 /// One thread's pending change to one call site, alone in its cache line.
 /// Only the owning thread writes it; readers on other threads take the
@@ -136,34 +181,52 @@ impl DeltaSlot {
         self.end(s);
     }
 
-    /// What another thread reads: (site, delta) now, and (site, delta) at
-    /// `peak` (the current delta when the owner has not changed it since).
+    /// (site, delta) now, and (site, delta) at `peak` (the current delta
+    /// when the owner has not changed it since), as loaded: consistent
+    /// only when `seq` was even before and is unchanged after.
+    fn load(&self, peak: u64) -> ((u32, u64), (u32, u64)) {
+        let now = (
+            self.site.load(Ordering::Relaxed),
+            self.word.load(Ordering::Relaxed),
+        );
+        let at_peak = if self.peak.load(Ordering::Relaxed) == peak {
+            (
+                self.peak_site.load(Ordering::Relaxed),
+                self.peak_word.load(Ordering::Relaxed),
+            )
+        } else {
+            now
+        };
+        (now, at_peak)
+    }
+
+    /// What another thread reads: [`Self::load`] under `seq`. Bounded: a
+    /// thread stopped inside a change (a fatal signal's handler waits on
+    /// the dumper that reads here) must not make the reader spin for ever;
+    /// after [`STUCK_FOR`] of an odd, unmoved `seq` the values as loaded
+    /// are taken, at worst one call in flight off (see `switch_site_slow`
+    /// for why that is never a delta counted twice).
     fn read(&self, peak: u64) -> ((u32, u64), (u32, u64)) {
+        let mut tries = Tries::new();
         loop {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
-                let now = (
-                    self.site.load(Ordering::Relaxed),
-                    self.word.load(Ordering::Relaxed),
-                );
-                let at_peak = if self.peak.load(Ordering::Relaxed) == peak {
-                    (
-                        self.peak_site.load(Ordering::Relaxed),
-                        self.peak_word.load(Ordering::Relaxed),
-                    )
-                } else {
-                    now
-                };
+                let got = self.load(peak);
                 fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == s1 {
-                    return (now, at_peak);
+                    return got;
                 }
             }
-            std::hint::spin_loop();
+            if !tries.again(u64::from(s1)) {
+                return self.load(peak);
+            }
         }
     }
 
+    /// A forked child's copy: `seq` too, which a parent thread may have
+    /// left odd, inside a change, at the fork (a reader would wait on it).
     fn reset(&self) {
+        self.seq.store(0, Ordering::Relaxed);
         self.site.store(NO_SITE, Ordering::Relaxed);
         self.word.store(0, Ordering::Relaxed);
         self.peak.store(0, Ordering::Relaxed);
@@ -356,44 +419,96 @@ impl SiteCounters {
         }
         let s = d.begin();
         let (old, kept) = (d.site.load(Ordering::Relaxed), d.word.load(Ordering::Relaxed));
+        // The slot lets go of `kept` before the old site takes it: a reader
+        // that gives up waiting on a thread stopped in here (`Tries`) can
+        // miss `kept` for that moment, never count it twice.
+        d.word.store(0, Ordering::Relaxed);
+        d.site.store(trace.0, Ordering::Relaxed);
         if kept != 0 {
             if let Some(c) = self.slot(TraceId(old)) {
                 c.note_peak(peak);
-                c.live.fetch_add(kept, Ordering::Relaxed);
+                c.live.fetch_add(kept, Ordering::Release);
             }
         }
-        d.site.store(trace.0, Ordering::Relaxed);
         d.word.store(word, Ordering::Relaxed);
         d.end(s);
     }
 
-    /// The claimed slots' deltas, now or at `peak`, as (site, word) sorted
-    /// by site, for the readers to add to the sites' words.
-    fn deltas_by_site(&self, at_peak: Option<u64>) -> Vec<(u32, u64)> {
+    /// The claimed slots holding a delta (now, or at `peak`), as (site,
+    /// slot) sorted by site: where the walk must read a slot with the site.
+    fn holders(&self, peak: Option<u64>) -> Vec<(u32, usize)> {
         let claimed = (self.claimed.load(Ordering::Relaxed) as usize).min(DELTA_SLOTS);
-        let mut out: Vec<(u32, u64)> = Vec::new();
-        for d in &self.deltas[..claimed] {
-            let (now, then) = d.read(at_peak.unwrap_or(u64::MAX));
-            let (site, word) = if at_peak.is_some() { then } else { now };
+        let mut out: Vec<(u32, usize)> = Vec::new();
+        for (i, d) in self.deltas[..claimed].iter().enumerate() {
+            let (now, then) = d.read(peak.unwrap_or(u64::MAX));
+            let (site, word) = if peak.is_some() { then } else { now };
             if site != NO_SITE && word != 0 {
-                out.push((site, word));
+                out.push((site, i));
             }
         }
-        out.sort_unstable_by_key(|&(site, _)| site);
+        out.sort_unstable();
         out
     }
 
+    /// The word of `site` (trace id `id`), live or at `peak`, with the
+    /// deltas of the slots `holders` for it, read together: the review of
+    /// issue 21's slots found a reader that took a slot's delta first and
+    /// the site's word later counted the delta twice when the owner moved
+    /// on between the two (it folds its delta into the site then), and
+    /// that can be everything a thread allocated at the site. Here the
+    /// slots' `seq` brackets the site's word: a fold in between is seen
+    /// and the read done again (bounded as `DeltaSlot::read` is).
+    fn word_with_deltas(&self, site: &Site, id: u32, holders: &[(u32, usize)], peak: Option<u64>) -> u64 {
+        let pick = || match peak {
+            Some(p) if site.seen.load(Ordering::Relaxed) == p => site.at_peak.load(Ordering::Relaxed),
+            _ => site.live.load(Ordering::Relaxed),
+        };
+        let sum = || {
+            let mut word = pick();
+            for &(_, i) in holders {
+                let (now, then) = self.deltas[i].load(peak.unwrap_or(u64::MAX));
+                let (at, d) = if peak.is_some() { then } else { now };
+                if at == id {
+                    word = word.wrapping_add(d);
+                }
+            }
+            word
+        };
+        if holders.is_empty() {
+            return pick();
+        }
+        let seq = |i: usize| self.deltas[i].seq.load(Ordering::Acquire);
+        let mut tries = Tries::new();
+        loop {
+            // Odd counts (a change under way) make `before` odd-tagged.
+            let (before, odd) = holders.iter().fold((0u64, false), |(h, odd), &(_, i)| {
+                let s = seq(i);
+                (h.wrapping_mul(31).wrapping_add(u64::from(s)), odd || s & 1 == 1)
+            });
+            if !odd {
+                let word = sum();
+                fence(Ordering::Acquire);
+                let after = holders.iter().fold(0u64, |h, &(_, i)| {
+                    h.wrapping_mul(31)
+                        .wrapping_add(u64::from(self.deltas[i].seq.load(Ordering::Relaxed)))
+                });
+                if before == after {
+                    return word;
+                }
+            }
+            if !tries.again(before) {
+                return sum();
+            }
+        }
+    }
+
     /// Calls `f(trace, bytes, blocks)` for every trace id up to `limit`
-    /// whose word (`pick`), with the threads' deltas, holds bytes or blocks.
-    fn walk(
-        &self,
-        limit: u32,
-        deltas: &[(u32, u64)],
-        pick: impl Fn(&Site) -> u64,
-        mut f: impl FnMut(TraceId, u64, u64),
-    ) {
+    /// whose word, live or at `peak`, with the threads' deltas, holds bytes
+    /// or blocks.
+    fn walk(&self, limit: u32, peak: Option<u64>, mut f: impl FnMut(TraceId, u64, u64)) {
+        let holders = self.holders(peak);
         let limit = (limit as usize).min(CHUNK * CHUNKS);
-        let mut next = deltas.iter().peekable();
+        let mut first = 0;
         for (ci, holder) in self.chunks.iter().enumerate().take(limit.div_ceil(CHUNK)) {
             let chunk = holder.load(Ordering::Acquire);
             if chunk.is_null() {
@@ -406,16 +521,14 @@ impl SiteCounters {
                 if id > limit {
                     break;
                 }
-                let mut word = pick(site);
-                while let Some(&&(at, d)) = next.peek() {
-                    if at as usize > id {
-                        break;
-                    }
-                    if at as usize == id {
-                        word = word.wrapping_add(d);
-                    }
-                    next.next();
+                while first < holders.len() && (holders[first].0 as usize) < id {
+                    first += 1;
                 }
+                let mut last = first;
+                while last < holders.len() && holders[last].0 as usize == id {
+                    last += 1;
+                }
+                let word = self.word_with_deltas(site, id as u32, &holders[first..last], peak);
                 let (bytes, blocks) = unpack(word);
                 if bytes > 0 || blocks > 0 {
                     f(TraceId(id as u32), bytes, blocks);
@@ -427,23 +540,14 @@ impl SiteCounters {
     /// Calls `f(trace, bytes, blocks)` for every trace id below `limit`
     /// with live bytes or blocks.
     pub fn for_each_live(&self, limit: u32, f: impl FnMut(TraceId, u64, u64)) {
-        let deltas = self.deltas_by_site(None);
-        self.walk(limit, &deltas, |site| site.live.load(Ordering::Relaxed), f);
+        self.walk(limit, None, f);
     }
 
     /// Calls `f(trace, bytes, blocks)` for every trace id below `limit`
     /// with bytes or blocks live when the process reached `peak` (the
     /// current peak, as the hooks passed it; see the module's doc).
     pub fn for_each_at_peak(&self, limit: u32, peak: u64, f: impl FnMut(TraceId, u64, u64)) {
-        let deltas = self.deltas_by_site(Some(peak));
-        let pick = |site: &Site| {
-            if site.seen.load(Ordering::Relaxed) == peak {
-                site.at_peak.load(Ordering::Relaxed)
-            } else {
-                site.live.load(Ordering::Relaxed)
-            }
-        };
-        self.walk(limit, &deltas, pick, f);
+        self.walk(limit, Some(peak), f);
     }
 
     /// Every counter back to zero (a forked child starts from nothing).
@@ -742,5 +846,65 @@ mod tests {
         let mut seen = Vec::new();
         c.for_each_live(100, |t, bytes, blocks| seen.push((t.0, bytes, blocks)));
         assert_eq!(seen, [(50, 400, 4)]);
+    }
+
+    /// The review of the slots: a thread that keeps 1 MiB at a site and
+    /// goes back and forth to another (folding its delta into the first
+    /// each time) while another thread samples, walking 4,000 sites before
+    /// it: the site is never read above
+    /// what it holds (a reader counted the folded delta twice).
+    #[test]
+    fn a_reader_never_counts_a_folded_delta_twice() {
+        const MIB: u64 = 1 << 20;
+        let c = std::sync::Arc::new(SiteCounters::new());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let owner = {
+            let (c, stop) = (c.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let slot = c.claim_delta_slot();
+                c.add_from(slot, TraceId(4000), MIB, 0);
+                stop.store(false, Ordering::Release);
+                while !stop.load(Ordering::Relaxed) {
+                    c.add_from(slot, TraceId(2), 64, 0);
+                    c.sub_from(slot, TraceId(2), 64, 0);
+                    c.sub_from(slot, TraceId(4000), MIB, 0);
+                    c.add_from(slot, TraceId(4000), MIB, 0);
+                }
+            })
+        };
+        // The owner clears `stop` once it is at work; then read for 300 ms.
+        stop.store(true, Ordering::Relaxed);
+        while stop.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        let mut most = 0;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(300) {
+            c.for_each_live(4095, |t, bytes, _| {
+                if t == TraceId(4000) {
+                    most = most.max(bytes);
+                }
+            });
+        }
+        stop.store(true, Ordering::Relaxed);
+        owner.join().unwrap();
+        assert!(most <= MIB, "site read as {most} bytes");
+    }
+
+    /// A thread stopped inside a change of its slot (a fatal signal's
+    /// handler waiting on the dumper) leaves `seq` odd: readers still
+    /// finish, and a forked child's reset clears it.
+    #[test]
+    fn a_slot_left_inside_a_change_stops_no_reader() {
+        let c = SiteCounters::new();
+        let slot = c.claim_delta_slot();
+        c.add_from(slot, TraceId(3), 30, 0);
+        c.deltas[slot as usize].begin();
+        let mut seen = Vec::new();
+        c.for_each_live(10, |t, bytes, blocks| seen.push((t.0, bytes, blocks)));
+        c.for_each_at_peak(10, 0, |_, _, _| {});
+        assert_eq!(seen, [(3, 30, 1)]);
+        c.reset();
+        assert_eq!(c.deltas[slot as usize].seq.load(Ordering::Relaxed), 0);
     }
 }

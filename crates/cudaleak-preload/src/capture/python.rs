@@ -836,14 +836,9 @@ mod tests {
     use super::*;
     use crate::capture::python_layouts::PY313;
 
-    /// A 3.14 frame chain in memory, laid out as the v3.14.0 headers give
-    /// it (x86-64, GIL build): `f_executable` a tagged `_PyStackRef`, owner
-    /// at 74, the C entry frame owned by FRAME_OWNED_BY_INTERPRETER (3),
-    /// `_co_firsttraceable` 16 bytes before `co_code_adaptive` (208). No
-    /// 3.14 interpreter can be installed here; this is the walk's check.
-    #[test]
-    fn the_3_14_walk_untags_executables_and_skips_entry_and_incomplete_frames() {
-        let l = PyLayout {
+    /// The 3.14 layout (x86-64, GIL build) the walk's tests use.
+    fn layout_3_14() -> PyLayout {
+        PyLayout {
             minor: 14,
             frames: FrameModel::Interpreter314,
             executable_tag_mask: 3,
@@ -851,7 +846,17 @@ mod tests {
             code_code_adaptive: Some(208),
             code_first_traceable: Some(192),
             ..PY313
-        };
+        }
+    }
+
+    /// A 3.14 frame chain in memory, laid out as the v3.14.0 headers give
+    /// it (x86-64, GIL build): `f_executable` a tagged `_PyStackRef`, owner
+    /// at 74, the C entry frame owned by FRAME_OWNED_BY_INTERPRETER (3),
+    /// `_co_firsttraceable` 16 bytes before `co_code_adaptive` (208). No
+    /// 3.14 interpreter can be installed here; this is the walk's check.
+    #[test]
+    fn the_3_14_walk_untags_executables_and_skips_entry_and_incomplete_frames() {
+        let l = layout_3_14();
         static CODE_TYPE_OBJECT: u64 = 0;
         let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
         // Code objects: type, qualname and line table (the guard), first
@@ -917,15 +922,7 @@ mod tests {
     /// guard of it still ends the replay: the walk sees the new code.
     #[test]
     fn a_recursion_checks_its_code_object_once_and_still_sees_it_change() {
-        let l = PyLayout {
-            minor: 14,
-            frames: FrameModel::Interpreter314,
-            executable_tag_mask: 3,
-            frame_owner: Some(74),
-            code_code_adaptive: Some(208),
-            code_first_traceable: Some(192),
-            ..PY313
-        };
+        let l = layout_3_14();
         static CODE_TYPE_OBJECT: u64 = 0;
         let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
         let mut code = vec![0u64; 40];
