@@ -858,12 +858,13 @@ mod tests {
         const MIB: u64 = 1 << 20;
         let c = std::sync::Arc::new(SiteCounters::new());
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let owner = {
-            let (c, stop) = (c.clone(), stop.clone());
+            let (c, stop, started) = (c.clone(), stop.clone(), started.clone());
             std::thread::spawn(move || {
                 let slot = c.claim_delta_slot();
                 c.add_from(slot, TraceId(4000), MIB, 0);
-                stop.store(false, Ordering::Release);
+                started.store(true, Ordering::Release);
                 while !stop.load(Ordering::Relaxed) {
                     c.add_from(slot, TraceId(2), 64, 0);
                     c.sub_from(slot, TraceId(2), 64, 0);
@@ -872,10 +873,9 @@ mod tests {
                 }
             })
         };
-        // The owner clears `stop` once it is at work; then read for 300 ms.
-        stop.store(true, Ordering::Relaxed);
-        while stop.load(Ordering::Acquire) {
-            std::hint::spin_loop();
+        // Once the owner is at work, read for 300 ms.
+        while !started.load(Ordering::Acquire) {
+            std::thread::yield_now();
         }
         let mut most = 0;
         let start = std::time::Instant::now();
