@@ -24,7 +24,8 @@
 //! higher floor, fails.
 //!
 //! What is where:
-//! - `base`: `lock` (a futex mutex safe in a hook), `safe_read` (capped
+//! - `base`: `hash` (one mix per address, id or digest), `lock` (a futex
+//!   mutex safe in a hook), `safe_read` (capped
 //!   reads of files others name), `units` (sizes in words);
 //! - `record`: what a block is (`mod.rs`), the live map (`live_map`), trace
 //!   interning (`depot`), Python code copies and line tables (`python`,

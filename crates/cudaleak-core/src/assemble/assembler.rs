@@ -7,8 +7,8 @@ use super::grouping::{
 use super::growth::GrowthTracker;
 use super::merge::{attribute_runtime_by, is_eval_loop, merged_order, runtime_entry, MergedRef};
 use super::{DumpMeta, Snapshot, EXAMPLES_PER_GROUP};
+use crate::base::hash::AddrHash;
 use crate::record::depot::Depot;
-use crate::record::live_map::AddrHash;
 use crate::record::python::CodeTable;
 use crate::record::{MemoryKind, TraceId};
 use crate::report::group_key::{is_call_machinery_named, KeyDigest};

@@ -20,8 +20,8 @@
 //! stored: their blocks get the shared id 0 ("allocated by unknown") and
 //! [`Depot::dropped`] counts them, for the report's `stacks_dropped`.
 
+use crate::base::hash::mix64;
 use crate::base::lock::FutexMutex;
-use crate::record::live_map::mix64;
 use crate::record::python::PyRawFrame;
 use crate::record::{Api, MemoryKind, TraceId};
 use std::ptr::null_mut;

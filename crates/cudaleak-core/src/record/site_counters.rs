@@ -477,22 +477,21 @@ impl SiteCounters {
         if holders.is_empty() {
             return pick();
         }
-        let seq = |i: usize| self.deltas[i].seq.load(Ordering::Acquire);
+        // The holders' counts, folded into one number, and whether one is
+        // odd (a change under way).
+        let counts = || {
+            holders.iter().fold((0u64, false), |(h, odd), &(_, i)| {
+                let s = self.deltas[i].seq.load(Ordering::Acquire);
+                (h.wrapping_mul(31).wrapping_add(u64::from(s)), odd || s & 1 == 1)
+            })
+        };
         let mut tries = Tries::new();
         loop {
-            // Odd counts (a change under way) make `before` odd-tagged.
-            let (before, odd) = holders.iter().fold((0u64, false), |(h, odd), &(_, i)| {
-                let s = seq(i);
-                (h.wrapping_mul(31).wrapping_add(u64::from(s)), odd || s & 1 == 1)
-            });
+            let (before, odd) = counts();
             if !odd {
                 let word = sum();
                 fence(Ordering::Acquire);
-                let after = holders.iter().fold(0u64, |h, &(_, i)| {
-                    h.wrapping_mul(31)
-                        .wrapping_add(u64::from(self.deltas[i].seq.load(Ordering::Relaxed)))
-                });
-                if before == after {
+                if counts().0 == before {
                     return word;
                 }
             }

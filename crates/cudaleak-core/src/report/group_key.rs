@@ -17,7 +17,7 @@
 //! used as its [`KeyDigest`], made from the dump's interned frames: the
 //! whole key of every group alive cost 27 KB per distinct stack (issue 15).
 
-use crate::record::live_map::mix64;
+use crate::base::hash::mix64;
 use crate::record::python::PythonFrame;
 use crate::record::MemoryKind;
 use crate::report::{Group, MergedFrame, NativeFrame};

@@ -8,7 +8,7 @@
 //! their strings kept once, so a stack is a list of small ids into this
 //! table and full frames are made only for the groups that are written.
 
-use crate::record::live_map::AddrHash;
+use crate::base::hash::AddrHash;
 use crate::record::python::{CodeTable, PyRawFrame, PythonFrame};
 use crate::report::NativeFrame;
 use crate::symbolize::SymbolSource;

@@ -24,7 +24,7 @@
 //! too many sites, the smallest sites' series are dropped (counted in
 //! `series_dropped`; their bytes stay in the samples' totals).
 
-use crate::record::live_map::AddrHash;
+use crate::base::hash::AddrHash;
 use crate::record::{MemoryKind, TraceId};
 use crate::report::{Group, SampledTimeline, SiteSeries, TimelineSample};
 use std::collections::{BTreeMap, HashMap};

@@ -9,10 +9,11 @@ use crate::capture::Stack;
 use crate::cuda::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::cuda::ffi::*;
 use cudaleak_core::assemble::{PeakSites, Snapshot};
+use cudaleak_core::base::hash::AddrHash;
 use cudaleak_core::base::lock::FutexMutex;
 use cudaleak_core::config::Config;
 use cudaleak_core::record::depot::Depot;
-use cudaleak_core::record::live_map::{AddrHash, LiveMap, MapCounts};
+use cudaleak_core::record::live_map::{LiveMap, MapCounts};
 use cudaleak_core::record::site_counters::{SiteCounters, NO_DELTA_SLOT};
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
 use std::collections::{BTreeMap, HashMap};
@@ -200,19 +201,23 @@ fn coarse_now_ms() -> i64 {
 /// A block gone, on a path that has no thread state at hand (teardowns,
 /// handles): straight to its site's word.
 fn sub_bytes(b: &Block) {
-    if b.kind().counts_in_live_bytes() {
-        SITES.sub(b.trace, b.size(), PEAK_BYTES.load(Ordering::Relaxed));
-        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
-    }
+    sub_bytes_at(b, NO_DELTA_SLOT);
 }
 
 /// A block freed by the calling thread: through its delta slot, which
 /// holds the change when the block's site is the thread's current one.
 #[inline]
 fn sub_bytes_from(b: &Block, thread: &ThreadState) {
+    sub_bytes_at(b, delta_slot(thread));
+}
+
+/// `slot`: the freeing thread's delta slot, or `NO_DELTA_SLOT` (the
+/// site's word directly).
+#[inline(always)]
+fn sub_bytes_at(b: &Block, slot: u16) {
     if b.kind().counts_in_live_bytes() {
         let peak = PEAK_BYTES.load(Ordering::Relaxed);
-        SITES.sub_from(delta_slot(thread), b.trace, b.size(), peak);
+        SITES.sub_from(slot, b.trace, b.size(), peak);
         LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
     }
 }
