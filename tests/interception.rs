@@ -594,6 +594,84 @@ fn stacks_are_exact_with_and_without_frame_pointers() {
     assert_eq!(stacks[2], stacks[3]);
 }
 
+/// A stack as (function, line) per frame.
+type Frames = Vec<(String, i64)>;
+
+/// Stacks from many call paths in turn, each spliced by the fast unwinder
+/// from the one before (its frames up to the first that changed, a walk,
+/// then the rest of the last walk where the two meet; issue 24), are the
+/// stacks libgcc's unwinder gives: with and without frame pointers, and at
+/// -O0, where every frame's rule is its frame pointer (a splice then
+/// carries rbp across the place where the walks meet).
+#[test]
+fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
+    let sim = sim_dir();
+    let link = [
+        sim.join("libcudart.so.12").display().to_string(),
+        sim.join("libcuda.so.1").display().to_string(),
+    ];
+    let file = "tests/c/paths.c";
+    let leak_line = line_of(file, "/* LEAK path */");
+    for (name, flags) in [
+        ("paths_nofp", &["-O2", "-fomit-frame-pointer"][..]),
+        ("paths_fp", &["-O2", "-fno-omit-frame-pointer"][..]),
+        ("paths_o0", &["-O0"][..]),
+    ] {
+        let mut all_flags = flags.to_vec();
+        all_flags.extend(link.iter().map(String::as_str));
+        let exe = build(name, &[file], &all_flags);
+        let mut by_path = Vec::new();
+        for unwinder in ["fast", "dwarf"] {
+            let out = run_traced(&exe, &[], &[("CUDALEAK_UNWINDER", unwinder)]);
+            out.assert_success();
+            let r = out.report();
+            // A group per path (its bytes) and loop of main, with its
+            // visits and frames.
+            let mut groups: Vec<(u64, u64, Frames)> = r
+                .leaks
+                .iter()
+                .map(|g| {
+                    let frames = g
+                        .native_stack
+                        .iter()
+                        .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
+                        .collect();
+                    (g.bytes / g.blocks, g.blocks, frames)
+                })
+                .collect();
+            groups.sort();
+            let mut sizes: Vec<u64> = groups.iter().map(|g| g.0).collect();
+            sizes.dedup();
+            assert_eq!(sizes.len(), 64, "{name}, {unwinder}: every path");
+            assert_eq!(
+                groups.iter().map(|g| g.1).sum::<u64>(),
+                428,
+                "{name}, {unwinder}: every block"
+            );
+            for (size, _, frames) in &groups {
+                assert_eq!(
+                    frames[0],
+                    ("allocate_for".to_string(), leak_line),
+                    "{name}, {unwinder}"
+                );
+                // route and a level's function per level, then main
+                let path = (size / 16 - 1) as i64;
+                let want = if path & 32 != 0 { 13 } else { 12 };
+                assert_eq!(
+                    frames.iter().position(|f| f.0 == "main"),
+                    Some(want),
+                    "{name}, {unwinder}, path {path}: {frames:?}"
+                );
+            }
+            by_path.push(groups);
+        }
+        assert_eq!(
+            by_path[0], by_path[1],
+            "{name}: the fast unwinder against libgcc's"
+        );
+    }
+}
+
 /// A failed call's capture (never interned) does not lend its stack to
 /// the trace interned before it: the next call from the failed call's
 /// stack is a group of its own, with its own frames (issue 24).

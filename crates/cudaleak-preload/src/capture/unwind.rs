@@ -51,7 +51,7 @@ pub fn capture(
     match crate::base::settings::config().unwinder {
         Unwinder::Dwarf => (capture_dwarf(out), None),
         Unwinder::Fast => {
-            let (n, _replayed) = fast_skipping(out, own_range(), thread, log);
+            let n = fast_skipping(out, own_range(), thread, log);
             (n, Some(log.generation))
         }
     }
@@ -67,54 +67,191 @@ pub fn capture(
 /// where a walk is a chain of dependent ones (read a return address, look
 /// up its rule, compute the next frame, read again), so a repeated stack
 /// (a training loop) costs about a nanosecond a frame instead of several.
+///
+/// A stack that changed in part is spliced from the last walk ([`splice`]):
+/// its frames up to the first one whose words changed are kept, the walk
+/// goes on from there, and as soon as it stands where the last walk stood
+/// (same stack pointer, same return address, same rbp where it matters)
+/// the rest of the last walk is checked word by word and taken. A program
+/// that allocates from several call paths in turn (1,024 in
+/// `bench/pairs.c mixed`) walks only the frames that differ (issue 24).
 pub struct ReplayLog {
+    /// The last walk's log.
+    last: Walked,
+    /// Where a splice logs the frames it walks, before they take the
+    /// place of those that changed in `last` (only that part is used).
+    scratch: Walked,
+    /// Bumped by every walk (full, spliced or not logged), kept by a
+    /// replay: the frames of a capture with generation g are those of the
+    /// walk that made g. A trace's reuse (`capture.rs`) compares
+    /// generations instead of frames (issue 24), and a capture that was
+    /// never interned (a failed call) cannot lend its replay to the
+    /// previous trace's id.
+    generation: u64,
+}
+
+impl ReplayLog {
+    pub const EMPTY: ReplayLog = ReplayLog {
+        last: Walked::EMPTY,
+        scratch: Walked::EMPTY,
+        generation: 0,
+    };
+}
+
+/// One walk's log.
+struct Walked {
     start: [usize; 3],
     /// whether the walk used the start's rbp (a frame-pointer rule before
     /// any saved rbp was restored); when not, rbp may hold anything (a
     /// caller's loop counter, without frame pointers) and replay still holds
     fp_used: bool,
+    /// the walk stopped because the output was full (the stack goes on)
+    capped: bool,
     /// recorded reads; 0 when the log is not usable
     len: usize,
     /// of which reads of output return addresses, in walk order, at the
     /// front of `reads`; the others are at its back
     outputs: usize,
-    /// Bumped by every full walk (logged or not), kept by a replay: the
-    /// frames of a capture with generation g are those of the walk that
-    /// made g. A trace's reuse (`capture.rs`) compares generations instead
-    /// of frames (issue 24), and a capture that was never interned (a
-    /// failed call) cannot lend its replay to the previous trace's id.
-    generation: u64,
     /// (address, value): the output return addresses from the front, the
     /// other words (saved rbp, our own frames' return addresses) from the
     /// back. Kept apart, replay checks the others in one tight loop and
     /// writes each output without testing a flag (issue 24: about 110
     /// instructions less for a 25-frame stack).
     reads: [(usize, usize); REPLAY_READS],
+    /// steps recorded: where each frame's unwinding started (a splice
+    /// resumes and meets walks there)
+    steps: usize,
+    step: [Step; REPLAY_STEPS],
+}
+
+impl Walked {
+    const EMPTY: Walked = Walked {
+        start: [0; 3],
+        fp_used: false,
+        capped: false,
+        len: 0,
+        outputs: 0,
+        reads: [(0, 0); REPLAY_READS],
+        steps: 0,
+        step: [Step::EMPTY; REPLAY_STEPS],
+    };
+
+    /// The reads step `k` noted: its outputs and its others, as index
+    /// ranges (outputs into `reads`, others for [`Walked::other`]).
+    #[inline(always)]
+    fn reads_of(&self, k: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let s = &self.step[k];
+        let (o, x) = match self.step.get(k + 1).filter(|_| k + 1 < self.steps) {
+            Some(next) => (next.outputs as usize, next.others as usize),
+            None => (self.outputs, self.len - self.outputs),
+        };
+        (s.outputs as usize..o, s.others as usize..x)
+    }
+
+    /// Whether the start's rbp was used before step `k` (`k == steps`: by
+    /// the whole walk).
+    #[inline(always)]
+    fn fp_used_before(&self, k: usize) -> bool {
+        if k < self.steps {
+            self.step[k].flags & STEP_FP_USED != 0
+        } else {
+            self.fp_used
+        }
+    }
+
+    /// Whether the walk from step `k` on uses the rbp it had there, before
+    /// a rule restores a saved one.
+    fn needs_fp_at(&self, k: usize) -> bool {
+        for s in &self.step[k..self.steps] {
+            let kind = s.kind & KIND_MASK;
+            if kind == KIND_RBP || kind == KIND_RBP_DEREF {
+                return true;
+            }
+            if s.kind & RBP_SAVED != 0 {
+                return false;
+            }
+        }
+        false
+    }
 }
 
 const REPLAY_READS: usize = 192;
+/// A step notes at least one read, except the last (where a walk stops).
+const REPLAY_STEPS: usize = REPLAY_READS + 1;
 
-impl ReplayLog {
-    pub const EMPTY: ReplayLog = ReplayLog {
-        start: [0; 3],
-        fp_used: false,
-        len: 0,
+/// Where the unwinding of one frame starts: the state a walk carries from
+/// frame to frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct At {
+    /// the address whose rule is looked up (the start's pc, then each
+    /// return address less one)
+    lookup: usize,
+    sp: usize,
+    fp: usize,
+    /// where `fp` was read from; 0: it is the start's rbp
+    fp_at: usize,
+    /// `fp` was restored from `fp_at` and that read is not logged yet: it
+    /// is logged only once a rule uses rbp (without frame pointers,
+    /// callers park anything in rbp)
+    pending: bool,
+}
+
+/// A logged step: where it started, its rule, and how many reads the log
+/// held before it.
+#[derive(Clone, Copy)]
+struct Step {
+    lookup: usize,
+    sp: usize,
+    fp: usize,
+    fp_at: usize,
+    outputs: u16,
+    others: u16,
+    /// the rule's kind byte (with `RBP_SAVED`)
+    kind: u8,
+    /// `STEP_*`
+    flags: u8,
+}
+
+/// The step's `At::pending`.
+const STEP_PENDING: u8 = 1;
+/// An earlier step used the start's rbp.
+const STEP_FP_USED: u8 = 2;
+
+impl Step {
+    const EMPTY: Step = Step {
+        lookup: 0,
+        sp: 0,
+        fp: 0,
+        fp_at: 0,
         outputs: 0,
-        generation: 0,
-        reads: [(0, 0); REPLAY_READS],
+        others: 0,
+        kind: 0,
+        flags: 0,
     };
 }
 
-/// Reads that a walk records (or not, when the log is full).
+/// Reads and steps that a walk records (or not, when the log is full).
 struct Recorder<'a> {
-    log: &'a mut ReplayLog,
+    log: &'a mut Walked,
     outputs: usize,
     others: usize,
+    steps: usize,
     overflow: bool,
     fp_used: bool,
 }
 
-impl Recorder<'_> {
+impl<'a> Recorder<'a> {
+    fn new(log: &'a mut Walked) -> Self {
+        Recorder {
+            log,
+            outputs: 0,
+            others: 0,
+            steps: 0,
+            overflow: false,
+            fp_used: false,
+        }
+    }
+
     #[inline(always)]
     fn note(&mut self, addr: usize, value: usize, output: bool) {
         if self.outputs + self.others >= REPLAY_READS {
@@ -127,11 +264,32 @@ impl Recorder<'_> {
             self.log.reads[REPLAY_READS - self.others] = (addr, value);
         }
     }
+
+    #[inline(always)]
+    fn step(&mut self, at: &At, kind: u8) {
+        if self.steps < REPLAY_STEPS {
+            self.log.step[self.steps] = Step {
+                lookup: at.lookup,
+                sp: at.sp,
+                fp: at.fp,
+                fp_at: at.fp_at,
+                // (at most REPLAY_READS: they fit)
+                outputs: self.outputs as u16,
+                others: self.others as u16,
+                kind,
+                flags: if at.pending { STEP_PENDING } else { 0 }
+                    | if self.fp_used { STEP_FP_USED } else { 0 },
+            };
+        } else {
+            self.overflow = true;
+        }
+        self.steps += 1;
+    }
 }
 
 /// Replays the log if the stack is unchanged; None otherwise.
 #[inline(always)]
-fn replay(log: &ReplayLog, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
+fn replay(log: &Walked, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
     if log.len == 0 || log.start[..2] != start[..2] || (log.fp_used && log.start[2] != start[2]) {
         return None;
     }
@@ -156,6 +314,317 @@ fn replay(log: &ReplayLog, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> O
         slot.write(v as u64);
     }
     Some(outputs.len())
+}
+
+/// Whether every logged read in `reads` still holds; when `checked`,
+/// each address is checked against `bounds` (the capture's stack pointer
+/// and the stack's top) first: a splice may read a log made from a lower
+/// stack pointer.
+#[inline(always)]
+fn still_holds(reads: &[(usize, usize)], checked: bool, bounds: (usize, usize)) -> bool {
+    if checked {
+        return reads.iter().all(|&(a, v)| read_stack(a, bounds) == Some(v));
+    }
+    // SAFETY: logged from this capture's stack pointer or a lower one, so
+    // between the two and the stack's top, which this thread's stack maps.
+    reads
+        .iter()
+        .all(|&(a, v)| unsafe { (a as *const usize).read() } == v)
+}
+
+/// Called by a walk where each frame's unwinding starts: true stops the
+/// walk there, to take the rest from the last walk (a splice).
+trait Meet {
+    fn meet(&mut self, at: &At, n: usize, room: usize) -> bool;
+}
+
+/// A plain walk meets nothing.
+struct Alone;
+
+impl Meet for Alone {
+    #[inline(always)]
+    fn meet(&mut self, _: &At, _: usize, _: usize) -> bool {
+        false
+    }
+}
+
+/// How many times a splice checks the rest of the last walk at a meeting
+/// point and finds it changed before it walks on alone: each check reads
+/// up to the whole rest.
+const MEETING_TRIES: u32 = 3;
+
+/// Looks for the place where this walk meets the last one: the same stack
+/// pointer and rule, rbp the same wherever the rest of the last walk uses
+/// it, and every word the last walk read from there on unchanged. From
+/// such a place this walk would read the same words and give the same
+/// frames as the last one did.
+struct Rejoin<'a> {
+    last: &'a Walked,
+    /// the last walk's first step not yet passed; where the walks met,
+    /// once `met`
+    j: usize,
+    met: bool,
+    /// whether the rest uses the rbp it has at `j`
+    needs_fp: bool,
+    /// where this walk stood when it met the last one
+    at: At,
+    tries: u32,
+    bounds: (usize, usize),
+}
+
+impl Meet for Rejoin<'_> {
+    #[inline(always)]
+    fn meet(&mut self, at: &At, n: usize, room: usize) -> bool {
+        if self.tries == 0 {
+            return false;
+        }
+        let last = self.last;
+        // The last walk's steps stand at rising stack pointers.
+        while self.j < last.steps && last.step[self.j].sp < at.sp {
+            self.j += 1;
+        }
+        match last.step.get(self.j) {
+            Some(s) if self.j < last.steps && s.sp == at.sp && s.lookup == at.lookup => {
+                self.check_rest(at, n, room)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Rejoin<'_> {
+    #[inline(never)]
+    fn check_rest(&mut self, at: &At, n: usize, room: usize) -> bool {
+        let last = self.last;
+        let s = &last.step[self.j];
+        let needs_fp = last.needs_fp_at(self.j);
+        if needs_fp && at.fp != s.fp {
+            return false;
+        }
+        let rest = last.outputs - s.outputs as usize;
+        // The rest must fit, and a rest cut by a full output must fill it.
+        if n + rest > room || (last.capped && n + rest < room) {
+            self.tries = 0;
+            return false;
+        }
+        // A log made from this stack pointer or a lower one read only
+        // words between this capture's stack pointer and the top.
+        let checked = self.bounds.0 > last.start[1];
+        let others = REPLAY_READS - (last.len - last.outputs)..REPLAY_READS - s.others as usize;
+        if !still_holds(
+            &last.reads[s.outputs as usize..last.outputs],
+            checked,
+            self.bounds,
+        ) || !still_holds(&last.reads[others], checked, self.bounds)
+        {
+            self.tries -= 1;
+            return false;
+        }
+        self.needs_fp = needs_fp;
+        self.at = *at;
+        self.met = true;
+        true
+    }
+}
+
+/// A walk that starts from the last walk's log, in place: the frames
+/// before the first step whose words changed are kept, the walk goes on
+/// from there (logged into `scratch`), and where it meets the last walk
+/// again ([`Rejoin`]) the rest is taken. Only the part that changed is
+/// written into `last` (the rest moves when the two parts differ in
+/// size). Returns the frames.
+#[inline(never)]
+fn splice(
+    last: &mut Walked,
+    scratch: &mut Walked,
+    start: [usize; 3],
+    bounds: (usize, usize),
+    own: (usize, usize),
+    out: &mut [MaybeUninit<u64>],
+) -> usize {
+    let mut at = At {
+        lookup: start[0],
+        sp: start[1],
+        fp: start[2],
+        fp_at: 0,
+        pending: false,
+    };
+    let mut k = 0;
+    if last.len != 0 && last.start[..2] == start[..2] {
+        k = valid_steps(last, start, out.len());
+        if k > 0 {
+            let s = last.step[k];
+            let fp = if s.fp_at == 0 {
+                Some(start[2])
+            } else {
+                read_stack(s.fp_at, bounds)
+            };
+            match fp {
+                Some(fp) => {
+                    at = At {
+                        lookup: s.lookup,
+                        sp: s.sp,
+                        fp,
+                        fp_at: s.fp_at,
+                        pending: s.flags & STEP_PENDING != 0,
+                    }
+                }
+                None => k = 0,
+            }
+        }
+    }
+    // The kept frames.
+    let (outputs, others) = if k > 0 {
+        (last.step[k].outputs as usize, last.step[k].others as usize)
+    } else {
+        (0, 0)
+    };
+    for (slot, &(_, v)) in out.iter_mut().zip(&last.reads[..outputs]) {
+        slot.write(v as u64);
+    }
+    let mut rec = Recorder::new(scratch);
+    (rec.outputs, rec.others, rec.steps) = (outputs, others, k);
+    rec.fp_used = k > 0 && last.fp_used_before(k);
+    let (n, rejoin) = if last.len == 0 {
+        // (a log that overflowed, or none yet: nothing to meet)
+        (walk(at, bounds, own, out, outputs, &mut rec, &mut Alone), None)
+    } else {
+        let mut rejoin = Rejoin {
+            last,
+            j: k + 1,
+            met: false,
+            needs_fp: false,
+            at,
+            tries: MEETING_TRIES,
+            bounds,
+        };
+        let n = walk(at, bounds, own, out, outputs, &mut rec, &mut rejoin);
+        (n, rejoin.met.then_some((rejoin.j, rejoin.needs_fp, rejoin.at)))
+    };
+    const R: usize = REPLAY_READS;
+    #[cfg(test)]
+    tests::count_splice(k > 0, rejoin.is_some());
+    let Some((j, needs_fp, at)) = rejoin else {
+        // Walked to the end: the kept part and the walked one.
+        let new = (
+            rec.steps.min(REPLAY_STEPS),
+            rec.outputs,
+            rec.others,
+            rec.overflow,
+            rec.fp_used,
+        );
+        last.step[k..new.0].copy_from_slice(&scratch.step[k..new.0]);
+        last.reads[outputs..new.1].copy_from_slice(&scratch.reads[outputs..new.1]);
+        last.reads[R - new.2..R - others].copy_from_slice(&scratch.reads[R - new.2..R - others]);
+        last.len = if new.3 { 0 } else { new.1 + new.2 };
+        (last.outputs, last.steps, last.start, last.fp_used) = (new.1, new.0, start, new.4);
+        last.capped = n == out.len();
+        return n;
+    };
+    // This walk's rbp at `j`, if restored here and not logged yet, is what
+    // the rest uses: log it, so that a replay checks it (with the walked
+    // part: a read counted early only makes a later splice resume
+    // earlier).
+    if needs_fp && at.pending {
+        rec.note(at.fp_at, at.fp, false);
+    }
+    let new = (rec.steps, rec.outputs, rec.others, rec.overflow, rec.fp_used);
+    let sj = last.step[j];
+    let (rest_outputs, rest_others) = (
+        sj.outputs as usize..last.outputs,
+        sj.others as usize..last.len - last.outputs,
+    );
+    let rest_steps = last.steps - j;
+    for (slot, &(_, v)) in out[n..].iter_mut().zip(&last.reads[rest_outputs.clone()]) {
+        slot.write(v as u64);
+    }
+    let n = n + rest_outputs.len();
+    let total = (
+        new.0 + rest_steps,
+        new.1 + rest_outputs.len(),
+        new.2 + rest_others.len(),
+    );
+    if new.3 || total.0 > REPLAY_STEPS || total.1 + total.2 > REPLAY_READS {
+        // The frames stand; the log has no room for them.
+        last.len = 0;
+        return n;
+    }
+    // The rest moves to follow the walked part, which takes the place of
+    // the part that changed.
+    #[cfg(test)]
+    tests::count_move(new.0 != j);
+    last.step.copy_within(j..last.steps, new.0);
+    last.reads.copy_within(rest_outputs.clone(), new.1);
+    last.reads
+        .copy_within(R - rest_others.end..R - rest_others.start, R - total.2);
+    last.step[k..new.0].copy_from_slice(&scratch.step[k..new.0]);
+    last.reads[outputs..new.1].copy_from_slice(&scratch.reads[outputs..new.1]);
+    last.reads[R - new.2..R - others].copy_from_slice(&scratch.reads[R - new.2..R - others]);
+    // The rest's counts, where they now stand. The start's rbp is used by
+    // the rest exactly when it is what this walk has at `j` and the rest
+    // uses it.
+    let used = new.4 || (needs_fp && at.fp_at == 0);
+    let (dout, dx) = (
+        (new.1 as u16).wrapping_sub(sj.outputs),
+        (new.2 as u16).wrapping_sub(sj.others),
+    );
+    let rest = &mut last.step[new.0..total.0];
+    if dout != 0 || dx != 0 || used || last.fp_used {
+        let used_flag = if used { STEP_FP_USED } else { 0 };
+        for step in &mut rest[1..] {
+            step.outputs = step.outputs.wrapping_add(dout);
+            step.others = step.others.wrapping_add(dx);
+            step.flags = (step.flags & STEP_PENDING) | used_flag;
+        }
+    }
+    (rest[0].outputs, rest[0].others) = (new.1 as u16, new.2 as u16);
+    rest[0].flags = if new.4 { STEP_FP_USED } else { 0 } | (rest[0].flags & STEP_PENDING);
+    // From `j` until a rule restores a saved rbp, the rest runs on this
+    // walk's rbp (equal where used): its steps say where this walk got it.
+    let pending = if at.pending && !needs_fp { STEP_PENDING } else { 0 };
+    for step in rest.iter_mut() {
+        (step.fp, step.fp_at) = (at.fp, at.fp_at);
+        step.flags = (step.flags & !STEP_PENDING) | pending;
+        if step.kind & RBP_SAVED != 0 {
+            break;
+        }
+    }
+    last.len = total.1 + total.2;
+    (last.outputs, last.steps, last.start, last.fp_used) = (total.1, total.0, start, used);
+    n
+}
+
+/// The steps of `last` (from the same start as now) that still hold: those
+/// before the first one whose reads changed, or that used the start's rbp
+/// when it differs. 0 when there is nothing to resume from.
+fn valid_steps(last: &Walked, start: [usize; 3], room: usize) -> usize {
+    // The first read that changed, among the outputs and the others.
+    // SAFETY: logged from the same stack pointer as now, so between it
+    // and the stack's top (as for `replay`).
+    let changed = |&(a, v): &(usize, usize)| unsafe { (a as *const usize).read() } != v;
+    let others = last.len - last.outputs;
+    let bad_output = last.reads[..last.outputs]
+        .iter()
+        .position(changed)
+        .unwrap_or(usize::MAX);
+    let bad_other = last.reads[REPLAY_READS - others..]
+        .iter()
+        .rposition(changed)
+        .map_or(usize::MAX, |i| others - 1 - i);
+    let same_fp = last.start[2] == start[2];
+    let mut k = 0;
+    while k < last.steps {
+        let (o, x) = last.reads_of(k);
+        if o.end > bad_output || x.end > bad_other || (!same_fp && last.fp_used_before(k + 1)) {
+            break;
+        }
+        k += 1;
+    }
+    // (all of them: the output is smaller than the last walk's; walk)
+    if k == last.steps || last.step[k].outputs as usize > room {
+        return 0;
+    }
+    k
 }
 
 #[inline]
@@ -472,7 +941,7 @@ fn rule_for(pc: u64) -> Rule {
 }
 
 /// The fast unwinder (x86-64; other architectures use the reference one),
-/// leaving out return addresses inside `skip`; true when replayed. A
+/// leaving out return addresses inside `skip`. A
 /// capture that did not replay made a new generation of the log (see
 /// [`capture`]).
 #[cfg(target_arch = "x86_64")]
@@ -482,7 +951,7 @@ fn fast_skipping(
     skip: (usize, usize),
     thread: &ThreadState,
     log: &mut ReplayLog,
-) -> (usize, bool) {
+) -> usize {
     let (pc, sp, fp): (usize, usize, usize);
     // SAFETY: copies rip, rsp and rbp into three outputs; it reads no
     // memory, moves no stack and keeps the flags, as the options declare.
@@ -500,28 +969,28 @@ fn fast_skipping(
     let Some((_, top)) = stack_bounds(sp, thread) else {
         // Frames the log does not hold: a generation of their own, and
         // no replay of the log's frames under it.
-        log.len = 0;
+        log.last.len = 0;
         log.generation += 1;
-        return (dwarf_skipping(out, skip), false);
+        return dwarf_skipping(out, skip);
     };
-    let start = [pc, sp, fp];
-    if let Some(n) = replay(log, start, out) {
-        return (n, true);
+    from_log(log, [pc, sp, fp], (sp, top), skip, out)
+}
+
+/// A capture from `start` through the thread's log: a replay, or a splice
+/// (which walks all of a stack the log knows nothing of).
+#[inline(always)]
+fn from_log(
+    log: &mut ReplayLog,
+    start: [usize; 3],
+    bounds: (usize, usize),
+    skip: (usize, usize),
+    out: &mut [MaybeUninit<u64>],
+) -> usize {
+    if let Some(n) = replay(&log.last, start, out) {
+        return n;
     }
-    let mut rec = Recorder {
-        log,
-        outputs: 0,
-        others: 0,
-        overflow: false,
-        fp_used: false,
-    };
-    let n = walk(pc, sp, fp, (sp, top), skip, out, &mut rec);
-    rec.log.len = if rec.overflow { 0 } else { rec.outputs + rec.others };
-    rec.log.outputs = rec.outputs;
-    rec.log.start = start;
-    rec.log.fp_used = rec.fp_used;
-    rec.log.generation += 1;
-    (n, false)
+    log.generation += 1;
+    splice(&mut log.last, &mut log.scratch, start, bounds, skip, out)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -530,47 +999,50 @@ fn fast_skipping(
     skip: (usize, usize),
     _thread: &ThreadState,
     log: &mut ReplayLog,
-) -> (usize, bool) {
+) -> usize {
     log.generation += 1;
-    (dwarf_skipping(out, skip), false)
+    dwarf_skipping(out, skip)
 }
 
-/// Walks from the frame executing `pc` (exactly: not a return address).
-/// `bounds` is (the capture's stack pointer, the stack's top).
+/// Walks on from `at` (first: the frame executing the start's pc, exactly,
+/// not a return address), with `n` frames in `out` already. `bounds` is
+/// (the capture's stack pointer, the stack's top). At each frame, `meet`
+/// may stop the walk, to take the rest from the last one (a splice).
 #[inline(always)]
-fn walk(
-    mut pc: usize,
-    mut sp: usize,
-    mut fp: usize,
+fn walk<M: Meet>(
+    mut at: At,
     bounds: (usize, usize),
     own: (usize, usize),
     out: &mut [MaybeUninit<u64>],
+    mut n: usize,
     rec: &mut Recorder,
+    meet: &mut M,
 ) -> usize {
-    let mut n = 0;
-    let mut lookup = pc as u64;
-    // rbp is the start's until a rule restores a saved one; a restored
-    // rbp's stack word matters (is logged for replay) only once a rule
-    // uses rbp: without frame pointers, callers park anything in rbp.
-    let mut fp_is_start = true;
-    let mut fp_saved_at: Option<(usize, usize)> = None;
     while n < out.len() {
-        let rule = rule_for(lookup);
+        if meet.meet(&at, n, out.len()) {
+            break;
+        }
+        let rule = rule_for(at.lookup as u64);
+        rec.step(&at, rule.kind);
         let kind = rule.kind & KIND_MASK;
         if kind == KIND_RBP || kind == KIND_RBP_DEREF {
-            rec.fp_used |= fp_is_start;
-            if let Some((at, v)) = fp_saved_at.take() {
-                rec.note(at, v, false);
+            // rbp is the start's until a rule restores a saved one; a
+            // restored rbp's stack word matters (is logged for replay)
+            // only once a rule uses rbp.
+            rec.fp_used |= at.fp_at == 0;
+            if at.pending {
+                rec.note(at.fp_at, at.fp, false);
+                at.pending = false;
             }
         }
         let cfa = match kind {
-            KIND_RSP => sp.wrapping_add_signed(rule.cfa_offset as isize),
-            KIND_RBP => fp.wrapping_add_signed(rule.cfa_offset as isize),
+            KIND_RSP => at.sp.wrapping_add_signed(rule.cfa_offset as isize),
+            KIND_RBP => at.fp.wrapping_add_signed(rule.cfa_offset as isize),
             KIND_RBP_DEREF => {
-                let at = fp.wrapping_add_signed(rule.cfa_offset as isize);
-                match read_stack(at, bounds) {
+                let addr = at.fp.wrapping_add_signed(rule.cfa_offset as isize);
+                match read_stack(addr, bounds) {
                     Some(c) => {
-                        rec.note(at, c, false);
+                        rec.note(addr, c, false);
                         c
                     }
                     None => break,
@@ -578,7 +1050,7 @@ fn walk(
             }
             _ => break,
         };
-        if cfa <= sp || cfa > bounds.1 {
+        if cfa <= at.sp || cfa > bounds.1 {
             break;
         }
         let ra_at = cfa.wrapping_add_signed(rule.ra_offset as isize);
@@ -586,12 +1058,12 @@ fn walk(
             break;
         };
         if rule.kind & RBP_SAVED != 0 {
-            let at = cfa.wrapping_add_signed(rule.rbp_offset as isize);
-            match read_stack(at, bounds) {
+            let addr = cfa.wrapping_add_signed(rule.rbp_offset as isize);
+            match read_stack(addr, bounds) {
                 Some(v) => {
-                    fp_saved_at = Some((at, v));
-                    fp = v;
-                    fp_is_start = false;
+                    at.fp = v;
+                    at.fp_at = addr;
+                    at.pending = true;
                 }
                 None => break,
             }
@@ -605,12 +1077,11 @@ fn walk(
             out[n].write(ra as u64);
             n += 1;
         }
-        sp = cfa;
-        pc = ra;
+        at.sp = cfa;
         // The call instruction is just before the return address; its rule
         // is the caller's state (and a call that never returns can be the
         // last instruction of a function).
-        lookup = (pc - 1) as u64;
+        at.lookup = ra - 1;
     }
     n
 }
@@ -677,7 +1148,9 @@ mod tests {
             let mut reference = [MaybeUninit::uninit(); 64];
             let (mut nf, mut replayed, mut nr) = (0, false, 0);
             let mut f = || {
-                (nf, replayed) = fast_skipping(&mut fast, (0, 0), thread, &mut log);
+                let generation = log.generation;
+                nf = fast_skipping(&mut fast, (0, 0), thread, &mut log);
+                replayed = log.generation == generation;
                 nr = dwarf_skipping(&mut reference, (0, 0));
             };
             // a a b b a a: the second of each pair replays
@@ -742,6 +1215,337 @@ mod tests {
         }
     }
 
+    std::thread_local! {
+        /// Splices on this thread: (kept a part of the last walk, met it
+        /// again, moved its rest).
+        static SPLICES: std::cell::Cell<(u32, u32, u32)> = const { std::cell::Cell::new((0, 0, 0)) };
+    }
+
+    pub(super) fn count_splice(kept: bool, met: bool) {
+        SPLICES.with(|c| {
+            let (k, m, v) = c.get();
+            c.set((k + kept as u32, m + met as u32, v));
+        });
+    }
+
+    pub(super) fn count_move(moved: bool) {
+        SPLICES.with(|c| {
+            let (k, m, v) = c.get();
+            c.set((k, m, v + moved as u32));
+        });
+    }
+
+    /// One of 2^5 call paths to `f`: levels 0 (outermost) to 3 through
+    /// `route_a` or `route_b` by one bit each, and bit 4 adds a frame at
+    /// level 2 (paths of two depths: captures from two stack pointers).
+    #[inline(never)]
+    fn route(bits: u32, level: u32, f: &mut dyn FnMut()) {
+        if level == 4 {
+            f();
+        } else if level == 2 && bits & 16 != 0 {
+            route_deeper(bits, level, f);
+        } else if bits >> level & 1 != 0 {
+            route_a(bits, level, f);
+        } else {
+            route_b(bits, level, f);
+        }
+        std::hint::black_box(level);
+    }
+
+    #[inline(never)]
+    fn route_a(bits: u32, level: u32, f: &mut dyn FnMut()) {
+        route(bits, level + 1, f);
+        std::hint::black_box(1);
+    }
+
+    #[inline(never)]
+    fn route_b(bits: u32, level: u32, f: &mut dyn FnMut()) {
+        route(bits, level + 1, f);
+        std::hint::black_box(2);
+    }
+
+    #[inline(never)]
+    fn route_deeper(bits: u32, level: u32, f: &mut dyn FnMut()) {
+        let mut pad = [0u8; 96];
+        std::hint::black_box(&mut pad);
+        route_b(bits, level, f);
+        std::hint::black_box(&pad);
+    }
+
+    /// A splice gives exactly the frames a full walk gives from the same
+    /// place: captures go from path to path in an order that changes the
+    /// innermost level, the outermost, both (with the middle alike, where
+    /// the walks meet and the rest still differs), the depth, and nothing;
+    /// each is compared with a full walk (an empty log) made by the same
+    /// line, and the splices must have kept frames, met the last walk, and
+    /// moved its rest.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn a_splice_gives_what_a_full_walk_gives() {
+        let thread = crate::base::thread::current();
+        let mut shared = Box::new(ReplayLog::EMPTY);
+        let mut fresh = Box::new(ReplayLog::EMPTY);
+        let mut order: Vec<u32> = vec![
+            0,
+            1,
+            8,
+            9,
+            0b1001,
+            0b0110,
+            0b0110,
+            16,
+            17,
+            0,
+            16 | 8,
+            8,
+            15,
+            31,
+            0,
+        ];
+        let mut x = 12345u32;
+        for _ in 0..200 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            order.push(x >> 16 & 31);
+        }
+        // Skip (as the library skips its own frames) the return address
+        // that recurs most in path 0 (into `route`, from a level's call):
+        // logged as "other" reads, which a splice moves too.
+        let mut first = Vec::new();
+        with_rbp_zero(&mut || {
+            route(0, 0, &mut || {
+                let mut buf = [MaybeUninit::uninit(); 64];
+                let n = fast_skipping(&mut buf, (0, 0), thread, &mut fresh);
+                // SAFETY: the capture wrote the first `n` entries.
+                first = buf[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
+            })
+        });
+        let recurring = *first
+            .iter()
+            .max_by_key(|a| first.iter().filter(|b| b == a).count())
+            .unwrap() as usize;
+        let skip = (recurring, recurring + 1);
+        SPLICES.with(|c| c.set((0, 0, 0)));
+        for (i, &bits) in order.iter().enumerate() {
+            let mut got: Vec<Vec<u64>> = Vec::new();
+            // Nothing to replay or splice for `fresh`: a full walk.
+            fresh.last.len = 0;
+            let logs: [*mut ReplayLog; 2] = [&mut *shared, &mut *fresh];
+            let mut f = || {
+                // One call site for both captures (a branch to choose the
+                // log would let the compiler make two).
+                for which in 0..std::hint::black_box(2) {
+                    // SAFETY: the two boxes above, alive and not otherwise
+                    // borrowed while the closure runs.
+                    let log = unsafe { &mut *logs[std::hint::black_box(which)] };
+                    let mut buf = [MaybeUninit::uninit(); 64];
+                    let n = fast_skipping(&mut buf, skip, thread, log);
+                    // SAFETY: the capture wrote the first `n` entries.
+                    got.push(buf[..n].iter().map(|v| unsafe { v.assume_init() }).collect());
+                }
+            };
+            with_rbp_zero(&mut || route(bits, 0, &mut f));
+            assert!(
+                got[1].len() > 8,
+                "capture {i}: a short walk ({} frames)",
+                got[1].len()
+            );
+            assert!(
+                !got[1].contains(&(recurring as u64)),
+                "capture {i}: a skipped frame"
+            );
+            assert_eq!(
+                got[0], got[1],
+                "capture {i} (path {bits:#b}): the splice differs from a full walk"
+            );
+            // The log a splice leaves is the one a full walk leaves: each
+            // step where it was, with the reads it noted.
+            let (a, b) = (&shared.last, &fresh.last);
+            let steps = |w: &Walked| -> Vec<_> {
+                w.step[..w.steps]
+                    .iter()
+                    // (rbp where no rule used it may differ: a pending
+                    // one, or the start's in a walk that never used it)
+                    .map(|s| {
+                        let used = s.flags & STEP_PENDING == 0 && (s.fp_at != 0 || w.fp_used);
+                        (
+                            s.lookup,
+                            s.sp,
+                            used.then_some(s.fp),
+                            s.fp_at,
+                            s.outputs,
+                            s.others,
+                            s.kind,
+                            s.flags,
+                        )
+                    })
+                    .collect()
+            };
+            let reads = |w: &Walked| {
+                (
+                    w.reads[..w.outputs].to_vec(),
+                    w.reads[REPLAY_READS - (w.len - w.outputs)..].to_vec(),
+                )
+            };
+            assert!(a.len > 0 && b.len > 0, "capture {i}: a log left unusable");
+            assert_eq!(
+                steps(a),
+                steps(b),
+                "capture {i} (path {bits:#b}): the spliced log's steps"
+            );
+            assert_eq!(
+                reads(a),
+                reads(b),
+                "capture {i} (path {bits:#b}): the spliced log's reads"
+            );
+            let start = |w: &Walked| (w.start[0], w.start[1], w.fp_used.then_some(w.start[2]));
+            assert_eq!(
+                (a.fp_used, a.capped, start(a)),
+                (b.fp_used, b.capped, start(b)),
+                "capture {i}"
+            );
+        }
+        let (kept, met, moved) = SPLICES.with(|c| c.get());
+        assert!(
+            kept > 20 && met > 20 && moved > 5,
+            "splices: kept {kept}, met {met}, moved {moved}"
+        );
+    }
+
+    /// Made-up stacks: words in a buffer, unwound by rules given for
+    /// made-up return addresses, where the words a splice must check can be
+    /// changed one at a time, with the stale words a real stack keeps
+    /// (old return addresses where the frames used to be) left in place.
+    /// Each capture through the shared log (replay or splice) must give
+    /// what a full walk gives.
+    #[test]
+    fn splices_check_every_word_the_rest_depends_on() {
+        // Function n: its rule is the one of its call site, `site(n)`; a
+        // return address into it is `ret(n)`.
+        let site = |n: usize| 0x1000_0000_0000usize + n * 0x40 + 0x10;
+        let ret = |n: usize| site(n) + 1;
+        let rsp = |size: i32, saved: Option<i16>| Rule {
+            cfa_offset: size,
+            rbp_offset: saved.unwrap_or(0),
+            kind: KIND_RSP | if saved.is_some() { RBP_SAVED } else { 0 },
+            ra_offset: -8,
+        };
+        // 0, 1, 3 (and 7): frames of 32 bytes saving rbp at -16; 2, 4, 5:
+        // 16 bytes, saving nothing; 6: rbp-based (a frame pointer, which an
+        // alloca moves), saving rbp at -16; 7 saves it at -24.
+        let rules = [
+            rsp(32, Some(-16)),
+            rsp(32, Some(-16)),
+            rsp(16, None),
+            rsp(32, Some(-16)),
+            rsp(16, None),
+            rsp(16, None),
+            Rule::FRAME_POINTER,
+            rsp(32, Some(-24)),
+        ];
+        let mut mem = vec![0usize; 64].into_boxed_slice();
+        let base = mem.as_mut_ptr() as usize;
+        let at = |i: usize| base + 8 * i;
+        let bounds = (base, base + 8 * 64);
+        let mut shared = Box::new(ReplayLog::EMPTY);
+        let mut capture = |mem: &[usize], start_fn: usize, what: &str| {
+            for (n, r) in rules.iter().enumerate() {
+                remember_rule(site(n) as u64, *r);
+            }
+            let start = [site(start_fn), mem.as_ptr() as usize, 0x1234];
+            let mut spliced = [MaybeUninit::uninit(); 16];
+            let n = from_log(&mut shared, start, bounds, (0, 0), &mut spliced);
+            let mut full = [MaybeUninit::uninit(); 16];
+            let m = from_log(&mut Box::new(ReplayLog::EMPTY), start, bounds, (0, 0), &mut full);
+            // SAFETY: each capture wrote the first `n`/`m` entries.
+            let spliced: Vec<u64> = spliced[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
+            // SAFETY: as above.
+            let full: Vec<u64> = full[..m].iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert_eq!(spliced, full, "{what}");
+            full
+        };
+        let r = |ns: &[usize]| ns.iter().map(|&n| ret(n) as u64).collect::<Vec<_>>();
+
+        // A: 0 (start) saves F6's rbp; 6 is a frame-pointer frame at
+        // [10, 12); then 2, 2, 2.
+        mem[..18].copy_from_slice(&[
+            0,
+            0,
+            at(10),
+            ret(6),
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            ret(2),
+            0,
+            ret(2),
+            0,
+            ret(2),
+            0,
+            0,
+        ]);
+        assert_eq!(capture(&mem, 0, "A"), r(&[6, 2, 2, 2]));
+        // B: 6's frame pointer moved (an alloca) to [20, 22), called by 4;
+        // A's words stay where they were, but for one further out, so that
+        // a splice that took A's saved rbp as still good would resume
+        // inside A's frames.
+        mem[2] = at(20);
+        mem[15] = 7;
+        mem[21] = ret(4);
+        mem[23] = 0;
+        assert_eq!(
+            capture(&mem, 0, "B: a saved rbp changed, stale frames above"),
+            r(&[6, 4])
+        );
+
+        // C: 0 (start, saves garbage), 2, 3 (saves 6's rbp), 6 at [20, 22),
+        // 4. D: 0 returns into 5 (another function), and 6's frame pointer
+        // moved to [30, 32), called by 5: the walks meet at 3 and the rest
+        // read C's words, all stale but 3's saved rbp.
+        mem.fill(0);
+        mem[..10].copy_from_slice(&[0, 0, 0x5555, ret(2), 0, ret(3), 0, 0, at(20), ret(6)]);
+        mem[20..24].copy_from_slice(&[0, ret(4), 0, 0]);
+        assert_eq!(capture(&mem, 0, "C"), r(&[2, 3, 6, 4]));
+        mem[3] = ret(5);
+        mem[8] = at(30);
+        mem[30..34].copy_from_slice(&[0, ret(5), 0, 0]);
+        assert_eq!(
+            capture(&mem, 0, "D: the rest's saved rbp changed"),
+            r(&[5, 3, 6, 5])
+        );
+
+        // E: 2 (start), 1 (saves 6's rbp at 4), 6 at [20, 22), 4. F: 2
+        // returns into 7 instead, which saves 6's rbp elsewhere (at 3): the
+        // walks meet at 6 with rbp from another word, and C's is stale.
+        mem.fill(0);
+        mem[..6].copy_from_slice(&[0, ret(1), 0, 0, at(20), ret(6)]);
+        mem[20..24].copy_from_slice(&[0, ret(4), 0, 0]);
+        assert_eq!(capture(&mem, 2, "E"), r(&[1, 6, 4]));
+        mem[1] = ret(7);
+        mem[3] = at(30);
+        mem[30..34].copy_from_slice(&[0, ret(5), 0, 0]);
+        assert_eq!(
+            capture(&mem, 2, "F: rbp where the walks meet differs"),
+            r(&[7, 6, 5])
+        );
+        // G: as F, but 6's rbp as in E: the walks meet and take E's rest,
+        // which must now check the word 7 saved rbp in. H: that word
+        // changes, nothing else: no replay of G.
+        mem[3] = at(20);
+        mem[..2].copy_from_slice(&[0, ret(1)]);
+        assert_eq!(capture(&mem, 2, "E again"), r(&[1, 6, 4]));
+        mem[1] = ret(7);
+        assert_eq!(
+            capture(&mem, 2, "G: meets E's rest through another saved rbp"),
+            r(&[7, 6, 4])
+        );
+        mem[3] = at(30);
+        assert_eq!(capture(&mem, 2, "H: that saved rbp alone changed"), r(&[7, 6, 5]));
+    }
+
     #[inline(never)]
     fn recurse(depth: usize, f: &mut dyn FnMut()) {
         if depth == 0 {
@@ -769,7 +1573,7 @@ mod tests {
             // In this test binary our own code is the code under test:
             // skip nothing.
             recurse(30, &mut || {
-                nf = fast_skipping(&mut fast, (0, 0), crate::base::thread::current(), &mut log).0;
+                nf = fast_skipping(&mut fast, (0, 0), crate::base::thread::current(), &mut log);
                 nr = dwarf_skipping(&mut reference, (0, 0));
             });
             // SAFETY: each capture wrote the first `nf`/`nr` entries it
