@@ -136,18 +136,6 @@ impl Walked {
         step: [Step::EMPTY; REPLAY_STEPS],
     };
 
-    /// The reads step `k` noted: its outputs and its others, as index
-    /// ranges (outputs into `reads`, others for [`Walked::other`]).
-    #[inline(always)]
-    fn reads_of(&self, k: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let s = &self.step[k];
-        let (o, x) = match self.step.get(k + 1).filter(|_| k + 1 < self.steps) {
-            Some(next) => (next.outputs as usize, next.others as usize),
-            None => (self.outputs, self.len - self.outputs),
-        };
-        (s.outputs as usize..o, s.others as usize..x)
-    }
-
     /// Whether the start's rbp was used before step `k` (`k == steps`: by
     /// the whole walk).
     #[inline(always)]
@@ -611,14 +599,21 @@ fn valid_steps(last: &Walked, start: [usize; 3], room: usize) -> usize {
         .iter()
         .rposition(changed)
         .map_or(usize::MAX, |i| others - 1 - i);
-    let same_fp = last.start[2] == start[2];
-    let mut k = 0;
-    while k < last.steps {
-        let (o, x) = last.reads_of(k);
-        if o.end > bad_output || x.end > bad_other || (!same_fp && last.fp_used_before(k + 1)) {
-            break;
-        }
-        k += 1;
+    // The step that noted a read: the last one that began with fewer
+    // reads before it (steps are in order, their counts rise; a binary
+    // search: a stack of 50 frames cost 400 instructions stepped through).
+    let steps = &last.step[..last.steps];
+    let noted = |before: &dyn Fn(&Step) -> bool| steps.partition_point(before).saturating_sub(1);
+    let mut k = last.steps;
+    if bad_output != usize::MAX {
+        k = k.min(noted(&|s| s.outputs as usize <= bad_output));
+    }
+    if bad_other != usize::MAX {
+        k = k.min(noted(&|s| s.others as usize <= bad_other));
+    }
+    if last.start[2] != start[2] && last.fp_used {
+        // The first step that used the start's rbp.
+        k = k.min(noted(&|s| s.flags & STEP_FP_USED == 0));
     }
     // (all of them: the output is smaller than the last walk's; walk)
     if k == last.steps || last.step[k].outputs as usize > room {
@@ -1447,11 +1442,11 @@ mod tests {
         let at = |i: usize| base + 8 * i;
         let bounds = (base, base + 8 * 64);
         let mut shared = Box::new(ReplayLog::EMPTY);
-        let mut capture = |mem: &[usize], start_fn: usize, what: &str| {
+        let mut capture_with_rbp = |mem: &[usize], start_fn: usize, rbp: usize, what: &str| {
             for (n, r) in rules.iter().enumerate() {
                 remember_rule(site(n) as u64, *r);
             }
-            let start = [site(start_fn), mem.as_ptr() as usize, 0x1234];
+            let start = [site(start_fn), mem.as_ptr() as usize, rbp];
             let mut spliced = [MaybeUninit::uninit(); 16];
             let n = from_log(&mut shared, start, bounds, (0, 0), &mut spliced);
             let mut full = [MaybeUninit::uninit(); 16];
@@ -1464,6 +1459,32 @@ mod tests {
             full
         };
         let r = |ns: &[usize]| ns.iter().map(|&n| ret(n) as u64).collect::<Vec<_>>();
+        // I: the start is a frame-pointer frame (6) at [4, 6), then 2, 2.
+        // J: the same words but one far out, and the start's rbp is another
+        // frame at [12, 14) called by 4; I's frames are still there, stale.
+        mem[..10].copy_from_slice(&[0, 0, 0, 0, 0, ret(2), 0, ret(2), 0, 0]);
+        assert_eq!(capture_with_rbp(&mem, 6, at(4), "I"), r(&[2, 2]));
+        mem[9] = 5;
+        mem[12..16].copy_from_slice(&[0, ret(4), 0, 0]);
+        assert_eq!(
+            capture_with_rbp(&mem, 6, at(12), "J: the start's rbp changed"),
+            r(&[4])
+        );
+        // K: 2 (start) passes the start's rbp on to 6, a frame-pointer
+        // frame at [4, 6), then 2. L: the start's rbp is a frame at
+        // [10, 12) called by 4: the frame of 2 stands, the walk resumes at
+        // 6 with the start's rbp as it is now.
+        mem.fill(0);
+        mem[..8].copy_from_slice(&[0, ret(6), 0, 0, 0, ret(2), 0, 0]);
+        assert_eq!(capture_with_rbp(&mem, 2, at(4), "K"), r(&[6, 2]));
+        mem[10..14].copy_from_slice(&[0, ret(4), 0, 0]);
+        assert_eq!(
+            capture_with_rbp(&mem, 2, at(10), "L: the start's rbp changed, used later"),
+            r(&[6, 4])
+        );
+        mem.fill(0);
+        let mut capture =
+            |mem: &[usize], start_fn: usize, what: &str| capture_with_rbp(mem, start_fn, 0x1234, what);
 
         // A: 0 (start) saves F6's rbp; 6 is a frame-pointer frame at
         // [10, 12); then 2, 2, 2.
