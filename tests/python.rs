@@ -105,6 +105,83 @@ fn q(qualified: &str) -> String {
     }
 }
 
+/// Python called back from C (qsort's comparator): the native walk stops
+/// at the outer of the two eval-loop frames (issue 24: the interpreter's
+/// start-up below it is not walked), and the merged stack still has each
+/// invocation's Python frames in its place, with the C frames between
+/// them: the same with libgcc's unwinder, which stops there too.
+#[test]
+fn a_callback_from_c_keeps_both_python_invocations_in_place() {
+    const CALLBACK: &str = "tests/python/callback.py";
+    let l = |m: &str| line_of(CALLBACK, m);
+    let mut merged = Vec::new();
+    for unwinder in ["fast", "dwarf"] {
+        let out = run_python(&[CALLBACK], &[("CUDALEAK_UNWINDER", unwinder)]);
+        out.assert_success();
+        let r = out.report();
+        let g = group_with_py_line(&r, "callback.py", l("# LEAK callback"));
+        assert_eq!((g.blocks, g.bytes), (1, 1201));
+        let names: Vec<String> = g
+            .merged_stack
+            .iter()
+            .map(|f| match f {
+                MergedFrame::Python(p) => format!("py:{}:{}", p.function, p.line.unwrap_or(-1)),
+                MergedFrame::Native(n) => n.function.clone().unwrap_or_default(),
+            })
+            .collect();
+        let at = |want: &str| {
+            names
+                .iter()
+                .position(|n| n == want)
+                .unwrap_or_else(|| panic!("{unwinder}: no {want} in {names:#?}"))
+        };
+        let inner = at(&format!("py:compare:{}", l("# LEAK callback")));
+        let outer = at(&format!("py:sort_with_callback:{}", l("# CALL qsort")));
+        let module = at(&format!("py:<module>:{}", l("# CALL module")));
+        let qsort = names
+            .iter()
+            .position(|n| n.contains("qsort") || n.contains("msort"))
+            .unwrap_or_else(|| panic!("{unwinder}: no qsort frame in {names:#?}"));
+        assert!(
+            inner < qsort && qsort < outer && outer < module,
+            "{unwinder}: {names:#?}"
+        );
+        assert_eq!(
+            module,
+            names.len() - 1,
+            "{unwinder}: frames below the module: {names:#?}"
+        );
+        // The native stack ends at the outer eval-loop frame.
+        let native: Vec<&str> = g
+            .native_stack
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            native.last(),
+            Some(&"_PyEval_EvalFrameDefault"),
+            "{unwinder}: {native:?}"
+        );
+        // Two invocations from 3.11 (Python calls Python in one), one per
+        // Python frame before.
+        let invocations = if python_minor(&python3()) >= 11 {
+            2
+        } else {
+            g.python_stack.len()
+        };
+        assert_eq!(
+            native
+                .iter()
+                .filter(|n| **n == "_PyEval_EvalFrameDefault")
+                .count(),
+            invocations,
+            "{unwinder}: {native:?}"
+        );
+        merged.push(names);
+    }
+    assert_eq!(merged[0], merged[1], "the fast unwinder against libgcc's");
+}
+
 #[test]
 fn python_stacks_name_the_exact_lines_with_and_without_the_gil() {
     let out = run_python(&[STACKS, "all"], &[]);

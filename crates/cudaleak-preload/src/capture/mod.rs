@@ -21,14 +21,14 @@ pub mod unwind;
 
 use crate::base::thread::ThreadState;
 use crate::capture::python::PyReplayLog;
-use crate::capture::unwind::ReplayLog;
+use crate::capture::unwind::{EvalStop, ReplayLog};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::record::depot::{Depot, TraceKey};
-use cudaleak_core::record::python::PyRawFrame;
+use cudaleak_core::record::python::{PyRawFrame, PY_FRAME_ENTRY};
 use cudaleak_core::record::{Api, MemoryKind, TraceId};
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 /// Python frames recorded per allocation.
 pub const PY_MAX: usize = 64;
@@ -55,6 +55,9 @@ pub struct ThreadBuffers {
     pub python_replay: PyReplayLog,
     stacks: [StackBuffer; STACK_SLOTS],
     next_stack: usize,
+    /// (a Python walk's generation, its eval-loop invocations): a replay
+    /// of the same frames counts nothing ([`eval_stop`])
+    eval_invocations: (u64, u32),
 }
 
 impl ThreadBuffers {
@@ -206,32 +209,48 @@ impl Stack {
     }
 
     /// Captures into `buffer`, one of the stack buffers of `buffers` (the
-    /// calling thread's).
+    /// calling thread's). Python frames first: with them, the native walk
+    /// stops at the outermost eval-loop frame that runs them
+    /// ([`EvalStop`]).
     fn capture(buffers: *mut ThreadBuffers, buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
-        let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
-        let (n_native, native_generation) = if depth > 0 {
-            // SAFETY: the thread's own buffer, not in use by a live capture
-            // (see `Stack`); its arrays are MaybeUninit. One field at a time
-            // (the replay logs are other fields of the same allocation), and
-            // captures do not nest on a thread.
-            unsafe {
-                unwind::capture(
-                    &mut (&mut (*buffer).native)[..depth],
-                    thread,
-                    &mut *std::ptr::addr_of_mut!((*buffers).replay),
-                )
-            }
-        } else {
-            // No native frames: always the same (none).
-            (0, Some(0))
-        };
-        // SAFETY: as above.
+        // SAFETY: the thread's own buffer, not in use by a live capture (see
+        // `Stack`); its arrays are MaybeUninit. One field at a time (the
+        // replay logs are other fields of the same allocation), and
+        // captures do not nest on a thread.
         let (n_python, python_generation) = unsafe {
             python::capture(
                 &mut (*buffer).python,
                 &mut *std::ptr::addr_of_mut!((*buffers).python_replay),
                 &mut (*buffer).python_generation,
             )
+        };
+        let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
+        let (n_native, native_generation) = if depth > 0 {
+            let stop = if n_python > 0 {
+                // SAFETY: as above; the first n_python entries were just
+                // written.
+                unsafe {
+                    eval_stop(
+                        std::slice::from_raw_parts((*buffer).python.as_ptr().cast::<PyRawFrame>(), n_python),
+                        python_generation,
+                        &mut *std::ptr::addr_of_mut!((*buffers).eval_invocations),
+                    )
+                }
+            } else {
+                EvalStop::default()
+            };
+            // SAFETY: as above.
+            unsafe {
+                unwind::capture(
+                    &mut (&mut (*buffer).native)[..depth],
+                    thread,
+                    &mut *std::ptr::addr_of_mut!((*buffers).replay),
+                    stop,
+                )
+            }
+        } else {
+            // No native frames: always the same (none).
+            (0, Some(0))
         };
         Stack {
             buffer,
@@ -301,6 +320,87 @@ impl Stack {
         depot.intern(&key, |k| python::remember_code_objects(k.python))
     }
 }
+
+/// Where the native walk of a stack with these Python frames stops: after
+/// as many eval-loop frames as the frames have eval-loop invocations (the
+/// report puts each invocation's Python frames in the place of its
+/// eval-loop frame; `merge_stacks`), so the frames below the outermost
+/// one, the interpreter's start-up, are not walked on every capture (issue
+/// 24). No stop when the eval loop is not known. `frames` are the Python
+/// walk's `generation`; `counted` the last count, kept for its generation.
+#[inline]
+fn eval_stop(frames: &[PyRawFrame], generation: u64, counted: &mut (u64, u32)) -> EvalStop {
+    let Some((lo, hi)) = eval_loop() else {
+        return EvalStop::default();
+    };
+    if counted.0 != generation {
+        let n = frames.iter().filter(|f| f.flags & PY_FRAME_ENTRY != 0).count() as u32;
+        *counted = (generation, n);
+    }
+    EvalStop {
+        lo,
+        hi,
+        after: counted.1,
+    }
+}
+
+/// `_PyEval_EvalFrameDefault`'s address range: 0 unknown, 1 being found or
+/// not found, 2 found (EVAL_LO..EVAL_HI). Found once, at the first capture
+/// with Python frames (the interpreter is loaded by then).
+static EVAL_STATE: AtomicU8 = AtomicU8::new(0);
+static EVAL_LO: AtomicUsize = AtomicUsize::new(0);
+static EVAL_HI: AtomicUsize = AtomicUsize::new(0);
+
+#[inline]
+fn eval_loop() -> Option<(usize, usize)> {
+    match EVAL_STATE.load(Ordering::Acquire) {
+        2 => Some((EVAL_LO.load(Ordering::Relaxed), EVAL_HI.load(Ordering::Relaxed))),
+        1 => None,
+        _ => find_eval_loop(),
+    }
+}
+
+#[cold]
+fn find_eval_loop() -> Option<(usize, usize)> {
+    if EVAL_STATE
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return None;
+    }
+    let f = crate::base::loader::real_dlsym(libc::RTLD_DEFAULT, c"_PyEval_EvalFrameDefault") as usize;
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: zeroed Dl_info is a valid out parameter.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut sym: *const libc::Elf64_Sym = std::ptr::null();
+    // SAFETY: dladdr1 only reads loader state; both out pointers are valid.
+    let ok = unsafe {
+        libc::dladdr1(
+            f as *const libc::c_void,
+            &mut info,
+            &mut sym as *mut *const libc::Elf64_Sym as *mut *mut libc::c_void,
+            RTLD_DL_SYMENT,
+        )
+    };
+    if ok == 0 || sym.is_null() || info.dli_saddr as usize != f {
+        return None;
+    }
+    // SAFETY: the loader's symbol table entry for `f`, mapped while the
+    // interpreter is loaded.
+    let size = unsafe { (*sym).st_size } as usize;
+    if size == 0 {
+        return None;
+    }
+    EVAL_LO.store(f, Ordering::Relaxed);
+    EVAL_HI.store(f + size, Ordering::Relaxed);
+    EVAL_STATE.store(2, Ordering::Release);
+    Some((f, f + size))
+}
+
+/// glibc's `dladdr1` flag for the symbol table entry (dlfcn.h).
+const RTLD_DL_SYMENT: libc::c_int = 1;
 
 fn room_to_capture(sp: usize, thread: &ThreadState) -> bool {
     match unwind::stack_bounds(sp, thread) {

@@ -37,6 +37,28 @@ pub fn forget_unloaded_rules(is_gone: &dyn Fn(usize) -> bool) {
 /// The key of a retired cache slot.
 const RETIRED: u64 = u64::MAX;
 
+/// Where a capture that took Python frames stops: after the `after`-th
+/// return address into the interpreter's eval loop (`lo..hi`), the
+/// outermost one that runs Python frames. What lies below it is the
+/// interpreter's start-up (or an embedding program's frames): about 18 of
+/// a Python pair's 25 frames, checked on every replay (issue 24). 0: no
+/// stop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EvalStop {
+    pub lo: usize,
+    pub hi: usize,
+    pub after: u32,
+}
+
+impl EvalStop {
+    /// Whether return address `ra` is into the eval loop (its call
+    /// instruction is: a call can be a function's last instruction).
+    #[inline(always)]
+    fn is_eval(&self, ra: usize) -> bool {
+        ra.wrapping_sub(1).wrapping_sub(self.lo) < self.hi.wrapping_sub(self.lo)
+    }
+}
+
 /// Fills `out` with return addresses; returns how many, and the
 /// generation of the thread's replay log that they are (see
 /// [`ReplayLog::generation`]): two captures on a thread with the same
@@ -47,11 +69,12 @@ pub fn capture(
     out: &mut [MaybeUninit<u64>],
     thread: &ThreadState,
     log: &mut ReplayLog,
+    stop: EvalStop,
 ) -> (usize, Option<u64>) {
     match crate::base::settings::config().unwinder {
-        Unwinder::Dwarf => (capture_dwarf(out), None),
+        Unwinder::Dwarf => (capture_dwarf(out, stop), None),
         Unwinder::Fast => {
-            let n = fast_skipping(out, own_range(), thread, log);
+            let n = fast_skipping(out, own_range(), thread, log, stop);
             (n, Some(log.generation))
         }
     }
@@ -107,6 +130,8 @@ struct Walked {
     fp_used: bool,
     /// the walk stopped because the output was full (the stack goes on)
     capped: bool,
+    /// the walk's [`EvalStop::after`]: another stops elsewhere
+    stop_after: u32,
     /// recorded reads; 0 when the log is not usable
     len: usize,
     /// of which reads of output return addresses, in walk order, at the
@@ -129,6 +154,7 @@ impl Walked {
         start: [0; 3],
         fp_used: false,
         capped: false,
+        stop_after: 0,
         len: 0,
         outputs: 0,
         reads: [(0, 0); REPLAY_READS],
@@ -182,6 +208,8 @@ struct At {
     /// is logged only once a rule uses rbp (without frame pointers,
     /// callers park anything in rbp)
     pending: bool,
+    /// return addresses into the eval loop output so far ([`EvalStop`])
+    evals: u32,
 }
 
 /// A logged step: where it started, its rule, and how many reads the log
@@ -198,6 +226,8 @@ struct Step {
     kind: u8,
     /// `STEP_*`
     flags: u8,
+    /// `At::evals` (at most the output's 128 frames)
+    evals: u8,
 }
 
 /// The step's `At::pending`.
@@ -215,6 +245,7 @@ impl Step {
         others: 0,
         kind: 0,
         flags: 0,
+        evals: 0,
     };
 }
 
@@ -267,6 +298,7 @@ impl<'a> Recorder<'a> {
                 kind,
                 flags: if at.pending { STEP_PENDING } else { 0 }
                     | if self.fp_used { STEP_FP_USED } else { 0 },
+                evals: at.evals as u8,
             };
         } else {
             self.overflow = true;
@@ -277,8 +309,12 @@ impl<'a> Recorder<'a> {
 
 /// Replays the log if the stack is unchanged; None otherwise.
 #[inline(always)]
-fn replay(log: &Walked, start: [usize; 3], out: &mut [MaybeUninit<u64>]) -> Option<usize> {
-    if log.len == 0 || log.start[..2] != start[..2] || (log.fp_used && log.start[2] != start[2]) {
+fn replay(log: &Walked, start: [usize; 3], stop: EvalStop, out: &mut [MaybeUninit<u64>]) -> Option<usize> {
+    if log.len == 0
+        || log.start[..2] != start[..2]
+        || (log.fp_used && log.start[2] != start[2])
+        || log.stop_after != stop.after
+    {
         return None;
     }
     let outputs = &log.reads[..log.outputs];
@@ -372,7 +408,12 @@ impl Meet for Rejoin<'_> {
             self.j += 1;
         }
         match last.step.get(self.j) {
-            Some(s) if self.j < last.steps && s.sp == at.sp && s.lookup == at.lookup => {
+            Some(s)
+                if self.j < last.steps
+                    && s.sp == at.sp
+                    && s.lookup == at.lookup
+                    && s.evals as u32 == at.evals =>
+            {
                 self.check_rest(at, n, room)
             }
             _ => false,
@@ -428,6 +469,7 @@ fn splice(
     start: [usize; 3],
     bounds: (usize, usize),
     own: (usize, usize),
+    stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
     let mut at = At {
@@ -436,7 +478,12 @@ fn splice(
         fp: start[2],
         fp_at: 0,
         pending: false,
+        evals: 0,
     };
+    // A walk that stops after another eval-loop frame is no guide.
+    if last.stop_after != stop.after {
+        last.len = 0;
+    }
     let mut k = 0;
     if last.len != 0 && last.start[..2] == start[..2] {
         k = valid_steps(last, start, out.len());
@@ -455,6 +502,7 @@ fn splice(
                         fp,
                         fp_at: s.fp_at,
                         pending: s.flags & STEP_PENDING != 0,
+                        evals: s.evals as u32,
                     }
                 }
                 None => k = 0,
@@ -475,7 +523,12 @@ fn splice(
     rec.fp_used = k > 0 && last.fp_used_before(k);
     let (n, rejoin) = if last.len == 0 {
         // (a log that overflowed, or none yet: nothing to meet)
-        (walk(at, bounds, own, out, outputs, &mut rec, &mut Alone), None)
+        let n = if stop.after == 0 {
+            walk::<_, false>(at, bounds, own, stop, out, outputs, &mut rec, &mut Alone)
+        } else {
+            walk::<_, true>(at, bounds, own, stop, out, outputs, &mut rec, &mut Alone)
+        };
+        (n, None)
     } else {
         let mut rejoin = Rejoin {
             last,
@@ -486,7 +539,11 @@ fn splice(
             tries: MEETING_TRIES,
             bounds,
         };
-        let n = walk(at, bounds, own, out, outputs, &mut rec, &mut rejoin);
+        let n = if stop.after == 0 {
+            walk::<_, false>(at, bounds, own, stop, out, outputs, &mut rec, &mut rejoin)
+        } else {
+            walk::<_, true>(at, bounds, own, stop, out, outputs, &mut rec, &mut rejoin)
+        };
         (n, rejoin.met.then_some((rejoin.j, rejoin.needs_fp, rejoin.at)))
     };
     const R: usize = REPLAY_READS;
@@ -507,6 +564,7 @@ fn splice(
         last.len = if new.3 { 0 } else { new.1 + new.2 };
         (last.outputs, last.steps, last.start, last.fp_used) = (new.1, new.0, start, new.4);
         last.capped = n == out.len();
+        last.stop_after = stop.after;
         return n;
     };
     // This walk's rbp at `j`, if restored here and not logged yet, is what
@@ -628,13 +686,14 @@ fn is_own(ip: usize, range: (usize, usize)) -> bool {
 }
 
 /// The reference unwinder: libgcc's, through the backtrace crate.
-pub fn capture_dwarf(out: &mut [MaybeUninit<u64>]) -> usize {
-    dwarf_skipping(out, own_range())
+pub fn capture_dwarf(out: &mut [MaybeUninit<u64>], stop: EvalStop) -> usize {
+    dwarf_skipping(out, own_range(), stop)
 }
 
 #[inline(never)]
-fn dwarf_skipping(out: &mut [MaybeUninit<u64>], range: (usize, usize)) -> usize {
+fn dwarf_skipping(out: &mut [MaybeUninit<u64>], range: (usize, usize), stop: EvalStop) -> usize {
     let mut n = 0;
+    let mut evals = 0;
     // SAFETY: unsynchronized tracing is fine: we hold no lock the unwinder
     // could need, and a hook never runs inside the unwinder.
     unsafe {
@@ -646,6 +705,12 @@ fn dwarf_skipping(out: &mut [MaybeUninit<u64>], range: (usize, usize)) -> usize 
             if !is_own(ip, range) {
                 out[n].write(ip as u64);
                 n += 1;
+                if stop.after != 0 && stop.is_eval(ip) {
+                    evals += 1;
+                    if evals == stop.after {
+                        return false;
+                    }
+                }
             }
             n < out.len()
         });
@@ -946,6 +1011,7 @@ fn fast_skipping(
     skip: (usize, usize),
     thread: &ThreadState,
     log: &mut ReplayLog,
+    stop: EvalStop,
 ) -> usize {
     let (pc, sp, fp): (usize, usize, usize);
     // SAFETY: copies rip, rsp and rbp into three outputs; it reads no
@@ -966,9 +1032,9 @@ fn fast_skipping(
         // no replay of the log's frames under it.
         log.last.len = 0;
         log.generation += 1;
-        return dwarf_skipping(out, skip);
+        return dwarf_skipping(out, skip, stop);
     };
-    from_log(log, [pc, sp, fp], (sp, top), skip, out)
+    from_log(log, [pc, sp, fp], (sp, top), skip, stop, out)
 }
 
 /// A capture from `start` through the thread's log: a replay, or a splice
@@ -979,13 +1045,14 @@ fn from_log(
     start: [usize; 3],
     bounds: (usize, usize),
     skip: (usize, usize),
+    stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    if let Some(n) = replay(&log.last, start, out) {
+    if let Some(n) = replay(&log.last, start, stop, out) {
         return n;
     }
     log.generation += 1;
-    splice(&mut log.last, &mut log.scratch, start, bounds, skip, out)
+    splice(&mut log.last, &mut log.scratch, start, bounds, skip, stop, out)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -994,20 +1061,24 @@ fn fast_skipping(
     skip: (usize, usize),
     _thread: &ThreadState,
     log: &mut ReplayLog,
+    stop: EvalStop,
 ) -> usize {
     log.generation += 1;
-    dwarf_skipping(out, skip)
+    dwarf_skipping(out, skip, stop)
 }
 
 /// Walks on from `at` (first: the frame executing the start's pc, exactly,
 /// not a return address), with `n` frames in `out` already. `bounds` is
 /// (the capture's stack pointer, the stack's top). At each frame, `meet`
-/// may stop the walk, to take the rest from the last one (a splice).
+/// may stop the walk, to take the rest from the last one (a splice); with
+/// `EVAL_STOP`, `stop` ends it too.
 #[inline(always)]
-fn walk<M: Meet>(
+#[allow(clippy::too_many_arguments)]
+fn walk<M: Meet, const EVAL_STOP: bool>(
     mut at: At,
     bounds: (usize, usize),
     own: (usize, usize),
+    stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
     mut n: usize,
     rec: &mut Recorder,
@@ -1071,6 +1142,14 @@ fn walk<M: Meet>(
         if output {
             out[n].write(ra as u64);
             n += 1;
+            // (compiled in only for captures that stop: a C stack's walk
+            // pays nothing for it)
+            if EVAL_STOP && stop.is_eval(ra) {
+                at.evals += 1;
+                if at.evals == stop.after {
+                    break;
+                }
+            }
         }
         at.sp = cfa;
         // The call instruction is just before the return address; its rule
@@ -1144,9 +1223,9 @@ mod tests {
             let (mut nf, mut replayed, mut nr) = (0, false, 0);
             let mut f = || {
                 let generation = log.generation;
-                nf = fast_skipping(&mut fast, (0, 0), thread, &mut log);
+                nf = fast_skipping(&mut fast, (0, 0), thread, &mut log, EvalStop::default());
                 replayed = log.generation == generation;
-                nr = dwarf_skipping(&mut reference, (0, 0));
+                nr = dwarf_skipping(&mut reference, (0, 0), EvalStop::default());
             };
             // a a b b a a: the second of each pair replays
             if (i / 2) % 2 == 0 {
@@ -1309,7 +1388,7 @@ mod tests {
         with_rbp_zero(&mut || {
             route(0, 0, &mut || {
                 let mut buf = [MaybeUninit::uninit(); 64];
-                let n = fast_skipping(&mut buf, (0, 0), thread, &mut fresh);
+                let n = fast_skipping(&mut buf, (0, 0), thread, &mut fresh, EvalStop::default());
                 // SAFETY: the capture wrote the first `n` entries.
                 first = buf[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
             })
@@ -1333,7 +1412,7 @@ mod tests {
                     // borrowed while the closure runs.
                     let log = unsafe { &mut *logs[std::hint::black_box(which)] };
                     let mut buf = [MaybeUninit::uninit(); 64];
-                    let n = fast_skipping(&mut buf, skip, thread, log);
+                    let n = fast_skipping(&mut buf, skip, thread, log, EvalStop::default());
                     // SAFETY: the capture wrote the first `n` entries.
                     got.push(buf[..n].iter().map(|v| unsafe { v.assume_init() }).collect());
                 }
@@ -1448,9 +1527,23 @@ mod tests {
             }
             let start = [site(start_fn), mem.as_ptr() as usize, rbp];
             let mut spliced = [MaybeUninit::uninit(); 16];
-            let n = from_log(&mut shared, start, bounds, (0, 0), &mut spliced);
+            let n = from_log(
+                &mut shared,
+                start,
+                bounds,
+                (0, 0),
+                EvalStop::default(),
+                &mut spliced,
+            );
             let mut full = [MaybeUninit::uninit(); 16];
-            let m = from_log(&mut Box::new(ReplayLog::EMPTY), start, bounds, (0, 0), &mut full);
+            let m = from_log(
+                &mut Box::new(ReplayLog::EMPTY),
+                start,
+                bounds,
+                (0, 0),
+                EvalStop::default(),
+                &mut full,
+            );
             // SAFETY: each capture wrote the first `n`/`m` entries.
             let spliced: Vec<u64> = spliced[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
             // SAFETY: as above.
@@ -1594,8 +1687,14 @@ mod tests {
             // In this test binary our own code is the code under test:
             // skip nothing.
             recurse(30, &mut || {
-                nf = fast_skipping(&mut fast, (0, 0), crate::base::thread::current(), &mut log);
-                nr = dwarf_skipping(&mut reference, (0, 0));
+                nf = fast_skipping(
+                    &mut fast,
+                    (0, 0),
+                    crate::base::thread::current(),
+                    &mut log,
+                    EvalStop::default(),
+                );
+                nr = dwarf_skipping(&mut reference, (0, 0), EvalStop::default());
             });
             // SAFETY: each capture wrote the first `nf`/`nr` entries it
             // returned.

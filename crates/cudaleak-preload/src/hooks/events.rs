@@ -872,7 +872,7 @@ impl Event for EntryPoint {
 /// few microseconds, whatever CUDALEAK_STACK_DEPTH says).
 fn lookup_caller() -> usize {
     let mut frame = [MaybeUninit::<u64>::uninit(); 1];
-    match crate::capture::unwind::capture_dwarf(&mut frame) {
+    match crate::capture::unwind::capture_dwarf(&mut frame, Default::default()) {
         // SAFETY: the unwinder wrote the first `n` entries.
         1 => unsafe { frame[0].assume_init() as usize },
         _ => 0,
