@@ -45,6 +45,9 @@ pub struct ThreadState {
     /// `capture/mod.rs`'s per-thread buffers: null until the thread's first
     /// capture, a sentinel once the thread's exit freed them.
     pub buffers: Cell<*mut c_void>,
+    /// (caller slot + 1, its seq) of this thread's last runtime call; 0:
+    /// none yet (`hooks/resolve/scope.rs`)
+    pub last_caller: Cell<(usize, usize)>,
 }
 
 /// A thread's state before its first hook: every field zero, so that the
@@ -60,6 +63,7 @@ const fn initial() -> ThreadState {
         last_generations: Cell::new((0, 0)),
         site_delta: Cell::new(0),
         buffers: Cell::new(std::ptr::null_mut()),
+        last_caller: Cell::new((0, 0)),
     }
 }
 
@@ -134,6 +138,7 @@ mod tests {
                 t.last_generations.get(),
                 t.site_delta.get(),
                 t.buffers.get(),
+                t.last_caller.get(),
             )
         )
     }

@@ -67,12 +67,22 @@ static CALLERS_USED: AtomicUsize = AtomicUsize::new(0);
 /// global lookup answers for it without asking the loader again.
 static LAST_UNKNOWN_CALLER: AtomicUsize = AtomicUsize::new(0);
 
-std::thread_local! {
-    /// The slot (index, seq) this thread's last runtime call came from:
-    /// checked first (most threads call from one object), and the scope
-    /// of a runtime function that our own hook's real function called
-    /// (see [`real_for_caller`]).
-    static LAST_HIT: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((usize::MAX, 0)) };
+/// The slot (index, seq) this thread's last runtime call came from:
+/// checked first (most threads call from one object), and the scope of a
+/// runtime function that our own hook's real function called (see
+/// [`real_for_caller`]). Kept in the thread's initial-exec block
+/// (`ThreadState::last_caller`, index + 1): a `thread_local!` here was a
+/// `__tls_get_addr` call, about 22 instructions, on every runtime call
+/// (issue 24).
+#[inline(always)]
+fn last_hit() -> (usize, usize) {
+    let (slot, seq) = crate::base::thread::current().last_caller.get();
+    (slot.wrapping_sub(1), seq)
+}
+
+#[inline(always)]
+fn set_last_hit(i: usize, seq: usize) {
+    crate::base::thread::current().last_caller.set((i + 1, seq));
 }
 
 /// A consistent view of one slot: (seq, lo, hi, real[id]); None while it
@@ -127,7 +137,7 @@ pub extern "C" fn cudaleak_enter_runtime(caller: usize, id: u32) -> usize {
 /// objects, then a load.
 #[inline]
 pub fn real_for_caller(id: HookId, caller: usize) -> usize {
-    let (last, last_seq) = LAST_HIT.get();
+    let (last, last_seq) = last_hit();
     if let Some(obj) = CALLERS.get(last) {
         if let Some((seq, lo, hi, real)) = read_slot(obj, id) {
             if seq == last_seq && lo <= caller && caller < hi {
@@ -140,7 +150,7 @@ pub fn real_for_caller(id: HookId, caller: usize) -> usize {
         if let Some((seq, lo, hi, real)) = read_slot(obj, id) {
             // A dead slot's lo (DEAD) is above every address.
             if lo != 0 && lo <= caller && caller < hi {
-                LAST_HIT.set((i, seq));
+                set_last_hit(i, seq);
                 return slot_answer(obj, seq, id, real);
             }
         }
@@ -154,7 +164,7 @@ pub fn real_for_caller(id: HookId, caller: usize) -> usize {
     }
     match claim_caller(caller) {
         Some((i, seq)) => {
-            LAST_HIT.set((i, seq));
+            set_last_hit(i, seq);
             slot_answer(&CALLERS[i], seq, id, 0)
         }
         // Every slot holds a loaded object: correct, uncached.
@@ -172,7 +182,7 @@ pub fn real_for_caller(id: HookId, caller: usize) -> usize {
 /// libcudart copy that made the call is in it), else the global one.
 #[cold]
 fn real_for_our_own_call(id: HookId) -> usize {
-    let (last, last_seq) = LAST_HIT.get();
+    let (last, last_seq) = last_hit();
     if let Some(obj) = CALLERS.get(last) {
         if let Some((seq, lo, _, real)) = read_slot(obj, id) {
             if seq == last_seq && lo != 0 && lo != DEAD {
