@@ -130,6 +130,8 @@ struct Walked {
     fp_used: bool,
     /// the walk stopped because the output was full (the stack goes on)
     capped: bool,
+    /// the output's length: a walk into another may end elsewhere
+    room: usize,
     /// the walk's [`EvalStop::after`]: another stops elsewhere
     stop_after: u32,
     /// recorded reads; 0 when the log is not usable
@@ -154,6 +156,7 @@ impl Walked {
         start: [0; 3],
         fp_used: false,
         capped: false,
+        room: 0,
         stop_after: 0,
         len: 0,
         outputs: 0,
@@ -314,13 +317,11 @@ fn replay(log: &Walked, start: [usize; 3], stop: EvalStop, out: &mut [MaybeUnini
         || log.start[..2] != start[..2]
         || (log.fp_used && log.start[2] != start[2])
         || log.stop_after != stop.after
+        || log.room != out.len()
     {
         return None;
     }
     let outputs = &log.reads[..log.outputs];
-    if outputs.len() > out.len() {
-        return None;
-    }
     for &(a, v) in &log.reads[REPLAY_READS - (log.len - log.outputs)..] {
         // SAFETY: the address was checked to lie between the capture's
         // stack pointer (the same now) and the stack's top when recorded.
@@ -564,7 +565,7 @@ fn splice(
         last.len = if new.3 { 0 } else { new.1 + new.2 };
         (last.outputs, last.steps, last.start, last.fp_used) = (new.1, new.0, start, new.4);
         last.capped = n == out.len();
-        last.stop_after = stop.after;
+        (last.room, last.stop_after) = (out.len(), stop.after);
         return n;
     };
     // This walk's rbp at `j`, if restored here and not logged yet, is what
@@ -637,6 +638,7 @@ fn splice(
     }
     last.len = total.1 + total.2;
     (last.outputs, last.steps, last.start, last.fp_used) = (total.1, total.0, start, used);
+    last.room = out.len();
     n
 }
 
@@ -1483,6 +1485,136 @@ mod tests {
             kept > 20 && met > 20 && moved > 5,
             "splices: kept {kept}, met {met}, moved {moved}"
         );
+    }
+
+    /// Random made-up stacks, one after another over the same words (the
+    /// old frames' words stay where the new stack does not reach): frames
+    /// of functions with rsp-based rules (some saving rbp, then using it
+    /// for anything) and frame-pointer functions with allocas, from random
+    /// changes of the last stack (a function, an alloca, frames in or out,
+    /// the garbage in rbp), into an output that is sometimes too small.
+    /// Every capture through the shared log must give what a full walk
+    /// gives, and what the stack holds.
+    #[test]
+    fn random_stacks_splice_as_they_walk() {
+        const FUNCTIONS: usize = 9;
+        // Function n: an rsp-based frame of 2, 4 or 6 words, saving rbp
+        // (4 and 6) or not, or (n % 3 == 2) a frame-pointer frame.
+        let site = |n: usize| 0x2000_0000_0000usize + n * 0x40 + 0x10;
+        let ret = |n: usize| site(n) + 1;
+        let is_fp = |n: usize| n % 3 == 2;
+        let words = |n: usize| 2 + 2 * (n % 3);
+        let saves = |n: usize| !is_fp(n) && n % 2 == 1;
+        let rule = |n: usize| {
+            if is_fp(n) {
+                Rule::FRAME_POINTER
+            } else {
+                Rule {
+                    cfa_offset: 8 * words(n) as i32,
+                    rbp_offset: -16,
+                    kind: KIND_RSP | if saves(n) { RBP_SAVED } else { 0 },
+                    ra_offset: -8,
+                }
+            }
+        };
+        let mut mem = vec![0usize; 512].into_boxed_slice();
+        let base = mem.as_mut_ptr() as usize;
+        let at = |i: usize| base + 8 * i;
+        let bounds = (base, base + 8 * 512);
+        let mut x = 0x9e37_79b9u64;
+        let mut rand = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let mut shared = Box::new(ReplayLog::EMPTY);
+        // (function, alloca words) innermost first; the last returns to 0.
+        let mut frames: Vec<(usize, usize)> = (0..8).map(|i| (i % FUNCTIONS, 0)).collect();
+        let (mut kept, mut met) = (0, 0);
+        SPLICES.with(|c| c.set((0, 0, 0)));
+        for round in 0..4000 {
+            match rand(6) {
+                0 => {
+                    let i = rand(frames.len());
+                    frames[i].0 = rand(FUNCTIONS);
+                }
+                1 => {
+                    let i = rand(frames.len());
+                    frames[i].1 = 2 * rand(3);
+                }
+                2 if frames.len() > 2 => {
+                    frames.remove(rand(frames.len()));
+                }
+                3 if frames.len() < 24 => {
+                    let i = rand(frames.len() + 1);
+                    frames.insert(i, (rand(FUNCTIONS), 2 * rand(2)));
+                }
+                _ => {} // only the garbage in rbp changes
+            }
+            // Lay the frames out from the innermost, then each one's rbp
+            // from the outermost (what it saves is its caller's).
+            let mut sp = 0;
+            let mut layout = Vec::new(); // (cfa, frame pointer word)
+            for &(f, alloca) in &frames {
+                let (cfa, fp) = if is_fp(f) {
+                    (sp + alloca + 2, Some(sp + alloca))
+                } else {
+                    (sp + words(f), None)
+                };
+                layout.push((cfa, fp));
+                sp = cfa;
+            }
+            let mut rbp = 0x5a5a_0000 + rand(1000); // beyond the outermost
+            for (i, &(f, _)) in frames.iter().enumerate().rev() {
+                let (cfa, fp) = layout[i];
+                mem[cfa - 1] = frames.get(i + 1).map_or(0, |&(g, _)| ret(g));
+                if is_fp(f) || saves(f) {
+                    mem[cfa - 2] = rbp;
+                }
+                rbp = match fp {
+                    Some(w) => at(w),
+                    None if saves(f) => 0x6b6b_0000 + rand(1000),
+                    None => rbp,
+                };
+            }
+            for f in 0..FUNCTIONS {
+                remember_rule(site(f) as u64, rule(f));
+            }
+            let start = [site(frames[0].0), base, rbp];
+            let room = 6 + rand(14);
+            let want: Vec<u64> = frames[1..]
+                .iter()
+                .map(|&(f, _)| ret(f) as u64)
+                .take(room)
+                .collect();
+            let mut spliced = [MaybeUninit::uninit(); 24];
+            let n = from_log(
+                &mut shared,
+                start,
+                bounds,
+                (0, 0),
+                EvalStop::default(),
+                &mut spliced[..room],
+            );
+            // SAFETY: the capture wrote the first `n` entries.
+            let spliced: Vec<u64> = spliced[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
+            let mut full = [MaybeUninit::uninit(); 24];
+            let m = from_log(
+                &mut Box::new(ReplayLog::EMPTY),
+                start,
+                bounds,
+                (0, 0),
+                EvalStop::default(),
+                &mut full[..room],
+            );
+            // SAFETY: as above.
+            let full: Vec<u64> = full[..m].iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert_eq!(full, want, "round {round}: the full walk ({frames:?})");
+            assert_eq!(spliced, want, "round {round}: the splice ({frames:?})");
+            (kept, met) = SPLICES.with(|c| (c.get().0, c.get().1));
+        }
+        assert!(kept > 500 && met > 500, "splices: kept {kept}, met {met}");
     }
 
     /// Made-up stacks: words in a buffer, unwound by rules given for
