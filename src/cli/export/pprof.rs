@@ -259,6 +259,30 @@ fn int64(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
 }
 
+/// pprof names mapping 1 as the profile's binary. Samples go in root
+/// first, so that the module of `_start` (the program) takes it; but a
+/// Python program's native stacks end at the interpreter's eval loop
+/// (issue 24), in libpython, and no frame is in the interpreter's
+/// executable. Then the executable the command ran (its `argv[0]`) is
+/// mapping 1, with no frames in it.
+fn main_binary_first(b: &mut Builder, processes: &[Process]) {
+    let Some(program) = processes.first().and_then(|(_, r)| r.command.first()) else {
+        return;
+    };
+    let base = |path: &str| path.rsplit('/').next().unwrap_or(path).to_string();
+    let name = base(program);
+    let has_frames = processes.iter().any(|(_, r)| {
+        r.leaks
+            .iter()
+            .chain(r.peak.iter().flat_map(|p| &p.groups))
+            .flat_map(|g| &g.native_stack)
+            .any(|f| f.module.as_deref().is_some_and(|m| base(m) == name))
+    });
+    if !has_frames {
+        b.mappings.insert((program.clone(), String::new()), (1, 0, true));
+    }
+}
+
 /// The uncompressed `profile.proto` message.
 pub fn profile(processes: &[Process]) -> Vec<u8> {
     let mut b = Builder {
@@ -270,6 +294,7 @@ pub fn profile(processes: &[Process]) -> Vec<u8> {
         mappings: HashMap::new(),
         samples: Vec::new(),
     };
+    main_binary_first(&mut b, processes);
     let with_peak = processes.iter().any(|(_, r)| r.peak.is_some());
     let mut types = vec![("leaked_blocks", "count"), ("leaked_bytes", "bytes")];
     if with_peak {
