@@ -310,35 +310,49 @@ impl<'a> Recorder<'a> {
     }
 }
 
-/// Replays the log if the stack is unchanged; None otherwise.
+/// Why a replay did not happen: the first output read that changed,
+/// when the log was made from the same start and all its other reads
+/// hold (what a splice would look for again); None otherwise.
+type Changed = Option<usize>;
+
+/// Replays the log if the stack is unchanged.
 #[inline(always)]
-fn replay(log: &Walked, start: [usize; 3], stop: EvalStop, out: &mut [MaybeUninit<u64>]) -> Option<usize> {
+fn replay(
+    log: &Walked,
+    start: [usize; 3],
+    stop: EvalStop,
+    out: &mut [MaybeUninit<u64>],
+) -> Result<usize, Changed> {
     if log.len == 0
         || log.start[..2] != start[..2]
         || (log.fp_used && log.start[2] != start[2])
         || log.stop_after != stop.after
         || log.room != out.len()
     {
-        return None;
+        return Err(None);
     }
     let outputs = &log.reads[..log.outputs];
     for &(a, v) in &log.reads[REPLAY_READS - (log.len - log.outputs)..] {
         // SAFETY: the address was checked to lie between the capture's
         // stack pointer (the same now) and the stack's top when recorded.
         if unsafe { (a as *const usize).read() } != v {
-            return None;
+            return Err(None);
         }
     }
     // (a mismatch leaves `out` partly written: the walk that follows
     // writes it again)
-    for (slot, &(a, v)) in out.iter_mut().zip(outputs) {
+    // One index for both arrays (a zip of the two cost the replayed pair 25
+    // instructions more once the loop also gave the index that changed).
+    let out = &mut out[..outputs.len()];
+    for i in 0..outputs.len() {
+        let (a, v) = outputs[i];
         // SAFETY: as above.
         if unsafe { (a as *const usize).read() } != v {
-            return None;
+            return Err(Some(i));
         }
-        slot.write(v as u64);
+        out[i].write(v as u64);
     }
-    Some(outputs.len())
+    Ok(outputs.len())
 }
 
 /// Whether every logged read in `reads` still holds; when `checked`,
@@ -464,6 +478,7 @@ impl Rejoin<'_> {
 /// written into `last` (the rest moves when the two parts differ in
 /// size). Returns the frames.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn splice(
     last: &mut Walked,
     scratch: &mut Walked,
@@ -471,6 +486,7 @@ fn splice(
     bounds: (usize, usize),
     own: (usize, usize),
     stop: EvalStop,
+    changed: Changed,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
     let mut at = At {
@@ -487,7 +503,7 @@ fn splice(
     }
     let mut k = 0;
     if last.len != 0 && last.start[..2] == start[..2] {
-        k = valid_steps(last, start, out.len());
+        k = valid_steps(last, start, out.len(), changed);
         if k > 0 {
             let s = last.step[k];
             let fp = if s.fp_at == 0 {
@@ -645,20 +661,26 @@ fn splice(
 /// The steps of `last` (from the same start as now) that still hold: those
 /// before the first one whose reads changed, or that used the start's rbp
 /// when it differs. 0 when there is nothing to resume from.
-fn valid_steps(last: &Walked, start: [usize; 3], room: usize) -> usize {
-    // The first read that changed, among the outputs and the others.
+fn valid_steps(last: &Walked, start: [usize; 3], room: usize, known: Changed) -> usize {
+    // The first read that changed, among the outputs and the others
+    // (known when the replay found it, all others holding).
     // SAFETY: logged from the same stack pointer as now, so between it
     // and the stack's top (as for `replay`).
     let changed = |&(a, v): &(usize, usize)| unsafe { (a as *const usize).read() } != v;
     let others = last.len - last.outputs;
-    let bad_output = last.reads[..last.outputs]
-        .iter()
-        .position(changed)
-        .unwrap_or(usize::MAX);
-    let bad_other = last.reads[REPLAY_READS - others..]
-        .iter()
-        .rposition(changed)
-        .map_or(usize::MAX, |i| others - 1 - i);
+    let (bad_output, bad_other) = match known {
+        Some(i) => (i, usize::MAX),
+        None => (
+            last.reads[..last.outputs]
+                .iter()
+                .position(changed)
+                .unwrap_or(usize::MAX),
+            last.reads[REPLAY_READS - others..]
+                .iter()
+                .rposition(changed)
+                .map_or(usize::MAX, |i| others - 1 - i),
+        ),
+    };
     // The step that noted a read: the last one that began with fewer
     // reads before it (steps are in order, their counts rise; a binary
     // search: a stack of 50 frames cost 400 instructions stepped through).
@@ -1050,11 +1072,21 @@ fn from_log(
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    if let Some(n) = replay(&log.last, start, stop, out) {
-        return n;
-    }
+    let changed = match replay(&log.last, start, stop, out) {
+        Ok(n) => return n,
+        Err(changed) => changed,
+    };
     log.generation += 1;
-    splice(&mut log.last, &mut log.scratch, start, bounds, skip, stop, out)
+    splice(
+        &mut log.last,
+        &mut log.scratch,
+        start,
+        bounds,
+        skip,
+        stop,
+        changed,
+        out,
+    )
 }
 
 #[cfg(not(target_arch = "x86_64"))]
