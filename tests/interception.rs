@@ -552,11 +552,7 @@ fn exit_status_is_unchanged_by_default_and_gated_by_cudaleak_exitcode() {
 /// frame pointers, from the fast unwinder and from libgcc's.
 #[test]
 fn stacks_are_exact_with_and_without_frame_pointers() {
-    let sim = sim_dir();
-    let link = [
-        sim.join("libcudart.so.12").display().to_string(),
-        sim.join("libcuda.so.1").display().to_string(),
-    ];
+    let link = sim_link_args();
     let file = "tests/c/deep.c";
     let leak_line = line_of(file, "/* LEAK deep */");
     let recurse_line = line_of(file, "/* RECURSE */");
@@ -605,11 +601,7 @@ type Frames = Vec<(String, i64)>;
 /// carries rbp across the place where the walks meet).
 #[test]
 fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
-    let sim = sim_dir();
-    let link = [
-        sim.join("libcudart.so.12").display().to_string(),
-        sim.join("libcuda.so.1").display().to_string(),
-    ];
+    let link = sim_link_args();
     let file = "tests/c/paths.c";
     let leak_line = line_of(file, "/* LEAK path */");
     for (name, flags) in [
@@ -677,11 +669,7 @@ fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
 /// stack is a group of its own, with its own frames (issue 24).
 #[test]
 fn a_failed_call_does_not_move_the_next_block_to_the_previous_trace() {
-    let sim = sim_dir();
-    let link = [
-        sim.join("libcudart.so.12").display().to_string(),
-        sim.join("libcuda.so.1").display().to_string(),
-    ];
+    let link = sim_link_args();
     let file = "tests/c/failed_capture.c";
     // -O0: the loop stays one call site (-O2 unrolled it into two).
     let exe = build("failed_capture", &[file], &[&link[0], &link[1]]);

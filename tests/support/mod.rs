@@ -52,6 +52,16 @@ pub fn sim_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CUDALEAK_SIM_DIR")))
 }
 
+/// The simulated runtime and driver, as arguments that link a test
+/// program against them.
+pub fn sim_link_args() -> [String; 2] {
+    let sim = sim_dir();
+    [
+        sim.join("libcudart.so.12").display().to_string(),
+        sim.join("libcuda.so.1").display().to_string(),
+    ]
+}
+
 /// The command that runs the traced programs, when they are built for
 /// another architecture: CUDALEAK_TEST_EMULATOR, split at spaces (as
 /// cargo's runners are), e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
