@@ -23,7 +23,7 @@
 
 use crate::base::loader::real_dlsym;
 use crate::capture::python_debug_offsets;
-use crate::capture::python_layouts::{layout_for, FrameModel, PyLayout};
+use crate::capture::python_layouts::{layout_for, FrameModel, PyLayout, PY311};
 use cudaleak_core::record::python::{CodeInfo, CodeTable, PyRawFrame, PY_FRAME_ENTRY};
 use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
@@ -45,10 +45,15 @@ static GET_THIS_THREAD_STATE: AtomicUsize = AtomicUsize::new(0);
 static GET_UNCHECKED: AtomicUsize = AtomicUsize::new(0);
 static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
 static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
+/// `capture_active` for the interpreter's frame model, a [`CaptureFn`]:
+/// one indirect call where a `match` on the model cost a jump table and
+/// a second function's prologue a capture (issue 24).
+static CAPTURE: AtomicUsize = AtomicUsize::new(0);
 static STATUS: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
 
 type TstateFn = unsafe extern "C" fn() -> usize;
 type FinalizingFn = unsafe extern "C" fn() -> libc::c_int;
+type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyReplayLog, u64) -> usize;
 
 fn set_status(s: String) {
     STATUS.store(Box::into_raw(Box::new(s)), Ordering::Release);
@@ -148,6 +153,14 @@ fn probe() -> bool {
     GET_UNCHECKED.store(unchecked, Ordering::Release);
     IS_FINALIZING.store(finalizing, Ordering::Release);
     CODE_TYPE.store(code_type, Ordering::Release);
+    let capture: CaptureFn = match layout.frames {
+        FrameModel::FrameObjects => capture_active::<FRAME_OBJECTS>,
+        FrameModel::Interpreter311 => capture_active::<INTERPRETER_311>,
+        FrameModel::Interpreter312 => capture_active::<INTERPRETER_312>,
+        FrameModel::Interpreter313 => capture_active::<INTERPRETER_313>,
+        FrameModel::Interpreter314 => capture_active::<INTERPRETER_314>,
+    };
+    CAPTURE.store(capture as usize, Ordering::Release);
     LAYOUT.store(layout as *const PyLayout as *mut PyLayout, Ordering::Release);
     set_status(format!("CPython {major}.{minor}{how}"));
     STATE.store(ACTIVE, Ordering::Release);
@@ -221,36 +234,37 @@ fn plausible(p: usize, align: usize) -> bool {
 
 /// The calling thread's thread state, or 0 (rule 2).
 ///
+/// 3.12+: the attached thread state, a thread-local, is always ours; the
+/// GIL-state getter is asked only when none is attached. Before 3.12 the
+/// attached state is the GIL holder's, ours only when it equals the
+/// GIL-state getter's answer, which is then the same value: so that getter
+/// alone answers (asking both cost a call a capture; issue 24).
+///
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire): `probe` stored the
 /// getters and `LAYOUT` before it (Release).
-unsafe fn this_thread_state() -> usize {
+#[inline(always)]
+unsafe fn this_thread_state(l: &PyLayout) -> usize {
+    let unchecked = GET_UNCHECKED.load(Ordering::Relaxed);
+    if l.attached_is_thread_local && unchecked != 0 {
+        // SAFETY: non-zero, so the address of
+        // `_PyThreadState_UncheckedGet`/`PyThreadState_GetUnchecked` that
+        // `probe` found, `PyThreadState *(void)`.
+        let get: TstateFn = unsafe { std::mem::transmute(unchecked) };
+        // SAFETY: a read of this thread's attached thread state (3.12+: a
+        // thread-local), no check, no lock (rule 2).
+        let attached = unsafe { get() };
+        if attached != 0 {
+            return attached;
+        }
+    }
     // SAFETY: ACTIVE implies a non-zero address of
     // `PyGILState_GetThisThreadState`, found by dlsym in `probe`; its C
     // type is `PyThreadState *(void)`, a `TstateFn`.
     let get_this: TstateFn = unsafe { std::mem::transmute(GET_THIS_THREAD_STATE.load(Ordering::Relaxed)) };
     // SAFETY: it reads this thread's slot of the interpreter's TSS key; it
     // takes neither the GIL nor a lock, from any thread (rule 2).
-    let ours = unsafe { get_this() };
-    let unchecked = GET_UNCHECKED.load(Ordering::Relaxed);
-    if unchecked != 0 {
-        // SAFETY: non-zero, so the address of
-        // `_PyThreadState_UncheckedGet`/`PyThreadState_GetUnchecked` that
-        // `probe` found, also `PyThreadState *(void)`.
-        let get: TstateFn = unsafe { std::mem::transmute(unchecked) };
-        // SAFETY: a read of the runtime's current (3.12+: thread-local)
-        // thread state, no check, no lock (rule 2).
-        let attached = unsafe { get() };
-        // 3.12+: the attached state is thread-local and so always ours;
-        // before 3.12 it is the GIL holder's, ours only when equal.
-        // SAFETY: ACTIVE implies LAYOUT points to a static table or a
-        // layout leaked in `choose_layout`, never freed.
-        let layout = unsafe { &*LAYOUT.load(Ordering::Relaxed) };
-        if attached != 0 && (layout.attached_is_thread_local || attached == ours) {
-            return attached;
-        }
-    }
-    ours
+    unsafe { get_this() }
 }
 
 /// Fills `out` with the calling thread's Python frames, innermost first;
@@ -264,6 +278,8 @@ unsafe fn this_thread_state() -> usize {
 pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: &mut u64) -> (usize, u64) {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
+        // Not ACTIVE: STATE never leaves ACTIVE, so no capture has walked
+        // yet: `log` is still EMPTY, its group count 0.
         UNPROBED => {
             if !probe() {
                 *held = 0;
@@ -275,8 +291,12 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held:
             return (0, 0);
         }
     }
+    // SAFETY: ACTIVE, so `probe` stored (Release, read Acquire above) the
+    // address of a `capture_active::<MODEL>`, a `CaptureFn`, in `CAPTURE`.
+    let capture_active: CaptureFn = unsafe { std::mem::transmute(CAPTURE.load(Ordering::Relaxed)) };
     // SAFETY: see the module comment; every pointer is checked for
-    // plausibility and every code object for its type before use.
+    // plausibility and every code object for its type before use. ACTIVE,
+    // on this thread, with its own buffers: `capture_active`'s contract.
     let n = unsafe { capture_active(out, log, *held) };
     // A walk that returned frames bumped the generation; a replay kept
     // the one of the walk it repeats.
@@ -285,10 +305,19 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held:
     (n, generation)
 }
 
+/// The capture for the interpreter's frame model `MODEL` (the layout's):
+/// `probe` picks one ([`CAPTURE`]). A replay runs inline here; only a
+/// full walk is another call ([`walk_frames`]).
+///
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire), on the thread whose
-/// stack `out` and `log` belong to (see the module comment).
-unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: u64) -> usize {
+/// stack `out` and `log` belong to (see the module comment), and with
+/// `MODEL` the frame model of `LAYOUT`.
+unsafe fn capture_active<const MODEL: u8>(
+    out: &mut [MaybeUninit<PyRawFrame>],
+    log: &mut PyReplayLog,
+    held: u64,
+) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
         // SAFETY: non-zero, so the address of `Py_IsFinalizing` (3.13+) or
@@ -296,17 +325,19 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplay
         let f: FinalizingFn = unsafe { std::mem::transmute(fin) };
         // SAFETY: a plain read of the runtime's finalizing flag (rule 2).
         if unsafe { f() } != 0 {
+            log.forget();
             return 0;
         }
-    }
-    // SAFETY: ACTIVE, as this function's caller guarantees.
-    let tstate = unsafe { this_thread_state() };
-    if !plausible(tstate, 8) {
-        return 0;
     }
     // SAFETY: ACTIVE implies LAYOUT points to a static table or a layout
     // leaked in `choose_layout`, never freed.
     let l = unsafe { &*LAYOUT.load(Ordering::Relaxed) };
+    // SAFETY: ACTIVE, as this function's caller guarantees.
+    let tstate = unsafe { this_thread_state(l) };
+    if !plausible(tstate, 8) {
+        log.forget();
+        return 0;
+    }
     let code_type = CODE_TYPE.load(Ordering::Relaxed);
     // SAFETY: `tstate` is this thread's own `PyThreadState`, live while the
     // thread runs; `l` was checked against this interpreter in `probe`, so
@@ -314,6 +345,7 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplay
     let mut frame: usize = unsafe { read(tstate + l.tstate_frame) };
     if let Some(cur) = l.cframe_current_frame {
         if !plausible(frame, 8) {
+            log.forget();
             return 0;
         }
         // SAFETY: 3.11 and 3.12: `frame` is the thread state's `cframe`, a
@@ -322,18 +354,11 @@ unsafe fn capture_active(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplay
         frame = unsafe { read(frame + cur) };
     }
     // SAFETY: `frame` is this thread's innermost Python frame read under
-    // the checked layout `l` of this interpreter, and `code_type` its
-    // `PyCode_Type`: the contract of `walk_frames`. The chain is frozen
-    // while this thread runs the hook (module comment, rule 1).
-    unsafe {
-        match l.frames {
-            FrameModel::FrameObjects => walk_frames::<FRAME_OBJECTS>(l, code_type, frame, out, log, held),
-            FrameModel::Interpreter311 => walk_frames::<INTERPRETER_311>(l, code_type, frame, out, log, held),
-            FrameModel::Interpreter312 => walk_frames::<INTERPRETER_312>(l, code_type, frame, out, log, held),
-            FrameModel::Interpreter313 => walk_frames::<INTERPRETER_313>(l, code_type, frame, out, log, held),
-            FrameModel::Interpreter314 => walk_frames::<INTERPRETER_314>(l, code_type, frame, out, log, held),
-        }
-    }
+    // the checked layout `l` of this interpreter (of model `MODEL`), and
+    // `code_type` its `PyCode_Type`: the contract of `walk_frames`. The
+    // chain is frozen while this thread runs the hook (module comment,
+    // rule 1).
+    unsafe { walk_frames::<MODEL>(l, code_type, frame, out, log, held) }
 }
 
 // `FrameModel`s as const generic arguments of `walk_frames`.
@@ -356,6 +381,19 @@ const INTERPRETER_314: u8 = 4;
 /// frame: a loop that allocates from the same Python line (a training
 /// step) pays a fraction of a walk. Only walks of up to `PY_REPLAY_FRAMES`
 /// frames that ended at the end of the chain are logged.
+///
+/// Replay checks in two passes. First the frames' words, in chain order:
+/// each frame's address is the `previous` word of the one before, just
+/// checked. Then the code objects: the guard of each one the walk used
+/// (`guards`; a run of frames running one code object, a recursion, logs
+/// it once), and on 3.13+ that each executable the walk found not to be a
+/// code object still is not one (`not_code`). Every object the second pass
+/// reads is the code word of a frame the first pass found unchanged, so the
+/// object that live frame executes, live, as when the walk read it; and an
+/// object at one address at one time is one object, so one check serves
+/// all the frames that run it. One pass that asked each frame what else to
+/// check (a fate byte per visit) cost 24 instructions a frame where these
+/// cost 15 (3.11, callgrind over bench/py_pairs.py; issue 24).
 pub struct PyReplayLog {
     /// frames visited; 0 when the log is not usable
     visited: usize,
@@ -366,42 +404,44 @@ pub struct PyReplayLog {
     /// so a trace is reused by comparing generations, not frames
     /// (`capture.rs`, issue 24).
     generation: u64,
-    visits: [Visit; PY_REPLAY_FRAMES],
+    /// eval-loop groups of the frames the last capture returned
+    /// ([`PyReplayLog::eval_groups`])
+    groups: usize,
+    /// entries of `guards` and `not_code` in use
+    guarded: usize,
+    not_codes: usize,
     recorded: usize,
+    visits: [Visit; PY_REPLAY_FRAMES],
+    guards: [Guarded; PY_REPLAY_FRAMES],
+    /// 3.13+: frames' executables that were not code objects (skip case 2
+    /// of [`walk_frames`])
+    not_code: [usize; PY_REPLAY_FRAMES],
     out: [PyRawFrame; PY_REPLAY_FRAMES],
 }
 
 const PY_REPLAY_FRAMES: usize = 32;
 
-/// One frame a walk visited. Its address is not kept: the first is the
-/// log's `head`, each later one the `next` word of the one before, which
-/// replay has just checked (one load less a frame; issue 24).
+/// The words of one frame a walk visited, as [`frame_words`] read them.
+/// Its address is not kept: the first is the log's `head`, each later one
+/// the `next` word of the one before, which replay has just checked (one
+/// load less a frame; issue 24). What the walk made of the frame follows
+/// from these words and the code object's facts, checked apart
+/// ([`PyReplayLog`]).
 #[derive(Clone, Copy)]
 struct Visit {
     next: usize,
     code: usize,
     instr: usize,
-    /// owner | is_entry << 8 (interpreter frames)
-    bytes: u16,
-    /// what the walk made of the frame, and so what else replay checks
-    fate: Fate,
-    /// the guard, for frames whose code object the walk used
-    guard: u64,
+    /// the owner byte (3.12+), or 3.11's `is_entry` and owner bytes, read
+    /// as one; 0 for frame objects
+    bytes: usize,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fate {
-    /// a C-stack shim frame: owner byte only
-    Shim,
-    /// 3.13: not a code object: still not one
-    NotCode,
-    /// recorded, or skipped as not started or incomplete: same code object
-    UsedCode,
-    /// as `UsedCode`, running the code object of the `UsedCode` visit
-    /// before it (a recursion): the frame's code word is checked, the
-    /// guard was checked there (an object at one address at one time is
-    /// one object), so replay reads no code object for it (issue 24)
-    SameCode,
+/// A code object the walk used, and its guard then.
+#[derive(Clone, Copy)]
+struct Guarded {
+    code: usize,
+    guard: u64,
 }
 
 impl PyReplayLog {
@@ -409,15 +449,18 @@ impl PyReplayLog {
         visited: 0,
         generation: 0,
         head: 0,
+        groups: 0,
+        guarded: 0,
+        not_codes: 0,
+        recorded: 0,
         visits: [Visit {
             next: 0,
             code: 0,
             instr: 0,
             bytes: 0,
-            fate: Fate::Shim,
-            guard: 0,
         }; PY_REPLAY_FRAMES],
-        recorded: 0,
+        guards: [Guarded { code: 0, guard: 0 }; PY_REPLAY_FRAMES],
+        not_code: [0; PY_REPLAY_FRAMES],
         out: [PyRawFrame {
             code: 0,
             guard: 0,
@@ -425,51 +468,141 @@ impl PyReplayLog {
             flags: 0,
         }; PY_REPLAY_FRAMES],
     };
+
+    /// After [`capture`] with this log: how many eval-loop invocations
+    /// the frames it returned came from, that is how many of them are
+    /// flagged `PY_FRAME_ENTRY` (`eval_groups(frames).len()`); 0 when it
+    /// returned none. A replayed capture costs nothing more: the count is
+    /// the logged walk's. It tells the native unwinder how many
+    /// `_PyEval_EvalFrameDefault` frames the Python frames account for
+    /// (issue 24).
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "the native unwinder's use is wired in capture/mod.rs separately"
+        )
+    )]
+    pub fn eval_groups(&self) -> usize {
+        self.groups
+    }
+
+    /// Makes the log unusable and its group count 0: a capture that
+    /// returns no frames without walking.
+    #[cold]
+    fn forget(&mut self) {
+        self.visited = 0;
+        self.groups = 0;
+    }
 }
 
-/// The words of a frame that decide what the walk makes of it.
+/// 3.11's `is_entry` and `owner` are adjacent bytes (`bool is_entry; char
+/// owner;` in `_PyInterpreterFrame`), so [`frame_words`] reads both with
+/// one load; the 3.11 model comes only from this table.
+const _: () = match (PY311.frame_is_entry, PY311.frame_owner) {
+    (Some(entry), Some(owner)) => assert!(owner == entry + 1),
+    _ => panic!("3.11 has is_entry and owner"),
+};
+
+/// Where a frame's words are ([`frame_words`]), copied out of the layout
+/// into locals: read through the layout's pointer (`LAYOUT`), which the
+/// compiler cannot assume readable ahead of the loop, each frame reloaded
+/// them (issue 24).
+#[derive(Clone, Copy)]
+struct FrameOffsets {
+    back: usize,
+    code: usize,
+    instr: usize,
+    /// the owner byte (3.12+) or 3.11's `is_entry`
+    bytes: usize,
+    /// 3.14+: `executable_tag_mask`
+    tags: usize,
+}
+
+impl FrameOffsets {
+    #[inline(always)]
+    fn of<const MODEL: u8>(l: &PyLayout) -> FrameOffsets {
+        FrameOffsets {
+            back: l.frame_back,
+            code: l.frame_code,
+            instr: l.frame_instr,
+            // 3.11+ layouts all have them; 0 for frame objects (unread).
+            bytes: if MODEL == INTERPRETER_311 {
+                l.frame_is_entry.unwrap_or(0)
+            } else {
+                l.frame_owner.unwrap_or(0)
+            },
+            tags: l.executable_tag_mask,
+        }
+    }
+}
+
+/// The words of a frame that decide what the walk makes of it: `previous`,
+/// code, instruction, and the owner and entry bytes (see [`Visit`]).
 ///
 /// # Safety
 /// `frame` is a live frame (frame object or interpreter frame, as `MODEL`
-/// says) of the calling thread's chain, and `l` the layout checked against
-/// the running interpreter, so that each offset below lies in the frame.
+/// says) of the calling thread's chain, and `o` the offsets of the layout
+/// checked against the running interpreter ([`FrameOffsets::of`]), so
+/// that each lies in the frame.
 #[inline(always)]
-unsafe fn frame_words<const MODEL: u8>(l: &PyLayout, frame: usize) -> (usize, usize, usize, u16) {
+unsafe fn frame_words<const MODEL: u8>(o: FrameOffsets, frame: usize) -> (usize, usize, usize, usize) {
     // SAFETY: fields of the live `frame` at the checked layout's offsets,
     // per the contract; plain words and bytes (so for the reads below).
-    let next: usize = unsafe { read(frame + l.frame_back) };
+    let next: usize = unsafe { read(frame + o.back) };
     // SAFETY: as above.
-    let code: usize = unsafe { read(frame + l.frame_code) };
+    let code: usize = unsafe { read(frame + o.code) };
     if MODEL == FRAME_OBJECTS {
         // SAFETY: as above (`f_lasti`).
-        let lasti: i32 = unsafe { read(frame + l.frame_instr) };
+        let lasti: i32 = unsafe { read(frame + o.instr) };
         return (next, code, lasti as usize, 0);
     }
     // 3.14+: a tagged stack reference; all tag bits set is a tagged int,
     // not an object (0: the walk ends there). Only that model's walk
     // carries the test: 3.13's costs what it did.
     let code = if MODEL == INTERPRETER_314 {
-        let tags = l.executable_tag_mask;
-        if code & tags == tags {
+        if code & o.tags == o.tags {
             0
         } else {
-            code & !tags
+            code & !o.tags
         }
     } else {
         code
     };
     // SAFETY: as above (`instr_ptr`/`prev_instr`).
-    let instr: usize = unsafe { read(frame + l.frame_instr) };
-    // SAFETY: as above (`owner`; 3.11+ layouts all have it, offset 0 is
-    // the frame's first byte otherwise).
-    let owner: u8 = unsafe { read(frame + l.frame_owner.unwrap_or(0)) };
-    let entry: u8 = if MODEL == INTERPRETER_311 {
-        // SAFETY: as above (3.11's `is_entry`).
-        unsafe { read(frame + l.frame_is_entry.unwrap_or(0)) }
+    let instr: usize = unsafe { read(frame + o.instr) };
+    let bytes = if MODEL == INTERPRETER_311 {
+        // SAFETY: as above: 3.11's `is_entry` and the `owner` byte after
+        // it (asserted of PY311 above).
+        let both: [u8; 2] = unsafe { read(frame + o.bytes) };
+        u16::from_le_bytes(both) as usize
     } else {
-        0
+        // SAFETY: as above (`owner`).
+        unsafe { read::<u8>(frame + o.bytes) as usize }
     };
-    (next, code, instr, owner as u16 | (entry as u16) << 8)
+    (next, code, instr, bytes)
+}
+
+/// The owner byte of [`frame_words`]' `bytes` (interpreter frames).
+#[inline(always)]
+fn owner_of<const MODEL: u8>(bytes: usize) -> u8 {
+    if MODEL == INTERPRETER_311 {
+        (bytes >> 8) as u8
+    } else {
+        bytes as u8
+    }
+}
+
+/// Whether `frame` has the words the walk logged in `v`.
+///
+/// # Safety
+/// As [`frame_words`].
+#[inline(always)]
+unsafe fn frame_unchanged<const MODEL: u8>(o: FrameOffsets, frame: usize, v: &Visit) -> bool {
+    // SAFETY: the contract.
+    let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(o, frame) };
+    // `previous` last: the next frame's loads wait on it anyway.
+    code == v.code && instr == v.instr && (MODEL == FRAME_OBJECTS || bytes == v.bytes) && next == v.next
 }
 
 /// Replays the log if the chain is unchanged (see [`PyReplayLog`]).
@@ -488,32 +621,43 @@ unsafe fn replay<const MODEL: u8>(
     if log.visited == 0 || log.head != frame || log.recorded > out.len() {
         return None;
     }
+    let o = FrameOffsets::of::<MODEL>(l);
     let mut at = frame;
-    for v in &log.visits[..log.visited] {
+    let visits = &log.visits[..log.visited];
+    // Not empty (`visited` > 0): tested at the bottom, the loop costs one
+    // test a frame fewer than a `for` (issue 24).
+    let mut i = 0;
+    loop {
+        let v = &visits[i];
         // SAFETY: `at` is first `frame`, the chain's head (checked equal to
         // the logged walk's above), then the `next` word just read from
         // its predecessor and checked: a live frame of this thread's chain.
-        if unsafe { frame_words::<MODEL>(l, at) } != (v.next, v.code, v.instr, v.bytes) {
+        if !unsafe { frame_unchanged::<MODEL>(o, at, v) } {
             return None;
         }
-        // Tested in the order of how often they come (a recursion's frames
-        // are `SameCode`): a jump table cost 5 instructions a frame.
-        if v.fate == Fate::UsedCode {
-            // SAFETY: `v.code` is the frame's code word as read just now,
-            // which the logging walk found plausible and a code object
-            // (type-checked, or trusted under the checked layout as in
-            // `walk_frames`): the object a live frame executes, so live.
-            if unsafe { guard(l, v.code) } != v.guard {
-                return None;
-            }
-        } else if v.fate == Fate::NotCode {
+        at = v.next;
+        i += 1;
+        if i == visits.len() {
+            break;
+        }
+    }
+    for g in &log.guards[..log.guarded] {
+        // SAFETY: `g.code` is the code word of a frame checked unchanged
+        // above, which the logging walk found plausible and a code object
+        // (type-checked, or trusted under the checked layout as in
+        // `walk_frames`): the object a live frame executes, so live.
+        if unsafe { guard(l, g.code) } != g.guard {
+            return None;
+        }
+    }
+    if MODEL >= INTERPRETER_313 {
+        for &code in &log.not_code[..log.not_codes] {
             // SAFETY: as above, a live object (not a code object), whose
             // `ob_type` is at the layout's offset.
-            if unsafe { read::<usize>(v.code + l.ob_type) } == code_type {
+            if unsafe { read::<usize>(code + l.ob_type) } == code_type {
                 return None;
             }
         }
-        at = v.next;
     }
     // `out` may hold this very walk's frames already (`capture`'s `held`).
     if held != log.generation {
@@ -555,19 +699,38 @@ unsafe fn replay<const MODEL: u8>(
 /// whose `PyCode_Type` is at `code_type`. The chain from it is frozen
 /// while this thread runs (module comment, rule 1), so each `previous`
 /// word leads to a live frame or ends the chain.
-#[inline(never)]
+#[inline(always)]
 unsafe fn walk_frames<const MODEL: u8>(
+    l: &PyLayout,
+    code_type: usize,
+    frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+    log: &mut PyReplayLog,
+    held: u64,
+) -> usize {
+    // SAFETY: this function's own contract, which `replay` and
+    // `walk_full` share.
+    unsafe {
+        match replay::<MODEL>(l, code_type, log, frame, out, held) {
+            Some(n) => n,
+            None => walk_full::<MODEL>(l, code_type, frame, out, log),
+        }
+    }
+}
+
+/// [`walk_frames`] without the replay: out of line, so that a replay
+/// (inline in `capture_active`) saves no registers for it.
+///
+/// # Safety
+/// As [`walk_frames`].
+#[inline(never)]
+unsafe fn walk_full<const MODEL: u8>(
     l: &PyLayout,
     code_type: usize,
     mut frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     log: &mut PyReplayLog,
-    held: u64,
 ) -> usize {
-    // SAFETY: this function's own contract, which `replay` shares.
-    if let Some(n) = unsafe { replay::<MODEL>(l, code_type, log, frame, out, held) } {
-        return n;
-    }
     log.generation += 1;
     let interpreter_frames = MODEL != FRAME_OBJECTS;
     let owner_c_entry = l.owner_c_entry.unwrap_or(u8::MAX);
@@ -576,18 +739,22 @@ unsafe fn walk_frames<const MODEL: u8>(
     let code_start = l.code_code_adaptive.unwrap_or(0);
     let first_traceable_at = l.code_first_traceable;
     let lasti_unit_bytes = l.lasti_unit_bytes;
+    let offsets = FrameOffsets::of::<MODEL>(l);
 
     let head = frame;
     let mut n = 0;
     let mut visited = 0;
+    let mut guarded = 0;
+    let mut not_codes = 0;
     // The walk is logged only if it ends where the chain ends.
     let mut loggable = true;
     // A chain longer than this is corrupt (or a recursion we cut).
     let mut budget = 4096;
     // The first code object is checked by type: a wrong layout stops here.
     let mut checked = false;
-    // The code object of the last visit that used one (see `SameCode`).
-    let mut last_used_code = 0;
+    // The code object last logged in `guards`: a recursion's frames run
+    // one code object, whose guard replay checks once.
+    let mut last_guarded = 0;
     while plausible(frame, 8) && budget > 0 {
         if n == out.len() {
             loggable = false;
@@ -596,31 +763,27 @@ unsafe fn walk_frames<const MODEL: u8>(
         budget -= 1;
         // SAFETY: `frame` is plausible and is the head or a `previous` word
         // of this thread's frozen chain (the contract).
-        let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(l, frame) };
-        let owner = bytes as u8;
-        let mut visit = Visit {
-            next,
-            code,
-            instr,
-            bytes,
-            fate: Fate::Shim,
-            guard: 0,
-        };
-        let mut log_visit = |visit: Visit| {
-            if visited < PY_REPLAY_FRAMES {
-                log.visits[visited] = visit;
-            } else {
-                loggable = false;
-            }
-            visited += 1;
-        };
+        let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(offsets, frame) };
+        // While `loggable`, `visited` < PY_REPLAY_FRAMES, and so are the
+        // counts of the other lists, which take at most one entry a visit.
+        if visited < PY_REPLAY_FRAMES {
+            log.visits[visited] = Visit {
+                next,
+                code,
+                instr,
+                bytes,
+            };
+        } else {
+            loggable = false;
+        }
+        visited += 1;
+        let owner = owner_of::<MODEL>(bytes);
         if MODEL >= INTERPRETER_312 && owner >= owner_c_entry {
             // (1)
             if n > 0 {
                 // SAFETY: `out[..n]` were written by this walk.
                 unsafe { out[n - 1].assume_init_mut() }.flags |= PY_FRAME_ENTRY;
             }
-            log_visit(visit);
             frame = next;
             continue;
         }
@@ -633,8 +796,10 @@ unsafe fn walk_frames<const MODEL: u8>(
             // so a live object, whose `ob_type` is at the layout's offset.
             if unsafe { read::<usize>(code + ob_type) } != code_type {
                 if MODEL >= INTERPRETER_313 {
-                    visit.fate = Fate::NotCode;
-                    log_visit(visit);
+                    if loggable {
+                        log.not_code[not_codes] = code;
+                        not_codes += 1;
+                    }
                     frame = next; // (2)
                     continue;
                 }
@@ -643,17 +808,18 @@ unsafe fn walk_frames<const MODEL: u8>(
             }
             checked = true;
         }
-        visit.fate = if code == last_used_code {
-            Fate::SameCode
-        } else {
-            Fate::UsedCode
-        };
-        last_used_code = code;
         // SAFETY: a live code object: its type checked above (before 3.13,
         // the first one checked proves the layout, and a frame's code word
         // is a code object there by construction).
-        visit.guard = unsafe { guard(l, code) };
-        log_visit(visit);
+        let code_guard = unsafe { guard(l, code) };
+        if code != last_guarded && loggable {
+            log.guards[guarded] = Guarded {
+                code,
+                guard: code_guard,
+            };
+            guarded += 1;
+            last_guarded = code;
+        }
         let offset = if interpreter_frames {
             let Some(offset) = instr.checked_sub(code + code_start).filter(|&o| o < 1 << 30) else {
                 frame = next; // (3)
@@ -675,14 +841,15 @@ unsafe fn walk_frames<const MODEL: u8>(
         let flags = if !interpreter_frames {
             // Each frame object ran in its own eval-loop invocation.
             PY_FRAME_ENTRY
-        } else if MODEL == INTERPRETER_311 && bytes >> 8 != 0 {
+        } else if MODEL == INTERPRETER_311 && bytes as u8 != 0 {
+            // 3.11's `is_entry`
             PY_FRAME_ENTRY
         } else {
             0
         };
         out[n].write(PyRawFrame {
             code: code as u64,
-            guard: visit.guard,
+            guard: code_guard,
             offset,
             flags,
         });
@@ -694,10 +861,17 @@ unsafe fn walk_frames<const MODEL: u8>(
         // SAFETY: `out[..n]` were written by this walk.
         unsafe { out[n - 1].assume_init_mut() }.flags |= PY_FRAME_ENTRY;
     }
+    log.groups = out[..n]
+        .iter()
+        // SAFETY: `out[..n]` were written by this walk.
+        .filter(|f| unsafe { f.assume_init_ref() }.flags & PY_FRAME_ENTRY != 0)
+        .count();
     if loggable && budget > 0 && visited > 0 && n <= PY_REPLAY_FRAMES {
         log.visited = visited;
         log.head = head;
         log.recorded = n;
+        log.guarded = guarded;
+        log.not_codes = not_codes;
         for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
             // SAFETY: `out[..n]` were written by this walk.
             *slot = unsafe { f.assume_init() };
@@ -972,5 +1146,333 @@ mod tests {
         assert_ne!(g2, g1);
         assert_eq!(again.len(), 3);
         assert!(again.iter().all(|f| f.1 != first[0].1));
+    }
+}
+
+/// Replay against full walks of 3.11 and 3.14 chains in memory: each word
+/// a walk reads, changed alone, must make the next capture walk again and
+/// see it; unchanged, the capture is a replay (same generation). Each
+/// test here failed with the check it guards taken out of `replay`
+/// (issue 24).
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+    use cudaleak_core::record::python::eval_groups;
+
+    /// What a capture returned: (code, guard, offset, flags) per frame,
+    /// the generation, and the log's group count.
+    type Got = (Vec<(usize, u64, u32, u32)>, u64, usize);
+
+    /// # Safety
+    /// `head` is 0 or a frame of a chain in live memory laid out as `l`
+    /// says, whose code objects have type `code_type`.
+    unsafe fn capture_from<const MODEL: u8>(
+        l: &PyLayout,
+        code_type: usize,
+        head: usize,
+        log: &mut PyReplayLog,
+    ) -> Got {
+        let mut out = [MaybeUninit::<PyRawFrame>::uninit(); 16];
+        // SAFETY: the contract.
+        let n = unsafe { walk_frames::<MODEL>(l, code_type, head, &mut out, log, 0) };
+        let frames: Vec<PyRawFrame> = out[..n]
+            .iter()
+            // SAFETY: the walk wrote `out[..n]`.
+            .map(|f| unsafe { f.assume_init() })
+            .collect();
+        assert_eq!(log.eval_groups(), eval_groups(&frames).len());
+        let frames = frames
+            .iter()
+            .map(|f| (f.code as usize, f.guard, f.offset, f.flags))
+            .collect();
+        (frames, log.generation, log.eval_groups())
+    }
+
+    /// CPython 3.11 (x86-64): code objects with their type, qualname and
+    /// line table (the guard) and `_co_firsttraceable`, code at 184;
+    /// `_PyInterpreterFrame`s with f_code at 32, previous at 48,
+    /// prev_instr at 56, is_entry at 68 and owner at 69.
+    struct Chain311 {
+        codes: Vec<[u64; 40]>,
+        frames: Vec<[u64; 9]>,
+    }
+
+    impl Chain311 {
+        fn code(&self, i: usize) -> usize {
+            self.codes[i].as_ptr() as usize
+        }
+        fn frame(&self, i: usize) -> usize {
+            self.frames[i].as_ptr() as usize
+        }
+        fn set_frame(&mut self, i: usize, code: usize, offset: usize, entry: u64, owner: u64) {
+            let f = &mut self.frames[i];
+            f[32 / 8] = code as u64;
+            f[56 / 8] = (code + 184 + offset) as u64;
+            f[64 / 8] = entry << 32 | owner << 40;
+        }
+        fn link(&mut self, i: usize, next: usize) {
+            self.frames[i][48 / 8] = next as u64;
+        }
+    }
+
+    #[test]
+    fn a_3_11_replay_sees_each_frame_word_entry_and_owner_byte_and_guard_change() {
+        let l = &PY311;
+        static CODE_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        // Code objects A, B, C, D (incomplete below offset 6), E.
+        let mut c = Chain311 {
+            codes: vec![[0u64; 40]; 5],
+            frames: vec![[0u64; 9]; 5],
+        };
+        for (i, code) in c.codes.iter_mut().enumerate() {
+            code[1] = code_type as u64;
+            code[128 / 8] = 0x1000 + i as u64;
+            code[136 / 8] = 0x2000 + i as u64;
+        }
+        c.codes[3][168 / 8] = 3; // `_co_firsttraceable`, in code units
+        let (a, b, cc, d, e) = (c.code(0), c.code(1), c.code(2), c.code(3), c.code(4));
+        // innermost A; D in its prelude (skipped); B twice (a recursion,
+        // the outer one entered from C); C outermost.
+        c.set_frame(0, a, 10, 0, 0);
+        c.set_frame(1, d, 2, 0, 0);
+        c.set_frame(2, b, 4, 0, 0);
+        c.set_frame(3, b, 6, 1, 0);
+        c.set_frame(4, cc, 8, 0, 0);
+        for i in 0..4 {
+            let next = c.frame(i + 1);
+            c.link(i, next);
+        }
+        let head = c.frame(0);
+        let mut log = PyReplayLog::EMPTY;
+        let mut capture = |c: &Chain311| {
+            let _ = c;
+            // SAFETY: every address is in `c.codes` or `c.frames`, alive.
+            unsafe { capture_from::<INTERPRETER_311>(l, code_type, head, &mut log) }
+        };
+        let guard_of = |c: &Chain311, i: usize| c.codes[i][16] ^ c.codes[i][17].rotate_left(32);
+        let expected = |c: &Chain311| {
+            vec![
+                (a, guard_of(c, 0), 10, 0),
+                (b, guard_of(c, 1), 4, 0),
+                (b, guard_of(c, 1), 6, PY_FRAME_ENTRY),
+                (cc, guard_of(c, 2), 8, PY_FRAME_ENTRY),
+            ]
+        };
+        let (first, g1, groups) = capture(&c);
+        assert_eq!((first.clone(), groups), (expected(&c), 2));
+        // Unchanged: a replay (the same generation), the same frames.
+        assert_eq!(capture(&c), (first.clone(), g1, 2));
+
+        // Each change: walked again (a new generation), and seen; then
+        // changed back: walked again, the first frames.
+        let mut check = |c: &mut Chain311,
+                         what: &str,
+                         change: &dyn Fn(&mut Chain311),
+                         frames: Vec<(usize, u64, u32, u32)>| {
+            let saved = (c.codes.clone(), c.frames.clone());
+            change(c);
+            let (got, g, groups) = capture(c);
+            assert_ne!(g, g1, "{what}: replayed");
+            assert_eq!(got, frames, "{what}");
+            let mut own_log = PyReplayLog::EMPTY;
+            // SAFETY: as for `capture`; a walk with a log of its own.
+            let fresh = unsafe { capture_from::<INTERPRETER_311>(l, code_type, head, &mut own_log) };
+            assert_eq!(
+                (&got, groups),
+                (&fresh.0, fresh.2),
+                "{what}: not what a walk sees"
+            );
+            assert_eq!(groups, eval_groups_of(&got), "{what}");
+            // The log of the changed chain replays it.
+            assert_eq!(capture(c), (got, g, groups), "{what}: not replayed");
+            c.codes.copy_from_slice(&saved.0);
+            c.frames.copy_from_slice(&saved.1);
+            let (back, g_back, _) = capture(c);
+            assert_ne!(g_back, g, "{what}: changed back, replayed");
+            assert_eq!(back, first, "{what}: changed back");
+        };
+        let ex = expected(&c);
+        // The outermost frame's instruction (a word deep in the chain).
+        let mut changed = ex.clone();
+        changed[3].2 = 12;
+        check(&mut c, "instruction", &|c| c.set_frame(4, cc, 12, 0, 0), changed);
+        // A `previous` word: the outer B frame left out.
+        let changed = vec![ex[0], ex[1], ex[3]];
+        check(
+            &mut c,
+            "previous",
+            &|c| {
+                let next = c.frame(4);
+                c.link(2, next)
+            },
+            changed,
+        );
+        // An entry flag cleared, and one set.
+        let mut changed = ex.clone();
+        changed[2].3 = 0;
+        check(
+            &mut c,
+            "is_entry cleared",
+            &|c| c.set_frame(3, b, 6, 0, 0),
+            changed,
+        );
+        let mut changed = ex.clone();
+        changed[0].3 = PY_FRAME_ENTRY;
+        check(&mut c, "is_entry set", &|c| c.set_frame(0, a, 10, 1, 0), changed);
+        // The owner byte: D owned by a generator is never incomplete.
+        let changed = vec![ex[0], (d, guard_of(&c, 3), 2, 0), ex[1], ex[2], ex[3]];
+        check(&mut c, "owner", &|c| c.set_frame(1, d, 2, 0, 1), changed);
+        // Another code object in the innermost frame (A stays alive: only
+        // the frame's code word tells), its instruction in E's code; and
+        // alone, the instruction left in A's (a frame not started, or an
+        // offset out of E: what the walk makes of it, which depends on
+        // where E lies).
+        let mut changed = ex.clone();
+        changed[0] = (e, guard_of(&c, 4), 10, 0);
+        check(
+            &mut c,
+            "code and instruction",
+            &|c| c.set_frame(0, e, 10, 0, 0),
+            changed,
+        );
+        let mut changed = ex.clone();
+        if e > a {
+            changed.remove(0);
+        } else {
+            changed[0] = (e, guard_of(&c, 4), (a - e + 10) as u32, 0);
+        }
+        check(&mut c, "code word", &|c| c.frames[0][32 / 8] = e as u64, changed);
+        // A new code object at A's address (its qualname differs), and at
+        // B's, the recursion's (its line table differs), and at C's, the
+        // last one checked.
+        for (i, what) in [(0, "A replaced"), (1, "B replaced"), (2, "C replaced")] {
+            let mut changed = ex.clone();
+            let new_guard = {
+                let mut n = c.codes[i];
+                n[16 + (i == 1) as usize] ^= 0x40;
+                n[16] ^ n[17].rotate_left(32)
+            };
+            for f in changed.iter_mut().filter(|f| f.0 == c.code(i)) {
+                f.1 = new_guard;
+            }
+            check(
+                &mut c,
+                what,
+                &|c| c.codes[i][16 + (i == 1) as usize] ^= 0x40,
+                changed,
+            );
+        }
+    }
+
+    fn eval_groups_of(frames: &[(usize, u64, u32, u32)]) -> usize {
+        frames.iter().filter(|f| f.3 & PY_FRAME_ENTRY != 0).count()
+    }
+
+    /// 3.13+: an executable that is not a code object is skipped; one that
+    /// has become a code object since (a new object at the address) is a
+    /// frame of the next capture.
+    #[test]
+    fn a_3_14_replay_sees_an_executable_become_a_code_object() {
+        let l = PyLayout {
+            minor: 14,
+            frames: FrameModel::Interpreter314,
+            executable_tag_mask: 3,
+            frame_owner: Some(74),
+            code_code_adaptive: Some(208),
+            code_first_traceable: Some(192),
+            ..crate::capture::python_layouts::PY313
+        };
+        static CODE_TYPE_OBJECT: u64 = 0;
+        static OTHER_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        let other_type = &OTHER_TYPE_OBJECT as *const u64 as usize;
+        let mut objects = vec![[0u64; 40]; 2];
+        for (i, o) in objects.iter_mut().enumerate() {
+            o[1] = code_type as u64;
+            o[128 / 8] = 0x1000 + i as u64;
+            o[136 / 8] = 0x2000 + i as u64;
+        }
+        objects[1][1] = other_type as u64; // not a code object (yet)
+        let obj = |objects: &Vec<[u64; 40]>, i: usize| objects[i].as_ptr() as usize;
+        let (a, x) = (obj(&objects, 0), obj(&objects, 1));
+        let mut frames = vec![[0u64; 11]; 3];
+        let frame = |frames: &Vec<[u64; 11]>, i: usize| frames[i].as_ptr() as usize;
+        // (executable, instruction offset, owner): A; X; the entry frame
+        let chain = [(a, 4, 0u64), (x, 2, 0), (0x5000 | 1, 0, 3)];
+        for (i, &(exe, offset, owner)) in chain.iter().enumerate() {
+            let next = if i + 1 < chain.len() {
+                frame(&frames, i + 1)
+            } else {
+                0
+            };
+            let f = &mut frames[i];
+            f[0] = exe as u64;
+            f[1] = next as u64;
+            f[56 / 8] = ((exe & !3) + 208 + offset) as u64;
+            f[72 / 8] = owner << 16;
+        }
+        let mut log = PyReplayLog::EMPTY;
+        let head = frame(&frames, 0);
+        let mut capture = |objects: &Vec<[u64; 40]>| {
+            let _ = objects;
+            // SAFETY: every address is in `objects` or `frames`, alive.
+            unsafe { capture_from::<INTERPRETER_314>(&l, code_type, head, &mut log) }
+        };
+        let (first, g1, groups) = capture(&objects);
+        assert_eq!(first.iter().map(|f| (f.0, f.2)).collect::<Vec<_>>(), [(a, 4)]);
+        assert_eq!(groups, 1);
+        assert_eq!(capture(&objects), (first, g1, 1));
+        objects[1][1] = code_type as u64;
+        let (now, g2, groups) = capture(&objects);
+        assert_ne!(g2, g1);
+        assert_eq!(
+            now.iter().map(|f| (f.0, f.2)).collect::<Vec<_>>(),
+            [(a, 4), (x, 2)]
+        );
+        assert_eq!(groups, 1);
+    }
+
+    /// The group count is the last capture's, 0 after one that returned no
+    /// frames without walking (`forget`) and after an empty chain.
+    #[test]
+    fn the_group_count_is_the_last_captures() {
+        let l = &PY311;
+        static CODE_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        let mut c = Chain311 {
+            codes: vec![[0u64; 40]; 1],
+            frames: vec![[0u64; 9]; 3],
+        };
+        c.codes[0][1] = code_type as u64;
+        let a = c.code(0);
+        // three frames of A, each entered from C: three groups
+        for i in 0..3 {
+            c.set_frame(i, a, 2 * i, 1, 0);
+            let next = if i < 2 { c.frame(i + 1) } else { 0 };
+            c.link(i, next);
+        }
+        let mut log = PyReplayLog::EMPTY;
+        // SAFETY: every address is in `c`, alive.
+        let (_, g1, groups) = unsafe { capture_from::<INTERPRETER_311>(l, code_type, c.frame(0), &mut log) };
+        assert_eq!(groups, 3);
+        // SAFETY: as above.
+        let (_, again, _) = unsafe { capture_from::<INTERPRETER_311>(l, code_type, c.frame(0), &mut log) };
+        assert_eq!(again, g1);
+        assert_eq!(log.eval_groups(), 3);
+        // Another head: walked, not replayed.
+        // SAFETY: as above.
+        let (_, g2, groups) = unsafe { capture_from::<INTERPRETER_311>(l, code_type, c.frame(1), &mut log) };
+        assert_ne!(g2, g1);
+        assert_eq!(groups, 2);
+        log.forget();
+        assert_eq!(log.eval_groups(), 0);
+        // SAFETY: as above: walked again (the log was forgotten).
+        let (_, g3, groups) = unsafe { capture_from::<INTERPRETER_311>(l, code_type, c.frame(1), &mut log) };
+        assert_ne!(g3, g2);
+        assert_eq!(groups, 2);
+        // SAFETY: no chain.
+        let none = unsafe { capture_from::<INTERPRETER_311>(l, code_type, 0, &mut log) };
+        assert_eq!(none, (vec![], g3 + 1, 0));
     }
 }
