@@ -1365,6 +1365,235 @@ mod replay_tests {
         }
     }
 
+    /// A random chain in memory under layout `l`, changed one random way
+    /// at a time: after each change a capture with the thread's log must
+    /// return what a walk with a fresh log returns, and with no change it
+    /// must be a replay (when the last walk was logged).
+    fn differential<const MODEL: u8>(l: &PyLayout, seed: u64, rounds: usize) {
+        static CODE_TYPE_OBJECT: u64 = 0;
+        static OTHER_TYPE_OBJECT: u64 = 0;
+        let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
+        let other_type = &OTHER_TYPE_OBJECT as *const u64 as usize;
+        let mut state = seed;
+        let mut rand = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let code_start = l.code_code_adaptive.unwrap_or(0);
+        let first_traceable = l.code_first_traceable.unwrap_or(0);
+        let mut codes = vec![[0u64; 40]; 6];
+        let mut frames = vec![[0u64; 12]; 14];
+        let code_addr = |codes: &Vec<[u64; 40]>, i: usize| codes[i].as_ptr() as usize;
+        let frame_addr = |frames: &Vec<[u64; 12]>, i: usize| frames[i].as_ptr() as usize;
+        for (i, c) in codes.iter_mut().enumerate() {
+            c[1] = code_type as u64;
+            c[128 / 8] = 0x1000 + i as u64;
+            c[136 / 8] = 0x2000 + i as u64;
+            c[first_traceable / 8] = [0, 0, 2][i % 3];
+        }
+        // 3.13+: one object that is not a code object, at first.
+        if MODEL >= INTERPRETER_313 {
+            codes[5][1] = other_type as u64;
+        }
+        let owners: &[u64] = match MODEL {
+            INTERPRETER_311 => &[0, 0, 0, 1],
+            INTERPRETER_314 => &[0, 0, 0, 1, 3, 4],
+            _ => &[0, 0, 0, 1, 3],
+        };
+        // (code index, instruction offset, entry, owner, tag) of a frame
+        type Words = (usize, i64, u64, u64, usize);
+        let write = |frames: &mut Vec<[u64; 12]>, codes: &Vec<[u64; 40]>, i: usize, w: Words| {
+            let (c, offset, entry, owner, tag) = w;
+            let code = code_addr(codes, c);
+            let base = frames[i].as_mut_ptr() as usize;
+            let exe = if tag == 3 { 0x7003 } else { code | tag };
+            let instr = (code + code_start) as i64 + offset;
+            // SAFETY: offsets of the layout, all inside the 96-byte frame
+            // (`frames[i]`), written as the interpreter would.
+            unsafe {
+                ((base + l.frame_code) as *mut usize).write_unaligned(exe);
+                ((base + l.frame_instr) as *mut i64).write_unaligned(instr);
+                if let Some(at) = l.frame_is_entry {
+                    ((base + at) as *mut u8).write(entry as u8);
+                }
+                ((base + l.frame_owner.unwrap_or(0)) as *mut u8).write(owner as u8);
+            }
+        };
+        let link = |frames: &mut Vec<[u64; 12]>, chain: &[usize]| {
+            for (k, &i) in chain.iter().enumerate() {
+                let next = chain.get(k + 1).map_or(0, |&j| frames[j].as_ptr() as usize);
+                let base = frames[i].as_mut_ptr() as usize;
+                // SAFETY: `previous` inside the frame, as above.
+                unsafe { ((base + l.frame_back) as *mut usize).write_unaligned(next) };
+            }
+        };
+        let random_words = |rand: &mut dyn FnMut(u64) -> u64| -> Words {
+            let tag = if MODEL == INTERPRETER_314 {
+                // borrowed (1) or owned references, rarely a tagged int (3)
+                if rand(24) == 0 {
+                    3
+                } else {
+                    rand(2) as usize
+                }
+            } else {
+                0
+            };
+            (
+                rand(6) as usize,
+                rand(24) as i64 - 4,
+                u64::from(MODEL == INTERPRETER_311 && rand(3) == 0),
+                owners[rand(owners.len() as u64) as usize],
+                tag,
+            )
+        };
+        let mut words: Vec<Words> = (0..frames.len()).map(|_| random_words(&mut rand)).collect();
+        // Recursions: runs of one code object.
+        let new_chain = |rand: &mut dyn FnMut(u64) -> u64| {
+            let mut pool: Vec<usize> = (0..14).collect();
+            let len = 1 + rand(12) as usize;
+            (0..len)
+                .map(|_| pool.remove(rand(pool.len() as u64) as usize))
+                .collect::<Vec<_>>()
+        };
+        let mut chain = new_chain(&mut rand);
+        for (i, &w) in words.iter().enumerate() {
+            write(&mut frames, &codes, i, w);
+        }
+        link(&mut frames, &chain);
+        let mut log = PyReplayLog::EMPTY;
+        let mut last_generation = 0;
+        let mut replays = 0;
+        for round in 0..rounds {
+            let change = rand(10);
+            match change {
+                0 | 1 => {}
+                2 => {
+                    let i = chain[rand(chain.len() as u64) as usize];
+                    words[i].1 = rand(24) as i64 - 4;
+                }
+                3 => {
+                    let i = chain[rand(chain.len() as u64) as usize];
+                    let old = words[i].0;
+                    words[i].0 = rand(6) as usize;
+                    if rand(2) == 0 {
+                        // the same code object as the frame after it: a recursion
+                        let k = chain.iter().position(|&f| f == i).unwrap_or(0);
+                        if let Some(&j) = chain.get(k + 1) {
+                            words[i].0 = words[j].0;
+                        }
+                    }
+                    if rand(2) == 0 {
+                        // the code word alone: the instruction word kept
+                        words[i].1 += code_addr(&codes, old) as i64 - code_addr(&codes, words[i].0) as i64;
+                    }
+                }
+                4 => {
+                    let i = chain[rand(chain.len() as u64) as usize];
+                    words[i].2 ^= u64::from(MODEL == INTERPRETER_311);
+                    words[i].3 = owners[rand(owners.len() as u64) as usize];
+                }
+                5 => {
+                    // A new code object at an old one's address: its
+                    // guard differs, and maybe its first traceable one.
+                    let c = rand(6) as usize;
+                    codes[c][16 + rand(2) as usize] ^= 1 << rand(40);
+                    if rand(2) == 0 {
+                        codes[c][first_traceable / 8] = rand(3);
+                    }
+                }
+                6 => chain = new_chain(&mut rand),
+                7 => {
+                    let k = rand(chain.len() as u64) as usize;
+                    if chain.len() > 1 && rand(2) == 0 {
+                        chain.remove(k);
+                    } else if let Some(f) = (0..14).find(|f| !chain.contains(f)) {
+                        chain.insert(k, f);
+                    }
+                }
+                8 => {
+                    let i = chain[rand(chain.len() as u64) as usize];
+                    words[i] = random_words(&mut rand);
+                }
+                _ => {
+                    // 3.13+: a new object at an old one's address, a code
+                    // object where none was or none where one was (the
+                    // guard, the identity replay relies on, differs:
+                    // `guard`).
+                    if MODEL >= INTERPRETER_313 {
+                        let c = rand(6) as usize;
+                        codes[c][16] ^= 0x100;
+                        codes[c][1] = if codes[c][1] == code_type as u64 {
+                            other_type as u64
+                        } else {
+                            code_type as u64
+                        };
+                    }
+                }
+            }
+            for (i, &w) in words.iter().enumerate() {
+                write(&mut frames, &codes, i, w);
+            }
+            link(&mut frames, &chain);
+            let head = frame_addr(&frames, chain[0]);
+            let was_logged = log.visited > 0;
+            // SAFETY: every address in the chain is in `frames` or `codes`,
+            // alive; tagged ints end the walk.
+            let got = unsafe { capture_from::<MODEL>(l, code_type, head, &mut log) };
+            let mut own_log = PyReplayLog::EMPTY;
+            // SAFETY: as above.
+            let fresh = unsafe { capture_from::<MODEL>(l, code_type, head, &mut own_log) };
+            assert_eq!(
+                (&got.0, got.2),
+                (&fresh.0, fresh.2),
+                "round {round}, change {change}"
+            );
+            if change <= 1 && was_logged {
+                assert_eq!(got.1, last_generation, "round {round}: unchanged, not replayed");
+                replays += 1;
+            }
+            last_generation = got.1;
+        }
+        // (so that the test tests replay, not only walks)
+        assert!(replays > rounds / 20, "only {replays} replays");
+    }
+
+    #[test]
+    fn replay_returns_what_a_walk_returns_on_random_3_11_chains() {
+        for seed in 1..=20 {
+            differential::<INTERPRETER_311>(&PY311, seed * 0x9e37_79b9_7f4a_7c15, 500);
+        }
+    }
+
+    #[test]
+    fn replay_returns_what_a_walk_returns_on_random_3_12_chains() {
+        for seed in 1..=20 {
+            differential::<INTERPRETER_312>(
+                &crate::capture::python_layouts::PY312,
+                seed * 0x9e37_79b9_7f4a_7c15,
+                500,
+            );
+        }
+    }
+
+    #[test]
+    fn replay_returns_what_a_walk_returns_on_random_3_14_chains() {
+        let l = PyLayout {
+            minor: 14,
+            frames: FrameModel::Interpreter314,
+            executable_tag_mask: 3,
+            frame_owner: Some(74),
+            owner_c_entry: Some(3),
+            code_code_adaptive: Some(208),
+            code_first_traceable: Some(192),
+            ..crate::capture::python_layouts::PY313
+        };
+        for seed in 1..=20 {
+            differential::<INTERPRETER_314>(&l, seed * 0x9e37_79b9_7f4a_7c15, 500);
+        }
+    }
+
     fn eval_groups_of(frames: &[(usize, u64, u32, u32)]) -> usize {
         frames.iter().filter(|f| f.3 & PY_FRAME_ENTRY != 0).count()
     }
