@@ -395,9 +395,9 @@ const INTERPRETER_314: u8 = 4;
 /// check (a fate byte per visit) cost 24 instructions a frame where these
 /// cost 15 (3.11, callgrind over bench/py_pairs.py; issue 24).
 ///
-/// When only the innermost frame changed in place (another line or
-/// another function called from the same frame), the others are checked
-/// so and that frame alone walked ([`patch_head`]).
+/// When frames changed in place (another line, or another function
+/// called from the same frame), the others are checked so and those
+/// frames alone walked ([`patch`]).
 pub struct PyReplayLog {
     /// frames visited; 0 when the log is not usable
     visited: usize,
@@ -415,11 +415,12 @@ pub struct PyReplayLog {
     guarded: usize,
     not_codes: usize,
     recorded: usize,
-    /// The innermost frame may be patched ([`patch_head`]): its visit
-    /// used a code object, whose entry is `guards[0]`, and recorded
-    /// `out[0]`, and no other visit runs that code object.
-    head_patch: bool,
+    /// the visit whose code object the walk checked by type (before 3.13
+    /// only the first it met; `patch`)
+    checked_at: usize,
     visits: [Visit; PY_REPLAY_FRAMES],
+    /// what the walk made of each visit (`patch`)
+    marks: [Mark; PY_REPLAY_FRAMES],
     guards: [Guarded; PY_REPLAY_FRAMES],
     /// 3.13+: frames' executables that were not code objects (skip case 2
     /// of [`walk_frames`])
@@ -445,6 +446,20 @@ struct Visit {
     bytes: usize,
 }
 
+/// What a walk made of a visit, for [`patch`].
+#[derive(Clone, Copy)]
+struct Mark {
+    /// where it recorded its frame in `out`, or NONE
+    out_at: u8,
+    /// its code object's entry in `guards` if no other visit relies on
+    /// that entry, or NONE
+    entry: u8,
+    /// a C entry shim (skip case 1): its code and instruction words unused
+    shim: bool,
+}
+
+const NONE: u8 = u8::MAX;
+
 /// A code object the walk used, and its guard then.
 #[derive(Clone, Copy)]
 struct Guarded {
@@ -461,7 +476,12 @@ impl PyReplayLog {
         guarded: 0,
         not_codes: 0,
         recorded: 0,
-        head_patch: false,
+        checked_at: 0,
+        marks: [Mark {
+            out_at: NONE,
+            entry: NONE,
+            shim: false,
+        }; PY_REPLAY_FRAMES],
         visits: [Visit {
             next: 0,
             code: 0,
@@ -614,11 +634,36 @@ unsafe fn frame_unchanged<const MODEL: u8>(o: FrameOffsets, frame: usize, v: &Vi
     code == v.code && instr == v.instr && (MODEL == FRAME_OBJECTS || bytes == v.bytes) && next == v.next
 }
 
-/// Why a replay failed: the innermost frame's words changed (and the
-/// others were not checked), or something else.
+/// Where `v` is in `visits`, in bytes (`Miss::At`): where replay fails,
+/// so that its loop keeps no index (an index, or the division to one,
+/// cost an instruction a frame).
+#[inline(always)]
+fn unchanged_before(visits: &[Visit], v: &Visit) -> usize {
+    v as *const Visit as usize - visits.as_ptr() as usize
+}
+
+/// Copies `frames` to the start of `out` (no longer than it): one
+/// `memcpy`, where a loop cost 6 instructions a frame.
+#[inline(always)]
+fn copy_frames(frames: &[PyRawFrame], out: &mut [MaybeUninit<PyRawFrame>]) {
+    let out = &mut out[..frames.len()];
+    // SAFETY: two distinct buffers (a log and a stack buffer) of
+    // `frames.len()` frames each; `MaybeUninit<T>` has `T`'s layout.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            frames.as_ptr(),
+            out.as_mut_ptr().cast::<PyRawFrame>(),
+            frames.len(),
+        )
+    };
+}
+
+/// Why a replay failed: a frame's words changed, the frames before it
+/// unchanged (the others not checked yet; its visit's place in the log's
+/// `visits`, in bytes), or something else.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Miss {
-    Head,
+    At(usize),
     Other,
 }
 
@@ -642,19 +687,24 @@ unsafe fn replay<const MODEL: u8>(
     let mut at = frame;
     let visits = &log.visits[..log.visited];
     // Not empty (`visited` > 0): tested at the bottom, the loop costs one
-    // test a frame fewer than a `for` (issue 24).
-    let mut i = 0;
+    // test a frame fewer than a `for`, and with a pointer and no index one
+    // more (issue 24).
+    let range = visits.as_ptr_range();
+    let mut next_visit = range.start;
     loop {
-        let v = &visits[i];
+        // SAFETY: `range.start <= next_visit < range.end`: an entry of
+        // `visits` (not empty; stepped by one below while before the end).
+        let v = unsafe { &*next_visit };
         // SAFETY: `at` is first `frame`, the chain's head (checked equal to
         // the logged walk's above), then the `next` word just read from
         // its predecessor and checked: a live frame of this thread's chain.
         if !unsafe { frame_unchanged::<MODEL>(o, at, v) } {
-            return Err(if i == 0 { Miss::Head } else { Miss::Other });
+            return Err(Miss::At(unchanged_before(visits, v)));
         }
         at = v.next;
-        i += 1;
-        if i == visits.len() {
+        // SAFETY: at most one past the end of `visits`.
+        next_visit = unsafe { next_visit.add(1) };
+        if next_visit == range.end {
             break;
         }
     }
@@ -678,62 +728,80 @@ unsafe fn replay<const MODEL: u8>(
     }
     // `out` may hold this very walk's frames already (`capture`'s `held`).
     if held != log.generation {
-        for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
-            slot.write(*f);
-        }
+        copy_frames(&log.out[..log.recorded], out);
     }
     Ok(log.recorded)
 }
 
 #[cfg(test)]
 thread_local! {
-    /// Heads patched on this thread (tests: that they are).
+    /// Patched replays on this thread (tests: that they happen).
     static PATCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// A replay whose innermost frame changed in place: the same frame, its
-/// `previous` word and owner and entry bytes the same, another
-/// instruction (a loop that allocates from two lines in turn) or code
-/// object (that calls one function and then another). The other frames
-/// are checked as replay checks them, and the innermost one is walked
-/// anew: the rest of the walk does not depend on it but for whether it
-/// was recorded (so it must be recorded again) and its code object's
-/// entry, `guards[0]`, which no other visit uses (`head_patch`). The log
-/// is patched in place, and the capture has a new generation (issue 24:
-/// a walk of 22 frames cost 2,200 instructions, 3.11.7).
+/// A replay that found a frame's code word or instruction changed in
+/// place, its `previous` word and owner and entry bytes the same: a loop
+/// that allocates from one line and then another of a function, or calls
+/// one function and then another from a frame (and so the callers' lines
+/// change too: a model's forward calling its layers in turn). Goes on
+/// from that visit, `from`: every frame changed so is walked alone, the
+/// others checked as replay checks them, then every code object.
+///
+/// The rest of a walk depends on what it made of a visit only through
+/// whether it recorded a frame there (it must again: `out_at`) and the
+/// guard entry of its code object, which must be that visit's alone
+/// (`entry`; a recursion's frames share one); a shim's code and
+/// instruction words are not read. A patched frame keeps its flags: they
+/// come from its entry byte, a shim after it and being the outermost, all
+/// checked unchanged. The log is patched in place (a walk rewrites all of
+/// it if the patch fails), and the capture has a new generation (issue
+/// 24: a walk of 22 frames cost 2,200 instructions, 3.11.7).
 ///
 /// # Safety
-/// As [`walk_frames`], after `replay` missed at the head (`Miss::Head`):
-/// `frame` is the log's head, and the log's frames fit in `out`.
+/// As [`walk_frames`], after `replay` found the frames before visit
+/// `from` unchanged (`Miss::At`: `from` is that visit's place in bytes),
+/// so `log` is usable, starts at `frame`, and its frames fit in `out`.
 #[inline(never)]
-unsafe fn patch_head<const MODEL: u8>(
+unsafe fn patch<const MODEL: u8>(
     l: &PyLayout,
     code_type: usize,
     log: &mut PyReplayLog,
     frame: usize,
+    from: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
 ) -> Option<usize> {
-    if !log.head_patch {
-        return None;
-    }
+    // (In bytes from replay: divided there, the division became an index
+    // its loop kept, an instruction a frame.)
+    let from = from / size_of::<Visit>();
     let o = FrameOffsets::of::<MODEL>(l);
-    // SAFETY: `frame` is the chain's head (the contract).
-    let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(o, frame) };
-    let head = log.visits[0];
-    if next != head.next || (MODEL != FRAME_OBJECTS && bytes != head.bytes) {
-        return None;
-    }
-    let mut at = next;
-    for v in &log.visits[1..log.visited] {
-        // SAFETY: as in `replay`: `next` words just checked.
-        if !unsafe { frame_unchanged::<MODEL>(o, at, v) } {
-            return None;
+    let mut at = if from == 0 {
+        frame
+    } else {
+        log.visits[from - 1].next
+    };
+    let visited = log.visited.min(PY_REPLAY_FRAMES);
+    let mut i = from;
+    loop {
+        // SAFETY: `at` is the frame of visit `i`: of `from` (the contract),
+        // then the `next` word of the one before, checked.
+        at = unsafe { patch_visit::<MODEL>(l, code_type, log, i, at) }?;
+        i += 1;
+        // The frames after it unchanged, as replay checks them.
+        while i < visited {
+            // SAFETY: as above.
+            if !unsafe { frame_unchanged::<MODEL>(o, at, &log.visits[i]) } {
+                break;
+            }
+            at = log.visits[i].next;
+            i += 1;
         }
-        at = v.next;
+        if i == visited {
+            break;
+        }
     }
-    for g in &log.guards[1..log.guarded] {
-        // SAFETY: as in `replay`: these entries are the other visits'
-        // (`head_patch`), whose frames were checked unchanged above.
+    for g in &log.guards[..log.guarded] {
+        // SAFETY: as in `replay`: each entry's code object is that of a
+        // frame checked above or before `from`, unchanged or patched.
         if unsafe { guard(l, g.code) } != g.guard {
             return None;
         }
@@ -746,25 +814,68 @@ unsafe fn patch_head<const MODEL: u8>(
             }
         }
     }
-    // The head as the walk's first visit sees it: a code object, checked
-    // by type (the walk checks the first one it meets), recorded.
-    if !plausible(code, 8) {
+    #[cfg(test)]
+    PATCHES.with(|c| c.set(c.get() + 1));
+    log.generation += 1;
+    copy_frames(&log.out[..log.recorded], out);
+    Some(log.recorded)
+}
+
+/// One visit of [`patch`], `i`, whose frame `at` changed: walks it alone
+/// and patches the log, returning its `next` word; None if the walk would
+/// make another thing of it (see `patch`).
+///
+/// # Safety
+/// `at` is a live frame of the calling thread's chain, the one the log's
+/// visit `i` (< `visited`) visited; `l` and `code_type` as in `patch`.
+#[inline(always)]
+unsafe fn patch_visit<const MODEL: u8>(
+    l: &PyLayout,
+    code_type: usize,
+    log: &mut PyReplayLog,
+    i: usize,
+    at: usize,
+) -> Option<usize> {
+    let v = log.visits[i];
+    // SAFETY: the contract.
+    let (next, code, instr, bytes) = unsafe { frame_words::<MODEL>(FrameOffsets::of::<MODEL>(l), at) };
+    if next != v.next || (MODEL != FRAME_OBJECTS && bytes != v.bytes) {
         return None;
     }
-    // SAFETY: as in `walk_full`: plausible, and what a live frame
-    // executes, so a live object.
-    if unsafe { read::<usize>(code + l.ob_type) } != code_type {
+    if code == v.code && instr == v.instr {
+        return Some(next);
+    }
+    let mark = log.marks[i];
+    if mark.shim {
+        log.visits[i] = Visit {
+            next,
+            code,
+            instr,
+            bytes,
+        };
+        return Some(next);
+    }
+    if mark.out_at == NONE || mark.entry == NONE || !plausible(code, 8) {
         return None;
     }
-    // SAFETY: a live code object (checked just above).
+    // As the walk: each code object checked by type on 3.13+, before
+    // only the first (then the others are code objects by construction).
+    if MODEL >= INTERPRETER_313 || i == log.checked_at {
+        // SAFETY: plausible, and what a live frame executes: a live
+        // object, whose `ob_type` is at the layout's offset.
+        if unsafe { read::<usize>(code + l.ob_type) } != code_type {
+            return None;
+        }
+    }
+    // SAFETY: a live code object, as in `walk_full`.
     let code_guard = unsafe { guard(l, code) };
     let offset = if MODEL != FRAME_OBJECTS {
         let offset = instr
             .checked_sub(code + l.code_code_adaptive.unwrap_or(0))
             .filter(|&o| o < 1 << 30)?;
-        if let Some(at) = l.code_first_traceable {
+        if let Some(first) = l.code_first_traceable {
             // SAFETY: `_co_firsttraceable` of the live code object.
-            let first_traceable: i32 = unsafe { read(code + at) };
+            let first_traceable: i32 = unsafe { read(code + first) };
             if owner_of::<MODEL>(bytes) != l.owner_generator.unwrap_or(u8::MAX)
                 && (offset as i64) < first_traceable as i64 * 2
             {
@@ -775,33 +886,24 @@ unsafe fn patch_head<const MODEL: u8>(
     } else {
         ((instr as i32).max(0) as u32).saturating_mul(l.lasti_unit_bytes)
     };
-    #[cfg(test)]
-    PATCHES.with(|c| c.set(c.get() + 1));
-    log.generation += 1;
-    log.visits[0] = Visit {
+    log.visits[i] = Visit {
         next,
         code,
         instr,
         bytes,
     };
-    log.guards[0] = Guarded {
+    log.guards[mark.entry as usize] = Guarded {
         code,
         guard: code_guard,
     };
-    // Its flags: the entry byte's, a shim's after it, the outermost's,
-    // all as before.
-    log.out[0] = PyRawFrame {
+    let recorded = &mut log.out[mark.out_at as usize];
+    *recorded = PyRawFrame {
         code: code as u64,
         guard: code_guard,
         offset,
-        flags: log.out[0].flags,
+        flags: recorded.flags,
     };
-    // (The same code object at another line: still no other visit's.)
-    log.head_patch = code == head.code || !log.visits[1..log.visited].iter().any(|v| v.code == code);
-    for (slot, f) in out.iter_mut().zip(&log.out[..log.recorded]) {
-        slot.write(*f);
-    }
-    Some(log.recorded)
+    Some(next)
 }
 
 /// The frame walk proper, compiled once per frame model (`MODEL`) so that
@@ -849,7 +951,7 @@ unsafe fn walk_frames<const MODEL: u8>(
     unsafe {
         match replay::<MODEL>(l, code_type, log, frame, out, held) {
             Ok(n) => n,
-            Err(Miss::Head) => match patch_head::<MODEL>(l, code_type, log, frame, out) {
+            Err(Miss::At(at)) => match patch::<MODEL>(l, code_type, log, frame, at, out) {
                 Some(n) => n,
                 None => walk_full::<MODEL>(l, code_type, frame, out, log),
             },
@@ -895,8 +997,9 @@ unsafe fn walk_full<const MODEL: u8>(
     // The code object last logged in `guards`: a recursion's frames run
     // one code object, whose guard replay checks once.
     let mut last_guarded = 0;
-    // The first visit recorded a frame (`head_patch`).
-    let mut head_recorded = false;
+    // How many visits rely on each `guards` entry (`Mark::entry`).
+    let mut uses = [0u8; PY_REPLAY_FRAMES];
+    let mut checked_at = 0;
     while plausible(frame, 8) && budget > 0 {
         if n == out.len() {
             loggable = false;
@@ -918,9 +1021,17 @@ unsafe fn walk_full<const MODEL: u8>(
         } else {
             loggable = false;
         }
-        visited += 1;
         let owner = owner_of::<MODEL>(bytes);
-        if MODEL >= INTERPRETER_312 && owner >= owner_c_entry {
+        let shim = MODEL >= INTERPRETER_312 && owner >= owner_c_entry;
+        if loggable {
+            log.marks[visited] = Mark {
+                out_at: NONE,
+                entry: NONE,
+                shim,
+            };
+        }
+        visited += 1;
+        if shim {
             // (1)
             if n > 0 {
                 // SAFETY: `out[..n]` were written by this walk.
@@ -948,19 +1059,26 @@ unsafe fn walk_full<const MODEL: u8>(
                 loggable = false;
                 break;
             }
+            if !checked {
+                checked_at = visited - 1;
+            }
             checked = true;
         }
         // SAFETY: a live code object: its type checked above (before 3.13,
         // the first one checked proves the layout, and a frame's code word
         // is a code object there by construction).
         let code_guard = unsafe { guard(l, code) };
-        if code != last_guarded && loggable {
-            log.guards[guarded] = Guarded {
-                code,
-                guard: code_guard,
-            };
-            guarded += 1;
-            last_guarded = code;
+        if loggable {
+            if code != last_guarded {
+                log.guards[guarded] = Guarded {
+                    code,
+                    guard: code_guard,
+                };
+                guarded += 1;
+                last_guarded = code;
+            }
+            log.marks[visited - 1].entry = guarded as u8 - 1;
+            uses[guarded - 1] += 1;
         }
         let offset = if interpreter_frames {
             let Some(offset) = instr.checked_sub(code + code_start).filter(|&o| o < 1 << 30) else {
@@ -989,7 +1107,9 @@ unsafe fn walk_full<const MODEL: u8>(
         } else {
             0
         };
-        head_recorded |= visited == 1;
+        if loggable {
+            log.marks[visited - 1].out_at = n as u8;
+        }
         out[n].write(PyRawFrame {
             code: code as u64,
             guard: code_guard,
@@ -1015,11 +1135,12 @@ unsafe fn walk_full<const MODEL: u8>(
         log.recorded = n;
         log.guarded = guarded;
         log.not_codes = not_codes;
-        let head_code = log.visits[0].code;
-        log.head_patch = head_recorded
-            && guarded > 0
-            && log.guards[0].code == head_code
-            && !log.visits[1..visited].iter().any(|v| v.code == head_code);
+        log.checked_at = checked_at;
+        for m in &mut log.marks[..visited] {
+            if m.entry != NONE && uses[m.entry as usize] > 1 {
+                m.entry = NONE;
+            }
+        }
         for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
             // SAFETY: `out[..n]` were written by this walk.
             *slot = unsafe { f.assume_init() };
