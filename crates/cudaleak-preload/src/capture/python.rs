@@ -403,10 +403,10 @@ pub struct PyReplayLog {
     visited: usize,
     /// the chain's innermost frame, where the logged walk started
     head: usize,
-    /// Bumped by every full walk (logged or not), kept by a replay: a
-    /// capture's frames are those of the walk that made its generation,
-    /// so a trace is reused by comparing generations, not frames
-    /// (`capture.rs`, issue 24).
+    /// Bumped by every full walk (logged or not) and every patched
+    /// replay, kept by a replay: a capture's frames are those of the walk
+    /// or patch that made its generation, so a trace is reused by
+    /// comparing generations, not frames (`capture.rs`, issue 24).
     generation: u64,
     /// eval-loop groups of the frames the last capture returned
     /// ([`PyReplayLog::eval_groups`])
@@ -638,7 +638,7 @@ unsafe fn frame_unchanged<const MODEL: u8>(o: FrameOffsets, frame: usize, v: &Vi
 /// so that its loop keeps no index (an index, or the division to one,
 /// cost an instruction a frame).
 #[inline(always)]
-fn unchanged_before(visits: &[Visit], v: &Visit) -> usize {
+fn offset_in(visits: &[Visit], v: &Visit) -> usize {
     v as *const Visit as usize - visits.as_ptr() as usize
 }
 
@@ -699,7 +699,7 @@ unsafe fn replay<const MODEL: u8>(
         // the logged walk's above), then the `next` word just read from
         // its predecessor and checked: a live frame of this thread's chain.
         if !unsafe { frame_unchanged::<MODEL>(o, at, v) } {
-            return Err(Miss::At(unchanged_before(visits, v)));
+            return Err(Miss::At(offset_in(visits, v)));
         }
         at = v.next;
         // SAFETY: at most one past the end of `visits`.
@@ -1361,7 +1361,7 @@ mod tests {
     }
 
     /// A recursion (one code object in consecutive frames) is replayed
-    /// reading that code object once (`Fate::SameCode`), and a changed
+    /// reading that code object once (one `guards` entry), and a changed
     /// guard of it still ends the replay: the walk sees the new code.
     #[test]
     fn a_recursion_checks_its_code_object_once_and_still_sees_it_change() {
