@@ -415,12 +415,9 @@ pub struct PyReplayLog {
     guarded: usize,
     not_codes: usize,
     recorded: usize,
-    /// the visit whose code object the walk checked by type (before 3.13
-    /// only the first it met; `patch`)
-    checked_at: usize,
     visits: [Visit; PY_REPLAY_FRAMES],
-    /// what the walk made of each visit (`patch`)
-    marks: [Mark; PY_REPLAY_FRAMES],
+    /// the visit that recorded each frame of `out` (`patch`)
+    visit_of: [u8; PY_REPLAY_FRAMES],
     guards: [Guarded; PY_REPLAY_FRAMES],
     /// 3.13+: frames' executables that were not code objects (skip case 2
     /// of [`walk_frames`])
@@ -446,19 +443,9 @@ struct Visit {
     bytes: usize,
 }
 
-/// What a walk made of a visit, for [`patch`].
-#[derive(Clone, Copy)]
-struct Mark {
-    /// where it recorded its frame in `out`, or NONE
-    out_at: u8,
-    /// its code object's entry in `guards` if no other visit relies on
-    /// that entry, or NONE
-    entry: u8,
-    /// a C entry shim (skip case 1): its code and instruction words unused
-    shim: bool,
-}
-
-const NONE: u8 = u8::MAX;
+/// Where a walk keeps the visit that recorded a frame in its flags
+/// until it ends (`walk_full`); the flags proper are below.
+const VISIT_SHIFT: u32 = 8;
 
 /// A code object the walk used, and its guard then.
 #[derive(Clone, Copy)]
@@ -476,12 +463,7 @@ impl PyReplayLog {
         guarded: 0,
         not_codes: 0,
         recorded: 0,
-        checked_at: 0,
-        marks: [Mark {
-            out_at: NONE,
-            entry: NONE,
-            shim: false,
-        }; PY_REPLAY_FRAMES],
+        visit_of: [0; PY_REPLAY_FRAMES],
         visits: [Visit {
             next: 0,
             code: 0,
@@ -514,6 +496,58 @@ impl PyReplayLog {
     )]
     pub fn eval_groups(&self) -> usize {
         self.groups
+    }
+
+    /// Whether the walk used visit `i`'s code object (and so checked its
+    /// guard): not a shim, and on 3.13+ a code object; in a logged walk
+    /// every other visit did.
+    #[inline(always)]
+    fn used<const MODEL: u8>(&self, l: &PyLayout, i: usize) -> bool {
+        let v = &self.visits[i];
+        let shim =
+            MODEL >= INTERPRETER_312 && owner_of::<MODEL>(v.bytes) >= l.owner_c_entry.unwrap_or(u8::MAX);
+        let not_code = MODEL >= INTERPRETER_313 && self.not_code[..self.not_codes].contains(&v.code);
+        !shim && !not_code
+    }
+
+    /// What `patch` needs of the walk that is not in its frames, for visit
+    /// `i`, which used its code object and is to run `new_code` instead:
+    /// that object's `guards` entry if no other visit relies on it and no
+    /// visit next to it runs `new_code`, and whether `i` is the first visit
+    /// that used one (before 3.13 the walk checks only its code object by
+    /// type). The walk logged an entry where a visit's code object
+    /// differed from the last one logged, so a run of visits running one
+    /// object (a recursion) shares one; a patch keeps that so (a visit
+    /// patched to its neighbour's code object would join its run with an
+    /// entry of its own, and the entries after it would be miscounted
+    /// here). Worked out when a patch is tried, not by the walk: kept
+    /// there, it cost the walk 25 instructions a frame, and worked out for
+    /// every visit, a patch 500 (issue 24).
+    fn entry_of<const MODEL: u8>(&self, l: &PyLayout, i: usize, new_code: usize) -> (Option<usize>, bool) {
+        let code = self.visits[i].code;
+        let mut entry = usize::MAX;
+        let mut last = 0;
+        let mut first = true;
+        let mut shared = false;
+        for j in 0..=i {
+            if !self.used::<MODEL>(l, j) {
+                continue;
+            }
+            let c = self.visits[j].code;
+            if j == i {
+                // the visit before it (that used one) runs it too, or would
+                shared = c == last || new_code == last;
+            }
+            if c != last {
+                entry = entry.wrapping_add(1);
+                last = c;
+            }
+            first &= j == i;
+        }
+        if let Some(j) = (i + 1..self.visited).find(|&j| self.used::<MODEL>(l, j)) {
+            shared |= self.visits[j].code == code || self.visits[j].code == new_code;
+        }
+        ((!shared).then_some(entry), first)
     }
 
     /// Makes the log unusable and its group count 0: a capture that
@@ -845,8 +879,7 @@ unsafe fn patch_visit<const MODEL: u8>(
     if code == v.code && instr == v.instr {
         return Some(next);
     }
-    let mark = log.marks[i];
-    if mark.shim {
+    if MODEL >= INTERPRETER_312 && owner_of::<MODEL>(bytes) >= l.owner_c_entry.unwrap_or(u8::MAX) {
         log.visits[i] = Visit {
             next,
             code,
@@ -855,12 +888,19 @@ unsafe fn patch_visit<const MODEL: u8>(
         };
         return Some(next);
     }
-    if mark.out_at == NONE || mark.entry == NONE || !plausible(code, 8) {
+    let out_at = log.visit_of[..log.recorded]
+        .iter()
+        .position(|&v| v as usize == i)?;
+    if !plausible(code, 8) {
         return None;
     }
+    // (A visit that recorded a frame used its code object.)
+    let (Some(entry), first_used) = log.entry_of::<MODEL>(l, i, code) else {
+        return None;
+    };
     // As the walk: each code object checked by type on 3.13+, before
     // only the first (then the others are code objects by construction).
-    if MODEL >= INTERPRETER_313 || i == log.checked_at {
+    if MODEL >= INTERPRETER_313 || first_used {
         // SAFETY: plausible, and what a live frame executes: a live
         // object, whose `ob_type` is at the layout's offset.
         if unsafe { read::<usize>(code + l.ob_type) } != code_type {
@@ -892,11 +932,11 @@ unsafe fn patch_visit<const MODEL: u8>(
         instr,
         bytes,
     };
-    log.guards[mark.entry as usize] = Guarded {
+    log.guards[entry] = Guarded {
         code,
         guard: code_guard,
     };
-    let recorded = &mut log.out[mark.out_at as usize];
+    let recorded = &mut log.out[out_at];
     *recorded = PyRawFrame {
         code: code as u64,
         guard: code_guard,
@@ -997,9 +1037,6 @@ unsafe fn walk_full<const MODEL: u8>(
     // The code object last logged in `guards`: a recursion's frames run
     // one code object, whose guard replay checks once.
     let mut last_guarded = 0;
-    // How many visits rely on each `guards` entry (`Mark::entry`).
-    let mut uses = [0u8; PY_REPLAY_FRAMES];
-    let mut checked_at = 0;
     while plausible(frame, 8) && budget > 0 {
         if n == out.len() {
             loggable = false;
@@ -1023,13 +1060,6 @@ unsafe fn walk_full<const MODEL: u8>(
         }
         let owner = owner_of::<MODEL>(bytes);
         let shim = MODEL >= INTERPRETER_312 && owner >= owner_c_entry;
-        if loggable {
-            log.marks[visited] = Mark {
-                out_at: NONE,
-                entry: NONE,
-                shim,
-            };
-        }
         visited += 1;
         if shim {
             // (1)
@@ -1059,26 +1089,19 @@ unsafe fn walk_full<const MODEL: u8>(
                 loggable = false;
                 break;
             }
-            if !checked {
-                checked_at = visited - 1;
-            }
             checked = true;
         }
         // SAFETY: a live code object: its type checked above (before 3.13,
         // the first one checked proves the layout, and a frame's code word
         // is a code object there by construction).
         let code_guard = unsafe { guard(l, code) };
-        if loggable {
-            if code != last_guarded {
-                log.guards[guarded] = Guarded {
-                    code,
-                    guard: code_guard,
-                };
-                guarded += 1;
-                last_guarded = code;
-            }
-            log.marks[visited - 1].entry = guarded as u8 - 1;
-            uses[guarded - 1] += 1;
+        if code != last_guarded && loggable {
+            log.guards[guarded] = Guarded {
+                code,
+                guard: code_guard,
+            };
+            guarded += 1;
+            last_guarded = code;
         }
         let offset = if interpreter_frames {
             let Some(offset) = instr.checked_sub(code + code_start).filter(|&o| o < 1 << 30) else {
@@ -1107,14 +1130,14 @@ unsafe fn walk_full<const MODEL: u8>(
         } else {
             0
         };
-        if loggable {
-            log.marks[visited - 1].out_at = n as u8;
-        }
         out[n].write(PyRawFrame {
             code: code as u64,
             guard: code_guard,
             offset,
-            flags,
+            // The visit that recorded it rides in bits 8-15 until the walk
+            // ends (`VISIT_SHIFT`): a store of its own here cost the walk
+            // 10 instructions a frame (registers).
+            flags: flags | ((visited - 1) as u8 as u32) << VISIT_SHIFT,
         });
         n += 1;
         frame = next;
@@ -1124,27 +1147,26 @@ unsafe fn walk_full<const MODEL: u8>(
         // SAFETY: `out[..n]` were written by this walk.
         unsafe { out[n - 1].assume_init_mut() }.flags |= PY_FRAME_ENTRY;
     }
-    log.groups = out[..n]
-        .iter()
+    let mut groups = 0;
+    for (k, f) in out[..n].iter_mut().enumerate() {
         // SAFETY: `out[..n]` were written by this walk.
-        .filter(|f| unsafe { f.assume_init_ref() }.flags & PY_FRAME_ENTRY != 0)
-        .count();
+        let f = unsafe { f.assume_init_mut() };
+        // (Written whether logged or not; an unlogged walk's are not read.)
+        log.visit_of[k.min(PY_REPLAY_FRAMES - 1)] = (f.flags >> VISIT_SHIFT) as u8;
+        f.flags &= (1 << VISIT_SHIFT) - 1;
+        groups += usize::from(f.flags & PY_FRAME_ENTRY != 0);
+    }
+    log.groups = groups;
     if loggable && budget > 0 && visited > 0 && n <= PY_REPLAY_FRAMES {
         log.visited = visited;
         log.head = head;
         log.recorded = n;
         log.guarded = guarded;
         log.not_codes = not_codes;
-        log.checked_at = checked_at;
-        for m in &mut log.marks[..visited] {
-            if m.entry != NONE && uses[m.entry as usize] > 1 {
-                m.entry = NONE;
-            }
-        }
-        for (slot, f) in log.out.iter_mut().zip(&out[..n]) {
-            // SAFETY: `out[..n]` were written by this walk.
-            *slot = unsafe { f.assume_init() };
-        }
+        // SAFETY: `out[..n]` were written by this walk; `MaybeUninit<T>`
+        // has `T`'s layout.
+        let frames = unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<PyRawFrame>(), n) };
+        log.out[..n].copy_from_slice(frames);
     } else {
         log.visited = 0;
     }
@@ -1751,6 +1773,8 @@ mod replay_tests {
         let mut last_generation = 0;
         let mut replays = 0;
         let patches = PATCHES.with(|c| c.get());
+        // Guard words given to new code objects, never repeated.
+        let mut fresh = 1u64 << 40;
         for round in 0..rounds {
             // One change, or two (the innermost frame's and another).
             let change = rand(14);
@@ -1771,9 +1795,15 @@ mod replay_tests {
                         let old = words[i].0;
                         words[i].0 = rand(CODES as u64) as usize;
                         if rand(2) == 0 {
-                            // the same code object as the frame after it: a recursion
+                            // the same code object as the frame after it or
+                            // before it: a recursion
                             let k = chain.iter().position(|&f| f == i).unwrap_or(0);
-                            if let Some(&j) = chain.get(k + 1) {
+                            let j = if rand(2) == 0 {
+                                chain.get(k + 1)
+                            } else {
+                                k.checked_sub(1).map(|k| &chain[k])
+                            };
+                            if let Some(&j) = j {
                                 words[i].0 = words[j].0;
                             }
                         }
@@ -1792,7 +1822,11 @@ mod replay_tests {
                         // A new code object at an old one's address: its
                         // guard differs, and maybe its first traceable one.
                         let c = rand(CODES as u64) as usize;
-                        codes[c][16 + rand(2) as usize] ^= 1 << rand(40);
+                        // (A value never used before: two changes in a round
+                        // must not cancel, leaving a new object with the old
+                        // guard, which replay takes for the old object.)
+                        fresh += 1;
+                        codes[c][16 + rand(2) as usize] = fresh;
                         if rand(2) == 0 {
                             codes[c][first_traceable / 8] = rand(3);
                         }
@@ -1842,7 +1876,8 @@ mod replay_tests {
                         // `guard`).
                         if MODEL >= INTERPRETER_313 {
                             let c = rand(CODES as u64) as usize;
-                            codes[c][16] ^= 0x100;
+                            fresh += 1;
+                            codes[c][16] = fresh;
                             codes[c][1] = if codes[c][1] == code_type as u64 {
                                 other_type as u64
                             } else {
@@ -1873,6 +1908,11 @@ mod replay_tests {
                 (&fresh.0, fresh.2),
                 "round {round}, change {change}"
             );
+            assert!(
+                got.0.iter().all(|f| f.3 & !PY_FRAME_ENTRY == 0),
+                "flags: {:?}",
+                got.0
+            );
             if change <= 1 && was_logged && out_len == 16 {
                 assert_eq!(got.1, last_generation, "round {round}: unchanged, not replayed");
                 replays += 1;
@@ -1900,8 +1940,8 @@ mod replay_tests {
         );
     }
 
-    /// Seeds of each model's differential test (1,000 were run once).
-    const SEEDS: u64 = 20;
+    /// Seeds of each model's differential test (about 1 s in all).
+    const SEEDS: u64 = 3000;
     /// Code objects of the differential test's chains.
     const CODES: usize = 12;
 
