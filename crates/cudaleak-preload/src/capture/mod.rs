@@ -24,7 +24,7 @@ use crate::capture::python::PyReplayLog;
 use crate::capture::unwind::{EvalStop, ReplayLog};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::record::depot::{Depot, TraceKey};
-use cudaleak_core::record::python::{PyRawFrame, PY_FRAME_ENTRY};
+use cudaleak_core::record::python::PyRawFrame;
 use cudaleak_core::record::{Api, MemoryKind, TraceId};
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
@@ -55,9 +55,6 @@ pub struct ThreadBuffers {
     pub python_replay: PyReplayLog,
     stacks: [StackBuffer; STACK_SLOTS],
     next_stack: usize,
-    /// (a Python walk's generation, its eval-loop invocations): a replay
-    /// of the same frames counts nothing ([`eval_stop`])
-    eval_invocations: (u64, u32),
 }
 
 impl ThreadBuffers {
@@ -227,15 +224,8 @@ impl Stack {
         let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
         let (n_native, native_generation) = if depth > 0 {
             let stop = if n_python > 0 {
-                // SAFETY: as above; the first n_python entries were just
-                // written.
-                unsafe {
-                    eval_stop(
-                        std::slice::from_raw_parts((*buffer).python.as_ptr().cast::<PyRawFrame>(), n_python),
-                        python_generation,
-                        &mut *std::ptr::addr_of_mut!((*buffers).eval_invocations),
-                    )
-                }
+                // SAFETY: as above (a shared borrow of the one field).
+                eval_stop(unsafe { (*std::ptr::addr_of!((*buffers).python_replay)).eval_groups() })
             } else {
                 EvalStop::default()
             };
@@ -326,21 +316,18 @@ impl Stack {
 /// report puts each invocation's Python frames in the place of its
 /// eval-loop frame; `merge_stacks`), so the frames below the outermost
 /// one, the interpreter's start-up, are not walked on every capture (issue
-/// 24). No stop when the eval loop is not known. `frames` are the Python
-/// walk's `generation`; `counted` the last count, kept for its generation.
+/// 24). No stop when the eval loop is not known. `invocations`: the
+/// captured Python frames' eval-loop invocations, as the Python walk's log
+/// keeps them (a replay counts nothing).
 #[inline]
-fn eval_stop(frames: &[PyRawFrame], generation: u64, counted: &mut (u64, u32)) -> EvalStop {
+fn eval_stop(invocations: usize) -> EvalStop {
     let Some((lo, hi)) = eval_loop() else {
         return EvalStop::default();
     };
-    if counted.0 != generation {
-        let n = frames.iter().filter(|f| f.flags & PY_FRAME_ENTRY != 0).count() as u32;
-        *counted = (generation, n);
-    }
     EvalStop {
         lo,
         hi,
-        after: counted.1,
+        after: invocations as u32,
     }
 }
 

@@ -487,13 +487,6 @@ impl PyReplayLog {
     /// the logged walk's. It tells the native unwinder how many
     /// `_PyEval_EvalFrameDefault` frames the Python frames account for
     /// (issue 24).
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the native unwinder's use is wired in capture/mod.rs separately"
-        )
-    )]
     pub fn eval_groups(&self) -> usize {
         self.groups
     }
