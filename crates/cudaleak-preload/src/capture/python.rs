@@ -1498,6 +1498,20 @@ mod replay_tests {
     }
 
     impl Chain311 {
+        /// `codes` code objects of type `code_type` (and guard words
+        /// 0x1000 + i, 0x2000 + i), `frames` zeroed frames.
+        fn new(codes: usize, frames: usize, code_type: usize) -> Chain311 {
+            let mut c = Chain311 {
+                codes: vec![[0u64; 40]; codes],
+                frames: vec![[0u64; 9]; frames],
+            };
+            for (i, code) in c.codes.iter_mut().enumerate() {
+                code[1] = code_type as u64;
+                code[128 / 8] = 0x1000 + i as u64;
+                code[136 / 8] = 0x2000 + i as u64;
+            }
+            c
+        }
         fn code(&self, i: usize) -> usize {
             self.codes[i].as_ptr() as usize
         }
@@ -1521,15 +1535,7 @@ mod replay_tests {
         static CODE_TYPE_OBJECT: u64 = 0;
         let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
         // Code objects A, B, C, D (incomplete below offset 6), E.
-        let mut c = Chain311 {
-            codes: vec![[0u64; 40]; 5],
-            frames: vec![[0u64; 9]; 5],
-        };
-        for (i, code) in c.codes.iter_mut().enumerate() {
-            code[1] = code_type as u64;
-            code[128 / 8] = 0x1000 + i as u64;
-            code[136 / 8] = 0x2000 + i as u64;
-        }
+        let mut c = Chain311::new(5, 5, code_type);
         c.codes[3][168 / 8] = 3; // `_co_firsttraceable`, in code units
         let (a, b, cc, d, e) = (c.code(0), c.code(1), c.code(2), c.code(3), c.code(4));
         // innermost A; D in its prelude (skipped); B twice (a recursion,
@@ -2038,11 +2044,7 @@ mod replay_tests {
         let l = &PY311;
         static CODE_TYPE_OBJECT: u64 = 0;
         let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
-        let mut c = Chain311 {
-            codes: vec![[0u64; 40]; 1],
-            frames: vec![[0u64; 9]; 3],
-        };
-        c.codes[0][1] = code_type as u64;
+        let mut c = Chain311::new(1, 3, code_type);
         let a = c.code(0);
         // three frames of A, each entered from C: three groups
         for i in 0..3 {
