@@ -364,8 +364,10 @@ fn still_holds(reads: &[(usize, usize)], checked: bool, bounds: (usize, usize)) 
     if checked {
         return reads.iter().all(|&(a, v)| read_stack(a, bounds) == Some(v));
     }
-    // SAFETY: logged from this capture's stack pointer or a lower one, so
-    // between the two and the stack's top, which this thread's stack maps.
+    // SAFETY: not `checked`: logged by a walk that started at this
+    // capture's stack pointer or above it (the caller compared them), so
+    // between this stack pointer and the stack's top, on this thread's
+    // mapped stack.
     reads
         .iter()
         .all(|&(a, v)| unsafe { (a as *const usize).read() } == v)
@@ -451,8 +453,9 @@ impl Rejoin<'_> {
             self.tries = 0;
             return false;
         }
-        // A log made from this stack pointer or a lower one read only
-        // words between this capture's stack pointer and the top.
+        // A log made from this stack pointer or a higher one read only
+        // words between this capture's stack pointer and the top; one made
+        // from lower down may have read below it: each address is checked.
         let checked = self.bounds.0 > last.start[1];
         let others = REPLAY_READS - (last.len - last.outputs)..REPLAY_READS - s.others as usize;
         if !still_holds(
