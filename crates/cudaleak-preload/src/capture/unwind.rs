@@ -620,9 +620,22 @@ fn splice(
     #[cfg(test)]
     tests::count_move(new.0 != j);
     last.step.copy_within(j..last.steps, new.0);
-    last.reads.copy_within(rest_outputs.clone(), new.1);
-    last.reads
-        .copy_within(R - rest_others.end..R - rest_others.start, R - total.2);
+    // The outputs grow up from the front and the others down from the
+    // back: when the outputs move up, the others move first, or the
+    // outputs' new place can cover the lowest of them in a nearly full log
+    // (a review found it: the lost read was the outermost return address,
+    // and a later replay gave a stale stack).
+    let outputs_move = |reads: &mut [(usize, usize); R]| reads.copy_within(rest_outputs.clone(), new.1);
+    let others_move = |reads: &mut [(usize, usize); R]| {
+        reads.copy_within(R - rest_others.end..R - rest_others.start, R - total.2)
+    };
+    if new.1 > sj.outputs as usize {
+        others_move(&mut last.reads);
+        outputs_move(&mut last.reads);
+    } else {
+        outputs_move(&mut last.reads);
+        others_move(&mut last.reads);
+    }
     last.step[k..new.0].copy_from_slice(&scratch.step[k..new.0]);
     last.reads[outputs..new.1].copy_from_slice(&scratch.reads[outputs..new.1]);
     last.reads[R - new.2..R - others].copy_from_slice(&scratch.reads[R - new.2..R - others]);
@@ -1523,16 +1536,21 @@ mod tests {
     }
 
     /// Random made-up stacks, one after another over the same words (the
-    /// old frames' words stay where the new stack does not reach): frames
-    /// of functions with rsp-based rules (some saving rbp, then using it
-    /// for anything) and frame-pointer functions with allocas, from random
-    /// changes of the last stack (a function, an alloca, frames in or out,
-    /// the garbage in rbp), into an output that is sometimes too small.
-    /// Every capture through the shared log must give what a full walk
-    /// gives, and what the stack holds.
+    /// old frames' words stay where the new stack does not reach), laid out
+    /// from a fixed top as real stacks are (a frame grown or added inside
+    /// moves the start, not the outer frames, so walks meet after parts of
+    /// other sizes and the rest moves): frames of functions with rsp-based
+    /// rules (some saving rbp, then using it for anything) and
+    /// frame-pointer functions with allocas, up to 160 deep, changed mostly
+    /// near the inside (a function, an alloca, frames in or out, the
+    /// garbage in rbp), into outputs of 6 to 128 frames, with and without
+    /// an eval-loop stop (function 4 plays the eval loop). Every capture
+    /// through the shared log must give what a full walk gives, and what
+    /// the stack holds.
     #[test]
     fn random_stacks_splice_as_they_walk() {
         const FUNCTIONS: usize = 9;
+        const WORDS: usize = 2048;
         // Function n: an rsp-based frame of 2, 4 or 6 words, saving rbp
         // (4 and 6) or not, or (n % 3 == 2) a frame-pointer frame.
         let site = |n: usize| 0x2000_0000_0000usize + n * 0x40 + 0x10;
@@ -1552,10 +1570,9 @@ mod tests {
                 }
             }
         };
-        let mut mem = vec![0usize; 512].into_boxed_slice();
+        let mut mem = vec![0usize; WORDS].into_boxed_slice();
         let base = mem.as_mut_ptr() as usize;
         let at = |i: usize| base + 8 * i;
-        let bounds = (base, base + 8 * 512);
         let mut x = 0x9e37_79b9u64;
         let mut rand = move |n: usize| {
             x ^= x << 13;
@@ -1565,30 +1582,41 @@ mod tests {
         };
         let mut shared = Box::new(ReplayLog::EMPTY);
         // (function, alloca words) innermost first; the last returns to 0.
-        let mut frames: Vec<(usize, usize)> = (0..8).map(|i| (i % FUNCTIONS, 0)).collect();
-        let (mut kept, mut met) = (0, 0);
+        let mut frames: Vec<(usize, usize)> = Vec::new();
+        let mut near_full = 0;
+        let (mut room, mut after) = (128, 0);
         SPLICES.with(|c| c.set((0, 0, 0)));
-        for round in 0..4000 {
+        for round in 0..6000 {
+            // Three phases: shallow stacks laid out from a fixed start
+            // (parts kept), shallow and then deep ones (nearly full logs)
+            // from a fixed top (rests moved).
+            let from_top = round >= 2000;
+            if round % 2000 == 0 {
+                let depth = if round < 4000 { 8 } else { 140 };
+                frames = (0..depth).map(|i| (i % FUNCTIONS, 0)).collect();
+            }
+            // From the top: mostly the innermost few frames (where walks
+            // then meet), sometimes any.
+            let mut pick = |len: usize| {
+                if !from_top || rand(3) == 0 {
+                    rand(len)
+                } else {
+                    rand(len.min(4))
+                }
+            };
+            let (i, j) = (pick(frames.len()), pick(frames.len() + 1));
             match rand(6) {
-                0 => {
-                    let i = rand(frames.len());
-                    frames[i].0 = rand(FUNCTIONS);
-                }
-                1 => {
-                    let i = rand(frames.len());
-                    frames[i].1 = 2 * rand(3);
-                }
+                0 => frames[i].0 = rand(FUNCTIONS),
+                1 => frames[i].1 = 2 * rand(3),
                 2 if frames.len() > 2 => {
-                    frames.remove(rand(frames.len()));
+                    frames.remove(i);
                 }
-                3 if frames.len() < 24 => {
-                    let i = rand(frames.len() + 1);
-                    frames.insert(i, (rand(FUNCTIONS), 2 * rand(2)));
-                }
+                3 if frames.len() < 160 => frames.insert(j, (rand(FUNCTIONS), 2 * rand(2))),
                 _ => {} // only the garbage in rbp changes
             }
-            // Lay the frames out from the innermost, then each one's rbp
-            // from the outermost (what it saves is its caller's).
+            // Lay the frames out from the innermost, the outermost ending 8
+            // words below the top, then each one's rbp from the outermost
+            // (what it saves is its caller's).
             let mut sp = 0;
             let mut layout = Vec::new(); // (cfa, frame pointer word)
             for &(f, alloca) in &frames {
@@ -1600,15 +1628,16 @@ mod tests {
                 layout.push((cfa, fp));
                 sp = cfa;
             }
+            let o = if from_top { WORDS - 8 - sp } else { 0 };
             let mut rbp = 0x5a5a_0000 + rand(1000); // beyond the outermost
             for (i, &(f, _)) in frames.iter().enumerate().rev() {
                 let (cfa, fp) = layout[i];
-                mem[cfa - 1] = frames.get(i + 1).map_or(0, |&(g, _)| ret(g));
+                mem[o + cfa - 1] = frames.get(i + 1).map_or(0, |&(g, _)| ret(g));
                 if is_fp(f) || saves(f) {
-                    mem[cfa - 2] = rbp;
+                    mem[o + cfa - 2] = rbp;
                 }
                 rbp = match fp {
-                    Some(w) => at(w),
+                    Some(w) => at(o + w),
                     None if saves(f) => 0x6b6b_0000 + rand(1000),
                     None => rbp,
                 };
@@ -1616,40 +1645,152 @@ mod tests {
             for f in 0..FUNCTIONS {
                 remember_rule(site(f) as u64, rule(f));
             }
-            let start = [site(frames[0].0), base, rbp];
-            let room = 6 + rand(14);
-            let want: Vec<u64> = frames[1..]
+            let start = [site(frames[0].0), at(o), rbp];
+            let bounds = (at(o), at(WORDS));
+            // The output's length and the stop change now and then (in a
+            // process they are fixed, or fixed per Python stack).
+            if rand(20) == 0 {
+                room = if rand(2) == 0 { 6 + rand(14) } else { 40 + rand(89) };
+                after = if rand(3) == 0 { 0 } else { 1 + rand(3) as u32 };
+            }
+            let stop = EvalStop {
+                lo: site(4),
+                hi: site(4) + 1,
+                after,
+            };
+            let mut want: Vec<u64> = frames[1..]
                 .iter()
                 .map(|&(f, _)| ret(f) as u64)
                 .take(room)
                 .collect();
-            let mut spliced = [MaybeUninit::uninit(); 24];
-            let n = from_log(
-                &mut shared,
-                start,
-                bounds,
-                (0, 0),
-                EvalStop::default(),
-                &mut spliced[..room],
-            );
+            if after > 0 {
+                let evals = want.iter().enumerate().filter(|(_, &r)| r as usize == ret(4));
+                if let Some((last, _)) = evals.clone().nth(after as usize - 1) {
+                    want.truncate(last + 1);
+                }
+            }
+            let mut spliced = [MaybeUninit::uninit(); 128];
+            let n = from_log(&mut shared, start, bounds, (0, 0), stop, &mut spliced[..room]);
             // SAFETY: the capture wrote the first `n` entries.
             let spliced: Vec<u64> = spliced[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
-            let mut full = [MaybeUninit::uninit(); 24];
+            let mut full = [MaybeUninit::uninit(); 128];
             let m = from_log(
                 &mut Box::new(ReplayLog::EMPTY),
                 start,
                 bounds,
                 (0, 0),
-                EvalStop::default(),
+                stop,
                 &mut full[..room],
             );
             // SAFETY: as above.
             let full: Vec<u64> = full[..m].iter().map(|v| unsafe { v.assume_init() }).collect();
             assert_eq!(full, want, "round {round}: the full walk ({frames:?})");
-            assert_eq!(spliced, want, "round {round}: the splice ({frames:?})");
-            (kept, met) = SPLICES.with(|c| (c.get().0, c.get().1));
+            assert_eq!(
+                spliced, want,
+                "round {round}: the splice ({frames:?}, room {room}, stop {after})"
+            );
+            near_full += usize::from(shared.last.len > 150);
         }
-        assert!(kept > 500 && met > 500, "splices: kept {kept}, met {met}");
+        let (kept, met, moved) = SPLICES.with(|c| c.get());
+        assert!(
+            kept > 500 && met > 500 && moved > 100 && near_full > 0,
+            "splices: kept {kept}, met {met}, moved {moved}; nearly full logs {near_full}"
+        );
+    }
+
+    /// A nearly full log (191 reads) where the walked part has more outputs
+    /// and fewer other reads than the part it replaces: moving the rest's
+    /// outputs up first covered the lowest of its other reads, which was
+    /// the outermost return address. When that word alone changes, the
+    /// shared log must not replay the stale stack (a review found it).
+    #[test]
+    fn a_rest_moved_in_a_nearly_full_log_keeps_every_read() {
+        let site = |n: usize| 0x3000_0000_0000usize + n * 0x40 + 0x10;
+        let ret = |n: usize| site(n) + 1;
+        // 0: an rsp-based frame of 2 words, saving nothing; 5: a
+        // frame-pointer frame.
+        let rule = |n: usize| {
+            if n == 5 {
+                Rule::FRAME_POINTER
+            } else {
+                Rule {
+                    cfa_offset: 16,
+                    rbp_offset: 0,
+                    kind: KIND_RSP,
+                    ra_offset: -8,
+                }
+            }
+        };
+        let mut mem = vec![0usize; 1024].into_boxed_slice();
+        let base = mem.as_mut_ptr() as usize;
+        let bounds = (base, base + 8 * 1024);
+        // Lays `frames` (function, alloca words) out from word 0; returns
+        // the start's rbp.
+        let lay = |mem: &mut [usize], frames: &[(usize, usize)]| -> usize {
+            let mut sp = 0;
+            let mut layout = Vec::new();
+            for &(f, alloca) in frames {
+                let (cfa, fp) = if f == 5 {
+                    (sp + alloca + 2, Some(sp + alloca))
+                } else {
+                    (sp + 2, None)
+                };
+                layout.push((cfa, fp));
+                sp = cfa;
+            }
+            let mut rbp = 0x5a5a_0000;
+            for (i, &(f, _)) in frames.iter().enumerate().rev() {
+                let (cfa, fp) = layout[i];
+                mem[cfa - 1] = frames.get(i + 1).map_or(0, |&(g, _)| ret(g));
+                if f == 5 {
+                    mem[cfa - 2] = rbp;
+                }
+                if let Some(w) = fp {
+                    rbp = base + 8 * w;
+                }
+            }
+            rbp
+        };
+        let capture = |log: &mut ReplayLog, mem: &[usize], first: usize, rbp: usize| -> Vec<u64> {
+            remember_rule(site(0) as u64, rule(0));
+            remember_rule(site(5) as u64, rule(5));
+            let mut out = [MaybeUninit::uninit(); 128];
+            let start = [site(first), mem.as_ptr() as usize, rbp];
+            let n = from_log(log, start, bounds, (0, 0), EvalStop::default(), &mut out);
+            // SAFETY: the capture wrote the first `n` entries.
+            out[..n].iter().map(|v| unsafe { v.assume_init() }).collect()
+        };
+        let full = |mem: &[usize], first: usize, rbp: usize| {
+            capture(&mut Box::new(ReplayLog::EMPTY), mem, first, rbp)
+        };
+        // Old: two frame-pointer frames with allocas, then 94 plain ones:
+        // 191 reads.
+        const REST: usize = 94;
+        let mut shared = Box::new(ReplayLog::EMPTY);
+        let mut old = vec![(5, 2), (5, 2)];
+        old.extend([(5, 0); REST]);
+        let rbp = lay(&mut mem, &old);
+        capture(&mut shared, &mem, 5, rbp);
+        assert_eq!(shared.last.len, 191);
+        // New: four rsp-based frames over the same 8 words, the same rest.
+        let mut new = vec![(0, 0); 4];
+        new.extend([(5, 0); REST]);
+        let rbp = lay(&mut mem, &new);
+        assert_eq!(
+            capture(&mut shared, &mem, 0, rbp),
+            full(&mem, 0, rbp),
+            "the splice"
+        );
+        // The outermost frame now returns into another frame.
+        let top = 8 + 2 * REST;
+        mem[top - 1] = ret(5);
+        mem[top + 1] = ret(0);
+        let got = capture(&mut shared, &mem, 0, rbp);
+        assert_eq!(
+            got,
+            full(&mem, 0, rbp),
+            "after the outermost return address changed"
+        );
     }
 
     /// Made-up stacks: words in a buffer, unwound by rules given for
