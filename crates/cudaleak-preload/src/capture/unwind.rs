@@ -263,6 +263,16 @@ struct Recorder<'a> {
 }
 
 impl<'a> Recorder<'a> {
+    /// Where the log's parts reach now (steps past the log's room are
+    /// not there: `overflow` says so).
+    fn counts(&self) -> Counts {
+        Counts {
+            steps: self.steps.min(REPLAY_STEPS),
+            outputs: self.outputs,
+            others: self.others,
+        }
+    }
+
     fn new(log: &'a mut Walked) -> Self {
         Recorder {
             log,
@@ -307,6 +317,27 @@ impl<'a> Recorder<'a> {
             self.overflow = true;
         }
         self.steps += 1;
+    }
+}
+
+/// How far a log's parts reach: its steps, its outputs from the front and
+/// its other reads from the back of `reads`.
+#[derive(Clone, Copy)]
+struct Counts {
+    steps: usize,
+    outputs: usize,
+    others: usize,
+}
+
+impl Counts {
+    /// Copies what a splice walked into `scratch`, from where the kept
+    /// part ends (`kept`) to `self`, into `last`.
+    fn take_walked(self, kept: Counts, scratch: &Walked, last: &mut Walked) {
+        const R: usize = REPLAY_READS;
+        last.step[kept.steps..self.steps].copy_from_slice(&scratch.step[kept.steps..self.steps]);
+        last.reads[kept.outputs..self.outputs].copy_from_slice(&scratch.reads[kept.outputs..self.outputs]);
+        last.reads[R - self.others..R - kept.others]
+            .copy_from_slice(&scratch.reads[R - self.others..R - kept.others]);
     }
 }
 
@@ -569,20 +600,19 @@ fn splice(
     const R: usize = REPLAY_READS;
     #[cfg(test)]
     tests::count_splice(k > 0, rejoin.is_some());
+    // Where the kept part ends, and where the walked part (in `scratch`)
+    // ends: it takes the place of what changed in `last`.
+    let kept = Counts {
+        steps: k,
+        outputs,
+        others,
+    };
     let Some((j, needs_fp, at)) = rejoin else {
         // Walked to the end: the kept part and the walked one.
-        let new = (
-            rec.steps.min(REPLAY_STEPS),
-            rec.outputs,
-            rec.others,
-            rec.overflow,
-            rec.fp_used,
-        );
-        last.step[k..new.0].copy_from_slice(&scratch.step[k..new.0]);
-        last.reads[outputs..new.1].copy_from_slice(&scratch.reads[outputs..new.1]);
-        last.reads[R - new.2..R - others].copy_from_slice(&scratch.reads[R - new.2..R - others]);
-        last.len = if new.3 { 0 } else { new.1 + new.2 };
-        (last.outputs, last.steps, last.start, last.fp_used) = (new.1, new.0, start, new.4);
+        let new = rec.counts();
+        new.take_walked(kept, rec.log, last);
+        last.len = if rec.overflow { 0 } else { new.outputs + new.others };
+        (last.outputs, last.steps, last.start, last.fp_used) = (new.outputs, new.steps, start, rec.fp_used);
         last.capped = n == out.len();
         (last.room, last.stop_after) = (out.len(), stop.after);
         return n;
@@ -594,7 +624,7 @@ fn splice(
     if needs_fp && at.pending {
         rec.note(at.fp_at, at.fp, false);
     }
-    let new = (rec.steps, rec.outputs, rec.others, rec.overflow, rec.fp_used);
+    let new = rec.counts();
     let sj = last.step[j];
     let (rest_outputs, rest_others) = (
         sj.outputs as usize..last.outputs,
@@ -605,12 +635,12 @@ fn splice(
         slot.write(v as u64);
     }
     let n = n + rest_outputs.len();
-    let total = (
-        new.0 + rest_steps,
-        new.1 + rest_outputs.len(),
-        new.2 + rest_others.len(),
-    );
-    if new.3 || total.0 > REPLAY_STEPS || total.1 + total.2 > REPLAY_READS {
+    let total = Counts {
+        steps: new.steps + rest_steps,
+        outputs: new.outputs + rest_outputs.len(),
+        others: new.others + rest_others.len(),
+    };
+    if rec.overflow || total.steps > REPLAY_STEPS || total.outputs + total.others > REPLAY_READS {
         // The frames stand; the log has no room for them.
         last.len = 0;
         return n;
@@ -618,36 +648,34 @@ fn splice(
     // The rest moves to follow the walked part, which takes the place of
     // the part that changed.
     #[cfg(test)]
-    tests::count_move(new.0 != j);
-    last.step.copy_within(j..last.steps, new.0);
+    tests::count_move(new.steps != j);
+    last.step.copy_within(j..last.steps, new.steps);
     // The outputs grow up from the front and the others down from the
     // back: when the outputs move up, the others move first, or the
     // outputs' new place can cover the lowest of them in a nearly full log
     // (a review found it: the lost read was the outermost return address,
     // and a later replay gave a stale stack).
-    let outputs_move = |reads: &mut [(usize, usize); R]| reads.copy_within(rest_outputs.clone(), new.1);
+    let outputs_move = |reads: &mut [(usize, usize); R]| reads.copy_within(rest_outputs.clone(), new.outputs);
     let others_move = |reads: &mut [(usize, usize); R]| {
-        reads.copy_within(R - rest_others.end..R - rest_others.start, R - total.2)
+        reads.copy_within(R - rest_others.end..R - rest_others.start, R - total.others)
     };
-    if new.1 > sj.outputs as usize {
+    if new.outputs > sj.outputs as usize {
         others_move(&mut last.reads);
         outputs_move(&mut last.reads);
     } else {
         outputs_move(&mut last.reads);
         others_move(&mut last.reads);
     }
-    last.step[k..new.0].copy_from_slice(&scratch.step[k..new.0]);
-    last.reads[outputs..new.1].copy_from_slice(&scratch.reads[outputs..new.1]);
-    last.reads[R - new.2..R - others].copy_from_slice(&scratch.reads[R - new.2..R - others]);
+    new.take_walked(kept, rec.log, last);
     // The rest's counts, where they now stand. The start's rbp is used by
     // the rest exactly when it is what this walk has at `j` and the rest
     // uses it.
-    let used = new.4 || (needs_fp && at.fp_at == 0);
+    let used = rec.fp_used || (needs_fp && at.fp_at == 0);
     let (dout, dx) = (
-        (new.1 as u16).wrapping_sub(sj.outputs),
-        (new.2 as u16).wrapping_sub(sj.others),
+        (new.outputs as u16).wrapping_sub(sj.outputs),
+        (new.others as u16).wrapping_sub(sj.others),
     );
-    let rest = &mut last.step[new.0..total.0];
+    let rest = &mut last.step[new.steps..total.steps];
     if dout != 0 || dx != 0 || used || last.fp_used {
         let used_flag = if used { STEP_FP_USED } else { 0 };
         for step in &mut rest[1..] {
@@ -656,8 +684,8 @@ fn splice(
             step.flags = (step.flags & STEP_PENDING) | used_flag;
         }
     }
-    (rest[0].outputs, rest[0].others) = (new.1 as u16, new.2 as u16);
-    rest[0].flags = if new.4 { STEP_FP_USED } else { 0 } | (rest[0].flags & STEP_PENDING);
+    (rest[0].outputs, rest[0].others) = (new.outputs as u16, new.others as u16);
+    rest[0].flags = if rec.fp_used { STEP_FP_USED } else { 0 } | (rest[0].flags & STEP_PENDING);
     // From `j` until a rule restores a saved rbp, the rest runs on this
     // walk's rbp (equal where used): its steps say where this walk got it.
     let pending = if at.pending && !needs_fp { STEP_PENDING } else { 0 };
@@ -668,8 +696,8 @@ fn splice(
             break;
         }
     }
-    last.len = total.1 + total.2;
-    (last.outputs, last.steps, last.start, last.fp_used) = (total.1, total.0, start, used);
+    last.len = total.outputs + total.others;
+    (last.outputs, last.steps, last.start, last.fp_used) = (total.outputs, total.steps, start, used);
     last.room = out.len();
     n
 }
