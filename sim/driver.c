@@ -24,6 +24,13 @@
  *                      default: like the real driver, a freed block's
  *                      address is handed out again for the next request of
  *                      the same size.
+ *                      "threaded": for benchmarks of many threads only:
+ *                      cuMemAlloc and cuMemFree take no lock and keep no
+ *                      table (each block carries its context in a header
+ *                      before it), so that what scales or not is what is
+ *                      preloaded, not the simulation. Blocks allocated so are
+ *                      not freed with their context and cuMemGetInfo does
+ *                      not count them.
  */
 #define _GNU_SOURCE
 #include "cuda.h"
@@ -136,6 +143,16 @@ static void table_erase(struct entry *e) { e->key = TOMBSTONE; }
  * driver. The lock is held. */
 static struct table free_lists; /* key: rounded size, aux: head block */
 static int plain_malloc;
+/* SIMCUDA_BACKING=threaded: device blocks from malloc, each behind a
+ * header, no lock and no table (benchmarks of threads only). */
+static int threaded_backing;
+#define THREADED_MAGIC 0x5349544852454144ull /* "SITHREAD" */
+struct threaded_header {
+    uint64_t magic;
+    CUcontext ctx;
+    uint64_t size;
+    uint64_t pad[5]; /* the block stays 64-byte aligned after the header */
+};
 
 static void *backing_alloc(size_t size) {
     size_t rounded = (size + 255) & ~(size_t)255;
@@ -197,6 +214,7 @@ CUresult cuInit(unsigned int flags) {
         if (cap && strtoull(cap, NULL, 0) > 0) device_bytes = strtoull(cap, NULL, 0);
         const char *b = getenv("SIMCUDA_BACKING");
         plain_malloc = b && !strcmp(b, "malloc");
+        threaded_backing = b && !strcmp(b, "threaded");
         initialized = 1;
     }
     pthread_mutex_unlock(&lock);
@@ -467,6 +485,13 @@ static CUresult allocate(void **out, size_t size, int kind) {
     CUcontext ctx = owning_context(current);
     if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
     if (size > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (threaded_backing && kind == K_DEVICE) {
+        struct threaded_header *h = malloc(sizeof *h + size);
+        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+        *h = (struct threaded_header){.magic = THREADED_MAGIC, .ctx = ctx, .size = size};
+        *out = h + 1;
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&lock);
     if (device_take(ctx->device, kind, size)) {
         pthread_mutex_unlock(&lock);
@@ -497,6 +522,13 @@ static int freed_as_device(int kind) {
 static CUresult release(uint64_t addr, int kind) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!addr) return CUDA_ERROR_INVALID_VALUE;
+    if (threaded_backing && kind == K_DEVICE) {
+        struct threaded_header *h = (struct threaded_header *)(uintptr_t)addr - 1;
+        if (h->magic != THREADED_MAGIC) return CUDA_ERROR_INVALID_VALUE;
+        h->magic = 0;
+        free(h);
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&lock);
     struct entry *e = table_find(&memory, addr);
     if (!e || !(e->kind == kind || (kind == K_DEVICE && freed_as_device(e->kind)))) {

@@ -106,7 +106,12 @@ static CUcontext primary_ctx; /* NULL after cudaDeviceReset until the next call 
         }                                                                \
     } while (0)
 
+/* SIMCUDA_BACKING=threaded (driver.c): write no shared line per call. */
+static int threaded_backing;
+
 static void load_driver(void) {
+    const char *backing = getenv("SIMCUDA_BACKING");
+    threaded_backing = backing && !strcmp(backing, "threaded");
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "simulated cudart: cannot load libcuda.so.1: %s\n", dlerror());
@@ -178,12 +183,22 @@ static cudaError_t lazy_init(void) {
     if (init_error) return init_error;
     CUcontext cur = NULL;
     if (drv.CtxGetCurrent) drv.CtxGetCurrent(&cur);
-    pthread_mutex_lock(&ctx_lock);
-    CUresult r = CUDA_SUCCESS;
-    if (!primary_ctx) r = drv.DevicePrimaryCtxRetain(&primary_ctx, 0);
-    CUcontext want = primary_ctx;
-    pthread_mutex_unlock(&ctx_lock);
-    if (r) return to_runtime_error(r);
+    /* Once retained, the primary context is read without the lock: a lock
+     * taken by every call would serialize threads (the real runtime takes
+     * none), and benchmarks of threads would measure it. */
+    CUcontext want = __atomic_load_n(&primary_ctx, __ATOMIC_ACQUIRE);
+    if (!want) {
+        pthread_mutex_lock(&ctx_lock);
+        CUresult r = CUDA_SUCCESS;
+        if (!primary_ctx) {
+            CUcontext retained = NULL;
+            r = drv.DevicePrimaryCtxRetain(&retained, 0);
+            if (!r) __atomic_store_n(&primary_ctx, retained, __ATOMIC_RELEASE);
+        }
+        want = primary_ctx;
+        pthread_mutex_unlock(&ctx_lock);
+        if (r) return to_runtime_error(r);
+    }
     if (cur != want) drv.CtxSetCurrent(want);
     return cudaSuccess;
 }
@@ -200,7 +215,8 @@ static int malloc_calls;
 int simcudart_malloc_calls(void) { return __atomic_load_n(&malloc_calls, __ATOMIC_RELAXED); }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
-    __atomic_fetch_add(&malloc_calls, 1, __ATOMIC_RELAXED);
+    /* not with SIMCUDA_BACKING=threaded: a line every thread writes */
+    if (!threaded_backing) __atomic_fetch_add(&malloc_calls, 1, __ATOMIC_RELAXED);
     INIT_OR_RETURN();
     if (!devPtr) return cudaErrorInvalidValue;
     if (size == 0) {
@@ -352,7 +368,7 @@ cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray) {
 cudaError_t cudaDeviceReset(void) {
     INIT_OR_RETURN();
     pthread_mutex_lock(&ctx_lock);
-    primary_ctx = NULL;
+    __atomic_store_n(&primary_ctx, NULL, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ctx_lock);
     return to_runtime_error(drv.DevicePrimaryCtxReset(0));
 }
