@@ -675,6 +675,23 @@ fn the_peak_of_racing_threads_is_within_one_percent() {
         .all(|g| g.bytes % 16384 == 0 && g.bytes <= 1000 * 16384));
 }
 
+/// The first thread to count bytes adds without locked instructions until
+/// a second thread counts (live_bytes.rs); the switch happens while both
+/// allocate and free as fast as they can. A lost update would leave the
+/// live count off by a block (or wrapped below zero), and the 1 GiB block
+/// allocated last would not make the peak exactly 1 GiB. Ten processes,
+/// ten switches.
+#[test]
+fn the_switch_from_one_counting_thread_to_two_loses_no_update() {
+    for _ in 0..10 {
+        let out = run_traced(&program("threads_peak"), &["sole"], &[]);
+        out.assert_success();
+        let r = out.report();
+        assert_eq!(r.totals.peak_bytes, 1 << 30);
+        assert_eq!(r.peak.as_ref().unwrap().bytes, 1 << 30);
+    }
+}
+
 /// Two threads in turn, each keeping its changes to its current call site
 /// in its own delta slot (site_counters.rs): with no call in flight at the
 /// peak, the peak is exact, although A's five frees and the five after the

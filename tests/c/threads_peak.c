@@ -77,9 +77,38 @@ static int handover(void) {
     return 0;
 }
 
+#define SOLE_PAIRS 40000
+
+static void sole_pairs(int n) {
+    for (int i = 0; i < n; i++) {
+        void *p;
+        CHECK(cudaMalloc(&p, 4096));
+        CHECK(cudaFree(p));
+    }
+}
+
+static void *sole_second(void *arg) {
+    (void)arg;
+    sole_pairs(SOLE_PAIRS / 2);
+    return NULL;
+}
+
+static int sole(void) {
+    pthread_t second;
+    void *big;
+    CHECK(cudaFree(NULL));
+    sole_pairs(SOLE_PAIRS / 8);
+    pthread_create(&second, NULL, sole_second, NULL);
+    sole_pairs(SOLE_PAIRS);
+    pthread_join(second, NULL);
+    CHECK(cudaMalloc(&big, 1 << 30));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     pthread_t th[THREADS];
     if (argc > 1 && !strcmp(argv[1], "handover")) return handover();
+    if (argc > 1 && !strcmp(argv[1], "sole")) return sole();
     CHECK(cudaFree(NULL));
     pthread_barrier_init(&barrier, NULL, THREADS);
     for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, worker, (void *)t);

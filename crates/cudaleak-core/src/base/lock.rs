@@ -303,7 +303,10 @@ mod tests {
         };
         let start = Instant::now();
         while m.state.load(Ordering::Relaxed) != CONTENDED {
-            assert!(start.elapsed() < Duration::from_secs(10), "the waiter never waited");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the waiter never waited"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(20)); // into futex_wait

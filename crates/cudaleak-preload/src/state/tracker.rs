@@ -8,6 +8,7 @@ use crate::base::thread::ThreadState;
 use crate::capture::Stack;
 use crate::cuda::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::cuda::ffi::*;
+use crate::state::live_bytes;
 use cudaleak_core::assemble::{PeakSites, Snapshot};
 use cudaleak_core::base::hash::AddrHash;
 use cudaleak_core::base::lock::FutexMutex;
@@ -39,26 +40,6 @@ pub static SNAPSHOT_LOCK: FutexMutex<()> = FutexMutex::new(());
 
 static FAILED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static INVALID_FREES: AtomicU64 = AtomicU64::new(0);
-/// A value alone in its 64-byte cache line.
-///
-/// The bug (issue 24): two threads doubled the library's cost per pair
-/// with no lock waited on. `LIVE_BYTES`, written by every allocation and
-/// release, shared its line with `PEAK_BYTES`, `EPOCH` and `TRACKING`,
-/// which every event reads: each write took the line from the other core.
-#[repr(align(64))]
-struct OwnLine<T>(T);
-
-impl<T> std::ops::Deref for OwnLine<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-static LIVE_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
-static PEAK_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
-/// When PEAK_BYTES was last raised (Unix ms, to the coarse clock's tick).
-static PEAK_TIME_MS: AtomicI64 = AtomicI64::new(0);
 static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Checkpoint epoch; stored in each block (`cudaleak_checkpoint`).
 pub static EPOCH: AtomicU32 = AtomicU32::new(0);
@@ -125,7 +106,7 @@ pub fn sampler_sources() -> crate::state::sampler::Sources<'static> {
         period: crate::base::settings::config().timeline,
         sites: &SITES,
         depot: &DEPOT,
-        peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),
+        peak_bytes: live_bytes::peak(),
         active: saw_allocation_call(),
     }
 }
@@ -143,12 +124,9 @@ fn add_bytes(b: &Block, thread: &ThreadState) {
         return;
     }
     let n = b.size();
-    let peak = PEAK_BYTES.load(Ordering::Relaxed);
+    let peak = live_bytes::peak();
     SITES.add_from(delta_slot(thread), b.trace, n, peak);
-    let now = LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
-    if now > peak {
-        new_peak(now);
-    }
+    live_bytes::add(n, thread, peak);
 }
 
 /// The calling thread's delta slot in [`SITES`], claimed at its first
@@ -173,37 +151,12 @@ fn claim_delta_slot(thread: &ThreadState) -> u16 {
     slot
 }
 
-/// Live bytes went past the peak: only while memory grows, never in a
-/// steady alloc/free loop.
-#[cold]
-#[inline(never)]
-fn new_peak(now: u64) {
-    if PEAK_BYTES.fetch_max(now, Ordering::Relaxed) < now {
-        PEAK_TIME_MS.store(coarse_now_ms(), Ordering::Relaxed);
-    }
-}
-
-/// Unix time in ms from the coarse clock (a vDSO read, no system call;
-/// its tick is 1-4 ms).
-fn coarse_now_ms() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live local that clock_gettime only writes; an
-    // unknown clock fails with EINVAL, handled below.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
-}
-
 /// A block gone, on a path that has no thread state at hand (teardowns,
 /// handles): straight to its site's word.
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
-        SITES.sub(b.trace, b.size(), PEAK_BYTES.load(Ordering::Relaxed));
-        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+        SITES.sub(b.trace, b.size(), live_bytes::peak());
+        live_bytes::sub(b.size(), crate::base::thread::current());
     }
 }
 
@@ -214,9 +167,9 @@ fn sub_bytes(b: &Block) {
 #[inline]
 fn sub_bytes_from(b: &Block, thread: &ThreadState) {
     if b.kind().counts_in_live_bytes() {
-        let peak = PEAK_BYTES.load(Ordering::Relaxed);
+        let peak = live_bytes::peak();
         SITES.sub_from(delta_slot(thread), b.trace, b.size(), peak);
-        LIVE_BYTES.fetch_sub(b.size(), Ordering::Relaxed);
+        live_bytes::sub(b.size(), thread);
     }
 }
 
@@ -834,7 +787,7 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
     snap.frees = counts.removed;
     snap.failed_allocations = FAILED_ALLOCATIONS.load(Ordering::Relaxed);
     snap.invalid_frees = INVALID_FREES.load(Ordering::Relaxed);
-    let peak = PEAK_BYTES.load(Ordering::Relaxed);
+    let peak = live_bytes::peak();
     snap.peak_bytes = peak;
     snap.peak = Some(peak_sites(peak));
     snap.incomplete_shards = skipped as u64;
@@ -850,7 +803,7 @@ fn peak_sites(peak: u64) -> PeakSites {
     });
     PeakSites {
         bytes: peak,
-        timestamp_ms: PEAK_TIME_MS.load(Ordering::Relaxed),
+        timestamp_ms: live_bytes::peak_time_ms(),
         sites,
     }
 }
@@ -940,10 +893,10 @@ pub unsafe fn reset_in_child_and_unlock() {
         SNAPSHOT_LOCK.raw_unlock();
     }
     SITES.reset();
-    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &LIVE_BYTES, &PEAK_BYTES] {
+    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES] {
         c.store(0, Ordering::Relaxed);
     }
-    PEAK_TIME_MS.store(0, Ordering::Relaxed);
+    live_bytes::reset_in_child();
     for r in &PRIMARY_REFS {
         r.store(0, Ordering::Relaxed);
     }
