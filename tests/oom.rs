@@ -675,20 +675,25 @@ fn the_peak_of_racing_threads_is_within_one_percent() {
         .all(|g| g.bytes % 16384 == 0 && g.bytes <= 1000 * 16384));
 }
 
-/// The first thread to count bytes adds without locked instructions until
-/// a second thread counts (live_bytes.rs); the switch happens while both
-/// allocate and free as fast as they can. A lost update would leave the
-/// live count off by a block (or wrapped below zero), and the 1 GiB block
-/// allocated last would not make the peak exactly 1 GiB. Ten processes,
-/// ten switches.
+/// The first thread to allocate owns the live maps and the live-byte
+/// count without locked instructions until a second thread allocates
+/// (sole_thread.rs); the switch happens while both allocate and free as
+/// fast as they can. A lost update would leave the count off by a block
+/// (or wrapped below zero), so that the 1 GiB block allocated last would
+/// not make the peak exactly 1 GiB, or the maps' counts off. Ten
+/// processes, ten switches.
 #[test]
-fn the_switch_from_one_counting_thread_to_two_loses_no_update() {
+fn the_switch_from_one_allocating_thread_to_two_loses_no_update() {
+    const PAIRS: u64 = 40_000; // SOLE_PAIRS in threads_peak.c
     for _ in 0..10 {
         let out = run_traced(&program("threads_peak"), &["sole"], &[]);
         out.assert_success();
         let r = out.report();
         assert_eq!(r.totals.peak_bytes, 1 << 30);
         assert_eq!(r.peak.as_ref().unwrap().bytes, 1 << 30);
+        let pairs = PAIRS / 8 + PAIRS + PAIRS / 2;
+        assert_eq!((r.totals.allocations, r.totals.frees), (pairs + 1, pairs));
+        assert_eq!(r.totals.live_bytes, 1 << 30);
     }
 }
 

@@ -27,11 +27,13 @@ fn main() {
 /// never collide on a key.
 fn alloc_free_pair(map: &LiveMap, counter: &AtomicU64) -> Option<Block> {
     let key = 0x7f00_0000_0000 + counter.fetch_add(1, Ordering::Relaxed) * 256;
+    // One key for every thread: these maps have no sole owner.
     map.insert(
+        1,
         key,
         Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
     );
-    map.remove(divan::black_box(key))
+    map.remove(1, divan::black_box(key))
 }
 
 /// One allocation and its release, with `live` other blocks in the map.
@@ -40,6 +42,7 @@ fn live_map_pair(bencher: divan::Bencher, live: u64) {
     let map = Box::new(LiveMap::new());
     for i in 0..live {
         map.insert(
+            1,
             0x1000_0000_0000 + i * 4096,
             Block::new(4096, TraceId(1), MemoryKind::Device, 1, Some(0), 0),
         );

@@ -120,8 +120,10 @@ impl<T> FutexMutex<T> {
     /// Mutable access without locking.
     ///
     /// # Safety
-    /// No other thread may use the lock: only for the child after `fork`,
-    /// while the lock is held through `raw_lock` from the prepare handler.
+    /// No other thread may use the lock, and no other reference to the
+    /// value may live: the child after `fork`, while the lock is held
+    /// through `raw_lock` from the prepare handler, or the sole owner of
+    /// `sole.rs` inside its section.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn get_unchecked(&self) -> &mut T {
         // SAFETY: `value.get()` points into `self`, live for the borrow; the

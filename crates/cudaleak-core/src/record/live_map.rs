@@ -7,9 +7,17 @@
 //! the sums over shards satisfy `allocations - frees == live blocks` no
 //! matter how traffic interleaves with the dump. A dump never holds more
 //! than one shard lock, so allocating threads wait at most one shard's copy.
+//!
+//! A map made with [`LiveMap::with_sole_owner`] takes no shard lock while
+//! one thread alone uses it (`base/sole.rs`): every method takes the
+//! calling thread's [`ThreadKey`], and the first thread to call becomes
+//! the owner until another thread calls. The owner's call nested in its
+//! own (a signal handler that interrupted it) does nothing and returns
+//! what "not found" returns.
 
 use crate::base::hash::{mix64, AddrHash};
-use crate::base::lock::FutexMutex;
+use crate::base::lock::{FutexGuard, FutexMutex};
+use crate::base::sole::{Entry, SoleOwner, ThreadKey};
 use crate::record::Block;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -31,6 +39,32 @@ struct PaddedShard(FutexMutex<Shard>);
 
 pub struct LiveMap {
     shards: [PaddedShard; SHARDS],
+    sole: Option<&'static SoleOwner>,
+}
+
+/// A shard as one call holds it: under its lock, or the sole owner's.
+enum Held<'a> {
+    Locked(FutexGuard<'a, Shard>),
+    Sole(&'a mut Shard),
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        match self {
+            Held::Locked(g) => g,
+            Held::Sole(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        match self {
+            Held::Locked(g) => g,
+            Held::Sole(s) => s,
+        }
+    }
 }
 
 /// Counter totals read together with the blocks of the same shards.
@@ -59,7 +93,17 @@ impl Default for LiveMap {
 
 impl LiveMap {
     pub const fn new() -> LiveMap {
+        LiveMap::with_sole(None)
+    }
+
+    /// A map that spares a thread using it alone the shard locks.
+    pub const fn with_sole_owner(sole: &'static SoleOwner) -> LiveMap {
+        LiveMap::with_sole(Some(sole))
+    }
+
+    const fn with_sole(sole: Option<&'static SoleOwner>) -> LiveMap {
         LiveMap {
+            sole,
             shards: [const {
                 PaddedShard(FutexMutex::new(Shard {
                     map: HashMap::with_hasher(AddrHash),
@@ -69,6 +113,58 @@ impl LiveMap {
                 }))
             }; SHARDS],
         }
+    }
+
+    /// Runs `f` on `key`'s shard, held by `me`: without its lock while
+    /// `me` owns the map alone; not at all (`R::default()`, "not found")
+    /// when `me` interrupted its own call.
+    #[inline(always)]
+    fn with_shard<R: Default>(&self, me: ThreadKey, key: u64, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let shard = self.shard(key);
+        if let Some(sole) = self.sole {
+            match sole.enter(me) {
+                // SAFETY: `me` owns the map alone (sole.rs): no other
+                // thread reads or changes a shard until the section ends,
+                // and `f` cannot reach this map again.
+                Entry::Sole(_section) => return f(unsafe { shard.get_unchecked() }),
+                Entry::Nested(_) => return R::default(),
+                Entry::Shared => {}
+            }
+        }
+        f(&mut shard.lock())
+    }
+
+    /// For the calls over every shard: a closure over each shard in turn
+    /// is what the owner's one section covers. `None`: `me` interrupted its
+    /// own call, or the owner stayed inside past `timeout`.
+    fn with_every_shard<R>(
+        &self,
+        me: ThreadKey,
+        timeout: Option<Duration>,
+        f: impl FnOnce(&mut dyn FnMut(&FutexMutex<Shard>) -> Option<Held<'_>>) -> R,
+    ) -> Option<R> {
+        if let Some(sole) = self.sole {
+            if sole.is_owner(me) {
+                match sole.enter(me) {
+                    Entry::Sole(_section) => {
+                        // SAFETY: as in `with_shard`; the section lasts
+                        // until `f` returns.
+                        return Some(f(&mut |m| Some(Held::Sole(unsafe { m.get_unchecked() }))));
+                    }
+                    Entry::Nested(_) => return None,
+                    Entry::Shared => {}
+                }
+            }
+            // Not `enter`, whose ending of sole mode would wait without
+            // the timeout.
+            if !sole.end(timeout) {
+                return None;
+            }
+        }
+        Some(f(&mut |m| match timeout {
+            Some(t) => m.lock_for(t).map(Held::Locked),
+            None => Some(Held::Locked(m.lock())),
+        }))
     }
 
     #[inline]
@@ -81,24 +177,27 @@ impl LiveMap {
     /// Records an allocation. If the key was already live (a release we did
     /// not see), the old block counts as released so that the counters stay
     /// exact; it is returned.
-    pub fn insert(&self, key: u64, block: Block) -> Option<Block> {
-        let mut s = self.shard(key).lock();
-        s.inserted += 1;
-        let old = s.map.insert(key, block);
-        if old.is_some() {
-            s.removed += 1;
-        }
-        old
+    #[inline]
+    pub fn insert(&self, me: ThreadKey, key: u64, block: Block) -> Option<Block> {
+        self.with_shard(me, key, |s| {
+            s.inserted += 1;
+            let old = s.map.insert(key, block);
+            if old.is_some() {
+                s.removed += 1;
+            }
+            old
+        })
     }
 
     /// Records a release; `None` when the key was not live.
-    pub fn remove(&self, key: u64) -> Option<Block> {
-        let mut s = self.shard(key).lock();
-        let old = s.map.remove(&key);
-        if old.is_some() {
-            s.removed += 1;
-        }
-        old
+    pub fn remove(&self, me: ThreadKey, key: u64) -> Option<Block> {
+        self.with_shard(me, key, |s| {
+            let old = s.map.remove(&key);
+            if old.is_some() {
+                s.removed += 1;
+            }
+            old
+        })
     }
 
     /// Records a release if `accept` approves the live block (a release
@@ -108,106 +207,117 @@ impl LiveMap {
     /// One probe of the table (issue 24: a `get` then a `remove` probed
     /// twice, out of line, on every release: +65 instructions a pair).
     #[inline]
-    pub fn remove_if(&self, key: u64, accept: impl FnOnce(&Block) -> bool) -> Option<Block> {
-        let mut guard = self.shard(key).lock();
-        let Shard { map, removed, .. } = &mut *guard;
-        match map.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) if accept(e.get()) => {
-                *removed += 1;
-                Some(e.remove())
+    pub fn remove_if(&self, me: ThreadKey, key: u64, accept: impl FnOnce(&Block) -> bool) -> Option<Block> {
+        self.with_shard(me, key, |s| {
+            let Shard { map, removed, .. } = s;
+            match map.entry(key) {
+                std::collections::hash_map::Entry::Occupied(e) if accept(e.get()) => {
+                    *removed += 1;
+                    Some(e.remove())
+                }
+                _ => None,
             }
-            _ => None,
-        }
+        })
     }
 
     /// Undoes a [`LiveMap::remove`] whose release call then failed.
-    pub fn restore(&self, key: u64, block: Block) {
-        let mut s = self.shard(key).lock();
-        if s.map.insert(key, block).is_none() {
-            s.removed = s.removed.saturating_sub(1);
-        } else {
-            // Someone inserted the key meanwhile (cannot happen with a
-            // correct driver); keep the counters consistent.
-            s.inserted += 1;
-        }
+    pub fn restore(&self, me: ThreadKey, key: u64, block: Block) {
+        self.with_shard(me, key, |s| {
+            if s.map.insert(key, block).is_none() {
+                s.removed = s.removed.saturating_sub(1);
+            } else {
+                // Someone inserted the key meanwhile (cannot happen with a
+                // correct driver); keep the counters consistent.
+                s.inserted += 1;
+            }
+        })
     }
 
-    pub fn get(&self, key: u64) -> Option<Block> {
-        self.shard(key).lock().map.get(&key).copied()
+    pub fn get(&self, me: ThreadKey, key: u64) -> Option<Block> {
+        self.with_shard(me, key, |s| s.map.get(&key).copied())
     }
 
     /// Replaces the block stored under `key`, keeping the counters.
-    pub fn update(&self, key: u64, f: impl FnOnce(&mut Block)) -> bool {
-        let mut s = self.shard(key).lock();
-        match s.map.get_mut(&key) {
+    pub fn update(&self, me: ThreadKey, key: u64, f: impl FnOnce(&mut Block)) -> bool {
+        self.with_shard(me, key, |s| match s.map.get_mut(&key) {
             Some(b) => {
                 f(b);
                 true
             }
             None => false,
-        }
+        })
     }
 
     /// Visits every shard under its lock. `visit` sees the shard's blocks
     /// and counters together. With `timeout`, a shard whose lock cannot be
     /// taken in time is skipped and counted in the return value (used at
-    /// exit, where a thread may have died holding a lock).
+    /// exit, where a thread may have died holding a lock; every shard is
+    /// skipped when the map's sole owner stays inside its call that long,
+    /// or when `me` interrupted its own call).
     pub fn for_each_shard(
         &self,
+        me: ThreadKey,
         timeout: Option<Duration>,
         mut visit: impl FnMut(&mut dyn Iterator<Item = (u64, Block)>, MapCounts),
     ) -> usize {
-        let mut skipped = 0;
-        for shard in &self.shards {
-            let guard = match timeout {
-                Some(t) => match shard.0.lock_for(t) {
-                    Some(g) => g,
-                    None => {
-                        skipped += 1;
-                        continue;
-                    }
-                },
-                None => shard.0.lock(),
-            };
-            let counts = MapCounts {
-                inserted: guard.inserted,
-                removed: guard.removed,
-                moved: guard.moved,
-                live: guard.map.len() as u64,
-            };
-            let mut it = guard.map.iter().map(|(k, v)| (*k, *v));
-            visit(&mut it, counts);
-        }
-        skipped
+        self.with_every_shard(me, timeout, |hold| {
+            let mut skipped = 0;
+            for shard in &self.shards {
+                let Some(held) = hold(&shard.0) else {
+                    skipped += 1;
+                    continue;
+                };
+                let counts = MapCounts {
+                    inserted: held.inserted,
+                    removed: held.removed,
+                    moved: held.moved,
+                    live: held.map.len() as u64,
+                };
+                let mut it = held.map.iter().map(|(k, v)| (*k, *v));
+                visit(&mut it, counts);
+            }
+            skipped
+        })
+        .unwrap_or(SHARDS)
     }
 
     /// Moves out every block for which `pred` holds (context teardown).
-    pub fn drain_where(&self, mut pred: impl FnMut(&Block) -> bool) -> Vec<(u64, Block)> {
-        let mut out = Vec::new();
-        for shard in &self.shards {
-            let mut s = shard.0.lock();
-            let before = out.len();
-            s.map.retain(|k, v| {
-                if pred(v) {
-                    out.push((*k, *v));
-                    false
-                } else {
-                    true
-                }
-            });
-            s.moved += (out.len() - before) as u64;
-        }
-        out
+    pub fn drain_where(&self, me: ThreadKey, mut pred: impl FnMut(&Block) -> bool) -> Vec<(u64, Block)> {
+        self.with_every_shard(me, None, |hold| {
+            let mut out = Vec::new();
+            for shard in &self.shards {
+                let Some(mut s) = hold(&shard.0) else { continue };
+                let before = out.len();
+                s.map.retain(|k, v| {
+                    if pred(v) {
+                        out.push((*k, *v));
+                        false
+                    } else {
+                        true
+                    }
+                });
+                s.moved += (out.len() - before) as u64;
+            }
+            out
+        })
+        .unwrap_or_default()
     }
 
-    pub fn counts(&self) -> MapCounts {
+    pub fn counts(&self, me: ThreadKey) -> MapCounts {
         let mut total = MapCounts::default();
-        self.for_each_shard(None, |_, c| total.add(c));
+        self.for_each_shard(me, None, |_, c| total.add(c));
         total
     }
 
-    /// Takes every shard lock (fork prepare handler).
-    pub fn lock_all(&self) {
+    /// Takes every shard lock (fork prepare handler). The sole owner may
+    /// keep sole mode: while it forks, it is in no call of this map, and
+    /// other threads, which end sole mode first, wait on the locks.
+    pub fn lock_all(&self, me: ThreadKey) {
+        if let Some(sole) = self.sole {
+            if !sole.is_owner(me) {
+                sole.end(None);
+            }
+        }
         for s in &self.shards {
             s.0.raw_lock();
         }
@@ -253,6 +363,9 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
+    /// The calling thread's key for maps without a sole owner.
+    const ME: ThreadKey = 1;
+
     fn blk(size: u64) -> Block {
         Block::new(size, TraceId(1), MemoryKind::Device, 0, None, 0)
     }
@@ -260,17 +373,17 @@ mod tests {
     #[test]
     fn insert_remove_restore_keep_counts() {
         let m = LiveMap::new();
-        assert!(m.insert(0x1000, blk(10)).is_none());
-        assert!(m.insert(0x2000, blk(20)).is_none());
-        let b = m.remove(0x1000).unwrap();
+        assert!(m.insert(ME, 0x1000, blk(10)).is_none());
+        assert!(m.insert(ME, 0x2000, blk(20)).is_none());
+        let b = m.remove(ME, 0x1000).unwrap();
         assert_eq!(b.size(), 10);
-        assert!(m.remove(0x1000).is_none());
-        m.restore(0x1000, b);
-        let c = m.counts();
+        assert!(m.remove(ME, 0x1000).is_none());
+        m.restore(ME, 0x1000, b);
+        let c = m.counts(ME);
         assert_eq!((c.inserted, c.removed, c.live), (2, 0, 2));
         // A second insert at a live key retires the old block.
-        assert_eq!(m.insert(0x2000, blk(30)).unwrap().size(), 20);
-        let c = m.counts();
+        assert_eq!(m.insert(ME, 0x2000, blk(30)).unwrap().size(), 20);
+        let c = m.counts(ME);
         assert_eq!(c.inserted - c.removed - c.moved, c.live);
     }
 
@@ -279,13 +392,14 @@ mod tests {
         let m = LiveMap::new();
         for i in 0..100u64 {
             m.insert(
+                ME,
                 0x10000 + i * 512,
                 Block::new(i, TraceId(1), MemoryKind::Device, (i % 2) as u8, None, 0),
             );
         }
-        let drained = m.drain_where(|b| b.context_slot() == 1);
+        let drained = m.drain_where(ME, |b| b.context_slot() == 1);
         assert_eq!(drained.len(), 50);
-        let c = m.counts();
+        let c = m.counts(ME);
         assert_eq!((c.inserted, c.removed, c.moved, c.live), (100, 0, 50, 50));
     }
 
@@ -303,10 +417,10 @@ mod tests {
                     let mut i = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let a = (t << 40) | (i << 8);
-                        m.insert(a, blk(i));
+                        m.insert(t as usize + 1, a, blk(i));
                         // free the previous thread's block of the same index
                         let other = (((t + 7) % 8) << 40) | (i.saturating_sub(1) << 8);
-                        m.remove(other);
+                        m.remove(t as usize + 1, other);
                         i += 1;
                     }
                 })
@@ -315,7 +429,7 @@ mod tests {
         for _ in 0..200 {
             let mut counts = MapCounts::default();
             let mut seen = 0u64;
-            m.for_each_shard(None, |it, c| {
+            m.for_each_shard(ME, None, |it, c| {
                 seen += it.count() as u64;
                 counts.add(c);
             });
@@ -326,5 +440,67 @@ mod tests {
         for w in workers {
             w.join().unwrap();
         }
+    }
+
+    fn sole_map() -> Arc<LiveMap> {
+        let sole: &'static SoleOwner = Box::leak(Box::new(SoleOwner::new()));
+        sole.allow();
+        Arc::new(LiveMap::with_sole_owner(sole))
+    }
+
+    /// `n` keys, spaced as device addresses, that all fall in shard 0.
+    fn keys_of_one_shard(m: &LiveMap, base: u64, n: usize) -> Vec<u64> {
+        (0..)
+            .map(|i| base + i * 256)
+            .filter(|&k| std::ptr::eq(m.shard(k), &m.shards[0].0))
+            .take(n)
+            .collect()
+    }
+
+    /// The owner allocates and frees alone, without locks; a second thread
+    /// joins (which ends sole mode) and both go on, in the same shard. Each
+    /// thread keeps its last block. A call of the owner's running unlocked
+    /// beside a locked one would lose counts or corrupt the shard's table
+    /// (this test fails when the second thread does not end sole mode).
+    #[test]
+    fn a_map_owned_alone_switches_to_locks_when_another_thread_comes() {
+        let m = sole_map();
+        let run = |me: ThreadKey, keys: Vec<u64>, rounds: usize| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                for r in 0..rounds {
+                    let k = keys[r % keys.len()];
+                    assert!(m.insert(me, k, blk(r as u64)).is_none());
+                    assert!(m.remove(me, k).is_some());
+                }
+                m.insert(me, keys[0], blk(1));
+            })
+        };
+        let owner = run(1, keys_of_one_shard(&m, 1 << 40, 64), 400_000);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let second = run(2, keys_of_one_shard(&m, 2 << 40, 64), 200_000);
+        owner.join().unwrap();
+        second.join().unwrap();
+        let c = m.counts(3);
+        assert_eq!((c.inserted, c.removed, c.live), (600_002, 600_000, 2));
+        let mut keys = Vec::new();
+        m.for_each_shard(3, None, |it, _| keys.extend(it.map(|(k, _)| k)));
+        assert_eq!(keys.len(), 2);
+    }
+
+    #[test]
+    fn the_owner_of_a_map_dumps_and_drains_it_without_ending_sole_mode() {
+        let m = sole_map();
+        m.insert(1, 0x1000, blk(10));
+        m.insert(
+            1,
+            0x2000,
+            Block::new(20, TraceId(1), MemoryKind::Device, 1, None, 0),
+        );
+        assert_eq!(m.counts(1).live, 2);
+        assert_eq!(m.drain_where(1, |b| b.context_slot() == 1).len(), 1);
+        let c = m.counts(1);
+        assert_eq!((c.inserted, c.moved, c.live), (2, 1, 1));
+        assert!(m.sole.unwrap().is_owner(1));
     }
 }

@@ -9,6 +9,7 @@ use crate::capture::Stack;
 use crate::cuda::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::cuda::ffi::*;
 use crate::state::live_bytes;
+use crate::state::sole_thread::{self, current_key, SOLE_THREAD};
 use cudaleak_core::assemble::{PeakSites, Snapshot};
 use cudaleak_core::base::hash::AddrHash;
 use cudaleak_core::base::lock::FutexMutex;
@@ -22,9 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, A
 use std::time::Duration;
 
 /// Device, host and managed blocks and VA reservations, by address.
-pub static LIVE: LiveMap = LiveMap::new();
+pub static LIVE: LiveMap = LiveMap::with_sole_owner(&SOLE_THREAD);
 /// Physical allocations (cuMemCreate), by handle: another key space.
-pub static HANDLES: LiveMap = LiveMap::new();
+pub static HANDLES: LiveMap = LiveMap::with_sole_owner(&SOLE_THREAD);
 pub static DEPOT: Depot = Depot::new();
 /// Live bytes and blocks per trace, now and at the process's peak: every
 /// report's `peak`, and the sampled timeline (`sampler.rs`). Always kept
@@ -223,7 +224,7 @@ pub fn record_allocation(
         );
         &LIVE
     };
-    if let Some(old) = map.insert(key, block) {
+    if let Some(old) = map.insert(sole_thread::key(thread), key, block) {
         sub_bytes_from(&old, thread);
     }
     add_bytes(&block, thread);
@@ -258,7 +259,7 @@ impl Releases {
 /// Takes a block out of the live map before its release call (case 3 in
 /// events.rs); `None` when `addr` is not a live block the call releases.
 pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
-    LIVE.remove_if(addr, |b| accepts.accepts(b))
+    LIVE.remove_if(current_key(), addr, |b| accepts.accepts(b))
 }
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread: &ThreadState) {
@@ -273,7 +274,7 @@ pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread
             );
             sub_bytes_from(&b, thread);
         }
-        Some(b) => LIVE.restore(addr, b),
+        Some(b) => LIVE.restore(sole_thread::key(thread), addr, b),
         None => {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
         }
@@ -332,7 +333,7 @@ pub fn release_handle_begin(handle: u64) -> HandleRelease {
             }
             HandleRelease::Deferred
         }
-        _ => match HANDLES.remove(handle) {
+        _ => match HANDLES.remove(current_key(), handle) {
             Some(b) => {
                 vmm.handles.remove(&handle);
                 HandleRelease::Removed(b)
@@ -358,7 +359,7 @@ pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
             VMM.lock()
                 .handles
                 .insert(handle, HandleState { maps: 0, refs: 1 });
-            HANDLES.restore(handle, b);
+            HANDLES.restore(current_key(), handle, b);
         }
         (HandleRelease::Deferred, true) => {}
         (HandleRelease::Deferred, false) => {
@@ -373,7 +374,7 @@ pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
 /// which a cuMemRelease will give back.
 pub fn handle_retained(handle: u64) {
     let mut vmm = VMM.lock();
-    if HANDLES.get(handle).is_some() {
+    if HANDLES.get(current_key(), handle).is_some() {
         vmm.handles.entry(handle).or_default().refs += 1;
     }
 }
@@ -400,7 +401,10 @@ pub fn bound(mc: u64, dev: i32, offset: u64, mem: Option<u64>, addr: u64) {
     let dev = if dev >= 0 {
         dev
     } else {
-        HANDLES.get(mem).and_then(|b| b.device()).map_or(-1, |d| d as i32)
+        HANDLES
+            .get(current_key(), mem)
+            .and_then(|b| b.device())
+            .map_or(-1, |d| d as i32)
     };
     vmm.binds.push(Bind { mc, dev, offset, mem });
     vmm.handles.entry(mem).or_default().maps += 1;
@@ -415,7 +419,7 @@ fn unreference(vmm: &mut Vmm, h: u64) -> Option<(u64, Block)> {
         return None;
     }
     vmm.handles.remove(&h);
-    HANDLES.remove(h).map(|b| (h, b))
+    HANDLES.remove(current_key(), h).map(|b| (h, b))
 }
 
 /// A multicast object is gone: its binds with it; the blocks that died.
@@ -468,7 +472,7 @@ pub fn unbind_finish(undo: UnbindUndo, succeeded: bool) {
     let mut vmm = VMM.lock();
     for (h, b) in undo.handles {
         vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
-        HANDLES.restore(h, b);
+        HANDLES.restore(current_key(), h, b);
     }
     for b in undo.binds {
         vmm.handles.entry(b.mem).or_default().maps += 1;
@@ -515,7 +519,7 @@ pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
     let mut vmm = VMM.lock();
     for (h, b) in undo.handles {
         vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
-        HANDLES.restore(h, b);
+        HANDLES.restore(current_key(), h, b);
     }
     for (a, h, s) in undo.mappings {
         vmm.mappings.insert(a, (h, s));
@@ -705,7 +709,9 @@ fn primary_of_green_context(ctx: u64) -> Option<u64> {
 
 fn teardown_slots(matches: impl Fn(u8) -> bool) {
     let _g = SNAPSHOT_LOCK.lock();
-    let moved = LIVE.drain_where(|b| b.context_slot() != 0 && matches(b.context_slot()));
+    let moved = LIVE.drain_where(current_key(), |b| {
+        b.context_slot() != 0 && matches(b.context_slot())
+    });
     if !moved.is_empty() {
         TORN_DOWN.lock().extend(moved);
     }
@@ -767,17 +773,18 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
         None => SNAPSHOT_LOCK.lock(),
     };
     let mut snap = Snapshot::default();
+    let me = current_key();
     // Sized first (one short lock per shard): growing the copy by doubling
     // moved it several times (issue 21: the out-of-memory snapshot is taken
     // on the failing thread).
     if timeout.is_none() {
-        let live = LIVE.counts().live + HANDLES.counts().live;
+        let live = LIVE.counts(me).live + HANDLES.counts(me).live;
         snap.blocks.reserve(live as usize + live as usize / 16 + 64);
     }
     let mut counts = MapCounts::default();
     let mut skipped = 0;
     for map in [&LIVE, &HANDLES] {
-        skipped += map.for_each_shard(timeout, |it, c| {
+        skipped += map.for_each_shard(me, timeout, |it, c| {
             snap.blocks.extend(it);
             counts.add(c);
         });
@@ -813,7 +820,9 @@ pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
     let mut out = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
-        map.for_each_shard(None, |it, _| out.extend(it.filter(|(_, b)| b.epoch() >= epoch)));
+        map.for_each_shard(current_key(), None, |it, _| {
+            out.extend(it.filter(|(_, b)| b.epoch() >= epoch))
+        });
     }
     out.extend(
         TORN_DOWN
@@ -834,8 +843,8 @@ pub fn lock_all_for_fork() {
     CONTEXT_INSERT.raw_lock();
     DEPOT.lock_for_fork();
     crate::capture::python::CODES.lock_for_fork();
-    LIVE.lock_all();
-    HANDLES.lock_all();
+    LIVE.lock_all(current_key());
+    HANDLES.lock_all(current_key());
     TORN_DOWN.raw_lock();
     ATTACHES.raw_lock();
     GREEN_INSERT.raw_lock();
@@ -897,6 +906,7 @@ pub unsafe fn reset_in_child_and_unlock() {
         c.store(0, Ordering::Relaxed);
     }
     live_bytes::reset_in_child();
+    sole_thread::reset_in_child();
     for r in &PRIMARY_REFS {
         r.store(0, Ordering::Relaxed);
     }

@@ -78,7 +78,7 @@ pub fn init() {
         crate::base::deferred_warnings::push(&w)
     }));
     tracker::configure(config);
-    crate::state::live_bytes::init();
+    crate::state::sole_thread::init();
     if let Some(w) = settings::open_outputs(config.log.as_deref()) {
         crate::base::deferred_warnings::push(&w);
     }
