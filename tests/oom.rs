@@ -697,6 +697,18 @@ fn the_switch_from_one_allocating_thread_to_two_loses_no_update() {
     }
 }
 
+/// With two threads, each keeps its own share of the live count until it
+/// could hide a new peak (live_bytes.rs); a thread that exits with a
+/// share left adds it then, or the peak after it would miss those bytes.
+#[test]
+fn a_thread_that_exits_leaves_its_share_of_the_live_bytes() {
+    let out = run_traced(&program("threads_peak"), &["exit"], &[]);
+    out.assert_success();
+    let r = out.report();
+    assert_eq!(r.totals.peak_bytes, 1536 * MIB + MIB);
+    assert_eq!(r.peak.as_ref().unwrap().bytes, 1536 * MIB + MIB);
+}
+
 /// Two threads in turn, each keeping its changes to its current call site
 /// in its own delta slot (site_counters.rs): with no call in flight at the
 /// peak, the peak is exact, although A's five frees and the five after the

@@ -105,10 +105,31 @@ static int sole(void) {
     return 0;
 }
 
+static void *exit_second(void *arg) {
+    (void)arg;
+    void *p;
+    CHECK(cudaMalloc(&p, MIB)); /* kept: 1 MiB live when the thread ends */
+    return NULL;
+}
+
+static int exit_share(void) {
+    pthread_t second;
+    void *halves[2], *more;
+    CHECK(cudaMalloc(&halves[0], 512 * MIB));
+    CHECK(cudaMalloc(&halves[1], 512 * MIB));
+    CHECK(cudaFree(halves[1]));
+    pthread_create(&second, NULL, exit_second, NULL);
+    pthread_join(second, NULL);
+    CHECK(cudaMalloc(&more, 1024 * MIB));
+    CHECK(cudaFree(more));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     pthread_t th[THREADS];
     if (argc > 1 && !strcmp(argv[1], "handover")) return handover();
     if (argc > 1 && !strcmp(argv[1], "sole")) return sole();
+    if (argc > 1 && !strcmp(argv[1], "exit")) return exit_share();
     CHECK(cudaFree(NULL));
     pthread_barrier_init(&barrier, NULL, THREADS);
     for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, worker, (void *)t);

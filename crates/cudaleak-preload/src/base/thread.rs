@@ -48,6 +48,10 @@ pub struct ThreadState {
     /// (caller slot + 1, its seq) of this thread's last runtime call; 0:
     /// none yet (`hooks/resolve/scope.rs`)
     pub last_caller: Cell<(usize, usize)>,
+    /// Bytes this thread counted and has not yet added to the process's
+    /// live-byte count, and whether it counts so (`state/live_bytes.rs`).
+    pub pending_bytes: Cell<i64>,
+    pub counts_pending: Cell<bool>,
 }
 
 /// A thread's state before its first hook: every field zero, so that the
@@ -64,6 +68,8 @@ const fn initial() -> ThreadState {
         site_delta: Cell::new(0),
         buffers: Cell::new(std::ptr::null_mut()),
         last_caller: Cell::new((0, 0)),
+        pending_bytes: Cell::new(0),
+        counts_pending: Cell::new(false),
     }
 }
 
@@ -139,6 +145,8 @@ mod tests {
                 t.site_delta.get(),
                 t.buffers.get(),
                 t.last_caller.get(),
+                t.pending_bytes.get(),
+                t.counts_pending.get(),
             )
         )
     }

@@ -6,17 +6,38 @@
 //! live map. So it is exact where the peak is compared with it, and
 //! nowhere else matters.
 //!
-//! While one thread alone allocates and frees (`sole_thread.rs`), it
-//! updates the count with one `add` to memory that has no `lock` prefix:
-//! a locked add costs about 4 ns, twice a pair (issue 24). One
-//! instruction, so that a signal handler on the same thread that allocates
-//! (never async-signal-safe, but programs do it) cannot land between a
-//! load and a store of the count: a nested section adds too.
+//! Numbered cases worth knowing:
+//! 1. While one thread alone allocates and frees (`sole_thread.rs`), it
+//!    updates the count with one `add` to memory that has no `lock`
+//!    prefix: a locked add costs about 4 ns, twice a pair (issue 24). One
+//!    instruction, so that a signal handler on the same thread that
+//!    allocates (never async-signal-safe, but programs do it) cannot land
+//!    between a load and a store of the count: a nested section adds too.
+//!    The peak is exact.
+//! 2. With more threads, each keeps what it counted in its own state
+//!    (`ThreadState::pending_bytes`) and adds it to the shared count only
+//!    when it could hide a new peak: when the count plus its share passes
+//!    the peak, or when its share passes a quota of the peak. The shared
+//!    word, which every thread's add took from the others' caches (two
+//!    threads: 2x the library's cost per pair), is then written only that
+//!    often.
+//! 3. The quota is the peak / 2^(8 + 2 * ceil(log2 n)), n the threads that
+//!    ever counted so: at most peak / (256 n^2). The k-th such thread
+//!    holds at most peak / (256 k^2), so all of them together at most
+//!    0.64 % of the peak (the sum of 1 / k^2 is under 1.65): a peak seen
+//!    by one thread misses at most that much of the others' shares, within
+//!    the 1 % the out-of-memory and peak issue allows. n never goes down,
+//!    so a program that starts many threads gets small quotas, never a
+//!    wrong bound.
+//! 4. A thread's share is added at its exit (a pthread key's destructor):
+//!    an exited thread's share would otherwise be lost for good. Where no
+//!    key can be had, the quota is 0: every change is added at once.
 
 use crate::base::thread::ThreadState;
 use crate::state::sole_thread::{self, SOLE_THREAD};
 use cudaleak_core::base::sole::Entry;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// A value alone in its 64-byte cache line.
 ///
@@ -38,6 +59,11 @@ static LIVE_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
 static PEAK_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
 /// When PEAK_BYTES was last raised (Unix ms, to the coarse clock's tick).
 static PEAK_TIME_MS: AtomicI64 = AtomicI64::new(0);
+/// Case 3: the threads that ever counted with a share of their own.
+static SHARING_THREADS: AtomicU32 = AtomicU32::new(0);
+/// Case 4: the pthread key whose destructor adds an exiting thread's
+/// share, plus one; 0 before it is made, `u32::MAX` when it cannot be.
+static EXIT_KEY: AtomicU32 = AtomicU32::new(0);
 
 /// The peak so far, in bytes.
 #[inline]
@@ -54,25 +80,107 @@ pub fn peak_time_ms() -> i64 {
 /// read it before.
 #[inline]
 pub fn add(n: u64, thread: &ThreadState, peak: u64) {
-    let now = match sole_update(n, thread) {
-        Some(now) => now,
-        None => LIVE_BYTES.fetch_add(n, Ordering::Relaxed).wrapping_add(n),
-    };
-    if now > peak {
-        new_peak(now);
+    match sole_update(n, thread) {
+        Some(now) if now > peak => new_peak(now),
+        Some(_) => {}
+        None => shared_change(n as i64, thread, peak),
     }
 }
 
 /// `n` bytes less, released by `thread`.
 #[inline]
 pub fn sub(n: u64, thread: &ThreadState) {
-    let minus = n.wrapping_neg();
-    if sole_update(minus, thread).is_none() {
-        LIVE_BYTES.fetch_add(minus, Ordering::Relaxed);
+    if sole_update(n.wrapping_neg(), thread).is_none() {
+        shared_change((n as i64).wrapping_neg(), thread, peak());
     }
 }
 
-/// The sole thread's update, or `None` when the caller must lock.
+/// Case 2: `delta` into `thread`'s share, which goes to the shared count
+/// when it could hide a new peak or passes the quota.
+#[inline]
+fn shared_change(delta: i64, thread: &ThreadState, peak: u64) {
+    if !thread.counts_pending.get() {
+        start_sharing(thread);
+    }
+    let share = thread.pending_bytes.get().wrapping_add(delta);
+    let could_pass_peak = delta > 0 && LIVE_BYTES.load(Ordering::Relaxed).wrapping_add(share as u64) > peak;
+    if could_pass_peak || share.unsigned_abs() > quota(peak) {
+        thread.pending_bytes.set(0);
+        let now = LIVE_BYTES
+            .fetch_add(share as u64, Ordering::Relaxed)
+            .wrapping_add(share as u64);
+        if now > peak {
+            new_peak(now);
+        }
+    } else {
+        thread.pending_bytes.set(share);
+    }
+}
+
+/// Case 3: how far a thread's share may grow, in bytes.
+#[inline]
+fn quota(peak: u64) -> u64 {
+    if EXIT_KEY.load(Ordering::Relaxed) == u32::MAX {
+        return 0; // case 4
+    }
+    let n = SHARING_THREADS.load(Ordering::Relaxed).max(1);
+    let log2_ceil = u32::BITS - (n - 1).leading_zeros();
+    peak.checked_shr(8 + 2 * log2_ceil).unwrap_or(0)
+}
+
+/// A thread's first share: counted in the quota's n, and added at its
+/// exit (case 4).
+#[cold]
+#[inline(never)]
+fn start_sharing(thread: &ThreadState) {
+    thread.counts_pending.set(true);
+    SHARING_THREADS.fetch_add(1, Ordering::Relaxed);
+    if let Some(key) = exit_key() {
+        // The value only needs to be non-null for the destructor to run.
+        let value = &EXIT_KEY as *const AtomicU32 as *const c_void;
+        // SAFETY: a key of ours (TSD slots below 32 need no allocation).
+        if unsafe { libc::pthread_setspecific(key, value) } != 0 {
+            let _ = EXIT_KEY.swap(u32::MAX, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Case 4: adds the exiting thread's share. A destructor that runs after
+/// this one and frees memory starts the thread's sharing again, which
+/// sets the key again: glibc runs destructors up to four rounds.
+extern "C" fn add_share_at_exit(_: *mut c_void) {
+    let thread = crate::base::thread::current();
+    let share = thread.pending_bytes.replace(0);
+    thread.counts_pending.set(false);
+    if share != 0 {
+        LIVE_BYTES.fetch_add(share as u64, Ordering::Relaxed);
+    }
+}
+
+fn exit_key() -> Option<libc::pthread_key_t> {
+    match EXIT_KEY.load(Ordering::Acquire) {
+        0 => {}
+        u32::MAX => return None,
+        k => return Some(k - 1),
+    }
+    let mut k: libc::pthread_key_t = 0;
+    // SAFETY: creating a key with a plain extern "C" destructor.
+    if unsafe { libc::pthread_key_create(&mut k, Some(add_share_at_exit)) } != 0 {
+        let _ = EXIT_KEY.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Acquire);
+        return None;
+    }
+    match EXIT_KEY.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(k),
+        Err(won) => {
+            // Another thread made one first: use that one.
+            // SAFETY: our own, unused key.
+            unsafe { libc::pthread_key_delete(k) };
+            (won != u32::MAX).then(|| won - 1)
+        }
+    }
+}
+
+/// Case 1: the sole thread's update, or `None` when the caller must share.
 #[inline(always)]
 fn sole_update(delta: u64, thread: &ThreadState) -> Option<u64> {
     match SOLE_THREAD.enter(sole_thread::key(thread)) {
@@ -129,9 +237,13 @@ fn coarse_now_ms() -> i64 {
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
-/// A fork's child starts from zero.
+/// A fork's child starts from zero, its one thread sharing nothing.
 pub fn reset_in_child() {
     LIVE_BYTES.store(0, Ordering::Relaxed);
     PEAK_BYTES.store(0, Ordering::Relaxed);
     PEAK_TIME_MS.store(0, Ordering::Relaxed);
+    SHARING_THREADS.store(0, Ordering::Relaxed);
+    let thread = crate::base::thread::current();
+    thread.pending_bytes.set(0);
+    thread.counts_pending.set(false);
 }
