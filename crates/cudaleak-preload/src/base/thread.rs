@@ -22,6 +22,7 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 pub struct ThreadState {
     /// A driver hook is running on this thread (a nested one passes through;
@@ -126,6 +127,36 @@ pub fn current() -> &'static ThreadState {
     // SAFETY: a thread-local without destructor lives as long as its thread,
     // and the reference is only used on this thread, within a hook.
     THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+}
+
+/// A pthread key whose `destructor` runs at the exit of each thread that
+/// set a non-null value, made at the first call: `slot` holds it plus one,
+/// 0 before, `u32::MAX` when it cannot be made. Atomics, not a `Once`: a
+/// hook may ask while another hook on this thread asks too.
+pub fn exit_key(
+    slot: &AtomicU32,
+    destructor: unsafe extern "C" fn(*mut c_void),
+) -> Option<libc::pthread_key_t> {
+    match slot.load(Ordering::Acquire) {
+        0 => {}
+        u32::MAX => return None,
+        k => return Some(k - 1),
+    }
+    let mut k: libc::pthread_key_t = 0;
+    // SAFETY: creating a key with a plain extern "C" destructor.
+    if unsafe { libc::pthread_key_create(&mut k, Some(destructor)) } != 0 {
+        let _ = slot.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Acquire);
+        return None;
+    }
+    match slot.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(k),
+        Err(won) => {
+            // Another thread made one first: use that one.
+            // SAFETY: our own, unused key.
+            unsafe { libc::pthread_key_delete(k) };
+            (won != u32::MAX).then(|| won - 1)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -97,26 +97,7 @@ extern "C" fn free_buffers(p: *mut libc::c_void) {
 }
 
 fn key() -> Option<libc::pthread_key_t> {
-    match KEY.load(Ordering::Acquire) {
-        0 => {}
-        u32::MAX => return None,
-        k => return Some(k - 1),
-    }
-    let mut k: libc::pthread_key_t = 0;
-    // SAFETY: creating a key with a plain extern "C" destructor.
-    if unsafe { libc::pthread_key_create(&mut k, Some(free_buffers)) } != 0 {
-        let _ = KEY.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Acquire);
-        return None;
-    }
-    match KEY.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(k),
-        Err(won) => {
-            // Another thread created one first: use that one.
-            // SAFETY: our own, unused key.
-            unsafe { libc::pthread_key_delete(k) };
-            (won != u32::MAX).then(|| won - 1)
-        }
-    }
+    crate::base::thread::exit_key(&KEY, free_buffers)
 }
 
 /// This thread's buffers, allocated on first use; None when they cannot

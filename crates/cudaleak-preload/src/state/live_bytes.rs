@@ -158,26 +158,7 @@ extern "C" fn add_share_at_exit(_: *mut c_void) {
 }
 
 fn exit_key() -> Option<libc::pthread_key_t> {
-    match EXIT_KEY.load(Ordering::Acquire) {
-        0 => {}
-        u32::MAX => return None,
-        k => return Some(k - 1),
-    }
-    let mut k: libc::pthread_key_t = 0;
-    // SAFETY: creating a key with a plain extern "C" destructor.
-    if unsafe { libc::pthread_key_create(&mut k, Some(add_share_at_exit)) } != 0 {
-        let _ = EXIT_KEY.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Acquire);
-        return None;
-    }
-    match EXIT_KEY.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(k),
-        Err(won) => {
-            // Another thread made one first: use that one.
-            // SAFETY: our own, unused key.
-            unsafe { libc::pthread_key_delete(k) };
-            (won != u32::MAX).then(|| won - 1)
-        }
-    }
+    crate::base::thread::exit_key(&EXIT_KEY, add_share_at_exit)
 }
 
 /// Case 1: the sole thread's update, or `None` when the caller must share.
