@@ -677,8 +677,8 @@ fn the_peak_of_racing_threads_is_within_one_percent() {
 
 /// The first thread to allocate owns the live maps and the live-byte
 /// count without locked instructions until a second thread allocates
-/// (sole_thread.rs); the switch happens while both allocate and free as
-/// fast as they can. A lost update would leave the count off by a block
+/// (sole_thread.rs); the switch happens while three threads allocate and
+/// free as fast as they can. A lost update would leave the count off by a block
 /// (or wrapped below zero), so that the 1 GiB block allocated last would
 /// not make the peak exactly 1 GiB, or the maps' counts off. Ten
 /// processes, ten switches.
@@ -691,7 +691,7 @@ fn the_switch_from_one_allocating_thread_to_two_loses_no_update() {
         let r = out.report();
         assert_eq!(r.totals.peak_bytes, 1 << 30);
         assert_eq!(r.peak.as_ref().unwrap().bytes, 1 << 30);
-        let pairs = PAIRS / 8 + PAIRS + PAIRS / 2;
+        let pairs = PAIRS / 8 + PAIRS + 2 * (PAIRS / 2);
         assert_eq!((r.totals.allocations, r.totals.frees), (pairs + 1, pairs));
         assert_eq!(r.totals.live_bytes, 1 << 30);
     }

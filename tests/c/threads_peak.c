@@ -94,13 +94,16 @@ static void *sole_second(void *arg) {
 }
 
 static int sole(void) {
-    pthread_t second;
+    pthread_t second, third;
     void *big;
     CHECK(cudaFree(NULL));
     sole_pairs(SOLE_PAIRS / 8);
+    /* two at once: one ends sole mode while the other finds it ending */
     pthread_create(&second, NULL, sole_second, NULL);
+    pthread_create(&third, NULL, sole_second, NULL);
     sole_pairs(SOLE_PAIRS);
     pthread_join(second, NULL);
+    pthread_join(third, NULL);
     CHECK(cudaMalloc(&big, 1 << 30));
     return 0;
 }

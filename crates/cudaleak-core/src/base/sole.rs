@@ -8,29 +8,42 @@
 //! state, it enters a *section* with plain stores instead.
 //!
 //! Numbered cases worth knowing:
-//! 1. The first thread to enter becomes the owner. Its identity
-//!    ([`ThreadKey`]) is any number no other live thread has (the
-//!    preload library uses the address of the thread's state).
+//! 1. The first thread to enter becomes the owner, from that call on.
+//!    Its identity ([`ThreadKey`]) is any number no other live thread has
+//!    (the preload library uses the address of the thread's state).
 //! 2. Any other thread ends sole mode, for good ([`SoleOwner::end`]): it
-//!    marks the state shared, makes every thread of the process pass a
+//!    marks the state *ending*, makes every thread of the process pass a
 //!    full memory barrier (membarrier(2), private expedited), then waits
-//!    until the owner is out of its section. A section the owner began
-//!    before that barrier is then finished and visible, and one it begins
-//!    after sees the state shared and locks as everyone does. Without the
-//!    barrier, the owner's "inside" flag could still sit in its store
-//!    buffer while the other thread reads it as clear (x86's one
-//!    reordering: a store, then a load of another address).
+//!    until the owner is out of its section, and only then marks the state
+//!    shared. A section the owner began before that barrier is then
+//!    finished and visible, and one it begins after sees the state ending
+//!    and locks as everyone does. Without the barrier, the owner's
+//!    "inside" flag could still sit in its store buffer while the other
+//!    thread reads it as clear (x86's one reordering: a store, then a load
+//!    of another address). Every thread that finds the state ending does
+//!    the barrier and the wait itself before it goes on: were "shared" set
+//!    first, a third thread would lock a shard the owner is still changing
+//!    (review of issue 24).
 //! 3. A section entered while the owner is already inside one is
 //!    [`Entry::Nested`]: a signal handler that interrupted the owner and
 //!    itself called a hook. What the outer section was changing is not
 //!    consistent, so the caller must not read or change it (the live map
 //!    skips the call; with locks, the same call would have deadlocked on
 //!    the shard the outer one holds). The nested section restores the
-//!    "inside" flag it found, so the outer one stays covered.
+//!    "inside" flag it found, so the outer one stays covered. This holds
+//!    after sole mode began to end too (the first owner's key is kept for
+//!    that): a nested call must neither lock what the interrupted section
+//!    changes nor wait for that section, which cannot finish before it.
+//!    And the owner's first section, the one that claims, is a section
+//!    like the others.
 //! 4. Where membarrier cannot be registered (kernels before 4.14, seccomp
-//!    filters, valgrind), sole mode never begins ([`SoleOwner::allow`]).
+//!    filters), sole mode never begins ([`SoleOwner::allow`]).
 //! 5. A fork's child has one thread: it starts over
-//!    ([`SoleOwner::reset_in_child`]), with no owner.
+//!    ([`SoleOwner::reset_in_child`]), with no owner. Not covered: a fork
+//!    from a signal handler that interrupted the owner's section (the
+//!    child's reset replaces what the interrupted frame still holds).
+//! 6. The wait of case 2 yields, then sleeps 50 µs at a time, so that a
+//!    waiter of higher priority on the owner's CPU lets the owner run.
 
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -39,14 +52,18 @@ use std::time::{Duration, Instant};
 pub type ThreadKey = usize;
 
 const NO_OWNER: usize = 0;
+/// Case 2: sole mode is ending; the owner may still be inside.
+const ENDING: usize = usize::MAX - 1;
 const SHARED: usize = usize::MAX;
 
 #[repr(align(64))]
 struct OwnLine<T>(T);
 
 pub struct SoleOwner {
-    /// [`NO_OWNER`], the owner's key, or [`SHARED`] once ended (case 2).
+    /// [`NO_OWNER`], the owner's key, [`ENDING`], then [`SHARED`] (case 2).
     owner: OwnLine<AtomicUsize>,
+    /// The key that claimed ownership, kept once sole mode ends (case 3).
+    first: AtomicUsize,
     /// The owner is inside a section. Written by the owner alone.
     inside: OwnLine<AtomicBool>,
     /// membarrier is registered: sole mode may begin (case 4).
@@ -86,6 +103,7 @@ impl SoleOwner {
     pub const fn new() -> SoleOwner {
         SoleOwner {
             owner: OwnLine(AtomicUsize::new(NO_OWNER)),
+            first: AtomicUsize::new(NO_OWNER),
             inside: OwnLine(AtomicBool::new(false)),
             allowed: AtomicBool::new(false),
         }
@@ -102,14 +120,15 @@ impl SoleOwner {
     /// Enters a section as `me`.
     #[inline(always)]
     pub fn enter(&self, me: ThreadKey) -> Entry<'_> {
-        let owner = self.owner.0.load(Ordering::Relaxed);
-        if owner != me {
-            if owner != SHARED {
-                self.claim_or_end(me);
-            }
-            // A new owner takes sole mode from its next section on.
-            return Entry::Shared;
+        match self.owner.0.load(Ordering::Relaxed) {
+            owner if owner == me => self.enter_as_owner(me),
+            SHARED => Entry::Shared,
+            _ => self.enter_slow(me),
         }
+    }
+
+    #[inline(always)]
+    fn enter_as_owner(&self, me: ThreadKey) -> Entry<'_> {
         let was_inside = self.inside.0.load(Ordering::Relaxed);
         self.inside.0.store(true, Ordering::Relaxed);
         // Only the compiler is fenced: the processor's order of this store
@@ -119,14 +138,50 @@ impl SoleOwner {
             sole: self,
             was_inside,
         };
-        if self.owner.0.load(Ordering::Relaxed) != me {
-            return Entry::Shared; // ended meanwhile; `section` leaves
-        }
         if was_inside {
-            Entry::Nested(section)
-        } else {
-            Entry::Sole(section)
+            // Case 3, whether or not sole mode began to end meanwhile.
+            return Entry::Nested(section);
         }
+        if self.owner.0.load(Ordering::Relaxed) == me {
+            return Entry::Sole(section);
+        }
+        drop(section);
+        // Ending meanwhile: finish ending it, then lock.
+        self.end(me, None);
+        Entry::Shared
+    }
+
+    /// No owner yet (claim it), or sole mode is another thread's or ending.
+    #[cold]
+    #[inline(never)]
+    fn enter_slow(&self, me: ThreadKey) -> Entry<'_> {
+        if me != NO_OWNER
+            && me < ENDING
+            && self.allowed.load(Ordering::Relaxed)
+            && self
+                .owner
+                .0
+                .compare_exchange(NO_OWNER, me, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.first.store(me, Ordering::Relaxed);
+            // Case 3: the claiming call is a section too.
+            return self.enter_as_owner(me);
+        }
+        if self.interrupted_own_section(me) {
+            return Entry::Nested(Section {
+                sole: self,
+                was_inside: true,
+            });
+        }
+        self.end(me, None);
+        Entry::Shared
+    }
+
+    /// `me` is the (first) owner, and inside a section: a call from a
+    /// signal handler that interrupted it (case 3).
+    fn interrupted_own_section(&self, me: ThreadKey) -> bool {
+        self.first.load(Ordering::Relaxed) == me && self.inside.0.load(Ordering::Relaxed)
     }
 
     /// Whether `me` is the owner (a fork's prepare handler, run by the
@@ -135,49 +190,67 @@ impl SoleOwner {
         self.owner.0.load(Ordering::Relaxed) == me
     }
 
+    /// Ends sole mode for good (case 2) as `me`, waiting for the owner to
+    /// leave its section; with `timeout`, at most that long. False: the
+    /// owner was still inside (stopped there, or `me` is the owner itself,
+    /// in a signal handler that interrupted its section), so what the
+    /// section changes cannot be read or changed yet.
     #[cold]
     #[inline(never)]
-    fn claim_or_end(&self, me: ThreadKey) {
-        if me != NO_OWNER
-            && me != SHARED
-            && self.allowed.load(Ordering::Relaxed)
-            && self
-                .owner
-                .0
-                .compare_exchange(NO_OWNER, me, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            return;
+    pub fn end(&self, me: ThreadKey, timeout: Option<Duration>) -> bool {
+        loop {
+            match self.owner.0.load(Ordering::Acquire) {
+                SHARED => return true,
+                ENDING => break,
+                NO_OWNER => {
+                    if self
+                        .owner
+                        .0
+                        .compare_exchange(NO_OWNER, SHARED, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return true;
+                    }
+                }
+                owner => {
+                    if self
+                        .owner
+                        .0
+                        .compare_exchange(owner, ENDING, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        break;
+                    }
+                }
+            }
         }
-        self.end(None);
-    }
-
-    /// Ends sole mode for good (case 2), waiting for the owner to leave
-    /// its section; with `timeout`, at most that long. False: the owner
-    /// was still inside (stopped there, or this is a signal handler that
-    /// interrupted it), so the state cannot be trusted.
-    #[cold]
-    #[inline(never)]
-    pub fn end(&self, timeout: Option<Duration>) -> bool {
-        if self.owner.0.load(Ordering::Relaxed) == SHARED {
-            return true;
-        }
-        let owner = self.owner.0.swap(SHARED, Ordering::SeqCst);
-        if owner == NO_OWNER || owner == SHARED {
-            return true;
+        if self.interrupted_own_section(me) {
+            return false;
         }
         if !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
-            // Registered, so this should not fail; if it does, give the
-            // owner's store buffer time to drain before trusting the flag.
+            // Registered, so this should not fail. If it does, no new sole
+            // mode begins, and the owner's store buffer is given time to
+            // drain before the flag is trusted: a guess, not a guarantee.
+            self.allowed.store(false, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(10));
         }
         let start = Instant::now();
+        let mut rounds = 0u32;
         while self.inside.0.load(Ordering::Acquire) {
             if timeout.is_some_and(|t| start.elapsed() >= t) {
-                return false;
+                return false; // still ending: the next caller waits again
             }
-            std::thread::yield_now();
+            rounds += 1;
+            if rounds < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50)); // case 6
+            }
         }
+        let _ = self
+            .owner
+            .0
+            .compare_exchange(ENDING, SHARED, Ordering::AcqRel, Ordering::Relaxed);
         true
     }
 
@@ -186,6 +259,7 @@ impl SoleOwner {
     /// memory map and the child has a new one.
     pub fn reset_in_child(&self) {
         self.inside.0.store(false, Ordering::Relaxed);
+        self.first.store(NO_OWNER, Ordering::Relaxed);
         self.owner.0.store(NO_OWNER, Ordering::Relaxed);
         if self.allowed.load(Ordering::Relaxed) {
             self.allow();
@@ -206,13 +280,18 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// Case 3: the call that claims is a section, so a call nested in it
+    /// does not take the shard it is changing.
     #[test]
-    fn the_first_thread_owns_from_its_second_section() {
+    fn the_first_thread_owns_from_the_call_that_claims() {
         let s = SoleOwner::new();
         s.allow();
-        assert!(matches!(s.enter(1), Entry::Shared));
-        assert!(matches!(s.enter(1), Entry::Sole(_)));
+        let claiming = s.enter(1);
+        assert!(matches!(claiming, Entry::Sole(_)));
         assert!(s.is_owner(1));
+        assert!(matches!(s.enter(1), Entry::Nested(_)));
+        drop(claiming);
+        assert!(matches!(s.enter(1), Entry::Sole(_)));
     }
 
     #[test]
@@ -227,7 +306,6 @@ mod tests {
     fn a_section_inside_a_section_is_nested_and_keeps_the_outer_covered() {
         let s = SoleOwner::new();
         s.allow();
-        let _ = s.enter(1);
         let outer = s.enter(1);
         assert!(matches!(outer, Entry::Sole(_)));
         {
@@ -246,7 +324,6 @@ mod tests {
     fn another_thread_ends_sole_mode_after_the_owner_leaves_its_section() {
         let s = Arc::new(SoleOwner::new());
         s.allow();
-        let _ = s.enter(1);
         let section = s.enter(1);
         assert!(matches!(section, Entry::Sole(_)));
         let ender = {
@@ -272,8 +349,50 @@ mod tests {
     fn ending_gives_up_at_the_timeout_while_the_owner_stays_inside() {
         let s = SoleOwner::new();
         s.allow();
-        let _ = s.enter(1);
         let _section = s.enter(1);
-        assert!(!s.end(Some(Duration::from_millis(20))));
+        assert!(!s.end(2, Some(Duration::from_millis(20))));
+        assert!(!s.is_owner(1), "ending, not ended, and not the owner's any more");
+    }
+
+    /// Case 2 (review of issue 24): while sole mode is ending, a third
+    /// thread must wait for the owner's section as the first ender does,
+    /// not go on because the state says it is over.
+    #[test]
+    fn a_third_thread_waits_for_the_owner_while_sole_mode_is_ending() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        let section = s.enter(1);
+        assert!(!s.end(2, Some(Duration::from_millis(5))));
+        let through = Arc::new(AtomicBool::new(false));
+        let third = {
+            let (s, through) = (s.clone(), through.clone());
+            std::thread::spawn(move || {
+                assert!(matches!(s.enter(3), Entry::Shared));
+                through.store(true, Ordering::Release);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !through.load(Ordering::Acquire),
+            "a third thread went on while the owner was inside"
+        );
+        drop(section);
+        third.join().unwrap();
+        assert!(through.load(Ordering::Acquire));
+    }
+
+    /// Case 3 (review of issue 24): a call nested in the owner's section
+    /// after another thread began to end sole mode is still nested: it
+    /// neither locks what the section changes nor waits for it.
+    #[test]
+    fn a_call_nested_in_the_owners_section_stays_nested_while_sole_mode_ends() {
+        let s = SoleOwner::new();
+        s.allow();
+        let section = s.enter(1);
+        assert!(!s.end(2, Some(Duration::from_millis(5))));
+        assert!(matches!(s.enter(1), Entry::Nested(_)));
+        assert!(!s.end(1, None), "the owner's handler waited for itself");
+        drop(section);
+        assert!(matches!(s.enter(1), Entry::Shared));
     }
 }

@@ -157,7 +157,7 @@ impl LiveMap {
             }
             // Not `enter`, whose ending of sole mode would wait without
             // the timeout.
-            if !sole.end(timeout) {
+            if !sole.end(me, timeout) {
                 return None;
             }
         }
@@ -315,7 +315,7 @@ impl LiveMap {
     pub fn lock_all(&self, me: ThreadKey) {
         if let Some(sole) = self.sole {
             if !sole.is_owner(me) {
-                sole.end(None);
+                sole.end(me, None);
             }
         }
         for s in &self.shards {
@@ -465,20 +465,28 @@ mod tests {
     #[test]
     fn a_map_owned_alone_switches_to_locks_when_another_thread_comes() {
         let m = sole_map();
-        let run = |me: ThreadKey, keys: Vec<u64>, rounds: usize| {
+        let run = |me: ThreadKey, keys: Vec<u64>, rounds: usize, started: std::sync::mpsc::Sender<()>| {
             let m = m.clone();
             std::thread::spawn(move || {
                 for r in 0..rounds {
                     let k = keys[r % keys.len()];
                     assert!(m.insert(me, k, blk(r as u64)).is_none());
                     assert!(m.remove(me, k).is_some());
+                    if r == 1000 {
+                        let _ = started.send(());
+                    }
                 }
                 m.insert(me, keys[0], blk(1));
             })
         };
-        let owner = run(1, keys_of_one_shard(&m, 1 << 40, 64), 400_000);
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let second = run(2, keys_of_one_shard(&m, 2 << 40, 64), 200_000);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owner = run(1, keys_of_one_shard(&m, 1 << 40, 64), 400_000, tx.clone());
+        rx.recv().unwrap();
+        assert!(
+            m.sole.unwrap().is_owner(1),
+            "the first thread does not own the map"
+        );
+        let second = run(2, keys_of_one_shard(&m, 2 << 40, 64), 200_000, tx);
         owner.join().unwrap();
         second.join().unwrap();
         let c = m.counts(3);
