@@ -36,6 +36,15 @@
 //!    changes nor wait for that section, which cannot finish before it.
 //!    And the owner's first section, the one that claims, is a section
 //!    like the others.
+//! 7. The owner's "inside" flag has three values: out, *trying* (stored,
+//!    the owner not yet re-checked) and *in* (re-checked: the section
+//!    changes things from here on). Only "in" makes a call nested. A
+//!    signal handler that lands while its owner is trying has nothing
+//!    half-changed under it: it enters a section of its own, or, if sole
+//!    mode is ending, locks without waiting for the frame it interrupted
+//!    (which cannot go on before it returns). Were "trying" nested, the
+//!    handler's unlocked add could run beside a thread that ended sole
+//!    mode meanwhile and adds with a lock (second review of issue 24).
 //! 4. Where membarrier cannot be registered (kernels before 4.14, seccomp
 //!    filters), sole mode never begins ([`SoleOwner::allow`]).
 //! 5. A fork's child has one thread: it starts over
@@ -45,7 +54,7 @@
 //! 6. The wait of case 2 yields, then sleeps 50 µs at a time, so that a
 //!    waiter of higher priority on the owner's CPU lets the owner run.
 
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A thread's identity for [`SoleOwner`] (case 1). Never 0.
@@ -56,6 +65,11 @@ const NO_OWNER: usize = 0;
 const ENDING: usize = usize::MAX - 1;
 const SHARED: usize = usize::MAX;
 
+/// The owner's "inside" flag (case 7).
+const OUT: u8 = 0;
+const TRYING: u8 = 1;
+const IN: u8 = 2;
+
 #[repr(align(64))]
 struct OwnLine<T>(T);
 
@@ -64,8 +78,9 @@ pub struct SoleOwner {
     owner: OwnLine<AtomicUsize>,
     /// The key that claimed ownership, kept once sole mode ends (case 3).
     first: AtomicUsize,
-    /// The owner is inside a section. Written by the owner alone.
-    inside: OwnLine<AtomicBool>,
+    /// [`OUT`], [`TRYING`] or [`IN`] a section (case 7). Written by the
+    /// owner alone.
+    inside: OwnLine<AtomicU8>,
     /// membarrier is registered: sole mode may begin (case 4).
     allowed: AtomicBool,
 }
@@ -83,7 +98,7 @@ pub enum Entry<'a> {
 /// The owner's section; dropping it leaves.
 pub struct Section<'a> {
     sole: &'a SoleOwner,
-    was_inside: bool,
+    was_inside: u8,
 }
 
 impl Drop for Section<'_> {
@@ -104,7 +119,7 @@ impl SoleOwner {
         SoleOwner {
             owner: OwnLine(AtomicUsize::new(NO_OWNER)),
             first: AtomicUsize::new(NO_OWNER),
-            inside: OwnLine(AtomicBool::new(false)),
+            inside: OwnLine(AtomicU8::new(OUT)),
             allowed: AtomicBool::new(false),
         }
     }
@@ -130,7 +145,14 @@ impl SoleOwner {
     #[inline(always)]
     fn enter_as_owner(&self, me: ThreadKey) -> Entry<'_> {
         let was_inside = self.inside.0.load(Ordering::Relaxed);
-        self.inside.0.store(true, Ordering::Relaxed);
+        if was_inside == IN {
+            // Case 3, whether or not sole mode began to end meanwhile.
+            return Entry::Nested(Section {
+                sole: self,
+                was_inside,
+            });
+        }
+        self.inside.0.store(TRYING, Ordering::Relaxed);
         // Only the compiler is fenced: the processor's order of this store
         // and the load below is what case 2's membarrier settles.
         compiler_fence(Ordering::SeqCst);
@@ -138,11 +160,10 @@ impl SoleOwner {
             sole: self,
             was_inside,
         };
-        if was_inside {
-            // Case 3, whether or not sole mode began to end meanwhile.
-            return Entry::Nested(section);
-        }
         if self.owner.0.load(Ordering::Relaxed) == me {
+            // Seen by this thread's own signal handlers only (case 7).
+            self.inside.0.store(IN, Ordering::Relaxed);
+            compiler_fence(Ordering::SeqCst);
             return Entry::Sole(section);
         }
         drop(section);
@@ -165,23 +186,33 @@ impl SoleOwner {
                 .is_ok()
         {
             self.first.store(me, Ordering::Relaxed);
+            // Before any "inside" store: a handler that sees one must see
+            // whose it is (case 3).
+            compiler_fence(Ordering::SeqCst);
             // Case 3: the claiming call is a section too.
             return self.enter_as_owner(me);
         }
         if self.interrupted_own_section(me) {
             return Entry::Nested(Section {
                 sole: self,
-                was_inside: true,
+                was_inside: IN,
             });
         }
         self.end(me, None);
         Entry::Shared
     }
 
-    /// `me` is the (first) owner, and inside a section: a call from a
-    /// signal handler that interrupted it (case 3).
+    /// `me` is the (first) owner, and in a section: a call from a signal
+    /// handler that interrupted it (case 3).
     fn interrupted_own_section(&self, me: ThreadKey) -> bool {
-        self.first.load(Ordering::Relaxed) == me && self.inside.0.load(Ordering::Relaxed)
+        self.first.load(Ordering::Relaxed) == me && self.inside.0.load(Ordering::Relaxed) == IN
+    }
+
+    /// `me` is the (first) owner, trying to enter a section: a call from a
+    /// signal handler that interrupted it before it changed anything
+    /// (case 7).
+    fn interrupted_own_try(&self, me: ThreadKey) -> bool {
+        self.first.load(Ordering::Relaxed) == me && self.inside.0.load(Ordering::Relaxed) == TRYING
     }
 
     /// Whether `me` is the owner (a fork's prepare handler, run by the
@@ -227,6 +258,11 @@ impl SoleOwner {
         if self.interrupted_own_section(me) {
             return false;
         }
+        if self.interrupted_own_try(me) {
+            // Case 7: the interrupted frame holds nothing; the others wait
+            // for it, and so would this handler, for ever.
+            return true;
+        }
         if !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
             // Registered, so this should not fail. If it does, no new sole
             // mode begins, and the owner's store buffer is given time to
@@ -236,7 +272,7 @@ impl SoleOwner {
         }
         let start = Instant::now();
         let mut rounds = 0u32;
-        while self.inside.0.load(Ordering::Acquire) {
+        while self.inside.0.load(Ordering::Acquire) != OUT {
             if timeout.is_some_and(|t| start.elapsed() >= t) {
                 return false; // still ending: the next caller waits again
             }
@@ -258,7 +294,7 @@ impl SoleOwner {
     /// again where the parent was, since the registration belongs to a
     /// memory map and the child has a new one.
     pub fn reset_in_child(&self) {
-        self.inside.0.store(false, Ordering::Relaxed);
+        self.inside.0.store(OUT, Ordering::Relaxed);
         self.first.store(NO_OWNER, Ordering::Relaxed);
         self.owner.0.store(NO_OWNER, Ordering::Relaxed);
         if self.allowed.load(Ordering::Relaxed) {
@@ -312,12 +348,13 @@ mod tests {
             let inner = s.enter(1);
             assert!(matches!(inner, Entry::Nested(_)));
         }
-        assert!(
+        assert_eq!(
             s.inside.0.load(Ordering::Relaxed),
+            IN,
             "the outer section lost its cover"
         );
         drop(outer);
-        assert!(!s.inside.0.load(Ordering::Relaxed));
+        assert_eq!(s.inside.0.load(Ordering::Relaxed), OUT);
     }
 
     #[test]
@@ -361,6 +398,7 @@ mod tests {
     fn a_third_thread_waits_for_the_owner_while_sole_mode_is_ending() {
         let s = Arc::new(SoleOwner::new());
         s.allow();
+        drop(s.enter(1)); // claimed: this test does not rest on case 3
         let section = s.enter(1);
         assert!(!s.end(2, Some(Duration::from_millis(5))));
         let through = Arc::new(AtomicBool::new(false));
@@ -388,11 +426,40 @@ mod tests {
     fn a_call_nested_in_the_owners_section_stays_nested_while_sole_mode_ends() {
         let s = SoleOwner::new();
         s.allow();
+        drop(s.enter(1)); // claimed: this test does not rest on the claim
         let section = s.enter(1);
         assert!(!s.end(2, Some(Duration::from_millis(5))));
         assert!(matches!(s.enter(1), Entry::Nested(_)));
         assert!(!s.end(1, None), "the owner's handler waited for itself");
         drop(section);
         assert!(matches!(s.enter(1), Entry::Shared));
+    }
+
+    /// Case 7 (second review of issue 24): a signal handler that lands
+    /// after the owner stored "trying" and before it re-checked has
+    /// nothing half-changed under it. In sole mode it enters a section of
+    /// its own; while sole mode ends, it locks at once (nested, its
+    /// unlocked add could run beside a locked one), and does not wait for
+    /// the frame it interrupted.
+    #[test]
+    fn a_call_that_interrupts_the_owners_try_is_not_nested() {
+        let s = SoleOwner::new();
+        s.allow();
+        drop(s.enter(1));
+        s.inside.0.store(TRYING, Ordering::Relaxed); // the owner, then a signal
+        {
+            let handler = s.enter(1);
+            assert!(matches!(handler, Entry::Sole(_)));
+        }
+        assert_eq!(
+            s.inside.0.load(Ordering::Relaxed),
+            TRYING,
+            "the try was not left as found"
+        );
+        assert!(!s.end(2, Some(Duration::from_millis(5))));
+        assert!(matches!(s.enter(1), Entry::Shared));
+        assert!(s.end(1, None), "the handler waited for the frame it interrupted");
+        s.inside.0.store(OUT, Ordering::Relaxed); // the owner backs out
+        assert!(s.end(2, None));
     }
 }
