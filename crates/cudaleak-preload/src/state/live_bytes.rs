@@ -20,7 +20,10 @@
 //!    the peak, or when its share passes a quota of the peak. The shared
 //!    word, which every thread's add took from the others' caches (two
 //!    threads: 2x the library's cost per pair), is then written only that
-//!    often.
+//!    often. The share is a plain cell: a signal handler that allocates
+//!    between its read and its write loses the handler's change (one
+//!    block, for good), as allocating in a handler is not async-signal-
+//!    safe anyway.
 //! 3. The quota is the peak / 2^(8 + 2 * ceil(log2 n)), n the threads that
 //!    ever counted so: at most peak / (256 n^2). The k-th such thread
 //!    holds at most peak / (256 k^2), so all of them together at most
