@@ -54,6 +54,7 @@
 //! 6. The wait of case 2 yields, then sleeps 50 µs at a time, so that a
 //!    waiter of higher priority on the owner's CPU lets the owner run.
 
+use crate::base::own_line::OwnLine;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -69,9 +70,6 @@ const SHARED: usize = usize::MAX;
 const OUT: u8 = 0;
 const TRYING: u8 = 1;
 const IN: u8 = 2;
-
-#[repr(align(64))]
-struct OwnLine<T>(T);
 
 pub struct SoleOwner {
     /// [`NO_OWNER`], the owner's key, [`ENDING`], then [`SHARED`] (case 2).

@@ -549,7 +549,7 @@ impl Event for Free {
             // Freeing NULL is not a bad free, and records nothing.
             return None;
         }
-        Some(Removed(tracker::remove_block(self.addr, self.accepts)))
+        Some(Removed(tracker::remove_block(self.addr, self.accepts, cx.thread)))
     }
 
     fn after(&self, cx: &mut HookCx, removed: Removed, result: c_int) {
@@ -1078,7 +1078,7 @@ impl Event for RuntimeFree {
             return;
         }
         // The runtime released without a driver call we saw.
-        let removed = tracker::remove_block(self.addr, self.accepts);
+        let removed = tracker::remove_block(self.addr, self.accepts, cx.thread);
         tracker::finish_release(self.addr, removed, result == CUDA_SUCCESS, cx.thread);
     }
 }

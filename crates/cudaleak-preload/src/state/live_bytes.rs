@@ -38,25 +38,10 @@
 
 use crate::base::thread::ThreadState;
 use crate::state::sole_thread::{self, SOLE_THREAD};
+use cudaleak_core::base::own_line::OwnLine;
 use cudaleak_core::base::sole::Entry;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
-
-/// A value alone in its 64-byte cache line.
-///
-/// The bug (issue 24): two threads doubled the library's cost per pair
-/// with no lock waited on. The live count, written by every allocation and
-/// release, shared its line with the peak, the epoch and the tracking flag,
-/// which every event reads: each write took the line from the other core.
-#[repr(align(64))]
-struct OwnLine<T>(T);
-
-impl<T> std::ops::Deref for OwnLine<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
 
 static LIVE_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
 static PEAK_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
@@ -83,17 +68,21 @@ pub fn peak_time_ms() -> i64 {
 /// read it before.
 #[inline]
 pub fn add(n: u64, thread: &ThreadState, peak: u64) {
-    match sole_update(n, thread) {
-        Some(now) if now > peak => new_peak(now),
-        Some(_) => {}
-        None => shared_change(n as i64, thread, peak),
+    if sole_update(n, thread) {
+        // The owner's own add is visible to it.
+        let now = LIVE_BYTES.load(Ordering::Relaxed);
+        if now > peak {
+            new_peak(now);
+        }
+    } else {
+        shared_change(n as i64, thread, peak);
     }
 }
 
 /// `n` bytes less, released by `thread`.
 #[inline]
 pub fn sub(n: u64, thread: &ThreadState) {
-    if sole_update(n.wrapping_neg(), thread).is_none() {
+    if !sole_update(n.wrapping_neg(), thread) {
         shared_change((n as i64).wrapping_neg(), thread, peak());
     }
 }
@@ -164,19 +153,21 @@ fn exit_key() -> Option<libc::pthread_key_t> {
     crate::base::thread::exit_key(&EXIT_KEY, add_share_at_exit)
 }
 
-/// Case 1: the sole thread's update, or `None` when the caller must share.
+/// Case 1: the sole thread's update; false when the caller must share.
 #[inline(always)]
-fn sole_update(delta: u64, thread: &ThreadState) -> Option<u64> {
+fn sole_update(delta: u64, thread: &ThreadState) -> bool {
     match SOLE_THREAD.enter(sole_thread::key(thread)) {
-        Entry::Sole(_section) | Entry::Nested(_section) => Some(unlocked_add(delta)),
-        Entry::Shared => None,
+        Entry::Sole(_section) | Entry::Nested(_section) => {
+            unlocked_add(delta);
+            true
+        }
+        Entry::Shared => false,
     }
 }
 
-/// One `add` to memory, without `lock`; then the count as this thread
-/// now sees it.
+/// One `add` to memory, without `lock`.
 #[inline(always)]
-fn unlocked_add(delta: u64) -> u64 {
+fn unlocked_add(delta: u64) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: an add to a live, aligned u64 (the atomic's storage). Other
     // threads only read it meanwhile (the sole section keeps them from
@@ -193,7 +184,6 @@ fn unlocked_add(delta: u64) -> u64 {
     #[cfg(not(target_arch = "x86_64"))]
     // Not reached: sole mode begins on x86-64 only (`sole_thread::init`).
     LIVE_BYTES.fetch_add(delta, Ordering::Relaxed);
-    LIVE_BYTES.load(Ordering::Relaxed)
 }
 
 /// Live bytes went past the peak: only while memory grows, never in a

@@ -258,8 +258,8 @@ impl Releases {
 
 /// Takes a block out of the live map before its release call (case 3 in
 /// events.rs); `None` when `addr` is not a live block the call releases.
-pub fn remove_block(addr: u64, accepts: &Releases) -> Option<Block> {
-    LIVE.remove_if(current_key(), addr, |b| accepts.accepts(b))
+pub fn remove_block(addr: u64, accepts: &Releases, thread: &ThreadState) -> Option<Block> {
+    LIVE.remove_if(sole_thread::key(thread), addr, |b| accepts.accepts(b))
 }
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread: &ThreadState) {
