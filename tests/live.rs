@@ -241,6 +241,35 @@ fn a_signal_storm_during_allocation_traffic_is_exact_and_harmless() {
     }
 }
 
+/// One thread allocates alone, so the maps are its own without locks;
+/// each dump on the library's dump thread pauses it rather than ending
+/// that (sole.rs, case 8). Every dump must still be exact, and so must
+/// the counts at exit.
+#[test]
+fn signal_dumps_while_one_thread_allocates_alone_are_exact() {
+    let p = spawn_traced(&program("live"), &["alone"], &[]);
+    assert_eq!(p.wait_line(SECS), "ready");
+    for i in 0..200 {
+        p.signal(libc::SIGUSR1);
+        if i % 10 == 0 {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+    let (status, dir, _) = p.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0));
+    let reports = reports_in(dir.path());
+    let exit = reports.last().unwrap();
+    assert_eq!(exit.trigger, Trigger::Exit);
+    assert_eq!(exit.totals.allocations, 1 + 100_000 + 1);
+    assert_eq!(exit.totals.frees, 1 + 100_000);
+    assert_eq!(exit.leaks.len(), 1);
+    group_at(exit, "leak_once", "live.c", line_of(LIVE, "/* LEAK once */"));
+    assert!(reports.len() >= 2, "at least one signal dump");
+    for r in &reports {
+        exact(r);
+    }
+}
+
 #[test]
 fn the_handler_installed_before_the_library_is_still_called() {
     let p = spawn_traced(&program("live"), &["chain"], &[]);

@@ -13,6 +13,10 @@
  *   wait      leaks one block, prints "ready", then waits for a signal.
  *   storm     4 threads × 20000 alloc/free pairs, each leaking one block,
  *             while the test sends signals; prints "ready" first.
+ *   alone     the main thread alone: 100000 alloc/free pairs, then one
+ *             leak, while the test sends signals; prints "ready" first.
+ *             Each dump pauses the thread that owns the maps alone
+ *             instead of taking their locks (sole.rs, case 8).
  *   checkpoint  the in-process API from C.
  *   chain     installs its own SIGUSR1 handler before any CUDA call, then
  *             leaks one block and waits until its handler ran and a report
@@ -153,6 +157,11 @@ int main(int argc, char **argv) {
         printf("ready\n");
         for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, storm_worker, NULL);
         for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    } else if (!strcmp(mode, "alone")) {
+        churn();
+        printf("ready\n");
+        for (int i = 0; i < 100000; i++) churn();
+        leak_once();
     } else if (!strcmp(mode, "chain")) {
         signal(SIGUSR1, own_handler);
         leak_once();

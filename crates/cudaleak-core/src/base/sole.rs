@@ -53,6 +53,23 @@
 //!    child's reset replaces what the interrupted frame still holds).
 //! 6. The wait of case 2 yields, then sleeps 50 µs at a time, so that a
 //!    waiter of higher priority on the owner's CPU lets the owner run.
+//! 8. A thread that only reads (a live dump: `SIGUSR1`, `cudaleak dump`,
+//!    `CUDALEAK_INTERVAL`, on the library's own dump thread) *pauses* sole
+//!    mode instead of ending it ([`SoleOwner::pause`]). Before, the first
+//!    periodic dump ended sole mode for good, and a one-thread program
+//!    paid the locks from then on (issue 24). The reader marks the state
+//!    *paused*, does case 2's barrier and wait, reads, and gives the state
+//!    back to the owner (or to no owner, if none had claimed it). Every
+//!    other thread that comes meanwhile waits, the owner included; it is
+//!    out of its section, so it holds nothing the reader needs. The reader
+//!    blocks signals while it pauses, so that no handler of its own can
+//!    wait for the pause it holds. A signal handler on the owner that
+//!    interrupted its section or its try can neither wait for the reader
+//!    (which waits for that frame) nor lock: its call is
+//!    [`Entry::Nested`], skipped. Only reads may pause: a fork's prepare
+//!    handler, run by the owner, takes the shard locks without ending
+//!    sole mode, so a thread that *changes* the maps while the owner
+//!    forks must lock, and ends sole mode (case 2).
 
 use crate::base::own_line::OwnLine;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -62,6 +79,8 @@ use std::time::{Duration, Instant};
 pub type ThreadKey = usize;
 
 const NO_OWNER: usize = 0;
+/// Case 8: a reader holds every other thread off.
+const PAUSED: usize = usize::MAX - 2;
 /// Case 2: sole mode is ending; the owner may still be inside.
 const ENDING: usize = usize::MAX - 1;
 const SHARED: usize = usize::MAX;
@@ -72,7 +91,8 @@ const TRYING: u8 = 1;
 const IN: u8 = 2;
 
 pub struct SoleOwner {
-    /// [`NO_OWNER`], the owner's key, [`ENDING`], then [`SHARED`] (case 2).
+    /// [`NO_OWNER`], the owner's key, [`ENDING`], then [`SHARED`] (case 2);
+    /// [`PAUSED`] for a while from the first two (case 8).
     owner: OwnLine<AtomicUsize>,
     /// The key that claimed ownership, kept once sole mode ends (case 3).
     first: AtomicUsize,
@@ -103,6 +123,37 @@ impl Drop for Section<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         self.sole.inside.0.store(self.was_inside, Ordering::Release);
+    }
+}
+
+/// What [`SoleOwner::pause`] found.
+pub enum Pause<'a> {
+    /// Every other thread, the owner included, is held off until the
+    /// guard drops: the caller may read without locks.
+    Paused(PauseGuard<'a>),
+    /// The caller is the owner: it enters a section instead.
+    Owner,
+    /// The caller is the owner's signal handler and interrupted its
+    /// section or its try: it may not read (case 8).
+    Nested,
+    /// The owner stayed inside past the timeout; it keeps sole mode.
+    TimedOut,
+    /// Sole mode is over or ending: lock as everyone does.
+    Shared,
+}
+
+/// Holds a pause (case 8); dropping it gives the state back.
+pub struct PauseGuard<'a> {
+    sole: &'a SoleOwner,
+    /// The owner's key, or [`NO_OWNER`].
+    restore: usize,
+    signals: SignalsBlocked,
+}
+
+impl Drop for PauseGuard<'_> {
+    fn drop(&mut self) {
+        self.sole.owner.0.store(self.restore, Ordering::Release);
+        self.signals.restore();
     }
 }
 
@@ -165,39 +216,66 @@ impl SoleOwner {
             return Entry::Sole(section);
         }
         drop(section);
-        // Ending meanwhile: finish ending it, then lock.
-        self.end(me, None);
-        Entry::Shared
+        // Ending or paused meanwhile.
+        self.enter_slow(me)
     }
 
-    /// No owner yet (claim it), or sole mode is another thread's or ending.
+    /// No owner yet (claim it), sole mode is another thread's, ending or
+    /// paused.
     #[cold]
     #[inline(never)]
     fn enter_slow(&self, me: ThreadKey) -> Entry<'_> {
-        if me != NO_OWNER
-            && me < ENDING
-            && self.allowed.load(Ordering::Relaxed)
-            && self
-                .owner
-                .0
-                .compare_exchange(NO_OWNER, me, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.first.store(me, Ordering::Relaxed);
-            // Before any "inside" store: a handler that sees one must see
-            // whose it is (case 3).
-            compiler_fence(Ordering::SeqCst);
-            // Case 3: the claiming call is a section too.
-            return self.enter_as_owner(me);
+        loop {
+            match self.owner.0.load(Ordering::Acquire) {
+                owner if owner == me => return self.enter_as_owner(me),
+                SHARED => return Entry::Shared,
+                NO_OWNER if me != NO_OWNER && me < PAUSED && self.allowed.load(Ordering::Relaxed) => {
+                    if self
+                        .owner
+                        .0
+                        .compare_exchange(NO_OWNER, me, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        // Claimed, paused or ended meanwhile: look again
+                        // (were a pause ended here, sole mode would end).
+                        continue;
+                    }
+                    self.first.store(me, Ordering::Relaxed);
+                    // Before any "inside" store: a handler that sees one
+                    // must see whose it is (case 3).
+                    compiler_fence(Ordering::SeqCst);
+                    // Case 3: the claiming call is a section too.
+                    return self.enter_as_owner(me);
+                }
+                _ if self.interrupted_own_section(me) => {
+                    return Entry::Nested(Section {
+                        sole: self,
+                        was_inside: IN,
+                    })
+                }
+                PAUSED => {
+                    if self.interrupted_own_try(me) {
+                        // Case 8: the reader waits for the frame this
+                        // handler interrupted; skip the call.
+                        return Entry::Nested(Section {
+                            sole: self,
+                            was_inside: TRYING,
+                        });
+                    }
+                    self.wait_while_paused(None);
+                }
+                _ => {
+                    if self.end(me, None) {
+                        return Entry::Shared;
+                    }
+                    // `end` found a pause it cannot wait for (case 8).
+                    return Entry::Nested(Section {
+                        sole: self,
+                        was_inside: self.inside.0.load(Ordering::Relaxed),
+                    });
+                }
+            }
         }
-        if self.interrupted_own_section(me) {
-            return Entry::Nested(Section {
-                sole: self,
-                was_inside: IN,
-            });
-        }
-        self.end(me, None);
-        Entry::Shared
     }
 
     /// `me` is the (first) owner, and in a section: a call from a signal
@@ -227,10 +305,19 @@ impl SoleOwner {
     #[cold]
     #[inline(never)]
     pub fn end(&self, me: ThreadKey, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             match self.owner.0.load(Ordering::Acquire) {
                 SHARED => return true,
                 ENDING => break,
+                PAUSED => {
+                    if self.interrupted_own_section(me) || self.interrupted_own_try(me) {
+                        return false; // case 8: the reader waits for this frame
+                    }
+                    if !self.wait_while_paused(deadline) {
+                        return false;
+                    }
+                }
                 NO_OWNER => {
                     if self
                         .owner
@@ -261,6 +348,73 @@ impl SoleOwner {
             // for it, and so would this handler, for ever.
             return true;
         }
+        self.barrier();
+        if !self.wait_until_out(deadline) {
+            return false; // still ending: the next caller waits again
+        }
+        let _ = self
+            .owner
+            .0
+            .compare_exchange(ENDING, SHARED, Ordering::AcqRel, Ordering::Relaxed);
+        true
+    }
+
+    /// Holds every other thread off while `me` reads what the owner
+    /// changes alone, without ending sole mode (case 8). With `timeout`,
+    /// waits at most that long for the owner to leave its section.
+    #[cold]
+    #[inline(never)]
+    pub fn pause(&self, me: ThreadKey, timeout: Option<Duration>) -> Pause<'_> {
+        if self.interrupted_own_section(me) || self.interrupted_own_try(me) {
+            return Pause::Nested;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let signals = SignalsBlocked::block();
+        let restore = loop {
+            match self.owner.0.load(Ordering::Acquire) {
+                SHARED | ENDING => {
+                    signals.restore();
+                    return Pause::Shared;
+                }
+                PAUSED => {
+                    if !self.wait_while_paused(deadline) {
+                        signals.restore();
+                        return Pause::TimedOut;
+                    }
+                }
+                owner if owner == me => {
+                    signals.restore();
+                    return Pause::Owner;
+                }
+                owner => {
+                    if self
+                        .owner
+                        .0
+                        .compare_exchange(owner, PAUSED, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        break owner;
+                    }
+                }
+            }
+        };
+        let guard = PauseGuard {
+            sole: self,
+            restore,
+            signals,
+        };
+        if restore != NO_OWNER {
+            self.barrier();
+            if !self.wait_until_out(deadline) {
+                return Pause::TimedOut; // the guard gives the state back
+            }
+        }
+        Pause::Paused(guard)
+    }
+
+    /// Case 2's barrier: the owner's "inside" flag, perhaps still in its
+    /// store buffer, is visible after it.
+    fn barrier(&self) {
         if !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
             // Registered, so this should not fail. If it does, no new sole
             // mode begins, and the owner's store buffer is given time to
@@ -268,23 +422,28 @@ impl SoleOwner {
             self.allowed.store(false, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(10));
         }
-        let start = Instant::now();
+    }
+
+    /// Waits for the owner to leave its section (case 2); false at the
+    /// deadline.
+    fn wait_until_out(&self, deadline: Option<Instant>) -> bool {
         let mut rounds = 0u32;
         while self.inside.0.load(Ordering::Acquire) != OUT {
-            if timeout.is_some_and(|t| start.elapsed() >= t) {
-                return false; // still ending: the next caller waits again
-            }
-            rounds += 1;
-            if rounds < 100 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50)); // case 6
+            if !back_off(&mut rounds, deadline) {
+                return false;
             }
         }
-        let _ = self
-            .owner
-            .0
-            .compare_exchange(ENDING, SHARED, Ordering::AcqRel, Ordering::Relaxed);
+        true
+    }
+
+    /// Waits for a reader's pause to end (case 8); false at the deadline.
+    fn wait_while_paused(&self, deadline: Option<Instant>) -> bool {
+        let mut rounds = 0u32;
+        while self.owner.0.load(Ordering::Acquire) == PAUSED {
+            if !back_off(&mut rounds, deadline) {
+                return false;
+            }
+        }
         true
     }
 
@@ -307,6 +466,43 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 fn membarrier(cmd: libc::c_long) -> bool {
     // SAFETY: a plain system call with integer arguments.
     unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long) == 0 }
+}
+
+/// One round of a wait: yields, then sleeps 50 µs at a time (case 6).
+/// False once `deadline` has passed.
+fn back_off(rounds: &mut u32, deadline: Option<Instant>) -> bool {
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return false;
+    }
+    *rounds += 1;
+    if *rounds < 100 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    true
+}
+
+/// Every signal blocked on the calling thread, until `restore` (case 8).
+struct SignalsBlocked(libc::sigset_t);
+
+impl SignalsBlocked {
+    fn block() -> SignalsBlocked {
+        // SAFETY: sigset_t is plain data; both calls only write the sets
+        // they are given.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            SignalsBlocked(old)
+        }
+    }
+
+    fn restore(&self) {
+        // SAFETY: sets the mask `block` saved.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
 }
 
 #[cfg(test)]
@@ -459,5 +655,170 @@ mod tests {
         assert!(s.end(1, None), "the handler waited for the frame it interrupted");
         s.inside.0.store(OUT, Ordering::Relaxed); // the owner backs out
         assert!(s.end(2, None));
+    }
+
+    fn paused(p: Pause<'_>) -> PauseGuard<'_> {
+        match p {
+            Pause::Paused(g) => g,
+            _ => panic!("not paused"),
+        }
+    }
+
+    /// Case 8: a reader on another thread holds the owner off while it
+    /// reads, and the owner keeps sole mode afterwards. Before, the first
+    /// live dump ended sole mode for good.
+    #[test]
+    fn a_reader_pauses_the_owner_without_ending_sole_mode() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        drop(s.enter(1));
+        let guard = paused(s.pause(2, None));
+        assert!(!s.is_owner(1));
+        let entered = Arc::new(AtomicBool::new(false));
+        let owner = {
+            let (s, entered) = (s.clone(), entered.clone());
+            std::thread::spawn(move || {
+                let sole = matches!(s.enter(1), Entry::Sole(_));
+                entered.store(true, Ordering::Release);
+                sole
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !entered.load(Ordering::Acquire),
+            "the owner went on while a reader paused it"
+        );
+        drop(guard);
+        assert!(owner.join().unwrap(), "the owner lost sole mode to a reader");
+        assert!(s.is_owner(1));
+    }
+
+    /// Case 8: the reader waits for the owner's section to end, as an
+    /// ender does (case 2).
+    #[test]
+    fn a_reader_waits_for_the_owner_to_leave_its_section() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        let section = s.enter(1);
+        assert!(matches!(section, Entry::Sole(_)));
+        let reader = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let _g = paused(s.pause(2, None));
+                Instant::now()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let left = Instant::now();
+        drop(section);
+        assert!(
+            reader.join().unwrap() >= left,
+            "the reader read while the owner was inside"
+        );
+        assert!(s.is_owner(1));
+    }
+
+    /// Case 8: a thread that comes during a pause waits for it, then ends
+    /// sole mode as case 2 says; it neither locks while the reader reads
+    /// nor takes sole mode for itself.
+    #[test]
+    fn a_third_thread_waits_for_a_pause_then_ends_sole_mode() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        drop(s.enter(1));
+        let guard = paused(s.pause(2, None));
+        let through = Arc::new(AtomicBool::new(false));
+        let third = {
+            let (s, through) = (s.clone(), through.clone());
+            std::thread::spawn(move || {
+                let shared = matches!(s.enter(3), Entry::Shared);
+                through.store(true, Ordering::Release);
+                shared
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !through.load(Ordering::Acquire),
+            "a third thread went on during a pause"
+        );
+        drop(guard);
+        assert!(third.join().unwrap());
+        assert!(matches!(s.enter(1), Entry::Shared));
+        assert!(matches!(s.pause(2, None), Pause::Shared));
+    }
+
+    /// Case 8: a pause taken before any thread claimed leaves the claim
+    /// to the first thread after it (a periodic dump before the first
+    /// allocation).
+    #[test]
+    fn a_pause_before_the_first_claim_leaves_the_claim_open() {
+        let s = SoleOwner::new();
+        s.allow();
+        drop(paused(s.pause(2, None)));
+        assert!(matches!(s.enter(1), Entry::Sole(_)));
+        assert!(s.is_owner(1));
+    }
+
+    #[test]
+    fn a_pause_gives_up_at_the_timeout_and_the_owner_keeps_sole_mode() {
+        let s = SoleOwner::new();
+        s.allow();
+        let section = s.enter(1);
+        assert!(matches!(
+            s.pause(2, Some(Duration::from_millis(20))),
+            Pause::TimedOut
+        ));
+        assert!(s.is_owner(1));
+        drop(section);
+        assert!(matches!(s.enter(1), Entry::Sole(_)));
+    }
+
+    /// Case 8: the owner's signal handler, landing in the owner's section
+    /// or try during a pause, neither waits for the reader (which waits
+    /// for the interrupted frame) nor locks: its call is skipped.
+    #[test]
+    fn the_owners_handler_during_a_pause_neither_waits_nor_locks() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        drop(s.enter(1));
+        for interrupted in [TRYING, IN] {
+            s.inside.0.store(interrupted, Ordering::Relaxed); // the owner, then a signal
+            let reader = {
+                let s = s.clone();
+                std::thread::spawn(move || drop(paused(s.pause(2, None))))
+            };
+            while s.owner.0.load(Ordering::Acquire) != PAUSED {
+                std::thread::yield_now();
+            }
+            assert!(matches!(s.enter(1), Entry::Nested(_)));
+            assert!(matches!(s.pause(1, None), Pause::Nested));
+            assert!(!s.end(1, None), "the handler waited for the frame it interrupted");
+            assert_eq!(s.inside.0.load(Ordering::Relaxed), interrupted);
+            s.inside.0.store(OUT, Ordering::Relaxed); // the owner backs out
+            reader.join().unwrap();
+            assert!(s.is_owner(1));
+        }
+    }
+
+    /// Case 8: the reader blocks its signals while it pauses, and gives
+    /// its mask back.
+    #[test]
+    fn a_pause_blocks_the_readers_signals_until_it_ends() {
+        fn blocked(sig: libc::c_int) -> bool {
+            // SAFETY: reads the calling thread's mask into a local set.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+                libc::sigismember(&set, sig) == 1
+            }
+        }
+        let s = SoleOwner::new();
+        s.allow();
+        drop(s.enter(1));
+        assert!(!blocked(libc::SIGUSR2));
+        let guard = paused(s.pause(2, None));
+        assert!(blocked(libc::SIGUSR2));
+        drop(guard);
+        assert!(!blocked(libc::SIGUSR2));
     }
 }

@@ -11,13 +11,15 @@
 //! A map made with [`LiveMap::with_sole_owner`] takes no shard lock while
 //! one thread alone uses it (`base/sole.rs`): every method takes the
 //! calling thread's [`ThreadKey`], and the first thread to call becomes
-//! the owner until another thread calls. The owner's call nested in its
-//! own (a signal handler that interrupted it) does nothing and returns
-//! what "not found" returns.
+//! the owner until another thread changes it. Another thread that only
+//! reads (a live dump) holds the owner off for the read instead
+//! (sole.rs, case 8). The owner's call nested in its own (a signal
+//! handler that interrupted it) does nothing and returns what "not found"
+//! returns.
 
 use crate::base::hash::{mix64, AddrHash};
 use crate::base::lock::{FutexGuard, FutexMutex};
-use crate::base::sole::{Entry, SoleOwner, ThreadKey};
+use crate::base::sole::{Entry, Pause, SoleOwner, ThreadKey};
 use crate::record::Block;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -135,30 +137,49 @@ impl LiveMap {
     }
 
     /// For the calls over every shard: a closure over each shard in turn
-    /// is what the owner's one section covers. `None`: `me` interrupted its
+    /// is what the owner's one section covers. Another thread that only
+    /// reads (`changes` false: a live dump) pauses the owner rather than
+    /// ending sole mode (sole.rs, case 8). `None`: `me` interrupted its
     /// own call, or the owner stayed inside past `timeout`.
     fn with_every_shard<R>(
         &self,
         me: ThreadKey,
         timeout: Option<Duration>,
+        changes: bool,
         f: impl FnOnce(&mut dyn FnMut(&FutexMutex<Shard>) -> Option<Held<'_>>) -> R,
     ) -> Option<R> {
         if let Some(sole) = self.sole {
-            if sole.is_owner(me) {
-                match sole.enter(me) {
-                    Entry::Sole(_section) => {
-                        // SAFETY: as in `with_shard`; the section lasts
-                        // until `f` returns.
-                        return Some(f(&mut |m| Some(Held::Sole(unsafe { m.get_unchecked() }))));
+            loop {
+                if sole.is_owner(me) {
+                    match sole.enter(me) {
+                        Entry::Sole(_section) => {
+                            // SAFETY: as in `with_shard`; the section lasts
+                            // until `f` returns.
+                            return Some(f(&mut |m| Some(Held::Sole(unsafe { m.get_unchecked() }))));
+                        }
+                        Entry::Nested(_) => return None,
+                        Entry::Shared => break,
                     }
-                    Entry::Nested(_) => return None,
-                    Entry::Shared => {}
                 }
-            }
-            // Not `enter`, whose ending of sole mode would wait without
-            // the timeout.
-            if !sole.end(me, timeout) {
-                return None;
+                if !changes {
+                    match sole.pause(me, timeout) {
+                        Pause::Paused(_held_off) => {
+                            // SAFETY: every other thread waits until the
+                            // pause ends, and none holds a shard (sole.rs,
+                            // case 8); `f` only reads.
+                            return Some(f(&mut |m| Some(Held::Sole(unsafe { m.get_unchecked() }))));
+                        }
+                        Pause::Owner => continue,
+                        Pause::Nested | Pause::TimedOut => return None,
+                        Pause::Shared => {}
+                    }
+                }
+                // Not `enter`, whose ending of sole mode would wait without
+                // the timeout.
+                if !sole.end(me, timeout) {
+                    return None;
+                }
+                break;
             }
         }
         Some(f(&mut |m| match timeout {
@@ -248,8 +269,9 @@ impl LiveMap {
         })
     }
 
-    /// Visits every shard under its lock. `visit` sees the shard's blocks
-    /// and counters together. With `timeout`, a shard whose lock cannot be
+    /// Visits every shard under its lock, or, while one thread owns the
+    /// map, with that thread held off (sole.rs, case 8). `visit` sees the
+    /// shard's blocks and counters together, and must not change the map. With `timeout`, a shard whose lock cannot be
     /// taken in time is skipped and counted in the return value (used at
     /// exit, where a thread may have died holding a lock; every shard is
     /// skipped when the map's sole owner stays inside its call that long,
@@ -260,7 +282,7 @@ impl LiveMap {
         timeout: Option<Duration>,
         mut visit: impl FnMut(&mut dyn Iterator<Item = (u64, Block)>, MapCounts),
     ) -> usize {
-        self.with_every_shard(me, timeout, |hold| {
+        self.with_every_shard(me, timeout, false, |hold| {
             let mut skipped = 0;
             for shard in &self.shards {
                 let Some(held) = hold(&shard.0) else {
@@ -283,7 +305,7 @@ impl LiveMap {
 
     /// Moves out every block for which `pred` holds (context teardown).
     pub fn drain_where(&self, me: ThreadKey, mut pred: impl FnMut(&Block) -> bool) -> Vec<(u64, Block)> {
-        self.with_every_shard(me, None, |hold| {
+        self.with_every_shard(me, None, true, |hold| {
             let mut out = Vec::new();
             for shard in &self.shards {
                 let Some(mut s) = hold(&shard.0) else { continue };
@@ -362,6 +384,7 @@ mod tests {
     use crate::record::{MemoryKind, TraceId};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::Instant;
 
     /// The calling thread's key for maps without a sole owner.
     const ME: ThreadKey = 1;
@@ -510,5 +533,73 @@ mod tests {
         let c = m.counts(1);
         assert_eq!((c.inserted, c.moved, c.live), (2, 1, 1));
         assert!(m.sole.unwrap().is_owner(1));
+    }
+
+    /// A live dump on another thread reads the owner's map exactly while
+    /// the owner goes on, and leaves the map owned (sole.rs, case 8). The
+    /// reads fail when the owner is not held off; the last check fails
+    /// when a read ends sole mode, as every dump did before.
+    #[test]
+    fn another_thread_reads_a_map_owned_alone_exactly_and_leaves_it_owned() {
+        let m = sole_map();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owner = {
+            let (m, stop) = (m.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let keys = keys_of_one_shard(&m, 1 << 40, 64);
+                let mut r = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = keys[r % keys.len()];
+                    assert!(m.insert(1, k, blk(r as u64)).is_none());
+                    if r.is_multiple_of(2) {
+                        assert!(m.remove(1, k).is_some());
+                    }
+                    if r % keys.len() == keys.len() - 1 {
+                        for &k in &keys {
+                            m.remove(1, k);
+                        }
+                    }
+                    if r == 1000 {
+                        let _ = tx.send(());
+                    }
+                    r += 1;
+                }
+            })
+        };
+        rx.recv().unwrap();
+        for _ in 0..300 {
+            let mut counts = MapCounts::default();
+            let mut seen = 0u64;
+            m.for_each_shard(2, None, |it, c| {
+                if c.inserted > 0 {
+                    // A slow reader: an owner not held off would change
+                    // the shard under it.
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(300) {
+                        std::hint::spin_loop();
+                    }
+                }
+                seen += it.count() as u64;
+                counts.add(c);
+            });
+            assert_eq!(seen, counts.live);
+            assert_eq!(counts.inserted - counts.removed, seen);
+        }
+        stop.store(true, Ordering::Relaxed);
+        owner.join().unwrap();
+        assert!(m.sole.unwrap().is_owner(1), "a read ended sole mode");
+    }
+
+    /// Only reads pause the owner: another thread that changes the map
+    /// ends sole mode (sole.rs, case 8: a fork's prepare handler run by
+    /// the owner takes the shard locks without ending it).
+    #[test]
+    fn another_thread_that_drains_the_map_ends_sole_mode() {
+        let m = sole_map();
+        m.insert(1, 0x1000, blk(10));
+        assert_eq!(m.drain_where(2, |_| true).len(), 1);
+        assert!(!m.sole.unwrap().is_owner(1));
+        assert_eq!(m.counts(1).moved, 1);
     }
 }

@@ -2,7 +2,9 @@
 //! the live maps take no shard lock and the live-byte count no locked add
 //! for it (`cudaleak_core::base::sole` has the protocol and its cases).
 //! Most programs allocate GPU memory from one thread; the first other
-//! thread that records or releases a block, or dumps, ends this for good.
+//! thread that records or releases a block ends this for good. A live dump
+//! on the library's dump thread only reads: it holds the owner off while
+//! it copies the maps, and leaves sole mode as it was (case 8).
 
 use crate::base::thread::ThreadState;
 use cudaleak_core::base::sole::{SoleOwner, ThreadKey};
