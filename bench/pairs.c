@@ -36,6 +36,10 @@
  * BENCH_HELD_BYTES=N: the main thread allocates one block of N bytes and
  * keeps it before the pairs, as a program holds its memory while it
  * allocates more (the peak is then far above one pair's block).
+ * BENCH_EXITED_THREADS=N: before the pairs, N threads in turn each
+ * allocate and free one block and exit, as a data loader's short-lived
+ * workers do (live_bytes.rs, case 3: the quota of a thread's share
+ * depends on how many threads count now, not on how many ever did).
  */
 #include "cuda.h"
 #include "cuda_runtime_api.h"
@@ -189,6 +193,13 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
+static void *one_pair(void *arg) {
+    (void)arg;
+    void *p;
+    if (cudaMalloc(&p, 256) || cudaFree(p)) abort();
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: %s runtime|driver|hold PAIRS DEPTH [THREADS]\n", argv[0]);
@@ -210,6 +221,12 @@ int main(int argc, char **argv) {
     if (held && atoll(held) > 0) {
         void *p;
         if (cudaMalloc(&p, (size_t)atoll(held))) abort();
+    }
+    const char *exited = getenv("BENCH_EXITED_THREADS");
+    for (int i = 0; exited && i < atoi(exited); i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, one_pair, NULL);
+        pthread_join(t, NULL);
     }
     if (!strcmp(mode, "hold") || !strcmp(mode, "dump") || !strcmp(mode, "oom") || !strcmp(mode, "leaks")) {
         nest(depth);

@@ -258,13 +258,18 @@ def threads_cpu(work, reports, pairs, args):
     Twice: with nothing else live (the peak is one block per thread, so
     every allocation may be a new peak), and with 256 MiB held by the main
     thread, as a program holds its memory (live_bytes.rs: each thread's
-    share of the live count then stays its own)."""
-    for held in (0, 256 << 20):
+    share of the live count then stays its own). A third time with 256 MiB
+    held after 64 short-lived threads each made one pair and exited, as a
+    data loader's workers do (live_bytes.rs, case 3: the quota follows the
+    threads that count now)."""
+    for held, exited in ((0, 0), (256 << 20, 0), (256 << 20, 64)):
         env = dict(base_env(work, reports), BENCH_CPU_TIME="process", SIMCUDA_BACKING="threaded",
-                   BENCH_HELD_BYTES=str(held))
+                   BENCH_HELD_BYTES=str(held), BENCH_EXITED_THREADS=str(exited))
         configs = {"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}
         one = None
         what = "256 MiB held" if held else "nothing held"
+        if exited:
+            what += ", after %d exited threads" % exited
         for t in (1, 2, 8):
             n = max(10_000, args.pairs // (2 * t))
             med = side_by_side(configs, [pairs, "runtime", str(n), "20", str(t)], args.runs)

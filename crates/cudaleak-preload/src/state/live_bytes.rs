@@ -24,14 +24,16 @@
 //!    between its read and its write loses the handler's change (one
 //!    block, for good), as allocating in a handler is not async-signal-
 //!    safe anyway.
-//! 3. The quota is the peak / 2^(8 + 2 * ceil(log2 n)), n the threads that
-//!    ever counted so: at most peak / (256 n^2). The k-th such thread
-//!    holds at most peak / (256 k^2), so all of them together at most
-//!    0.64 % of the peak (the sum of 1 / k^2 is under 1.65): a peak seen
-//!    by one thread misses at most that much of the others' shares, within
-//!    the 1 % the out-of-memory and peak issue allows. n never goes down,
-//!    so a program that starts many threads gets small quotas, never a
-//!    wrong bound.
+//! 3. The quota is the peak / 2^(8 + 2 * ceil(log2 n)), n the live threads
+//!    that count so: at most peak / (256 n^2). Of those, the k-th to start
+//!    saw n >= k at each of its changes (the k - 1 before it were counted
+//!    and are still alive), so it holds at most peak / (256 k^2), and all
+//!    of them together at most 0.64 % of the peak (the sum of 1 / k^2 is
+//!    under 1.65): a peak seen by one thread misses at most that much of
+//!    the others' shares, within the 1 % the out-of-memory and peak issue
+//!    allows. An exiting thread leaves n after its share is added (case
+//!    4). Before, n never went down, and a program that had started many
+//!    short-lived threads (a data loader's workers) kept quotas of 0.
 //! 4. A thread's share is added at its exit (a pthread key's destructor):
 //!    an exited thread's share would otherwise be lost for good. Where no
 //!    key can be had, the quota is 0: every change is added at once.
@@ -47,7 +49,7 @@ static LIVE_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
 static PEAK_BYTES: OwnLine<AtomicU64> = OwnLine(AtomicU64::new(0));
 /// When PEAK_BYTES was last raised (Unix ms, to the coarse clock's tick).
 static PEAK_TIME_MS: AtomicI64 = AtomicI64::new(0);
-/// Case 3: the threads that ever counted with a share of their own.
+/// Case 3: the live threads that count with a share of their own.
 static SHARING_THREADS: AtomicU32 = AtomicU32::new(0);
 /// Case 4: the pthread key whose destructor adds an exiting thread's
 /// share, plus one; 0 before it is made, `u32::MAX` when it cannot be.
@@ -95,8 +97,11 @@ fn shared_change(delta: i64, thread: &ThreadState, peak: u64) {
         start_sharing(thread);
     }
     let share = thread.pending_bytes.get().wrapping_add(delta);
-    let could_pass_peak = delta > 0 && LIVE_BYTES.load(Ordering::Relaxed).wrapping_add(share as u64) > peak;
-    if could_pass_peak || share.unsigned_abs() > quota(peak) {
+    // The quota first: past it, the shared word is written anyway, and a
+    // load of it first would take its line twice (shared, then owned).
+    if share.unsigned_abs() > quota(peak)
+        || (delta > 0 && LIVE_BYTES.load(Ordering::Relaxed).wrapping_add(share as u64) > peak)
+    {
         thread.pending_bytes.set(0);
         let now = LIVE_BYTES
             .fetch_add(share as u64, Ordering::Relaxed)
@@ -143,9 +148,11 @@ fn start_sharing(thread: &ThreadState) {
 extern "C" fn add_share_at_exit(_: *mut c_void) {
     let thread = crate::base::thread::current();
     let share = thread.pending_bytes.replace(0);
-    thread.counts_pending.set(false);
     if share != 0 {
         LIVE_BYTES.fetch_add(share as u64, Ordering::Relaxed);
+    }
+    if thread.counts_pending.replace(false) {
+        SHARING_THREADS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
