@@ -36,6 +36,14 @@
 //!    changes nor wait for that section, which cannot finish before it.
 //!    And the owner's first section, the one that claims, is a section
 //!    like the others.
+//! 4. Where membarrier cannot be registered (kernels before 4.14, seccomp
+//!    filters), sole mode never begins ([`SoleOwner::allow`]).
+//! 5. A fork's child has one thread: it starts over
+//!    ([`SoleOwner::reset_in_child`]), with no owner. Not covered: a fork
+//!    from a signal handler that interrupted the owner's section (the
+//!    child's reset replaces what the interrupted frame still holds).
+//! 6. The wait of case 2 yields, then sleeps 50 µs at a time, so that a
+//!    waiter of higher priority on the owner's CPU lets the owner run.
 //! 7. The owner's "inside" flag has three values: out, *trying* (stored,
 //!    the owner not yet re-checked) and *in* (re-checked: the section
 //!    changes things from here on). Only "in" makes a call nested. A
@@ -45,14 +53,6 @@
 //!    (which cannot go on before it returns). Were "trying" nested, the
 //!    handler's unlocked add could run beside a thread that ended sole
 //!    mode meanwhile and adds with a lock (second review of issue 24).
-//! 4. Where membarrier cannot be registered (kernels before 4.14, seccomp
-//!    filters), sole mode never begins ([`SoleOwner::allow`]).
-//! 5. A fork's child has one thread: it starts over
-//!    ([`SoleOwner::reset_in_child`]), with no owner. Not covered: a fork
-//!    from a signal handler that interrupted the owner's section (the
-//!    child's reset replaces what the interrupted frame still holds).
-//! 6. The wait of case 2 yields, then sleeps 50 µs at a time, so that a
-//!    waiter of higher priority on the owner's CPU lets the owner run.
 //! 8. A thread that only reads (a live dump: `SIGUSR1`, `cudaleak dump`,
 //!    `CUDALEAK_INTERVAL`, on the library's own dump thread) *pauses* sole
 //!    mode instead of ending it ([`SoleOwner::pause`]). Before, the first
@@ -63,7 +63,13 @@
 //!    other thread that comes meanwhile waits, the owner included; it is
 //!    out of its section, so it holds nothing the reader needs. The reader
 //!    blocks signals while it pauses, so that no handler of its own can
-//!    wait for the pause it holds. A signal handler on the owner that
+//!    wait for the pause it holds, and disables its cancellation, since a
+//!    reader cancelled in its wait would leave the state paused for ever
+//!    (review of issue 24). A long read gives the pause back now and then
+//!    (the live map: every 16,384 blocks), first letting the threads that
+//!    wait go on ([`SoleOwner::let_waiters_pass`]; they yield for 2 ms
+//!    before they sleep, so they see the end of a pause at once): held
+//!    off for a whole copy of 1M blocks, the owner waited 13 ms a dump. A signal handler on the owner that
 //!    interrupted its section or its try can neither wait for the reader
 //!    (which waits for that frame) nor lock: its call is
 //!    [`Entry::Nested`], skipped. Only reads may pause: a fork's prepare
@@ -72,7 +78,7 @@
 //!    forks must lock, and ends sole mode (case 2).
 
 use crate::base::own_line::OwnLine;
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A thread's identity for [`SoleOwner`] (case 1). Never 0.
@@ -101,6 +107,10 @@ pub struct SoleOwner {
     inside: OwnLine<AtomicU8>,
     /// membarrier is registered: sole mode may begin (case 4).
     allowed: AtomicBool,
+    /// Threads waiting for a pause to end (case 8).
+    waiting: AtomicU32,
+    /// Pauses taken so far (case 8), for tests and diagnostics.
+    pauses: AtomicU64,
 }
 
 /// What [`SoleOwner::enter`] found.
@@ -170,6 +180,8 @@ impl SoleOwner {
             first: AtomicUsize::new(NO_OWNER),
             inside: OwnLine(AtomicU8::new(OUT)),
             allowed: AtomicBool::new(false),
+            waiting: AtomicU32::new(0),
+            pauses: AtomicU64::new(0),
         }
     }
 
@@ -184,7 +196,9 @@ impl SoleOwner {
     /// Enters a section as `me`.
     #[inline(always)]
     pub fn enter(&self, me: ThreadKey) -> Entry<'_> {
-        match self.owner.0.load(Ordering::Relaxed) {
+        // Acquire (free on x86): the reads of a pause that gave the state
+        // back come before this thread's next changes (case 8).
+        match self.owner.0.load(Ordering::Acquire) {
             owner if owner == me => self.enter_as_owner(me),
             SHARED => Entry::Shared,
             _ => self.enter_slow(me),
@@ -209,7 +223,7 @@ impl SoleOwner {
             sole: self,
             was_inside,
         };
-        if self.owner.0.load(Ordering::Relaxed) == me {
+        if self.owner.0.load(Ordering::Acquire) == me {
             // Seen by this thread's own signal handlers only (case 7).
             self.inside.0.store(IN, Ordering::Relaxed);
             compiler_fence(Ordering::SeqCst);
@@ -398,6 +412,7 @@ impl SoleOwner {
                 }
             }
         };
+        self.pauses.fetch_add(1, Ordering::Relaxed);
         let guard = PauseGuard {
             sole: self,
             restore,
@@ -438,13 +453,39 @@ impl SoleOwner {
 
     /// Waits for a reader's pause to end (case 8); false at the deadline.
     fn wait_while_paused(&self, deadline: Option<Instant>) -> bool {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        // Yields for the first 2 ms (a pause lasts about a quarter of one),
+        // so that the end of a pause is seen at once (`let_waiters_pass`),
+        // then sleeps as case 6 does.
+        let start = Instant::now();
         let mut rounds = 0u32;
+        let mut ended = true;
         while self.owner.0.load(Ordering::Acquire) == PAUSED {
-            if !back_off(&mut rounds, deadline) {
-                return false;
+            if start.elapsed() < Duration::from_millis(2) && deadline.is_none_or(|d| Instant::now() < d) {
+                std::thread::yield_now();
+            } else if !back_off(&mut rounds, deadline) {
+                ended = false;
+                break;
             }
         }
-        true
+        self.waiting.fetch_sub(1, Ordering::Release);
+        ended
+    }
+
+    /// How many pauses began so far (case 8).
+    pub fn pauses(&self) -> u64 {
+        self.pauses.load(Ordering::Relaxed)
+    }
+
+    /// Between two pauses of one long read (case 8): lets the threads
+    /// that waited for the first go on, for at most `limit`, before the
+    /// caller pauses again. Otherwise the owner, asleep in its back-off,
+    /// would find the state paused again each time it looked.
+    pub fn let_waiters_pass(&self, limit: Duration) {
+        let start = Instant::now();
+        while self.waiting.load(Ordering::Acquire) != 0 && start.elapsed() < limit {
+            std::thread::yield_now();
+        }
     }
 
     /// A fork's child (case 5): one thread, no owner yet. Registered
@@ -483,26 +524,41 @@ fn back_off(rounds: &mut u32, deadline: Option<Instant>) -> bool {
     true
 }
 
-/// Every signal blocked on the calling thread, until `restore` (case 8).
-struct SignalsBlocked(libc::sigset_t);
+/// Every signal blocked and cancellation disabled on the calling thread,
+/// until `restore` (case 8).
+struct SignalsBlocked {
+    mask: libc::sigset_t,
+    cancel_state: libc::c_int,
+}
 
 impl SignalsBlocked {
     fn block() -> SignalsBlocked {
-        // SAFETY: sigset_t is plain data; both calls only write the sets
-        // they are given.
+        // SAFETY: sigset_t is plain data; each call only writes what it
+        // is given.
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
+            let mut mask: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-            SignalsBlocked(old)
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut mask);
+            let mut cancel_state = 0;
+            pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut cancel_state);
+            SignalsBlocked { mask, cancel_state }
         }
     }
 
     fn restore(&self) {
-        // SAFETY: sets the mask `block` saved.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+        // SAFETY: gives back the state and the mask `block` saved.
+        unsafe {
+            pthread_setcancelstate(self.cancel_state, std::ptr::null_mut());
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.mask, std::ptr::null_mut());
+        }
     }
+}
+
+// Not in the libc crate for every target.
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+extern "C" {
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
 }
 
 #[cfg(test)]
@@ -788,6 +844,10 @@ mod tests {
                 std::thread::spawn(move || drop(paused(s.pause(2, None))))
             };
             while s.owner.0.load(Ordering::Acquire) != PAUSED {
+                assert!(
+                    !reader.is_finished(),
+                    "the reader went on without waiting for the interrupted frame"
+                );
                 std::thread::yield_now();
             }
             assert!(matches!(s.enter(1), Entry::Nested(_)));
@@ -820,5 +880,33 @@ mod tests {
         assert!(blocked(libc::SIGUSR2));
         drop(guard);
         assert!(!blocked(libc::SIGUSR2));
+    }
+
+    /// Case 8: between two pauses of a long read, the reader lets the
+    /// threads that waited for the first one go on before it pauses again.
+    #[test]
+    fn a_reader_lets_the_waiting_owner_go_on_before_it_pauses_again() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        drop(s.enter(1));
+        let guard = paused(s.pause(2, None));
+        let owner = {
+            let s = s.clone();
+            std::thread::spawn(move || matches!(s.enter(1), Entry::Sole(_)))
+        };
+        while s.waiting.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(5)); // asleep in its back-off
+        drop(guard);
+        s.let_waiters_pass(Duration::from_secs(10));
+        assert_eq!(
+            s.waiting.load(Ordering::Acquire),
+            0,
+            "paused again before the owner went on"
+        );
+        drop(paused(s.pause(2, None)));
+        assert!(owner.join().unwrap());
+        assert_eq!(s.pauses(), 2);
     }
 }
