@@ -197,7 +197,7 @@ impl LiveMap {
     /// shards handed out since it began held [`PAUSE_BLOCKS`] blocks, so
     /// that the owner waits for about one shard's copy at a time, as it
     /// did for a shard's lock. If sole mode ended meanwhile, the rest are
-    /// locked.
+    /// locked; if a pause timed out, the rest are skipped.
     ///
     /// The caller must be done with each shard before it asks for the
     /// next (`for_each_shard`'s loop): the pause that covers a shard may
@@ -209,30 +209,44 @@ impl LiveMap {
         timeout: Option<Duration>,
         held_off: PauseGuard<'a>,
     ) -> impl FnMut(&'a FutexMutex<Shard>) -> Option<Held<'a>> + 'a {
-        let mut pause = Some(held_off);
+        /// How the read holds the shards it has not reached yet.
+        enum Hold<'a> {
+            /// (held for its drop, which gives the pause back)
+            Paused { _held_off: PauseGuard<'a> },
+            /// sole mode ended meanwhile
+            Locked,
+            /// a pause timed out: the owner may be inside, so the rest is
+            /// skipped, neither read unlocked nor locked beside it
+            GaveUp,
+        }
+        let mut hold = Hold::Paused { _held_off: held_off };
         let mut covered = 0usize;
         move |m| {
-            if pause.is_some() && covered >= PAUSE_BLOCKS {
-                pause = None; // the owner may go on between two shards
+            if matches!(hold, Hold::Paused { .. }) && covered >= PAUSE_BLOCKS {
+                hold = Hold::GaveUp; // the owner may go on between two shards
                 covered = 0;
                 sole.let_waiters_pass(Duration::from_millis(1));
-                match sole.pause(me, timeout) {
-                    Pause::Paused(again) => pause = Some(again),
-                    Pause::Shared if sole.end(me, timeout) => {}
-                    _ => return None, // counted as skipped
+                hold = match sole.pause(me, timeout) {
+                    Pause::Paused(again) => Hold::Paused { _held_off: again },
+                    Pause::Shared if sole.end(me, timeout) => Hold::Locked,
+                    _ => Hold::GaveUp,
+                };
+            }
+            match hold {
+                Hold::Paused { .. } => {
+                    // SAFETY: every other thread waits until the pause
+                    // ends, and none holds a shard (sole.rs, case 8); the
+                    // read is done with this shard before the pause can
+                    // end.
+                    let shard = unsafe { m.get_unchecked() };
+                    covered += shard.map.len();
+                    Some(Held::Sole(shard))
                 }
-            }
-            if pause.is_some() {
-                // SAFETY: every other thread waits until the pause ends,
-                // and none holds a shard (sole.rs, case 8); the read is
-                // done with this shard before the pause can end.
-                let shard = unsafe { m.get_unchecked() };
-                covered += shard.map.len();
-                return Some(Held::Sole(shard));
-            }
-            match timeout {
-                Some(t) => m.lock_for(t).map(Held::Locked),
-                None => Some(Held::Locked(m.lock())),
+                Hold::Locked => match timeout {
+                    Some(t) => m.lock_for(t).map(Held::Locked),
+                    None => Some(Held::Locked(m.lock())),
+                },
+                Hold::GaveUp => None, // counted as skipped
             }
         }
     }
@@ -736,5 +750,49 @@ mod tests {
         let pauses = sole.pauses() - before;
         assert!((6..=7).contains(&pauses), "{pauses} pauses for {blocks} blocks");
         assert!(sole.is_owner(1));
+    }
+
+    /// A long read whose next pause times out (the owner stays inside its
+    /// section) skips every shard it has not reached: reading them
+    /// unlocked, or locked, would run beside the owner's unlocked changes.
+    #[test]
+    fn a_long_read_whose_next_pause_times_out_skips_the_rest() {
+        let m = sole_map();
+        let keys = keys_of_one_shard(&m, 1 << 40, PAUSE_BLOCKS);
+        for &k in &keys {
+            m.insert(1, k, blk(k));
+        }
+        let mut skipped = 0;
+        for _ in 0..10 {
+            // The owner starts sections of 5 ms, back to back, once the
+            // read is under way: it waits for the first pause, and enters
+            // its section as soon as the read gives that pause back (after
+            // shard 0, whose blocks fill it).
+            let go = Arc::new(AtomicBool::new(false));
+            let stop = Arc::new(AtomicBool::new(false));
+            let owner = {
+                let (m, go, stop, key) = (m.clone(), go.clone(), stop.clone(), keys[0]);
+                std::thread::spawn(move || {
+                    while !go.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    while !stop.load(Ordering::Relaxed) {
+                        assert!(m.update(1, key, |_| std::thread::sleep(Duration::from_millis(5))));
+                    }
+                })
+            };
+            skipped = m.for_each_shard(2, Some(Duration::from_millis(1)), |_, _| {
+                if !go.swap(true, Ordering::Release) {
+                    std::thread::sleep(Duration::from_millis(5)); // the owner now waits
+                }
+            });
+            stop.store(true, Ordering::Relaxed);
+            owner.join().unwrap();
+            if skipped > 0 {
+                break; // else the read paused again before the owner went on
+            }
+        }
+        assert_eq!(skipped, SHARDS - 1, "shards after the timed-out pause were read");
+        assert!(m.sole.unwrap().is_owner(1));
     }
 }
