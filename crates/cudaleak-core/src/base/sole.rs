@@ -909,4 +909,46 @@ mod tests {
         assert!(owner.join().unwrap());
         assert_eq!(s.pauses(), 2);
     }
+
+    /// Cases 5 and 8 (third review of issue 24): a thread that waited for
+    /// a pause when the process forked is not in the child, so the child
+    /// must not count it. Counted, it never leaves, and each give-back of
+    /// a long read in the child spins `let_waiters_pass` to its limit.
+    /// (The pause is held across the fork here only to keep the parent's
+    /// waiter counted at that moment; in the library the window is the
+    /// waiter's way out of its wait after a pause ends.)
+    #[test]
+    fn a_forks_child_counts_no_waiter_of_the_parent() {
+        let s = Arc::new(SoleOwner::new());
+        s.allow();
+        drop(s.enter(1));
+        let guard = paused(s.pause(2, None));
+        let owner = {
+            let s = s.clone();
+            std::thread::spawn(move || matches!(s.enter(1), Entry::Sole(_)))
+        };
+        while s.waiting.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child only resets the state, loads an atomic and
+        // leaves with _exit, touching nothing another thread held.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            s.reset_in_child();
+            let code = i32::from(s.waiting.load(Ordering::Relaxed) != 0);
+            // SAFETY: ends the child without running the parent's exit
+            // handlers or the test harness.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0, "fork failed");
+        drop(guard);
+        assert!(owner.join().unwrap());
+        let mut status = 0;
+        // SAFETY: waits for the child forked above, into a local.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child counted a waiter of its parent"
+        );
+    }
 }
