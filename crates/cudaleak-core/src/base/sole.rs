@@ -69,13 +69,14 @@
 //!    (the live map: every 16,384 blocks), first letting the threads that
 //!    wait go on ([`SoleOwner::let_waiters_pass`]; they yield for 2 ms
 //!    before they sleep, so they see the end of a pause at once): held
-//!    off for a whole copy of 1M blocks, the owner waited 13 ms a dump. A signal handler on the owner that
-//!    interrupted its section or its try can neither wait for the reader
-//!    (which waits for that frame) nor lock: its call is
-//!    [`Entry::Nested`], skipped. Only reads may pause: a fork's prepare
-//!    handler, run by the owner, takes the shard locks without ending
-//!    sole mode, so a thread that *changes* the maps while the owner
-//!    forks must lock, and ends sole mode (case 2).
+//!    off for a whole copy of 1M blocks, the owner waited 13 ms a dump.
+//!    A fork's child counts no waiter: its parent's are not in it. A
+//!    signal handler on the owner that interrupted its section or its try
+//!    can neither wait for the reader (which waits for that frame) nor
+//!    lock: its call is [`Entry::Nested`], skipped. Only reads may pause:
+//!    a fork's prepare handler, run by the owner, takes the shard locks
+//!    without ending sole mode, so a thread that *changes* the maps while
+//!    the owner forks must lock, and ends sole mode (case 2).
 
 use crate::base::own_line::OwnLine;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -454,22 +455,21 @@ impl SoleOwner {
     /// Waits for a reader's pause to end (case 8); false at the deadline.
     fn wait_while_paused(&self, deadline: Option<Instant>) -> bool {
         self.waiting.fetch_add(1, Ordering::Relaxed);
+        // Counted out on every way out, a cancellation's unwind included.
+        let _counted = CountedOut(&self.waiting);
         // Yields for the first 2 ms (a pause lasts about a quarter of one),
         // so that the end of a pause is seen at once (`let_waiters_pass`),
         // then sleeps as case 6 does.
         let start = Instant::now();
         let mut rounds = 0u32;
-        let mut ended = true;
         while self.owner.0.load(Ordering::Acquire) == PAUSED {
             if start.elapsed() < Duration::from_millis(2) && deadline.is_none_or(|d| Instant::now() < d) {
                 std::thread::yield_now();
             } else if !back_off(&mut rounds, deadline) {
-                ended = false;
-                break;
+                return false;
             }
         }
-        self.waiting.fetch_sub(1, Ordering::Release);
-        ended
+        true
     }
 
     /// How many pauses began so far (case 8).
@@ -492,6 +492,8 @@ impl SoleOwner {
     /// again where the parent was, since the registration belongs to a
     /// memory map and the child has a new one.
     pub fn reset_in_child(&self) {
+        // No thread of the parent waits here (third review of issue 24).
+        self.waiting.store(0, Ordering::Relaxed);
         self.inside.0.store(OUT, Ordering::Relaxed);
         self.first.store(NO_OWNER, Ordering::Relaxed);
         self.owner.0.store(NO_OWNER, Ordering::Relaxed);
@@ -507,6 +509,15 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 fn membarrier(cmd: libc::c_long) -> bool {
     // SAFETY: a plain system call with integer arguments.
     unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long) == 0 }
+}
+
+/// Takes one waiter off the count when dropped (case 8).
+struct CountedOut<'a>(&'a AtomicU32);
+
+impl Drop for CountedOut<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// One round of a wait: yields, then sleeps 50 µs at a time (case 6).
@@ -894,7 +905,12 @@ mod tests {
             let s = s.clone();
             std::thread::spawn(move || matches!(s.enter(1), Entry::Sole(_)))
         };
+        let start = Instant::now();
         while s.waiting.load(Ordering::Acquire) == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the owner was never counted"
+            );
             std::thread::yield_now();
         }
         std::thread::sleep(Duration::from_millis(5)); // asleep in its back-off
@@ -903,7 +919,7 @@ mod tests {
         assert_eq!(
             s.waiting.load(Ordering::Acquire),
             0,
-            "paused again before the owner went on"
+            "the reader went on while the owner still waited"
         );
         drop(paused(s.pause(2, None)));
         assert!(owner.join().unwrap());
