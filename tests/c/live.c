@@ -12,11 +12,15 @@
  *   exit_now  leaks one block, then _exit(7).
  *   wait      leaks one block, prints "ready", then waits for a signal.
  *   storm     4 threads × 20000 alloc/free pairs, each leaking one block,
- *             while the test sends signals; prints "ready" first.
+ *             while the test sends signals; prints "ready" first. Then
+ *             waits (at most 10 s) for a signal report: the pairs take
+ *             about 30 ms, and a test thread scheduled late sent every
+ *             signal after them (the gate's CI run, 2026-11-26).
  *   alone     the main thread alone: 100000 alloc/free pairs, then one
  *             leak, while the test sends signals; prints "ready" first.
  *             Each dump pauses the thread that owns the maps alone
- *             instead of taking their locks (sole.rs, case 8).
+ *             instead of taking their locks (sole.rs, case 8). Then
+ *             waits for a signal report, as storm does.
  *   checkpoint  the in-process API from C.
  *   chain     installs its own SIGUSR1 handler before any CUDA call, then
  *             leaks one block and waits until its handler ran and a report
@@ -157,11 +161,13 @@ int main(int argc, char **argv) {
         printf("ready\n");
         for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, storm_worker, NULL);
         for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < 1000 && reports_in_cwd() == 0; i++) sleep_ms(10);
     } else if (!strcmp(mode, "alone")) {
         churn();
         printf("ready\n");
         for (int i = 0; i < 100000; i++) churn();
         leak_once();
+        for (int i = 0; i < 1000 && reports_in_cwd() == 0; i++) sleep_ms(10);
     } else if (!strcmp(mode, "chain")) {
         signal(SIGUSR1, own_handler);
         leak_once();
