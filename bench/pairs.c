@@ -23,6 +23,13 @@
  *                                             stack never seen before (24 levels
  *                                             of two functions: 16M stacks), so
  *                                             the stack depot grows by one per pair
+ *   pairs stall N DEPTH                       N blocks kept live, then pairs for
+ *                                             3 s while another thread sends
+ *                                             SIGUSR1 every 250 ms (11 live dumps):
+ *                                             prints the pairs over 1 ms, then the
+ *                                             longest pair in ms (issue 24: what a
+ *                                             live dump costs a thread that
+ *                                             allocates alone)
  *   pairs leaks N DEPTH                       N blocks leaked from N distinct
  *                                             stacks (N = 1: one leak), then exits;
  *                                             prints the CLOCK_REALTIME of the end
@@ -46,10 +53,12 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *mode;
 static long pairs;
@@ -122,6 +131,17 @@ static void fresh(long bits, int level, int free_it) {
     }
 }
 
+static volatile int stall_done;
+
+static void *send_dump_signals(void *arg) {
+    (void)arg;
+    while (!stall_done) {
+        usleep(250000);
+        if (!stall_done) kill(getpid(), SIGUSR1);
+    }
+    return NULL;
+}
+
 static void work(void) {
     if (!strcmp(mode, "runtime")) {
         for (long i = 0; i < pairs; i++) {
@@ -152,6 +172,31 @@ static void work(void) {
         }
         printf("%.1f\n", (double)(rss_bytes() - before) / pairs);
         exit(0); /* the measurement is done; skip the exit report */
+    } else if (!strcmp(mode, "stall")) {
+        for (long i = 0; i < pairs; i++) {
+            void *p;
+            if (cudaMalloc(&p, 64)) abort();
+        }
+        struct sigaction sa;
+        if (sigaction(SIGUSR1, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+            signal(SIGUSR1, SIG_IGN); /* no library: the signal would end us */
+        }
+        pthread_t sender;
+        pthread_create(&sender, NULL, send_dump_signals, NULL);
+        double end = now() + 3e9, worst = 0;
+        long slow = 0;
+        while (now() < end) {
+            double a = now();
+            void *p;
+            if (cudaMalloc(&p, 256) || cudaFree(p)) abort();
+            double d = now() - a;
+            if (d > worst) worst = d;
+            if (d > 1e6) slow++;
+        }
+        stall_done = 1;
+        pthread_join(sender, NULL);
+        printf("pairs over 1 ms: %ld\n%.2f\n", slow, worst / 1e6);
+        exit(0); /* what follows (the exit report) is not timed */
     } else if (!strcmp(mode, "oom")) {
         for (long i = 0; i < pairs; i++) route((int)(i % 1024), 0);
         void *p;
@@ -228,7 +273,8 @@ int main(int argc, char **argv) {
         pthread_create(&t, NULL, one_pair, NULL);
         pthread_join(t, NULL);
     }
-    if (!strcmp(mode, "hold") || !strcmp(mode, "dump") || !strcmp(mode, "oom") || !strcmp(mode, "leaks")) {
+    if (!strcmp(mode, "hold") || !strcmp(mode, "dump") || !strcmp(mode, "oom") || !strcmp(mode, "leaks") ||
+        !strcmp(mode, "stall")) {
         nest(depth);
         return 0;
     }

@@ -291,6 +291,16 @@ def threads_cpu(work, reports, pairs, args):
     for name in ("cudaleak", "cudaleak, interval dumps"):
         row("thread CPU per pair, 1 thread: %s" % name, "%.0f" % med[name], "ns",
             "+%.0f ns" % (med[name] - med["no library"]))
+    # What a live dump costs the thread that allocates alone, in its
+    # longest pair: 1M blocks live, SIGUSR1 every 250 ms for 3 s. A dump
+    # pauses that thread for 16,384 blocks' copy at a time (sole.rs, case
+    # 8); paused for the whole copy, it waited 13 ms.
+    held = 1_000_000
+    env = dict(base_env(work, reports), SIMCUDA_BACKING="threaded")
+    configs = {"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}
+    med = side_by_side(configs, [pairs, "stall", str(held), "20"], min(args.runs, 3))
+    row("longest pair, 1 thread, %d blocks live, a dump every 250 ms: cudaleak" % held, "%.2f" % med["cudaleak"],
+        "ms", "no library: %.2f ms" % med["no library"])
 
 
 def exit_time(env, argv):
