@@ -232,19 +232,34 @@ def instructions(work, reports, pairs, args):
             "instr", "ratio cudaleak / memray %.2f (goal <= 0.20)" % ((lib - base) / (m - base)))
 
 
+def with_heaptrack(configs, reports, env):
+    """Adds heaptrack, run the same way, to a side-by-side set (issue 24:
+    every benchmark against heaptrack in the same run)."""
+    if have("heaptrack"):
+        configs["heaptrack"] = (["heaptrack", "-o", os.path.join(reports, "heaptrack")], env)
+    return configs
+
+
 def fresh_stacks(work, reports, pairs, args):
     """A call stack never seen before on every pair: the depot grows by one
     stack per pair. Goal: the cost at 10M within 1.5x the cost at 100k."""
     env = base_env(work, reports)
-    configs = {"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}
-    cost = {}
+    configs = with_heaptrack({"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}, reports, env)
+    cost, theirs = {}, {}
     for n in (100_000, args.fresh_pairs):
         med = side_by_side(configs, [pairs, "fresh", str(n), "20"], max(1, args.runs // 2))
         cost[n] = med["cudaleak"] - med["no library"]
         row("fresh stack every pair, %d pairs: cudaleak" % n, "%.0f" % med["cudaleak"], "ns",
             "+%.0f ns (program alone %.0f)" % (cost[n], med["no library"]))
+        if "heaptrack" in med:
+            theirs[n] = med["heaptrack"] - med["no library"]
+            row("fresh stack every pair, %d pairs: heaptrack" % n, "%.0f" % med["heaptrack"], "ns",
+                "+%.0f ns; ratio cudaleak / heaptrack %.2f" % (theirs[n], cost[n] / theirs[n]))
     row("fresh stacks: cost at %d / cost at 100k" % args.fresh_pairs,
         "%.2f" % (cost[args.fresh_pairs] / cost[100_000]), "", "goal <= 1.5")
+    if theirs:
+        row("fresh stacks, heaptrack: cost at %d / cost at 100k" % args.fresh_pairs,
+            "%.2f" % (theirs[args.fresh_pairs] / theirs[100_000]), "", "")
 
 
 def threads_cpu(work, reports, pairs, args):
@@ -265,8 +280,9 @@ def threads_cpu(work, reports, pairs, args):
     for held, exited in ((0, 0), (256 << 20, 0), (256 << 20, 64)):
         env = dict(base_env(work, reports), BENCH_CPU_TIME="process", SIMCUDA_BACKING="threaded",
                    BENCH_HELD_BYTES=str(held), BENCH_EXITED_THREADS=str(exited))
-        configs = {"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))}
-        one = None
+        configs = with_heaptrack({"no library": (None, env), "cudaleak": (None, dict(env, LD_PRELOAD=LIB))},
+                                 reports, env)
+        one, their_one = None, None
         what = "256 MiB held" if held else "nothing held"
         if exited:
             what += ", after %d exited threads" % exited
@@ -277,6 +293,11 @@ def threads_cpu(work, reports, pairs, args):
             one = cost if t == 1 else one
             row("CPU per pair, %d thread(s), %s: cudaleak" % (t, what), "%.0f" % med["cudaleak"], "ns",
                 "+%.0f ns; %.2fx the 1-thread cost (goal <= 1.2)" % (cost, cost / one))
+            if "heaptrack" in med:
+                theirs = med["heaptrack"] - med["no library"]
+                their_one = theirs if t == 1 else their_one
+                row("CPU per pair, %d thread(s), %s: heaptrack" % (t, what), "%.0f" % med["heaptrack"], "ns",
+                    "+%.0f ns; %.2fx its 1-thread cost" % (theirs, theirs / their_one))
     # One thread while the library dumps every 50 ms on its own thread: a
     # dump pauses the thread that allocates alone rather than ending its
     # lock-free mode (sole.rs, case 8). The thread's own CPU time, so the
@@ -310,7 +331,9 @@ def exit_time(env, argv):
     gone = time.time_ns()
     if out.returncode != 0:
         raise RuntimeError("%s failed (%d):\n%s" % (" ".join(argv), out.returncode, out.stderr[-2000:]))
-    return (gone - float(out.stdout.split()[-1])) / 1e6
+    # The program's last line; heaptrack prints its own lines after it.
+    ends = [w for w in out.stdout.split() if w.isdigit() and len(w) >= 18]
+    return (gone - float(ends[-1])) / 1e6
 
 
 def exit_reports(work, reports, pairs, args):
@@ -328,6 +351,16 @@ def exit_reports(work, reports, pairs, args):
         runs = args.runs if n == 1 else max(1, args.runs // 2)
         t = statistics.median(exit_time(e, [pairs, "leaks", str(n), "20"]) for _ in range(runs))
         row("exit report, %s" % label, "%.1f" % t, "ms", "goal <= 10" if n == 1 else "goal <= 3000")
+    # heaptrack writes no report at exit (heaptrack_print reads its data
+    # afterwards); its exit is the end of its recording: what it still
+    # writes once main returns.
+    if have("heaptrack"):
+        prefix = ["heaptrack", "-o", os.path.join(reports, "heaptrack")]
+        for n in (1, args.exit_leaks):
+            runs = args.runs if n == 1 else max(1, args.runs // 2)
+            t = statistics.median(exit_time(env, prefix + [pairs, "leaks", str(n), "20"]) for _ in range(runs))
+            row("end of main to exit, %d leak(s)%s: heaptrack" % (n, ", distinct stacks" if n > 1 else ""),
+                "%.1f" % t, "ms", "no report at exit; its data is read afterwards")
 
 
 def trace_ring(work, reports, pairs, args):
