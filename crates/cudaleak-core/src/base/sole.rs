@@ -79,6 +79,7 @@
 //!    the owner forks must lock, and ends sole mode (case 2).
 
 use crate::base::own_line::OwnLine;
+use crate::base::signal_mask::SignalsBlocked;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -158,13 +159,13 @@ pub struct PauseGuard<'a> {
     sole: &'a SoleOwner,
     /// The owner's key, or [`NO_OWNER`].
     restore: usize,
-    signals: SignalsBlocked,
+    /// Given back after the state, when the guard's fields drop.
+    _undisturbed: Undisturbed,
 }
 
 impl Drop for PauseGuard<'_> {
     fn drop(&mut self) {
         self.sole.owner.0.store(self.restore, Ordering::Release);
-        self.signals.restore();
     }
 }
 
@@ -384,21 +385,18 @@ impl SoleOwner {
             return Pause::Nested;
         }
         let deadline = timeout.map(|t| Instant::now() + t);
-        let signals = SignalsBlocked::block();
+        let undisturbed = Undisturbed::begin();
         let restore = loop {
             match self.owner.0.load(Ordering::Acquire) {
                 SHARED | ENDING => {
-                    signals.restore();
                     return Pause::Shared;
                 }
                 PAUSED => {
                     if !self.wait_while_paused(deadline) {
-                        signals.restore();
                         return Pause::TimedOut;
                     }
                 }
                 owner if owner == me => {
-                    signals.restore();
                     return Pause::Owner;
                 }
                 owner => {
@@ -417,7 +415,7 @@ impl SoleOwner {
         let guard = PauseGuard {
             sole: self,
             restore,
-            signals,
+            _undisturbed: undisturbed,
         };
         if restore != NO_OWNER {
             self.barrier();
@@ -536,33 +534,30 @@ fn back_off(rounds: &mut u32, deadline: Option<Instant>) -> bool {
 }
 
 /// Every signal blocked and cancellation disabled on the calling thread,
-/// until `restore` (case 8).
-struct SignalsBlocked {
-    mask: libc::sigset_t,
+/// until dropped (case 8).
+struct Undisturbed {
     cancel_state: libc::c_int,
+    /// Given back after the cancel state, when the fields drop.
+    _signals: SignalsBlocked,
 }
 
-impl SignalsBlocked {
-    fn block() -> SignalsBlocked {
-        // SAFETY: sigset_t is plain data; each call only writes what it
-        // is given.
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut mask: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut mask);
-            let mut cancel_state = 0;
-            pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut cancel_state);
-            SignalsBlocked { mask, cancel_state }
+impl Undisturbed {
+    fn begin() -> Undisturbed {
+        let signals = SignalsBlocked::all();
+        let mut cancel_state = 0;
+        // SAFETY: writes the old state into a local.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut cancel_state) };
+        Undisturbed {
+            cancel_state,
+            _signals: signals,
         }
     }
+}
 
-    fn restore(&self) {
-        // SAFETY: gives back the state and the mask `block` saved.
-        unsafe {
-            pthread_setcancelstate(self.cancel_state, std::ptr::null_mut());
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.mask, std::ptr::null_mut());
-        }
+impl Drop for Undisturbed {
+    fn drop(&mut self) {
+        // SAFETY: gives back the state `begin` saved.
+        unsafe { pthread_setcancelstate(self.cancel_state, std::ptr::null_mut()) };
     }
 }
 

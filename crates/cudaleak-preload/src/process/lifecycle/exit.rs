@@ -10,6 +10,7 @@ use crate::base::settings::{self, write_stderr};
 use crate::process::dump::{self, Request};
 use crate::state::tracker;
 use cudaleak_core::base::lock::{wait_while_equal, wake_all};
+use cudaleak_core::base::signal_mask::SignalsBlocked;
 use cudaleak_core::report::render::{self, TextOptions};
 use cudaleak_core::report::Trigger;
 use std::ffi::c_int;
@@ -148,33 +149,6 @@ pub(super) fn die_by_default_action(sig: c_int) -> ! {
     std::process::abort()
 }
 
-/// SIGTERM and SIGINT blocked on this thread while it writes the exit
-/// report: they are delivered (and take their default action) when it is
-/// written, or go to another thread, whose handler waits for it.
-struct FatalSignalsBlocked(libc::sigset_t);
-
-impl FatalSignalsBlocked {
-    fn new() -> FatalSignalsBlocked {
-        // SAFETY: sigset manipulation on local storage.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            FatalSignalsBlocked(old)
-        }
-    }
-}
-
-impl Drop for FatalSignalsBlocked {
-    fn drop(&mut self) {
-        // SAFETY: restoring the mask saved in new().
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
-    }
-}
-
 /// Writes the exit report once, prints the summary, and returns the exit
 /// status CUDALEAK_EXITCODE asks for, if it applies. A second caller waits
 /// (bounded) for the first one's report.
@@ -204,7 +178,10 @@ pub(super) fn exit_report_for(
             EXIT_REPORT.wait_while(now, Duration::from_millis(50));
         }
     }
-    let blocked = FatalSignalsBlocked::new();
+    // SIGTERM and SIGINT wait while this thread writes the exit report:
+    // they are delivered (and take their default action) when it is
+    // written, or go to another thread, whose handler waits for it.
+    let blocked = SignalsBlocked::of(&[libc::SIGTERM, libc::SIGINT]);
     if on_program_thread {
         // Every exit report but the fatal-signal one (the dumper thread's)
         // is written on a program thread, which may read the environment:
