@@ -206,16 +206,21 @@ fn sigint_writes_the_report_then_terminates_as_sigint_would() {
     dies_by(libc::SIGINT);
 }
 
-#[test]
-fn a_signal_storm_during_allocation_traffic_is_exact_and_harmless() {
-    let p = spawn_traced(&program("live"), &["storm"], &[]);
-    assert_eq!(p.wait_line(SECS), "ready");
+/// 200 SIGUSR1 to `p` in about 10 ms: they coalesce into a few dumps.
+fn send_dump_signals(p: &Running) {
     for i in 0..200 {
         p.signal(libc::SIGUSR1);
         if i % 10 == 0 {
             std::thread::sleep(Duration::from_micros(500));
         }
     }
+}
+
+#[test]
+fn a_signal_storm_during_allocation_traffic_is_exact_and_harmless() {
+    let p = spawn_traced(&program("live"), &["storm"], &[]);
+    assert_eq!(p.wait_line(SECS), "ready");
+    send_dump_signals(&p);
     let (status, dir, _) = p.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0));
     let reports = reports_in(dir.path());
@@ -249,12 +254,7 @@ fn a_signal_storm_during_allocation_traffic_is_exact_and_harmless() {
 fn signal_dumps_while_one_thread_allocates_alone_are_exact() {
     let p = spawn_traced(&program("live"), &["alone"], &[]);
     assert_eq!(p.wait_line(SECS), "ready");
-    for i in 0..200 {
-        p.signal(libc::SIGUSR1);
-        if i % 10 == 0 {
-            std::thread::sleep(Duration::from_micros(500));
-        }
-    }
+    send_dump_signals(&p);
     let (status, dir, _) = p.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0));
     let reports = reports_in(dir.path());

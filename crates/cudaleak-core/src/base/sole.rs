@@ -657,21 +657,10 @@ mod tests {
         drop(s.enter(1)); // claimed: this test does not rest on case 3
         let section = s.enter(1);
         assert!(!s.end(2, Some(Duration::from_millis(5))));
-        let through = Arc::new(AtomicBool::new(false));
-        let third = {
-            let (s, through) = (s.clone(), through.clone());
-            std::thread::spawn(move || {
-                assert!(matches!(s.enter(3), Entry::Shared));
-                through.store(true, Ordering::Release);
-            })
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(
-            !through.load(Ordering::Acquire),
-            "a third thread went on while the owner was inside"
-        );
+        let (third, through) = enter_on_a_thread(&s, 3);
+        still_held_off(&through, "a third thread went on while the owner was inside");
         drop(section);
-        third.join().unwrap();
+        assert_eq!(third.join().unwrap(), "shared");
         assert!(through.load(Ordering::Acquire));
     }
 
@@ -719,6 +708,34 @@ mod tests {
         assert!(s.end(2, None));
     }
 
+    /// `me` enters on a thread of its own, which answers what it found;
+    /// the flag is set once it is through.
+    fn enter_on_a_thread(
+        s: &Arc<SoleOwner>,
+        me: ThreadKey,
+    ) -> (std::thread::JoinHandle<&'static str>, Arc<AtomicBool>) {
+        let through = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (s, through) = (s.clone(), through.clone());
+            std::thread::spawn(move || {
+                let found = match s.enter(me) {
+                    Entry::Sole(_) => "sole",
+                    Entry::Nested(_) => "nested",
+                    Entry::Shared => "shared",
+                };
+                through.store(true, Ordering::Release);
+                found
+            })
+        };
+        (thread, through)
+    }
+
+    /// Gives the thread behind `through` 50 ms; it must still be held off.
+    fn still_held_off(through: &AtomicBool, what: &str) {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!through.load(Ordering::Acquire), "{what}");
+    }
+
     fn paused(p: Pause<'_>) -> PauseGuard<'_> {
         match p {
             Pause::Paused(g) => g,
@@ -736,22 +753,14 @@ mod tests {
         drop(s.enter(1));
         let guard = paused(s.pause(2, None));
         assert!(!s.is_owner(1));
-        let entered = Arc::new(AtomicBool::new(false));
-        let owner = {
-            let (s, entered) = (s.clone(), entered.clone());
-            std::thread::spawn(move || {
-                let sole = matches!(s.enter(1), Entry::Sole(_));
-                entered.store(true, Ordering::Release);
-                sole
-            })
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(
-            !entered.load(Ordering::Acquire),
-            "the owner went on while a reader paused it"
-        );
+        let (owner, entered) = enter_on_a_thread(&s, 1);
+        still_held_off(&entered, "the owner went on while a reader paused it");
         drop(guard);
-        assert!(owner.join().unwrap(), "the owner lost sole mode to a reader");
+        assert_eq!(
+            owner.join().unwrap(),
+            "sole",
+            "the owner lost sole mode to a reader"
+        );
         assert!(s.is_owner(1));
     }
 
@@ -789,22 +798,10 @@ mod tests {
         s.allow();
         drop(s.enter(1));
         let guard = paused(s.pause(2, None));
-        let through = Arc::new(AtomicBool::new(false));
-        let third = {
-            let (s, through) = (s.clone(), through.clone());
-            std::thread::spawn(move || {
-                let shared = matches!(s.enter(3), Entry::Shared);
-                through.store(true, Ordering::Release);
-                shared
-            })
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(
-            !through.load(Ordering::Acquire),
-            "a third thread went on during a pause"
-        );
+        let (third, through) = enter_on_a_thread(&s, 3);
+        still_held_off(&through, "a third thread went on during a pause");
         drop(guard);
-        assert!(third.join().unwrap());
+        assert_eq!(third.join().unwrap(), "shared");
         assert!(matches!(s.enter(1), Entry::Shared));
         assert!(matches!(s.pause(2, None), Pause::Shared));
     }
@@ -896,10 +893,7 @@ mod tests {
         s.allow();
         drop(s.enter(1));
         let guard = paused(s.pause(2, None));
-        let owner = {
-            let s = s.clone();
-            std::thread::spawn(move || matches!(s.enter(1), Entry::Sole(_)))
-        };
+        let (owner, _) = enter_on_a_thread(&s, 1);
         let start = Instant::now();
         while s.waiting.load(Ordering::Acquire) == 0 {
             assert!(
@@ -917,7 +911,7 @@ mod tests {
             "the reader went on while the owner still waited"
         );
         drop(paused(s.pause(2, None)));
-        assert!(owner.join().unwrap());
+        assert_eq!(owner.join().unwrap(), "sole");
         assert_eq!(s.pauses(), 2);
     }
 
@@ -934,10 +928,7 @@ mod tests {
         s.allow();
         drop(s.enter(1));
         let guard = paused(s.pause(2, None));
-        let owner = {
-            let s = s.clone();
-            std::thread::spawn(move || matches!(s.enter(1), Entry::Sole(_)))
-        };
+        let (owner, _) = enter_on_a_thread(&s, 1);
         while s.waiting.load(Ordering::Acquire) == 0 {
             std::thread::yield_now();
         }
@@ -953,7 +944,7 @@ mod tests {
         }
         assert!(pid > 0, "fork failed");
         drop(guard);
-        assert!(owner.join().unwrap());
+        assert_eq!(owner.join().unwrap(), "sole");
         let mut status = 0;
         // SAFETY: waits for the child forked above, into a local.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
