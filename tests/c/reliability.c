@@ -18,8 +18,10 @@
  *                 kill(0, SIGTERM): the whole group, itself included (a
  *                 launcher stopping its workers).
  *   exec_fails    leaks one block, an execv that fails, then one more.
- *   usr1_early    sends itself SIGUSR1 before any CUDA call, then leaks one
- *                 block and returns 0.
+ *   usr1_early    sends itself SIGUSR1 before any CUDA call (which ends it
+ *                 by the default action: no handler of ours before the
+ *                 first allocation call), then would leak one block.
+ *   leak_once     leaks one block and returns 0.
  *   term_at_exit  leaks 2^12 blocks from distinct stacks (a slow exit
  *                 report), and a thread sends SIGTERM to the process as
  *                 soon as the exit report's temporary file appears.
@@ -190,6 +192,8 @@ int main(int argc, char **argv) {
         printf("the child survived SIGUSR1\n");
     } else if (!strcmp(mode, "usr1_early")) {
         kill(getpid(), SIGUSR1);
+        leak_once();
+    } else if (!strcmp(mode, "leak_once")) {
         leak_once();
     } else if (!strcmp(mode, "term_at_exit")) {
         pthread_t t;

@@ -6,15 +6,16 @@
 //! 1. A signal handler only stores to atomics and wakes a futex (a raw,
 //!    async-signal-safe system call); the dumper thread, created with every
 //!    signal blocked, does the work.
-//! 2. The dump signal's handler is installed at load, so that a
-//!    `kill -USR1` before the first CUDA allocation is harmless (issue 15:
-//!    it killed the process, rc 138), and again at the first allocation
-//!    call if the program replaced it meanwhile (chaining to the
-//!    program's). SIGTERM and SIGINT are taken only at the first
-//!    allocation call and only while their disposition is still SIG_DFL:
-//!    Python installs its SIGINT handler only over SIG_DFL, so one
-//!    installed at load would silently turn off KeyboardInterrupt (and a
-//!    dump signal of SIGINT is installed late for the same reason).
+//! 2. Every handler of ours is installed at the process's first CUDA
+//!    allocation call, never at load: a process that never calls CUDA
+//!    (every shell, `ls`, a launcher such as torchrun's agent) keeps every
+//!    signal's disposition, so a `kill -USR1` ends it as it would without
+//!    the library. Installed at load, the dump handler made such
+//!    processes survive SIGUSR1 (status 138 became 0). The dump handler
+//!    chains to a handler the program installed before. SIGTERM and
+//!    SIGINT are taken only while their disposition is still SIG_DFL:
+//!    Python installs its SIGINT handler only over SIG_DFL, so one of ours
+//!    installed first would silently turn off KeyboardInterrupt.
 //! 3. The exit report is written as late as possible: from a destructor
 //!    that runs after the program's atexit handlers and static destructors.
 //!    Its status comes from hooks on `__libc_start_main` (the value main
@@ -103,9 +104,6 @@ pub fn init() {
             Some(fork::fork_child),
         )
     };
-    if config.signal != Some(libc::SIGINT) {
-        signals::install_dump_handler();
-    }
     tracker::at_first_allocation_call(on_first_allocation_call);
     tracker::set_tracking(true);
 }

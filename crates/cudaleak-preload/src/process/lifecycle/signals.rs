@@ -25,7 +25,7 @@ const PREV_TAKES_SIGINFO: usize = 1 << (usize::BITS - 1);
 /// that ignored SIGUSR1 and exec'd a child would have the child die of it
 /// (and would itself stop ignoring it). Such a process gets no signal
 /// dumps; `cudaleak dump PID` still works.
-pub(super) fn install_dump_handler() {
+fn install_dump_handler() {
     let Some(sig) = settings::config().signal else {
         return;
     };
