@@ -417,31 +417,59 @@ fn write_timeline(state: &DumpState) {
 }
 
 static SUPPRESSIONS: AtomicPtr<Suppressions> = AtomicPtr::new(std::ptr::null_mut());
+/// `CUDALEAK_SUPPRESSIONS` made absolute at load (the program may change
+/// its directory before its first allocation call); null: none named.
+static SUPPRESSIONS_PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
+/// Taken by the one thread that reads the suppressions.
+static SUPPRESSIONS_LOAD: FutexMutex<()> = FutexMutex::new(());
 
-/// The suppressions every dump applies: none until installed at load.
+/// The suppressions every dump applies, read on first use: the dumper
+/// thread asks for them as it starts, at the first allocation call.
 fn suppressions() -> &'static Suppressions {
-    static EMPTY: Suppressions = Suppressions::none();
     let p = SUPPRESSIONS.load(Ordering::Acquire);
-    if p.is_null() {
-        &EMPTY
-    } else {
+    if !p.is_null() {
         // SAFETY: leaked, never freed.
-        unsafe { &*p }
+        return unsafe { &*p };
+    }
+    let _g = SUPPRESSIONS_LOAD.lock();
+    let p = SUPPRESSIONS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: leaked, never freed.
+        return unsafe { &*p };
+    }
+    let loaded: &'static Suppressions = Box::leak(Box::new(load_suppressions(settings::config())));
+    SUPPRESSIONS.store(loaded as *const Suppressions as *mut Suppressions, Ordering::Release);
+    loaded
+}
+
+/// At load: only where the suppressions file is, resolved against the
+/// directory the program starts in. Nothing is read at load: every
+/// process that inherits LD_PRELOAD (each shell, `ls`) would read the
+/// file, and warn about a bad one, though most never call CUDA. The file
+/// is read, and a bad one warned about once, when the process's dumper
+/// thread starts at its first allocation call ([`load_suppressions_now`]).
+pub fn install_suppressions(config: &cudaleak_core::config::Config) {
+    if let Some(path) = &config.suppressions {
+        let absolute = if path.is_absolute() {
+            path.clone()
+        } else {
+            std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.clone())
+        };
+        SUPPRESSIONS_PATH.store(Box::into_raw(Box::new(absolute)), Ordering::Release);
     }
 }
 
-/// Reads the suppressions `config` names, once, at load.
-pub fn install_suppressions(config: &cudaleak_core::config::Config) {
-    SUPPRESSIONS.store(
-        Box::into_raw(Box::new(load_suppressions(config))),
-        Ordering::Release,
-    );
+/// Reads the suppressions now, warning about a bad file (the dumper
+/// thread, as it starts).
+pub fn load_suppressions_now() {
+    let _ = suppressions();
 }
 
 /// The largest suppressions file read (about a million rules).
 pub const SUPPRESSIONS_CAP: u64 = 64 << 20;
 
-/// Suppressions from CUDALEAK_SUPPRESSIONS plus the built-in defaults.
+/// Suppressions from CUDALEAK_SUPPRESSIONS (the path resolved at load)
+/// plus the built-in defaults.
 fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     let mut s = Suppressions::default();
     if config.default_suppressions {
@@ -450,7 +478,9 @@ fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
             s.extend(d);
         }
     }
-    if let Some(path) = &config.suppressions {
+    let p = SUPPRESSIONS_PATH.load(Ordering::Acquire);
+    // SAFETY: leaked at load, never freed.
+    if let Some(path) = (!p.is_null()).then(|| unsafe { &*p }) {
         // Only a regular file, and a bounded one: a FIFO hung the program
         // before main, /dev/zero read until memory ran out (issue 15).
         match cudaleak_core::base::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {

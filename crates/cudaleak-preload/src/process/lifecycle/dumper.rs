@@ -67,6 +67,19 @@ fn request_file() -> Option<PathBuf> {
     )))
 }
 
+/// Whether `path` is a dump request this process honours: a plain file
+/// (never followed) created by the process's own user or by root, as
+/// `cudaleak dump` creates it. In a shared report directory any user can
+/// create a file of that name; another user's is left alone, so that no
+/// one else can make the process write reports (eight files from another
+/// user made eight reports before this check).
+fn is_our_request(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file() && (m.uid() == me || m.uid() == 0))
+}
+
 /// The dumper thread never dies: a panic in one round is caught, noted
 /// once on stderr, and the loop goes on (issue 15: a dumper thread that
 /// died silently left no way to dump, and SIGTERM then waited 10 s for
@@ -94,6 +107,9 @@ fn dumper_rounds() {
     // SAFETY: plain system call.
     DUMPER_TID.store(unsafe { libc::gettid() }, Ordering::Release);
     if !CLEANED.swap(true, Ordering::AcqRel) {
+        // The suppressions file is read, and a bad one warned about, here,
+        // at the process's first allocation call, never at load.
+        dump::load_suppressions_now();
         if let Some(dir) = report_dir() {
             cudaleak_core::writer::remove_stale_temporaries(&dir, &dump::hostname());
         }
@@ -129,7 +145,7 @@ fn dumper_rounds() {
                     dump::dump(Request::new(Trigger::Interval));
                 }
             }
-            if let Some(req) = &request {
+            if let Some(req) = request.as_deref().filter(|r| is_our_request(r)) {
                 if std::fs::remove_file(req).is_ok() {
                     let mut r = Request::new(Trigger::Api);
                     r.reason = Some("cudaleak dump".into());
