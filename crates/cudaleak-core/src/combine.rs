@@ -117,6 +117,8 @@ fn add_totals(a: &mut Totals, b: &Totals) {
     add(&mut a.frees, b.frees);
     add(&mut a.failed_allocations, b.failed_allocations);
     add(&mut a.invalid_frees, b.invalid_frees);
+    add(&mut a.stacks_dropped, b.stacks_dropped);
+    add(&mut a.stacks_skipped_nested, b.stacks_skipped_nested);
     for (k, v) in &b.by_memory {
         let e: &mut KindTotals = a.by_memory.entry(*k).or_default();
         add(&mut e.blocks, v.blocks);

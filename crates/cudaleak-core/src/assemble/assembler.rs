@@ -519,6 +519,7 @@ impl Assembler<'_> {
                 invalid_frees: snap.invalid_frees,
                 by_memory,
                 stacks_dropped: self.depot.dropped(),
+                stacks_skipped_nested: snap.stacks_skipped_nested,
                 groups_left_out,
             },
             leaks,

@@ -67,6 +67,9 @@ pub struct Snapshot {
     pub invalid_frees: u64,
     pub peak_bytes: u64,
     pub incomplete_shards: u64,
+    /// allocation calls whose stack was not captured because a signal
+    /// handler's call interrupted a capture on the same thread
+    pub stacks_skipped_nested: u64,
     /// what each call site held at the process's peak (`site_counters.rs`),
     /// read with the blocks; None: the report has no `peak`
     pub peak: Option<PeakSites>,

@@ -564,6 +564,7 @@ fn straightforward(
             invalid_frees: snap.invalid_frees,
             by_memory,
             stacks_dropped: depot.dropped(),
+            stacks_skipped_nested: snap.stacks_skipped_nested,
             groups_left_out: None,
         },
         leaks,

@@ -68,6 +68,11 @@ pub struct Totals {
     /// are in the "unknown" group)
     #[serde(default, skip_serializing_if = "is_zero")]
     pub stacks_dropped: u64,
+    /// extension: allocation calls made by a signal handler that
+    /// interrupted the library's own stack capture on the same thread:
+    /// their blocks are recorded without a stack
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stacks_skipped_nested: u64,
     /// extension: groups left out of `leaks` by CUDALEAK_MAX_GROUPS (the
     /// smallest ones)
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -723,6 +723,13 @@ fn limits_reached(out: &mut String, t: &crate::report::Totals) {
             t.stacks_dropped
         );
     }
+    if t.stacks_skipped_nested > 0 {
+        let _ = writeln!(
+            out,
+            "stacks skipped: {} (allocated by a signal handler while the library captured a stack on the same thread; those blocks have no stack)",
+            t.stacks_skipped_nested
+        );
+    }
     if let Some(l) = t.groups_left_out {
         let _ = writeln!(
             out,

@@ -46,6 +46,10 @@ pub struct ThreadState {
     /// `capture/mod.rs`'s per-thread buffers: null until the thread's first
     /// capture, a sentinel once the thread's exit freed them.
     pub buffers: Cell<*mut c_void>,
+    /// A capture into those buffers is running on this thread: a signal
+    /// handler's hook that interrupted it captures nothing
+    /// (`capture/mod.rs`).
+    pub capturing: Cell<bool>,
     /// (caller slot + 1, its seq) of this thread's last runtime call; 0:
     /// none yet (`hooks/resolve/scope.rs`)
     pub last_caller: Cell<(usize, usize)>,
@@ -68,6 +72,7 @@ const fn initial() -> ThreadState {
         last_generations: Cell::new((0, 0)),
         site_delta: Cell::new(0),
         buffers: Cell::new(std::ptr::null_mut()),
+        capturing: Cell::new(false),
         last_caller: Cell::new((0, 0)),
         pending_bytes: Cell::new(0),
         counts_pending: Cell::new(false),

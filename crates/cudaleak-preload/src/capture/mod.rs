@@ -28,7 +28,7 @@ use cudaleak_core::record::python::PyRawFrame;
 use cudaleak_core::record::{Api, MemoryKind, TraceId};
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Python frames recorded per allocation.
 pub const PY_MAX: usize = 64;
@@ -150,6 +150,10 @@ fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
 /// (issue 15: 16 KiB thread stacks crashed).
 const CAPTURE_STACK_NEEDED: usize = 16 << 10;
 
+/// Captures skipped because a signal handler's hook interrupted a capture
+/// on the same thread (the report's `totals.stacks_skipped_nested`).
+pub static NESTED_CAPTURES: AtomicU64 = AtomicU64::new(0);
+
 /// A captured stack. It lives in the hook's frame, so it is small: the
 /// frames are in one of the thread's stack buffers ([`ThreadBuffers`]),
 /// taken in turn, so that a runtime hook's stack is still there when the
@@ -170,18 +174,37 @@ impl Stack {
     /// Captures the calling thread's native and Python stacks into `slot`.
     #[inline(never)]
     pub fn capture_into<'a>(slot: &'a mut MaybeUninit<Stack>, thread: &ThreadState) -> &'a Stack {
+        const NONE: Stack = Stack {
+            buffer: std::ptr::null_mut(),
+            n_native: 0,
+            n_python: 0,
+            generations: None,
+        };
+        // A signal handler whose hook interrupted a capture on this thread
+        // (allocating in a handler is not async-signal-safe, but programs
+        // do it): the interrupted capture holds the thread's replay logs,
+        // so this one takes none and is counted instead.
+        if thread.capturing.replace(true) {
+            NESTED_CAPTURES.fetch_add(1, Ordering::Relaxed);
+            return slot.write(NONE);
+        }
+        /// Clears the flag however the capture ends (a panic is caught at
+        /// the hook's boundary, and the thread goes on capturing).
+        struct Capturing<'t>(&'t ThreadState);
+        impl Drop for Capturing<'_> {
+            fn drop(&mut self) {
+                self.0.capturing.set(false);
+            }
+        }
+        let _capturing = Capturing(thread);
         let stack = match room_to_capture(slot as *const _ as usize, thread)
             .then(|| buffers(thread))
             .flatten()
         {
-            // SAFETY: this thread's buffers, just had.
+            // SAFETY: this thread's buffers, just had; no other capture is
+            // running on this thread (the flag above).
             Some(buffers) => Self::capture(buffers, unsafe { ThreadBuffers::next_stack(buffers) }, thread),
-            None => Stack {
-                buffer: std::ptr::null_mut(),
-                n_native: 0,
-                n_python: 0,
-                generations: None,
-            },
+            None => NONE,
         };
         slot.write(stack)
     }

@@ -798,6 +798,7 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
     snap.peak_bytes = peak;
     snap.peak = Some(peak_sites(peak));
     snap.incomplete_shards = skipped as u64;
+    snap.stacks_skipped_nested = crate::capture::NESTED_CAPTURES.load(Ordering::Relaxed);
     Some(snap)
 }
 
@@ -902,7 +903,7 @@ pub unsafe fn reset_in_child_and_unlock() {
         SNAPSHOT_LOCK.raw_unlock();
     }
     SITES.reset();
-    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES] {
+    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &crate::capture::NESTED_CAPTURES] {
         c.store(0, Ordering::Relaxed);
     }
     live_bytes::reset_in_child();
