@@ -142,14 +142,26 @@ pub fn warn(line: &str) {
 
 /// Bytes to the library's output ([`output_fd`]: the `CUDALEAK_LOG` file,
 /// or fd 2 while it is what it was at load), retried until written or
-/// failed. Async-signal-safe.
+/// failed. Async-signal-safe. The system call itself, not libc's `write`,
+/// which is a cancellation point: a pending `pthread_cancel` of the
+/// program's must not act inside the library's warning.
 pub fn write_stderr(mut bytes: &[u8]) {
     let Some(fd) = output_fd() else {
         return;
     };
     while !bytes.is_empty() {
         // SAFETY: writing our own buffer to our output descriptor.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_write,
+                fd as libc::c_long,
+                bytes.as_ptr() as libc::c_long,
+                bytes.len() as libc::c_long,
+            )
+        };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
         if n <= 0 {
             return;
         }

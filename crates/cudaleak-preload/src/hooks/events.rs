@@ -20,8 +20,12 @@
 //! 3. Releases remove the block *before* the real call and put it back if
 //!    the call fails. Removing after would race with another thread that
 //!    gets the same address from the driver between the two.
-//! 4. Panics are caught on both sides of the real call (never across
-//!    `extern "C"`); a failed `before` still calls the real function.
+//! 4. Panics are caught on both sides of the real call, never around it;
+//!    a failed `before` still calls the real function. A thread cancelled
+//!    inside the real call unwinds through the hook untouched (`mod.rs`);
+//!    the library's own work on either side runs with cancellation
+//!    disabled wherever it reaches a cancellation point (a write, a sleep):
+//!    a pending `pthread_cancel` acts in the program's code, not ours.
 //! 5. A call that fails for lack of memory is one out-of-memory failure
 //!    (`oom.rs`) at the level of case 1: the driver hook under a runtime
 //!    call only marks the runtime call, which reports it with its own API

@@ -4,8 +4,8 @@
 //! 2. what each call means: `events`
 //! 3. dlsym handing out hooks: `dlsym_override`
 //!
-//! This file: the hooks themselves, one exported `extern "C"` function
-//! per line of the hook table (`hook_table.rs`), which finds the real function
+//! This file: the hooks themselves, one exported `extern "C-unwind"`
+//! function per line of the hook table (`hook_table.rs`), which finds the real function
 //! (`resolve/`), lets the event look at the call before and after it
 //! (`events.rs`), and returns the real result unchanged; and
 //! [`hook_address`], which `dlsym`, `cuGetProcAddress` and
@@ -13,6 +13,14 @@
 //!
 //! Exports are `#[cfg_attr(not(test), no_mangle)]` (as bytehound does), so
 //! the unit-test binary of this crate does not interpose on itself.
+//!
+//! Hooks and the real functions they call are `extern "C-unwind"`: a
+//! thread cancelled inside the real call (`pthread_cancel` acts at the
+//! driver's cancellation points) unwinds through the hook to the program,
+//! as it would without us. Under `extern "C"` any unwind through a hook
+//! aborted the process. No `catch_unwind` is live around the real call:
+//! catching glibc's forced unwind without rethrowing it aborts too
+//! ("FATAL: exception not rethrown").
 
 pub mod dlsym_override;
 pub mod events;
@@ -63,8 +71,8 @@ macro_rules! cuda_hooks {
 macro_rules! hook_body {
     (Driver fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
         #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
             let Some(real) = crate::hooks::resolve::global::real::<Real>(HookId::$name) else {
                 return crate::hooks::resolve::global::missing_result(HookId::$name);
             };
@@ -77,8 +85,8 @@ macro_rules! hook_body {
     };
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
         /// `real`: what the entry stub found for the caller (0: nothing).
-        pub unsafe extern "C" fn $name(real: usize, $($arg: $ty),*) -> $ret {
-            type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+        pub unsafe extern "C-unwind" fn $name(real: usize, $($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
             if real == 0 {
                 return crate::hooks::resolve::global::missing_code(HookId::$name);
             }
@@ -113,7 +121,7 @@ macro_rules! hook_export {
         #[cfg(target_arch = "x86_64")]
         #[cfg_attr(not(test), no_mangle)]
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             std::arch::naked_asm!(
                 // CFI, so that debuggers, profilers and backtrace() walk
                 // through the stub.
@@ -159,7 +167,7 @@ macro_rules! hook_export {
         #[cfg(target_arch = "aarch64")]
         #[cfg_attr(not(test), no_mangle)]
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             std::arch::naked_asm!(
                 ".cfi_startproc",
                 "stp x29, x30, [sp, #-80]!",
@@ -195,7 +203,7 @@ macro_rules! hook_export {
 /// Elsewhere the caller is unknown: the global lookup answers.
         #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             let real = crate::hooks::resolve::scope::cudaleak_enter_runtime(0, HookId::$name as u32);
             // SAFETY: the body's contract is the hooked function's, with
             // the real function (or 0) first: the program's arguments pass

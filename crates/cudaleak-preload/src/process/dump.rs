@@ -258,6 +258,10 @@ pub fn dump(req: Request) -> Option<Outcome> {
     if !tracker::saw_allocation_call() {
         return None;
     }
+    // A dump on a program thread (the API, an exit report) writes files:
+    // a cancellation of the program's pending on that thread must not act
+    // inside it.
+    let _no_cancel = cudaleak_core::base::signal_mask::CancelDisabled::begin();
     if matches!(req.trigger, Trigger::Exit | Trigger::FatalSignal) {
         // The process ends: its out-of-memory reports come first, whether
         // or not their second is over.

@@ -60,8 +60,10 @@ pub(super) fn sleep_until(done: impl Fn() -> bool) {
         if done() {
             return;
         }
-        // SAFETY: sleeping on a local timespec.
-        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        // SAFETY: sleeping on a local timespec. The system call, not
+        // libc's `nanosleep`, a cancellation point: this thread may have a
+        // cancellation of the program's pending.
+        unsafe { libc::syscall(libc::SYS_nanosleep, &step as *const libc::timespec, 0usize) };
         idle += 1;
         if round % per_second == per_second - 1 {
             let cpu = thread_cpu_ns(DUMPER_TID.load(Ordering::Acquire));

@@ -227,6 +227,9 @@ pub(super) fn resolve_real_functions() {
 /// what the program reads after a call that succeeded), passing a panic
 /// by.
 fn errno_kept(f: impl FnOnce()) {
+    // Our files and messages must not act on a cancellation of the
+    // program's pending on this thread.
+    let _no_cancel = cudaleak_core::base::signal_mask::CancelDisabled::begin();
     // SAFETY: `__errno_location` returns the calling thread's own errno,
     // an aligned `int` valid for the thread's life; no other thread
     // touches it.

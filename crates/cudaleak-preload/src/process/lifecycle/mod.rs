@@ -108,8 +108,12 @@ pub fn init() {
     tracker::set_tracking(true);
 }
 
-/// First allocation call of this process (or of this fork child).
+/// First allocation call of this process (or of this fork child). Its
+/// files and messages (the run marker, the run channel, warnings) are
+/// written with cancellation disabled: the call is the program's, and a
+/// `pthread_cancel` pending on its thread must act in the program's code.
 fn on_first_allocation_call() {
+    let _no_cancel = cudaleak_core::base::signal_mask::CancelDisabled::begin();
     if !HANDLERS_INSTALLED.swap(true, Ordering::AcqRel) {
         signals::install_signal_handlers();
     }
