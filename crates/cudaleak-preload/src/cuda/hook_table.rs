@@ -14,8 +14,10 @@
 /// Which library a hooked function belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layer {
-    /// libcuda: one implementation per process, so any address the driver
-    /// hands out for a name is interchangeable with any other.
+    /// libcuda: one driver per process, though what a lookup hands out for
+    /// a name may be a shim's function in front of it (a quota or
+    /// GPU-sharing layer): a hook calls whichever the caller got
+    /// (`resolve/global.rs`, `offer`).
     Driver,
     /// libcudart: attribution only; several copies may be loaded.
     Runtime,
@@ -270,16 +272,16 @@ macro_rules! for_each_cuda_hook {
             // ---- driver: entry-point lookup (JAX/XLA, NCCL, the runtime itself) ----
             Driver fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
                                        flags: cuuint64_t) -> CUresult as cuGetProcAddress @ 11030
-                => EntryPoint::new(symbol, pfn, version, flags, hook_address);
+                => EntryPoint::new(symbol, pfn, version, flags, HANDOUTS);
             Driver fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
                                           flags: cuuint64_t, status: *mut c_int) -> CUresult
                 as cuGetProcAddress @ 12000
-                => EntryPoint::new(symbol, pfn, version, flags, hook_address);
+                => EntryPoint::new(symbol, pfn, version, flags, HANDOUTS);
             // Exported by the driver, but no version of "cuGetProcAddress" resolves to it.
             Driver fn cuGetProcAddress_v2_ptsz(symbol: *const c_char, pfn: *mut *mut c_void,
                                                version: c_int, flags: cuuint64_t,
                                                status: *mut c_int) -> CUresult
-                => EntryPoint::new(symbol, pfn, version, flags, hook_address);
+                => EntryPoint::new(symbol, pfn, version, flags, HANDOUTS);
 
             // ---- runtime: attribution to the call the program made ----
             Runtime fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t
@@ -341,11 +343,11 @@ macro_rules! for_each_cuda_hook {
                 => RuntimeReset;
             Runtime fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void,
                                                flags: c_ulonglong, status: *mut c_int) -> cudaError_t
-                => EntryPoint::new(symbol, pfn, 0, flags, hook_address);
+                => EntryPoint::new(symbol, pfn, 0, flags, HANDOUTS);
             Runtime fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, pfn: *mut *mut c_void,
                                                         version: c_uint, flags: c_ulonglong,
                                                         status: *mut c_int) -> cudaError_t
-                => EntryPoint::new(symbol, pfn, version as c_int, flags, hook_address);
+                => EntryPoint::new(symbol, pfn, version as c_int, flags, HANDOUTS);
         }
     };
 }

@@ -14,7 +14,7 @@
 
 use crate::base::loader::{is_own_address, load_range, real_dlclose, real_dlsym, real_dlsym_fn};
 use crate::cuda::hook_table::{HookId, Layer};
-use crate::hooks::hook_address;
+use crate::hooks::{hook_address, HANDOUTS};
 use crate::hooks::resolve::global::{global_real, offer};
 use crate::hooks::resolve::scope::{
     adopt_for_caller, caller_implements, forget_unloaded, note_scope_event, real_for_caller,
@@ -81,15 +81,11 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
             // A wrapper of the driver looking up the function it wraps
             // below itself gets that function (issue 22: the hook called
             // the wrapper back, forever).
-            Layer::Driver if caller_implements(caller, id) => false,
-            Layer::Driver => offer(id, p, hook),
-            Layer::Runtime => !is_own_address(p) && adopt_for_caller(id, p, caller),
+            Layer::Driver if caller_implements(caller, id) => None,
+            Layer::Driver => offer(id, p, HANDOUTS),
+            Layer::Runtime => (!is_own_address(p) && adopt_for_caller(id, p, caller)).then_some(hook),
         };
-        if substitute {
-            hook
-        } else {
-            PASS
-        }
+        substitute.unwrap_or(PASS)
     })
     .unwrap_or(PASS)
 }

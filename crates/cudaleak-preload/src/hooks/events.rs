@@ -36,6 +36,7 @@ use crate::capture::Stack;
 use crate::cuda::ffi::*;
 use crate::cuda::hook_table::{HookId, Layer};
 use crate::hooks::resolve::entry_points;
+use crate::hooks::resolve::global::Handouts;
 use crate::state::oom;
 use crate::state::tracker::{self, Releases};
 use cudaleak_core::record::{Api, MemoryKind};
@@ -825,8 +826,8 @@ pub struct EntryPoint {
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
-    /// The hook handed out for a name we wrap (`hooks/mod.rs`, above).
-    hook_address: fn(HookId) -> usize,
+    /// The hooks handed out for a name we wrap (`hooks/mod.rs`, above).
+    handouts: Handouts,
 }
 
 impl EntryPoint {
@@ -835,14 +836,14 @@ impl EntryPoint {
         pfn: *mut *mut c_void,
         version: c_int,
         flags: u64,
-        hook_address: fn(HookId) -> usize,
+        handouts: Handouts,
     ) -> EntryPoint {
         EntryPoint {
             symbol,
             pfn,
             version,
             flags,
-            hook_address,
+            handouts,
         }
     }
 }
@@ -863,7 +864,7 @@ impl Event for EntryPoint {
                     self.pfn,
                     self.version,
                     self.flags,
-                    self.hook_address,
+                    self.handouts,
                     lookup_caller,
                 )
             };

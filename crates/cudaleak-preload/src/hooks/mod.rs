@@ -43,6 +43,23 @@ macro_rules! cuda_hooks {
             match id { $(HookId::$name => exports::$name as *const () as usize),* }
         }
 
+        /// The address handed out in place of a driver function that is
+        /// not the global definition of its name (`resolve/global.rs`,
+        /// `ALTERNATE`); 0 for runtime functions.
+        pub fn alternate_hook_address(id: HookId) -> usize {
+            match id { $(HookId::$name => alternate_address!($layer $name)),* }
+        }
+
+        /// Driver hooks that call the function a lookup gave rather than
+        /// the global definition: not exported, only handed out.
+        pub mod alternates {
+            #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+            use super::*;
+            $(
+                alternate_body!($layer fn $name($($arg: $ty),*) -> $ret => $event);
+            )*
+        }
+
         /// What each hook does once its real function is known.
         pub mod bodies {
             #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
@@ -99,6 +116,41 @@ macro_rules! hook_body {
         }
     };
 }
+
+/// A driver hook whose real function is the one a lookup gave (a shim's
+/// own, or the driver's past a wrapper): the same event, another callee.
+/// Runtime hooks have none: theirs is found per caller (`resolve/scope.rs`).
+macro_rules! alternate_body {
+    (Driver fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
+            type Real = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
+            let Some(real) = crate::hooks::resolve::global::alternate_real::<Real>(HookId::$name) else {
+                return crate::hooks::resolve::global::missing_result(HookId::$name);
+            };
+            // SAFETY: `real` is what a lookup of this very name gave the
+            // program (`offer`), so it has the hooked signature, and it
+            // gets the program's own arguments unchanged: the program's
+            // call meets its contract, as it would without us.
+            crate::hooks::events::intercept(Layer::Driver, || $event, || unsafe { real($($arg),*) })
+        }
+    };
+    (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $event:expr) => {};
+}
+
+macro_rules! alternate_address {
+    (Driver $name:ident) => {
+        alternates::$name as *const () as usize
+    };
+    (Runtime $name:ident) => {
+        0
+    };
+}
+
+/// What lookups may hand out for a hooked function (`resolve/global.rs`).
+pub const HANDOUTS: crate::hooks::resolve::global::Handouts = crate::hooks::resolve::global::Handouts {
+    hook: hook_address,
+    alternate: alternate_hook_address,
+};
 
 /// The exported symbol of one hook.
 macro_rules! hook_export {

@@ -3,7 +3,7 @@
 //! `EntryPoint` event, `events.rs`), when the driver gives the same
 //! function at the version the hook table was checked against.
 
-use super::global::offer;
+use super::global::{offer, Handouts};
 use super::scope::caller_implements;
 use crate::base::loader::is_own_address;
 use crate::cuda::driver_lookup::CU_GET_PROC_ADDRESS_V2;
@@ -19,8 +19,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 pub const CHECKED_CUDA_VERSION: c_int = 13050;
 
 /// After a successful entry-point lookup that returned `*pfn`: hands out
-/// the hook (`hook_address`, from the hooks' floor) instead when the
-/// result is a function we wrap.
+/// a hook (`handouts`, from the hooks' floor) instead when the result is a
+/// function we wrap.
 ///
 /// `caller` tells who made the lookup (asked only for a hooked name): an
 /// object that defines the function itself gets the function
@@ -33,7 +33,7 @@ pub unsafe fn substitute_entry_point(
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
-    hook_address: fn(HookId) -> usize,
+    handouts: Handouts,
     caller: impl FnOnce() -> usize,
 ) {
     if symbol.is_null() || pfn.is_null() {
@@ -64,15 +64,14 @@ pub unsafe fn substitute_entry_point(
     if id.layer() == Layer::Driver && caller_implements(caller(), id) {
         return;
     }
-    let hook = hook_address(id);
-    if offer(id, p, hook) {
+    if let Some(hook) = offer(id, p, handouts) {
         // SAFETY: the same out parameter, writable: the driver wrote it,
         // and the program reads it when the lookup returns. The value is
-        // our hook for `id`, which has the C type of the function the
-        // driver put there: `for_entry_point` picked the variant the driver
-        // gives at this version, and a version newer than the checked one
-        // passed `same_as_checked_version`; `offer` agreed that the hook
-        // stands in for `p`.
+        // a hook for `id`, which has the C type of the function the driver
+        // put there: `for_entry_point` picked the variant the driver gives
+        // at this version, and a version newer than the checked one passed
+        // `same_as_checked_version`; `offer` chose the hook that calls `p`
+        // or its equal.
         unsafe { *pfn = hook as *mut c_void };
     }
 }

@@ -11,11 +11,39 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 pub(super) static REAL: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
 
+/// A driver function that a lookup gave and that is not the global
+/// definition of its name: a quota or GPU-sharing shim that is
+/// libcuda.so.1 and hands out its own function through `cuGetProcAddress`
+/// (the real driver loaded beside it), or a driver loaded by path behind
+/// such a wrapper. Its hook is the alternate one ([`Handouts`]), which
+/// calls this function: what the caller would have reached without us.
+static ALTERNATE: [AtomicUsize; HOOK_COUNT] = [const { AtomicUsize::new(0) }; HOOK_COUNT];
+
+/// The hooks that may be handed out for a function: `hook`, the export,
+/// which calls the global definition of the name; and for driver
+/// functions `alternate`, which calls the [`ALTERNATE`] function (0 for
+/// runtime functions). From the hooks' floor (`hooks/mod.rs`).
+#[derive(Clone, Copy)]
+pub struct Handouts {
+    pub hook: fn(HookId) -> usize,
+    pub alternate: fn(HookId) -> usize,
+}
+
 /// Loaded-object generation at which the global lookup of a name last
 /// failed (0: it has not). Retried only once the generation moves, so a
 /// missing name costs a `dl_iterate_phdr` per call, not a failing `dlsym`
 /// (which formats and frees a loader error message each time).
 static REAL_MISSING_AT: [AtomicU64; HOOK_COUNT] = [const { AtomicU64::new(0) }; HOOK_COUNT];
+
+/// The function behind hook `id`'s alternate (see [`ALTERNATE`]).
+#[inline]
+pub fn alternate_real<F: Copy>(id: HookId) -> Option<F> {
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+    let p = ALTERNATE[id as usize].load(Ordering::Acquire);
+    // SAFETY: F is the function-pointer type of the hooked signature, and
+    // `p` a function a lookup of that name gave.
+    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+}
 
 /// The real function behind hook `id`, resolving it on first use.
 #[inline]
@@ -99,30 +127,55 @@ pub fn missing_code(id: HookId) -> c_int {
     }
 }
 
-/// Someone looked up `id` and got `p`. Returns whether `hook`, the hook
-/// of `id`, may be handed out in its place (recording `p` as the driver's
-/// function).
-pub fn offer(id: HookId, p: usize, hook: usize) -> bool {
+/// Someone looked up `id` and got `p`: the hook to hand out in its place,
+/// or None to leave `p`. A hook calls what the caller would have reached
+/// without us: the export when `p` is the global definition, the
+/// alternate when `p` is another function of that name.
+pub fn offer(id: HookId, p: usize, handouts: Handouts) -> Option<usize> {
     if p == 0 {
-        return false;
+        return None;
     }
+    let hook = (handouts.hook)(id);
     if is_own_address(p) {
         // Already one of ours (the lookup went through a hook).
-        return p == hook;
+        return (p == hook || p == (handouts.alternate)(id)).then_some(hook);
     }
     if id.layer() == Layer::Runtime {
         // A runtime copy is per caller scope (see [`ADOPTED`]);
         // the global table holds only what the global lookup finds.
-        return p == global_real(id);
+        return (p == global_real(id)).then_some(hook);
     }
-    // Driver: one libcuda per process, every address it gives for a name
-    // is the same function. The global definition comes first: when a
-    // wrapper is libcuda.so.1 and the driver it loaded by path gives `p`,
-    // the program's own calls still go through the wrapper.
-    if global_real(id) == 0 {
-        let _ = REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+    let global = match global_real(id) {
+        // No global definition: `p` is the driver (loaded by path), and
+        // becomes the export's real function, unless another thread's
+        // lookup made another one so meanwhile.
+        0 => match REAL[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => p,
+            Err(q) => q,
+        },
+        g => g,
+    };
+    if p == global {
+        Some(hook)
+    } else {
+        alternate(id, p, handouts)
     }
-    true
+}
+
+/// `p`, a driver function other than the global definition, behind the
+/// alternate hook. One alternate per name: a third function of the same
+/// name (two shims handing out their own) is left to the caller as it is,
+/// and its calls are not seen, rather than sent to the wrong function.
+fn alternate(id: HookId, p: usize, handouts: Handouts) -> Option<usize> {
+    let alternate = (handouts.alternate)(id);
+    if alternate == 0 {
+        return None;
+    }
+    match ALTERNATE[id as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(alternate),
+        Err(q) if q == p => Some(alternate),
+        Err(_) => None,
+    }
 }
 
 #[cfg(test)]
