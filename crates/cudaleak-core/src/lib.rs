@@ -17,7 +17,7 @@
 //! 3. the report model and its readings: `report`
 //! 4. names and lines for addresses, memory over time: `symbolize`, `timeline`
 //! 5. from a snapshot to a report: `assemble`
-//! 6. the flags, report files, views across reports: `config`, `writer`, `combine`
+//! 6. the flags, report files, the gate's channel, views across reports: `config`, `writer`, `run_channel`, `combine`
 //!
 //! `scripts/check-floors.py` (run by CI) reads that list, and the list in
 //! each folder's `mod.rs`: a module left out, or a use that reaches a
@@ -42,7 +42,8 @@
 //!   `grouping` and labels, the `assembler`, and `tests` with a reference
 //!   assembler);
 //! - `config`: every flag, declared once; `writer`: report files;
-//!   `combine`: merges, diffs and ranks across reports.
+//!   `run_channel`: what processes tell `cudaleak run`; `combine`: merges,
+//!   diffs and ranks across reports.
 
 pub mod assemble;
 pub mod base;
@@ -50,6 +51,7 @@ pub mod combine;
 pub mod config;
 pub mod record;
 pub mod report;
+pub mod run_channel;
 pub mod symbolize;
 pub mod timeline;
 pub mod writer;

@@ -427,21 +427,6 @@ pub fn dump_request_name(pid: i32) -> String {
     format!(".cudaleak-dump-request.{pid}")
 }
 
-/// The environment variable by which `cudaleak run` passes the socket its
-/// processes tell their start and final report through, as
-/// `FD:DEVICE:INODE` (issue 23): a witness that needs no disk, for the
-/// process whose report directory became unwritable (its marker could not
-/// be made either). The library writes to the descriptor only while it is
-/// still that socket (same device and inode).
-pub const RUN_CHANNEL_ENV: &str = "CUDALEAK_RUN_CHANNEL";
-
-/// Messages on the run channel, one datagram each, fields separated by
-/// spaces: `start PID INSTANCE`, `final PID INSTANCE FILE_NAME`,
-/// `failed PID INSTANCE`.
-pub const RUN_CHANNEL_START: &str = "start";
-pub const RUN_CHANNEL_FINAL: &str = "final";
-pub const RUN_CHANNEL_FAILED: &str = "failed";
-
 /// The largest report file the CLI reads (the error names it): 256 MiB.
 /// Reading takes several times the file's size in memory.
 pub const MAX_REPORT_BYTES: u64 = 256 << 20;

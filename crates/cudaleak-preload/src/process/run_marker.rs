@@ -14,21 +14,21 @@
 //! The marker needs the disk; a process whose directory cannot take files
 //! could make none (issue 23: a read-only or full directory passed a
 //! leaking job with "no process made a CUDA allocation"). So the process
-//! also tells `cudaleak run` through the socket it inherited
-//! (`CUDALEAK_RUN_CHANNEL`): `start` at its first allocation call, then
-//! `final` with its report's file name, or `failed` when that report could
-//! not be written. The marker is the witness where the socket was closed
-//! (a program that closes every descriptor before exec). Markers are
-//! created mode 0600: the run id in them is what a forged report would need.
+//! also tells `cudaleak run` through the run channel
+//! (`cudaleak_core::run_channel`, a socket found by the name in
+//! `CUDALEAK_RUN_CHANNEL`, whatever descriptors the process's parents
+//! closed): `start` at its first allocation call, then `final` with its
+//! report's file name, or `failed` when that report could not be written.
+//! The marker is the witness where the socket cannot be reached (another
+//! network namespace). Markers are created mode 0600: the run id in them
+//! is what a forged report would need.
 
-use cudaleak_core::report::{
-    Trigger, RUN_CHANNEL_ENV, RUN_CHANNEL_FAILED, RUN_CHANNEL_FINAL, RUN_CHANNEL_START, RUN_ID_ENV,
-    RUN_MARKER_PREFIX,
-};
+use cudaleak_core::report::{Trigger, RUN_ID_ENV, RUN_MARKER_PREFIX};
+use cudaleak_core::run_channel::{self, Message, RUN_CHANNEL_ENV};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
 /// pid of the process whose marker exists (0: none). A fork child sees its
 /// parent's pid here and makes its own marker; it never removes the
@@ -38,12 +38,13 @@ static MARKER_PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
 /// `CUDALEAK_RUN_ID`, read once by the library constructor (null: not
 /// read, or not set).
 static RUN_ID: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
-/// The run channel's descriptor (-1: none), device and inode.
-static CHANNEL_FD: AtomicI32 = AtomicI32::new(-1);
-static CHANNEL_DEV: AtomicU64 = AtomicU64::new(0);
-static CHANNEL_INO: AtomicU64 = AtomicU64::new(0);
+/// The run channel's name (null: none).
+static CHANNEL: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
 /// pid that told the channel `start` (0: none): only it tells `final`.
 static STARTED_PID: AtomicI32 = AtomicI32::new(0);
+/// This image's final reports so far (the channel's GENERATION); a fork
+/// child, a new image, starts at 0.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
 /// The file name of this image's last final report (null: none yet).
 static LAST_FINAL: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -55,67 +56,86 @@ pub fn read_run_id() {
     if let Some(v) = std::env::var(RUN_ID_ENV).ok().filter(|v| !v.is_empty()) {
         RUN_ID.store(Box::into_raw(Box::new(v)), Ordering::Release);
     }
-    if let Some((fd, dev, ino)) = std::env::var(RUN_CHANNEL_ENV)
+    if let Some(name) = std::env::var(RUN_CHANNEL_ENV)
         .ok()
         .as_deref()
-        .and_then(parse_channel)
+        .and_then(run_channel::parse_value)
     {
-        CHANNEL_DEV.store(dev, Ordering::Relaxed);
-        CHANNEL_INO.store(ino, Ordering::Relaxed);
-        CHANNEL_FD.store(fd, Ordering::Release);
+        CHANNEL.store(Box::into_raw(Box::new(name.to_string())), Ordering::Release);
     }
 }
 
-/// `FD:DEVICE:INODE`.
-fn parse_channel(v: &str) -> Option<(i32, u64, u64)> {
-    let mut it = v.trim().split(':');
-    let fd = it.next()?.parse::<i32>().ok().filter(|f| *f >= 0)?;
-    let dev = it.next()?.parse().ok()?;
-    let ino = it.next()?.parse().ok()?;
-    it.next().is_none().then_some((fd, dev, ino))
+/// A fork child: a new process image, whose first final report is
+/// generation 0.
+pub fn reset_in_child() {
+    GENERATION.store(0, Ordering::Release);
 }
 
-/// Sends one message to `cudaleak run`, only while the descriptor is still
-/// the socket it passed (a program may have closed it and opened its own
-/// file under that number). Never raises SIGPIPE, never blocks for long:
-/// a full socket is retried for at most about a second.
-fn tell_run(message: &str) -> bool {
-    let fd = CHANNEL_FD.load(Ordering::Acquire);
-    if fd < 0 {
+/// Sends one message to `cudaleak run`: a connection to the channel's
+/// socket per message, made, written and closed with the system calls
+/// themselves (libc's wrappers are cancellation points, and this runs on
+/// the program's threads). Never raises SIGPIPE, never blocks for long: a
+/// full backlog or socket is retried for at most about a second.
+fn tell_run(message: &Message) -> bool {
+    let p = CHANNEL.load(Ordering::Acquire);
+    if p.is_null() {
         return false;
     }
-    // SAFETY: fstat into local storage; send of a local buffer.
+    // SAFETY: leaked at load, never freed.
+    let name = unsafe { &*p };
+    let text = message.encode();
+    let (addr, len) = run_channel::address(name);
+    // SAFETY: raw system calls on a descriptor of our own and local
+    // buffers: the address and the message outlive the calls.
     unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0
-            || st.st_mode & libc::S_IFMT != libc::S_IFSOCK
-            || st.st_dev != CHANNEL_DEV.load(Ordering::Relaxed)
-            || st.st_ino != CHANNEL_INO.load(Ordering::Relaxed)
-        {
+        let fd = libc::syscall(
+            libc::SYS_socket,
+            libc::AF_UNIX as libc::c_long,
+            (libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as libc::c_long,
+            0 as libc::c_long,
+        );
+        if fd < 0 {
             return false;
         }
+        let mut told = false;
         for _ in 0..1000 {
-            let n = libc::send(
+            let rc = libc::syscall(
+                libc::SYS_connect,
                 fd,
-                message.as_ptr().cast(),
-                message.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                &addr as *const libc::sockaddr_un as libc::c_long,
+                len as libc::c_long,
             );
-            if n == message.len() as isize {
-                return true;
-            }
             let e = *libc::__errno_location();
-            if n >= 0 || (e != libc::EAGAIN && e != libc::EINTR) {
-                return false;
+            if rc == 0 || e == libc::EISCONN {
+                let n = libc::syscall(
+                    libc::SYS_sendto,
+                    fd,
+                    text.as_ptr() as libc::c_long,
+                    text.len() as libc::c_long,
+                    (libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as libc::c_long,
+                    0 as libc::c_long,
+                    0 as libc::c_long,
+                );
+                if n == text.len() as libc::c_long {
+                    told = true;
+                    break;
+                }
+                let e = *libc::__errno_location();
+                if n >= 0 || (e != libc::EAGAIN && e != libc::EINTR) {
+                    break;
+                }
+            } else if e != libc::EAGAIN && e != libc::EINTR && e != libc::EINPROGRESS && e != libc::EALREADY {
+                break;
             }
             let ms = libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 1_000_000,
             };
-            libc::nanosleep(&ms, std::ptr::null_mut());
+            libc::syscall(libc::SYS_nanosleep, &ms as *const libc::timespec, 0usize);
         }
+        libc::syscall(libc::SYS_close, fd);
+        told
     }
-    false
 }
 
 /// The run id this process runs under, if any: it goes into every report.
@@ -163,7 +183,11 @@ pub fn on_first_allocation_call(
         return;
     };
     if STARTED_PID.load(Ordering::Acquire) != pid
-        && tell_run(&format!("{RUN_CHANNEL_START} {pid} {}", instance()))
+        && tell_run(&Message::Start {
+            pid,
+            instance: instance(),
+            generation: GENERATION.load(Ordering::Acquire),
+        })
     {
         STARTED_PID.store(pid, Ordering::Release);
     }
@@ -217,18 +241,25 @@ pub fn on_exec_report_stands(instance: fn() -> String) {
 
 fn end_reporting(pid: i32, written: Option<&Path>, instance: fn() -> String) {
     if STARTED_PID.load(Ordering::Acquire) == pid {
+        let generation = GENERATION.load(Ordering::Acquire);
         let told = match written.and_then(Path::file_name) {
-            Some(name) => format!(
-                "{RUN_CHANNEL_FINAL} {pid} {} {}",
-                instance(),
-                name.to_string_lossy()
-            ),
-            None => format!("{RUN_CHANNEL_FAILED} {pid} {}", instance()),
+            Some(name) => Message::Final {
+                pid,
+                instance: instance(),
+                generation,
+                file_name: name.to_string_lossy().into_owned(),
+            },
+            None => Message::Failed {
+                pid,
+                instance: instance(),
+                generation,
+            },
         };
         tell_run(&told);
-        // Told once per image: an exec that fails starts it again.
+        // Told once per generation: an exec that fails starts the next.
         STARTED_PID.store(0, Ordering::Release);
     }
+    GENERATION.fetch_add(1, Ordering::AcqRel);
     if written.is_none() || MARKER_PID.load(Ordering::Acquire) != pid {
         return;
     }

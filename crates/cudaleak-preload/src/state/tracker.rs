@@ -802,6 +802,16 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
     Some(snap)
 }
 
+/// Every allocation and release call recorded so far, failed ones
+/// included: equal counts, nothing happened in between (an `exec` tried
+/// again after a failed one writes a new report only if it did).
+pub fn activity() -> u64 {
+    let me = current_key();
+    let mut c = LIVE.counts(me);
+    c.add(HANDLES.counts(me));
+    c.inserted + c.removed + c.moved + FAILED_ALLOCATIONS.load(Ordering::Relaxed) + INVALID_FREES.load(Ordering::Relaxed)
+}
+
 /// What each call site held when the process reached `peak`, the current
 /// peak (`site_counters.rs`): one pass over the call sites, no lock.
 fn peak_sites(peak: u64) -> PeakSites {

@@ -45,6 +45,7 @@ pub(super) extern "C" fn fork_child() {
     }
     crate::hooks::dlsym_override::reset_after_fork();
     new_instance();
+    crate::process::run_marker::reset_in_child();
     DUMPER_STARTED.store(false, Ordering::Release);
     SIGNAL_PENDING.store(false, Ordering::Release);
     FATAL_SIGNAL.store(0, Ordering::Release);

@@ -302,17 +302,22 @@ pub extern "C" fn raise(sig: c_int) -> c_int {
 /// loads the library afresh and reports its own blocks (issue 15: leaks of
 /// an image that called exec were never reported; issue 11). Only a
 /// process that made CUDA allocation calls writes one; a vfork child
-/// (another pid) does not touch our state. Written once per image: a
-/// failed exec goes on, and its next attempts write none (Python's
-/// os.execvp tries execv once per PATH entry: each wrote a full, fsynced
-/// report); the run marker is removed before each attempt and made again
-/// after each failure. Returns whether the failure path must run.
+/// (another pid) does not touch our state.
+///
+/// A failed exec goes on: the image is live again, with its marker, its
+/// `start` on the run channel and, at its end, a final report of its own
+/// (`after_failed_exec`). The next attempt writes a new exec report if the
+/// image made allocation or release calls since the failure, and
+/// otherwise lets the last one stand (Python's os.execvp tries execv once
+/// per PATH entry, with no CUDA call in between: each attempt wrote a
+/// full, fsynced report). Returns whether the failure path must run.
 fn before_exec() -> bool {
     if !is_our_process() || !tracker::saw_allocation_call() {
         return false;
     }
     errno_kept(|| {
-        if EXIT_REPORT.load() == ExitReport::AfterFailedExec {
+        let unchanged = ACTIVITY_AT_FAILED_EXEC.load(Ordering::Acquire) == tracker::activity();
+        if EXIT_REPORT.load() == ExitReport::AfterFailedExec && unchanged {
             // This image's exec report stands: only the marker goes.
             crate::process::run_marker::on_exec_report_stands(instance);
         } else {
@@ -322,12 +327,16 @@ fn before_exec() -> bool {
     true
 }
 
+/// [`tracker::activity`] when the last exec failed.
+static ACTIVITY_AT_FAILED_EXEC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
 /// The exec failed and the process goes on: its exit report is still to
 /// come (at its end, with whatever it does until then), and the gate must
 /// again notice should it go missing.
 fn after_failed_exec(reported: bool) {
     if reported {
         errno_kept(|| {
+            ACTIVITY_AT_FAILED_EXEC.store(tracker::activity(), Ordering::Release);
             EXIT_REPORT.move_from(ExitReport::Done, ExitReport::AfterFailedExec);
             dump::reporting_resumes();
             crate::process::run_marker::on_first_allocation_call(report_dir, instance, warn);
