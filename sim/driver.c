@@ -31,16 +31,41 @@
  *                      preloaded, not the simulation. Blocks allocated so are
  *                      not freed with their context and cuMemGetInfo does
  *                      not count them.
+ *   SIMCUDA_ALLOC_SLEEP_US  device-memory allocations (cuMemAlloc_v2 and
+ *                      what shares its path: pitched, async, from a pool)
+ *                      sleep this many microseconds inside the call, after
+ *                      the block is allocated and the driver's lock is let
+ *                      go: a program that loops on cudaMalloc/cudaFree then
+ *                      spends nearly all its time inside a hook, where the
+ *                      tests of the ways a process ends (tests/endings.rs)
+ *                      land their signals (default 0: no sleep)
+ *   SIMCUDA_ALLOC_TESTCANCEL  "1": the same allocations call
+ *                      pthread_testcancel() at that point, so that a pending
+ *                      cancellation of the allocating thread acts inside the
+ *                      driver call, as one in the real driver (a cancellation
+ *                      point such as an ioctl or a futex wait) would; the
+ *                      thread unwinds from inside the call through every
+ *                      caller, the hooks of a preloaded library included
+ *   SIMCUDA_SIGNAL_SAFE  "1": device allocations and frees block every
+ *                      signal while they hold the driver's lock (and call
+ *                      malloc under it), so that a program's signal handler
+ *                      may call cudaMalloc while its thread is inside one:
+ *                      what the handler then meets is the preloaded
+ *                      library's doing, not the simulation's
+ *                      (tests/endings.rs, an allocating SIGALRM handler)
  */
 #define _GNU_SOURCE
 #include "cuda.h"
 #include "driver_entry_points.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* The entry points call each other, and cuGetProcAddress hands them out,
  * directly, as NVIDIA's driver does, never through whatever another
@@ -192,6 +217,9 @@ static int initialized;
 static int device_count = 1;
 static uint64_t max_alloc = 64ULL << 30;
 static uint64_t device_bytes;             /* 0: unlimited */
+static unsigned long alloc_sleep_us;      /* SIMCUDA_ALLOC_SLEEP_US */
+static int alloc_testcancel;              /* SIMCUDA_ALLOC_TESTCANCEL */
+static int signal_safe;                   /* SIMCUDA_SIGNAL_SAFE */
 static uint64_t device_used[MAX_DEVICES]; /* under the lock */
 static __thread CUcontext current;
 static struct CUctx_st primary[MAX_DEVICES];
@@ -215,6 +243,12 @@ CUresult cuInit(unsigned int flags) {
         const char *b = getenv("SIMCUDA_BACKING");
         plain_malloc = b && !strcmp(b, "malloc");
         threaded_backing = b && !strcmp(b, "threaded");
+        const char *sl = getenv("SIMCUDA_ALLOC_SLEEP_US");
+        if (sl) alloc_sleep_us = strtoul(sl, NULL, 0);
+        const char *tc = getenv("SIMCUDA_ALLOC_TESTCANCEL");
+        alloc_testcancel = tc && !strcmp(tc, "1");
+        const char *ss = getenv("SIMCUDA_SIGNAL_SAFE");
+        signal_safe = ss && !strcmp(ss, "1");
         initialized = 1;
     }
     pthread_mutex_unlock(&lock);
@@ -479,6 +513,37 @@ static CUcontext owning_context(CUcontext ctx) {
     return ctx && ctx->active ? ctx : NULL;
 }
 
+/* SIMCUDA_SIGNAL_SAFE: the driver's lock, taken with every signal blocked
+ * (allocate() and release() only), so that a signal handler that calls
+ * cudaMalloc never waits for a lock (or glibc's malloc) its own thread
+ * holds. */
+static void lock_signal_safe(sigset_t *old) {
+    if (signal_safe) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, old);
+    }
+    pthread_mutex_lock(&lock);
+}
+
+static void unlock_signal_safe(const sigset_t *old) {
+    pthread_mutex_unlock(&lock);
+    if (signal_safe) pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* A device allocation that has its block, on its way back to the caller:
+ * SIMCUDA_ALLOC_SLEEP_US and SIMCUDA_ALLOC_TESTCANCEL act here, with no
+ * lock of the driver's held. */
+static void allocation_in_flight(int kind) {
+    if (kind != K_DEVICE) return;
+    if (alloc_sleep_us) {
+        struct timespec t = {(time_t)(alloc_sleep_us / 1000000), (long)(alloc_sleep_us % 1000000) * 1000L};
+        while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+        }
+    }
+    if (alloc_testcancel) pthread_testcancel();
+}
+
 static CUresult allocate(void **out, size_t size, int kind) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -490,11 +555,13 @@ static CUresult allocate(void **out, size_t size, int kind) {
         if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
         *h = (struct threaded_header){.magic = THREADED_MAGIC, .ctx = ctx, .size = size};
         *out = h + 1;
+        allocation_in_flight(kind);
         return CUDA_SUCCESS;
     }
-    pthread_mutex_lock(&lock);
+    sigset_t mask;
+    lock_signal_safe(&mask);
     if (device_take(ctx->device, kind, size)) {
-        pthread_mutex_unlock(&lock);
+        unlock_signal_safe(&mask);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     void *p = backing_alloc(size);
@@ -503,11 +570,12 @@ static CUresult allocate(void **out, size_t size, int kind) {
     if (!p || table_put(&memory, e)) {
         if (p) backing_free(p, size);
         device_give(ctx->device, kind, size);
-        pthread_mutex_unlock(&lock);
+        unlock_signal_safe(&mask);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    pthread_mutex_unlock(&lock);
+    unlock_signal_safe(&mask);
     *out = p;
+    allocation_in_flight(kind);
     return CUDA_SUCCESS;
 }
 
@@ -529,14 +597,15 @@ static CUresult release(uint64_t addr, int kind) {
         free(h);
         return CUDA_SUCCESS;
     }
-    pthread_mutex_lock(&lock);
+    sigset_t mask;
+    lock_signal_safe(&mask);
     struct entry *e = table_find(&memory, addr);
     if (!e || !(e->kind == kind || (kind == K_DEVICE && freed_as_device(e->kind)))) {
-        pthread_mutex_unlock(&lock);
+        unlock_signal_safe(&mask);
         return CUDA_ERROR_INVALID_VALUE;
     }
     free_entry(e);
-    pthread_mutex_unlock(&lock);
+    unlock_signal_safe(&mask);
     return CUDA_SUCCESS;
 }
 

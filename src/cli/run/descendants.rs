@@ -7,10 +7,11 @@
 //!
 //! After COMMAND exits, `run` waits, at most `--wait-for-descendants`
 //! seconds, while a descendant still runs that made a CUDA allocation
-//! call and wrote no final report yet, or that has a CUDA library mapped
-//! and may still make one. A descendant with neither (a compiler cache
-//! server) is not waited for: it is named in one line and does not fail
-//! the gate.
+//! call and wrote no final report yet; and for the first [`SETTLE`], while
+//! one has a CUDA library mapped and may be about to make its first call
+//! (a daemon that allocates as its parent returns). Any other descendant
+//! (a compiler cache server, a forked helper that never calls CUDA) is
+//! not waited for: it is named in one line and does not fail the gate.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -113,15 +114,27 @@ pub fn alive() -> Vec<Descendant> {
         .collect()
 }
 
-/// Waits until no descendant is one `run` must wait for (`wait_for`
-/// says), at most `bound`, reaping what exits meanwhile. Returns the
-/// descendants still alive at the end and how long it waited.
-pub fn wait(bound: Duration, wait_for: impl Fn(&Descendant) -> bool) -> (Vec<Descendant>, Duration) {
+/// How long `run` waits for a descendant that has a CUDA library mapped
+/// but has made no CUDA allocation call yet.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// Waits until no descendant is one `run` must wait for, at most `bound`,
+/// reaping what exits meanwhile: `made_calls` says whether a descendant
+/// made CUDA allocation calls and has not ended its reporting, `ignored`
+/// whether it is never waited for. Returns the descendants still alive
+/// at the end and how long it waited.
+pub fn wait(
+    bound: Duration,
+    made_calls: impl Fn(&Descendant) -> bool,
+    ignored: impl Fn(&Descendant) -> bool,
+) -> (Vec<Descendant>, Duration) {
     let start = Instant::now();
     loop {
         reap_exited();
         let left = alive();
-        if !left.iter().any(&wait_for) || start.elapsed() >= bound {
+        let settling = start.elapsed() < SETTLE;
+        let waits = |d: &Descendant| !ignored(d) && (made_calls(d) || (settling && d.may_use_cuda));
+        if !left.iter().any(waits) || start.elapsed() >= bound {
             return (left, start.elapsed());
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -380,10 +380,11 @@ pub fn run(a: RunArgs) -> CliResult {
     };
 
     let allowed_name = |d: &descendants::Descendant| a.allow_running.contains(&d.name);
-    let (left, waited) = descendants::wait(Duration::from_secs_f64(a.wait_for_descendants), |d| {
-        let made_calls = channel.as_ref().is_some_and(|c| c.told_now().pending(d.pid));
-        !allowed_name(d) && (made_calls || d.may_use_cuda)
-    });
+    let (left, waited) = descendants::wait(
+        Duration::from_secs_f64(a.wait_for_descendants),
+        |d| channel.as_ref().is_some_and(|c| c.told_now().pending(d.pid)),
+        allowed_name,
+    );
     let told = channel.map(channel::RunChannel::finish).unwrap_or_default();
     let mut allowed = BTreeSet::new();
     for d in &left {

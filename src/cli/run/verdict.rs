@@ -407,7 +407,13 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
     }
     // The final report counts whatever its trigger: a SIGTERM's
     // fatal-signal report holds the process's leaks too (issue 23).
-    let exits: Vec<&(PathBuf, Report)> = latest.iter().filter(|(_, r)| is_final(r.trigger)).collect();
+    // An image whose last final report is an exec report, though the exec
+    // failed and it went on, has no final report: its leaks are unknown,
+    // not those of the exec report.
+    let exits: Vec<&(PathBuf, Report)> = latest
+        .iter()
+        .filter(|(_, r)| is_final(r.trigger) && !missing.contains(&process_of(r)))
+        .collect();
     let leaking = exits.iter().filter(|(_, r)| !r.leaks.is_empty()).count();
     note!(
         "cudaleak: {} reported in {shown_dir}; {} leaked at exit",
@@ -438,7 +444,7 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
         };
         let what = if missing.contains(&process_of(r)) && is_final(r.trigger) {
             // An exec report, and the exec failed: the image went on.
-            format!("no final report; before an exec that failed: {what}")
+            "no final report since an exec that failed: its leaks are unknown".to_string()
         } else {
             what
         };

@@ -18,7 +18,7 @@
 use super::global::{global_real, warn_missing, REAL};
 use crate::base::loader::{is_own_address, module_range, own_range, real_dlclose, real_dlsym};
 use crate::cuda::hook_table::{HookId, ALL_HOOKS, HOOK_COUNT};
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// One object that has called a runtime hook: its address range, its link
@@ -210,7 +210,11 @@ fn slot_answer(obj: &CallerObject, seq: usize, id: HookId, real: usize) -> usize
 fn resolve_into_slot(obj: &CallerObject, seq: usize, id: HookId) -> usize {
     let found = match obj.map.load(Ordering::Relaxed) {
         0 => USE_GLOBAL,
-        map => scope_lookup(map, id),
+        map => scope_lookup(
+            map,
+            (obj.lo.load(Ordering::Relaxed), obj.hi.load(Ordering::Relaxed)),
+            id,
+        ),
     };
     cache_in_slot(obj, seq, id, 0, found);
     match found {
@@ -235,11 +239,18 @@ fn cache_in_slot(obj: &CallerObject, seq: usize, id: HookId, expected: usize, va
 }
 
 /// `id` in the dependency scope of the object whose `dlopen` handle is
-/// `map`: its own definition, or [`USE_GLOBAL`] when it has none or the
-/// first is ours (the main program's scope starts with us, preloaded).
-fn scope_lookup(map: usize, id: HookId) -> usize {
+/// `map` and whose code is `range`: the definition its scope binds, or
+/// [`USE_GLOBAL`] when it has none, when the first is ours (the main
+/// program's scope starts with us, preloaded), or when the first is the
+/// object's own. An object that defines the function itself is a wrapper
+/// calling on to the next definition (`dlsym(RTLD_NEXT)`): a quota shim
+/// preloaded before us, whose next is our hook. What it reaches without
+/// us is the definition after it, which is the one after us: the global
+/// one. Answering with its own definition made the hook call the shim
+/// again, once more per call, until its quota ran out.
+fn scope_lookup(map: usize, range: (usize, usize), id: HookId) -> usize {
     let p = real_dlsym(map as *mut c_void, id.c_name()) as usize;
-    if p == 0 || is_own_address(p) {
+    if p == 0 || is_own_address(p) || (range.0 <= p && p < range.1) {
         USE_GLOBAL
     } else {
         p
@@ -248,9 +259,9 @@ fn scope_lookup(map: usize, id: HookId) -> usize {
 
 /// [`scope_lookup`] for the object holding `caller`, without a slot.
 fn module_scope_lookup(caller: usize, id: HookId) -> usize {
-    match scope_handle_of(caller) {
-        Some(map) => scope_lookup(map, id),
-        None => USE_GLOBAL,
+    match (scope_handle_of(caller), module_range(caller)) {
+        (Some(map), Some(range)) => scope_lookup(map, range, id),
+        _ => USE_GLOBAL,
     }
 }
 
@@ -430,13 +441,20 @@ pub fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
     }
 }
 
-/// Whether the object holding `caller` defines driver function `id`
-/// itself: a library that wraps the driver (a GPU-sharing or quota shim,
-/// an API remoting layer, installed as libcuda.so.1) looking up the
-/// function it wraps in the driver below it. It gets that function, not
-/// our hook: the hook's real function is the global definition, the
-/// wrapper's own, and the two would call each other until the stack
-/// overflows (issue 22).
+/// Whether the object holding `caller` wraps the driver: it defines driver
+/// function `id` itself, or it hands out driver functions of its own
+/// (it defines `cuGetProcAddress_v2`). Such a library (a GPU-sharing or
+/// quota shim, an API remoting layer, installed as libcuda.so.1) looking
+/// up a function in the driver below it gets that function, not our hook:
+/// - a wrapper that defines `id`: the hook's real function is the global
+///   definition, the wrapper's own, and the two would call each other
+///   until the stack overflows (issue 22);
+/// - a shim that hands out its own function for `id` through its
+///   `cuGetProcAddress`, and recognizes the driver's answer by comparing
+///   it with what its `dlsym` of the driver gave: given our hook, it never
+///   recognized it, and its quota was skipped. What it hands out reaches
+///   the program through our `cuGetProcAddress` hook, which substitutes
+///   the hook that calls it (`global::offer`).
 pub fn caller_implements(caller: usize, id: HookId) -> bool {
     if caller == 0 || is_own_address(caller) {
         return false;
@@ -458,8 +476,11 @@ pub fn caller_implements(caller: usize, id: HookId) -> bool {
             main
         }
     };
-    let p = real_dlsym(handle, id.c_name()) as usize;
-    p != 0 && lo <= p && p < hi
+    let defines = |name: &CStr| {
+        let p = real_dlsym(handle, name) as usize;
+        p != 0 && lo <= p && p < hi
+    };
+    defines(id.c_name()) || defines(c"cuGetProcAddress_v2")
 }
 
 /// Drops what pointed into objects that `is_gone` says are no longer
