@@ -30,10 +30,11 @@
 //! - during an out-of-memory snapshot: `exit(0)`, SIGTERM;
 //! - a torchrun-like agent stopping its workers inside hooks (15 runs of
 //!   each of two cases) and an allocating SIGALRM handler interrupting
-//!   hooks (30 runs). By hand, `CUDALEAK_ENDINGS_SOAK=N`
-//! runs each racy cell N times, with 1,000,000 live blocks in the dump
-//! cells instead of 100,000 (`CUDALEAK_ENDINGS_RUNS=N` changes the number
-//! of runs alone).
+//!   hooks (30 runs).
+//!
+//! By hand, `CUDALEAK_ENDINGS_SOAK=N` runs each racy cell N times, with
+//! 1,000,000 live blocks in the dump cells instead of 100,000
+//! (`CUDALEAK_ENDINGS_RUNS=N` changes the number of runs alone).
 
 mod support;
 
@@ -751,7 +752,7 @@ fn generalize(s: &str) -> String {
 /// (it lands in the hook's own work before and after the call).
 fn hook_run(c: Cell, i: usize) -> Cell {
     let c = c.delay(20 + (i as u64 * 37) % 200);
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         c.env("SIMCUDA_ALLOC_SLEEP_US", "0")
     } else {
         c

@@ -172,6 +172,59 @@ fn two_final_reports_for_one_process_fail_the_gate() {
     assert!(stderr.contains("has 2 final reports"), "{stderr}");
 }
 
+/// A final report that could not read all of the live map (a thread held
+/// a shard past the exit report's wait) vouches for nothing: the gate says
+/// 24 with a line, even when the part it did read has no leak; and its
+/// text says so first. Made by marking a clean process's real exit report
+/// incomplete after it was written, as a report of a process stopped
+/// inside a hook would read.
+#[test]
+fn an_incomplete_final_report_fails_the_gate_and_says_so_first() {
+    let d = TempDir::new("gate-incomplete");
+    let reports = d.path().join("reports");
+    let mark = d.path().join("mark.py");
+    std::fs::write(
+        &mark,
+        r#"
+import glob, json, os, sys
+[path] = glob.glob(os.path.join(sys.argv[1], "cudaleak.*.exit.json"))
+r = json.load(open(path))
+r["incomplete_shards"] = 2
+json.dump(r, open(path, "w"))
+"#,
+    )
+    .unwrap();
+    let script = format!(r#""$0" 0 0 && python3 {} "$CUDALEAK_DIR""#, mark.display());
+    let (status, _, stderr) = cudaleak(
+        &[
+            "run",
+            "--fail-on-leak",
+            "--dir",
+            &reports.display().to_string(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+            &leak_n(),
+        ],
+        d.path(),
+    );
+    assert_eq!(status.code(), Some(24), "{stderr}");
+    assert!(
+        stderr.contains("final report is incomplete: 2 parts of the live map could not be read"),
+        "{stderr}"
+    );
+    let (status, stdout, stderr) = cudaleak(&["report", &reports.display().to_string()], d.path());
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let first: Vec<&str> = stdout.lines().take(3).collect();
+    assert!(
+        first
+            .iter()
+            .any(|l| l.starts_with("INCOMPLETE: 2 parts of the live map")),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn reports_and_markers_are_readable_by_their_owner_only() {
     let live = program("live");

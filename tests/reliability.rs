@@ -321,14 +321,26 @@ fn hostname() -> String {
 #[test]
 fn sigusr1_before_the_first_allocation_ends_the_process_as_without_the_library() {
     let out = run_traced(&program(), &["usr1_early"], &[]);
-    assert_eq!(out.status.signal(), Some(libc::SIGUSR1), "stderr:\n{}", out.stderr);
-    assert!(out.reports().is_empty(), "no CUDA call was made: nothing to report");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGUSR1),
+        "stderr:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.reports().is_empty(),
+        "no CUDA call was made: nothing to report"
+    );
     let plain = std::process::Command::new(program())
         .arg("usr1_early")
         .env("LD_LIBRARY_PATH", sim_dir())
         .status()
         .unwrap();
-    assert_eq!(plain.signal(), out.status.signal(), "the same status without the library");
+    assert_eq!(
+        plain.signal(),
+        out.status.signal(),
+        "the same status without the library"
+    );
 }
 
 #[test]

@@ -473,6 +473,9 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 fn process_facts(r: &Report, files: &[PathBuf]) -> Vec<(String, String)> {
     let mut facts = Vec::new();
+    if let Some(line) = cudaleak_core::report::render::incomplete_line(r) {
+        facts.push(("incomplete".into(), line));
+    }
     if !r.command.is_empty() {
         facts.push(("command".into(), r.command.join(" ")));
     }

@@ -327,7 +327,10 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
             print_page(&super::html::report_page_with(&all, &r, view.full_stacks))
         }
         Format::Svg => print_page(&super::svg::flame_graph(
-            &format!("cudaleak: bytes by stack, pid {}", r.pid),
+            &match render::incomplete_line(&r) {
+                Some(line) => format!("cudaleak: bytes by stack, pid {}. {line}", r.pid),
+                None => format!("cudaleak: bytes by stack, pid {}", r.pid),
+            },
             &render::folded_picture(&r.leaks, view.full_stacks),
         )?),
         Format::Text => {

@@ -11,8 +11,9 @@
 //! linked it; it is measured end to end instead (stacks on vs
 //! `CUDALEAK_STACK_DEPTH=0` in scripts/bench.py).
 
+use cudaleak_core::base::tid_lock::gettid;
 use cudaleak_core::record::depot::{Depot, TraceKey};
-use cudaleak_core::record::live_map::LiveMap;
+use cudaleak_core::record::live_map::{Caller, Flight, LiveMap};
 use cudaleak_core::record::python::PyRawFrame;
 use cudaleak_core::record::site_counters::SiteCounters;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
@@ -26,23 +27,37 @@ fn main() {
 /// allocator's (256-byte aligned) and distinct per call, so that threads
 /// never collide on a key.
 fn alloc_free_pair(map: &LiveMap, counter: &AtomicU64) -> Option<Block> {
+    thread_local! {
+        static FLIGHT: Flight = const { Flight::new() };
+        static TID: u32 = gettid();
+    }
     let key = 0x7f00_0000_0000 + counter.fetch_add(1, Ordering::Relaxed) * 256;
-    // One key for every thread: these maps have no sole owner.
-    map.insert(
-        1,
-        key,
-        Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
-    );
-    map.remove(1, divan::black_box(key))
+    FLIGHT.with(|flight| {
+        let me = Caller {
+            tid: TID.with(|t| *t),
+            flight,
+        };
+        map.insert(
+            me,
+            key,
+            Block::new(256, TraceId(2), MemoryKind::Device, 1, Some(0), 0),
+        );
+        map.remove(me, divan::black_box(key))
+    })
 }
 
 /// One allocation and its release, with `live` other blocks in the map.
 #[divan::bench(args = [0, 100_000, 1_000_000], threads = [1])]
 fn live_map_pair(bencher: divan::Bencher, live: u64) {
     let map = Box::new(LiveMap::new());
+    let flight = Flight::new();
+    let me = Caller {
+        tid: gettid(),
+        flight: &flight,
+    };
     for i in 0..live {
         map.insert(
-            1,
+            me,
             0x1000_0000_0000 + i * 4096,
             Block::new(4096, TraceId(1), MemoryKind::Device, 1, Some(0), 0),
         );

@@ -96,7 +96,10 @@ impl Message {
                 pid,
                 instance,
                 generation,
-                file_name: f.next().filter(|n| plain_word(n) && *n != "." && *n != "..")?.to_string(),
+                file_name: f
+                    .next()
+                    .filter(|n| plain_word(n) && *n != "." && *n != "..")?
+                    .to_string(),
             },
             "failed" => Message::Failed {
                 pid,
@@ -125,7 +128,9 @@ pub fn parse_value(value: &str) -> Option<&str> {
     let name = value.strip_prefix('@')?;
     (!name.is_empty()
         && name.len() <= MAX_NAME
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
     .then_some(name)
 }
 
@@ -160,15 +165,11 @@ pub struct Image {
 
 impl Image {
     fn newest(&self) -> Option<u32> {
-        [
-            self.started.last(),
-            self.finals.keys().last(),
-            self.failed.last(),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .copied()
+        [self.started.last(), self.finals.keys().last(), self.failed.last()]
+            .into_iter()
+            .flatten()
+            .max()
+            .copied()
     }
 
     /// The file name of the final report that ends the image's reporting:
@@ -184,7 +185,8 @@ impl Image {
 
     /// The newest generation's report could not be written.
     pub fn failed_last(&self) -> bool {
-        self.newest().is_some_and(|g| self.failed.contains(&g) && !self.finals.contains_key(&g))
+        self.newest()
+            .is_some_and(|g| self.failed.contains(&g) && !self.finals.contains_key(&g))
     }
 
     /// Every report file the image named.
@@ -288,7 +290,15 @@ mod tests {
     #[test]
     fn only_plain_abstract_names_are_channels() {
         assert_eq!(parse_value("@cudaleak-run.1.ab"), Some("cudaleak-run.1.ab"));
-        for bad in ["", "@", "cudaleak-run", "3:4:5", "@a/b", "@a b", &format!("@{}", "a".repeat(101))] {
+        for bad in [
+            "",
+            "@",
+            "cudaleak-run",
+            "3:4:5",
+            "@a/b",
+            "@a b",
+            &format!("@{}", "a".repeat(101)),
+        ] {
             assert_eq!(parse_value(bad), None, "{bad:?}");
         }
         let name = new_name([0xab; 16]);

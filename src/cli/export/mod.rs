@@ -65,14 +65,22 @@ pub fn is_merged(r: &Report) -> bool {
 }
 
 /// How a process is named in a viewer: `rank 3 (host, pid 1234)`.
+/// A process's name in an export (a track, a profile, a comment); an
+/// incomplete report says so in it (CONTRACT.md, "Incomplete reports"),
+/// the first thing each export shows.
 pub fn process_label(r: &Report) -> String {
-    if is_merged(r) {
-        return format!("merged report of {} files", r.merged_from.len());
-    }
-    let host = r.hostname.as_deref().unwrap_or("?");
-    match r.rank {
-        Some(rank) => format!("rank {rank} ({host}, pid {})", r.pid),
-        None => format!("{host}, pid {}", r.pid),
+    let label = if is_merged(r) {
+        format!("merged report of {} files", r.merged_from.len())
+    } else {
+        let host = r.hostname.as_deref().unwrap_or("?");
+        match r.rank {
+            Some(rank) => format!("rank {rank} ({host}, pid {})", r.pid),
+            None => format!("{host}, pid {}", r.pid),
+        }
+    };
+    match r.incomplete_shards {
+        0 => label,
+        n => format!("{label}, INCOMPLETE: {n} part(s) of the live map not read"),
     }
 }
 

@@ -39,7 +39,8 @@ impl RunChannel {
             if fd < 0 {
                 return None;
             }
-            if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0 || libc::listen(fd, 4096) != 0
+            if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0
+                || libc::listen(fd, 4096) != 0
             {
                 libc::close(fd);
                 return None;

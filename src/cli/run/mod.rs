@@ -478,4 +478,3 @@ fn check_writable(dir: &Path) -> Result<(), String> {
         )
     })
 }
-

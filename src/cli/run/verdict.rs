@@ -194,8 +194,11 @@ pub(super) fn user_label(uid: u32) -> String {
     // at once (this thread alone asks for users here).
     let name = unsafe {
         let pw = libc::getpwuid(uid);
-        (!pw.is_null() && !(*pw).pw_name.is_null())
-            .then(|| std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned())
+        (!pw.is_null() && !(*pw).pw_name.is_null()).then(|| {
+            std::ffi::CStr::from_ptr((*pw).pw_name)
+                .to_string_lossy()
+                .into_owned()
+        })
     };
     match name {
         Some(n) => format!("user {} (uid {uid})", escape(&n)),
@@ -333,6 +336,15 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
         }
     }
     let mut missing: BTreeSet<&(i32, String)> = BTreeSet::new();
+    let mut uncertain: BTreeSet<&(i32, String)> = BTreeSet::new();
+    // The last final report of an image, by sequence.
+    let latest_final = |id: &(i32, String)| {
+        reports
+            .iter()
+            .filter(|(_, r)| process_of(r) == *id && is_final(r.trigger))
+            .max_by_key(|(_, r)| r.sequence)
+            .map(|(_, r)| r)
+    };
     for id in &known {
         let pid = id.0;
         let marker = markers.iter().find(|a| a.pid == pid && a.instance == id.1);
@@ -341,7 +353,9 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
             // The channel tells the order: the newest generation's final
             // report, read. An exec report followed by a new `start` (the
             // exec failed) no longer ends the image.
-            Some(img) => !lost.contains(id) && img.ending_report().is_some_and(|n| read_finals(id).contains(n)),
+            Some(img) => {
+                !lost.contains(id) && img.ending_report().is_some_and(|n| read_finals(id).contains(n))
+            }
             // The marker alone (the channel could not be reached): a final
             // report that is not an exec report, or an exec report with the
             // marker gone. A marker beside nothing but an exec report was
@@ -349,9 +363,24 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
             // nothing since.
             None => finals.contains_key(id) || (all_final.contains(id) && marker.is_none()),
         };
-        if complete {
+        // A final report that could not read all of the live map
+        // (CONTRACT.md, "Incomplete reports") vouches for nothing.
+        let incomplete = latest_final(id).filter(|r| r.incomplete_shards > 0);
+        if complete && incomplete.is_none() {
             // The process may have died between writing its final report
             // and removing its marker.
+            if let Some(a) = marker {
+                let _ = std::fs::remove_file(&a.marker);
+            }
+            continue;
+        }
+        if let Some(r) = incomplete.filter(|_| complete) {
+            outcome.missing += 1;
+            uncertain.insert(id);
+            note!(
+                "cudaleak: process {pid}'s final report is incomplete: {} of the live map could not be read in time; its leaks are uncertain",
+                count(r.incomplete_shards, "part")
+            );
             if let Some(a) = marker {
                 let _ = std::fs::remove_file(&a.marker);
             }
@@ -445,6 +474,8 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
         let what = if missing.contains(&process_of(r)) && is_final(r.trigger) {
             // An exec report, and the exec failed: the image went on.
             "no final report since an exec that failed: its leaks are unknown".to_string()
+        } else if uncertain.contains(&process_of(r)) && is_final(r.trigger) {
+            format!("{what}, and maybe more: the report is incomplete")
         } else {
             what
         };

@@ -198,7 +198,7 @@ impl<T> Drop for FutexGuard<'_, T> {
     }
 }
 
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts;
     let ts_ptr = match timeout {
         Some(t) => {
@@ -222,7 +222,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     }
 }
 
-fn futex_wake(word: &AtomicU32) {
+pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: plain futex syscall on a live atomic.
     unsafe {
         libc::syscall(

@@ -1,20 +1,22 @@
 //! What the hooks record into. Bottom up:
 //!
-//! 1. line tables, the live map: `linetable`, `live_map`
-//! 2. Python code copies: `python`
-//! 3. interned traces: `depot`
-//! 4. live bytes per call site: `site_counters`
+//! 1. line tables, one shard's table of blocks: `linetable`, `block_table`
+//! 2. the live map: `live_map`
+//! 3. Python code copies: `python`
+//! 4. interned traces: `depot`
+//! 5. live bytes per call site: `site_counters`
 //!
 //! This file: what the live map stores for each block, in 16 bytes.
 //!
 //! The budget is 64 bytes per live block including the hash table's own
-//! overhead (docs/performance.md). hashbrown keeps (key, value) pairs plus
-//! one control byte per bucket at a load factor between 7/16 and 7/8, so a
-//! 24-byte entry (8-byte address + this 16-byte value) costs at most
-//! 25 / (7/16) ≈ 57 bytes. Everything that is the same for all blocks of one
+//! overhead (docs/performance.md). The shard's table (`block_table.rs`)
+//! keeps 24-byte slots (8-byte address + this 16-byte value) at a load
+//! factor between 3/8 and 3/4, so an entry costs at most 24 / (3/8) = 64
+//! bytes. Everything that is the same for all blocks of one
 //! call stack (API, memory kind, native and Python frames) lives once in the
 //! interned trace (`depot.rs`), not here.
 
+pub mod block_table;
 pub mod depot;
 pub mod linetable;
 pub mod live_map;
@@ -285,6 +287,20 @@ impl Block {
     pub fn with_trace(mut self, trace: TraceId) -> Block {
         self.trace = trace;
         self
+    }
+
+    /// The block as two words, for tables that store it in atomics
+    /// (`block_table.rs`); [`Block::from_words`] reads them back.
+    pub fn to_words(self) -> (u64, u64) {
+        (self.packed, self.trace.0 as u64 | (self.epoch_kind as u64) << 32)
+    }
+
+    pub fn from_words(packed: u64, trace_epoch: u64) -> Block {
+        Block {
+            packed,
+            trace: TraceId(trace_epoch as u32),
+            epoch_kind: (trace_epoch >> 32) as u32,
+        }
     }
 }
 

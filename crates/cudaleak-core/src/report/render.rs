@@ -714,6 +714,19 @@ fn by_kind(groups: &[Group]) -> String {
         .join(", ")
 }
 
+/// The line that says a report is incomplete, first in every rendering
+/// (CONTRACT.md, "Incomplete reports"): parts of the live map could not be
+/// read, so leaks may be missing from it.
+pub fn incomplete_line(r: &crate::report::Report) -> Option<String> {
+    (r.incomplete_shards > 0).then(|| {
+        format!(
+            "INCOMPLETE: {} of the live map could not be read in time (a thread held {}); leaks may be missing below, and `cudaleak run --fail-on-leak` does not pass it",
+            count(r.incomplete_shards, "part"),
+            if r.incomplete_shards == 1 { "it" } else { "them" }
+        )
+    })
+}
+
 /// The limits a dump reached (CONTRACT.md, "Limits"), one line each.
 fn limits_reached(out: &mut String, t: &crate::report::Totals) {
     if t.stacks_dropped > 0 {
@@ -745,7 +758,14 @@ fn limits_reached(out: &mut String, t: &crate::report::Totals) {
 pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{RULE}");
-    let _ = writeln!(out, "=={}==ERROR: cudaleak: detected CUDA memory leaks", r.pid);
+    if r.leaks.is_empty() {
+        let _ = writeln!(out, "=={}==ERROR: cudaleak: the exit report is incomplete", r.pid);
+    } else {
+        let _ = writeln!(out, "=={}==ERROR: cudaleak: detected CUDA memory leaks", r.pid);
+    }
+    if let Some(line) = incomplete_line(r) {
+        let _ = writeln!(out, "{line}");
+    }
     out.push('\n');
     for g in r.leaks.iter().take(opts.max_groups) {
         group_block(&mut out, "Leaked", g, opts);
@@ -827,6 +847,9 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
         let _ = write!(out, ", host {}", escape(h));
     }
     out.push('\n');
+    if let Some(line) = incomplete_line(r) {
+        let _ = writeln!(out, "{line}");
+    }
     if !cmd.is_empty() {
         let _ = writeln!(out, "command: {cmd}");
     }

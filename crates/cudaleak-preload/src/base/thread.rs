@@ -20,6 +20,7 @@
 //! stack buffer in every hook frame, made threads with 16-24 KB stacks
 //! crash in their first cudaMalloc (issue 15).
 
+use cudaleak_core::record::live_map::{Caller, Flight};
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -40,9 +41,6 @@ pub struct ThreadState {
     pub last_trace: Cell<(u32, u8, u8)>,
     /// and the (native, Python) replay generations of its frames
     pub last_generations: Cell<(u64, u64)>,
-    /// This thread's delta slot in the call sites' counters, plus one; 0
-    /// until its first counted block (`state/tracker.rs`).
-    pub site_delta: Cell<u16>,
     /// `capture/mod.rs`'s per-thread buffers: null until the thread's first
     /// capture, a sentinel once the thread's exit freed them.
     pub buffers: Cell<*mut c_void>,
@@ -53,10 +51,39 @@ pub struct ThreadState {
     /// (caller slot + 1, its seq) of this thread's last runtime call; 0:
     /// none yet (`hooks/resolve/scope.rs`)
     pub last_caller: Cell<(usize, usize)>,
-    /// Bytes this thread counted and has not yet added to the process's
-    /// live-byte count, and whether it counts so (`state/live_bytes.rs`).
-    pub pending_bytes: Cell<i64>,
-    pub counts_pending: Cell<bool>,
+    /// This thread's kernel id, once asked (0: not yet): the live map's
+    /// shard locks name their holder by it (`state/tracker.rs`).
+    pub tid: Cell<u32>,
+    /// This thread's change to the live maps, as far as it got: what a
+    /// report takes over should the thread never run again
+    /// (`cudaleak_core::record::live_map`, case 1).
+    pub flight: Flight,
+}
+
+impl ThreadState {
+    /// This thread as the live maps know it: its id and its flight.
+    #[inline]
+    pub fn caller(&self) -> Caller<'_> {
+        let tid = match self.tid.get() {
+            0 => {
+                let t = cudaleak_core::base::tid_lock::gettid();
+                self.tid.set(t);
+                t
+            }
+            t => t,
+        };
+        Caller {
+            tid,
+            flight: &self.flight,
+        }
+    }
+
+    /// The child of `fork`: its one thread has another id, and none of
+    /// the parent's changes under way.
+    pub fn reset_in_child(&self) {
+        self.tid.set(0);
+        self.flight.reset();
+    }
 }
 
 /// A thread's state before its first hook: every field zero, so that the
@@ -70,12 +97,11 @@ const fn initial() -> ThreadState {
         stack_bounds: Cell::new((0, 0)),
         last_trace: Cell::new((0, 0, 0)),
         last_generations: Cell::new((0, 0)),
-        site_delta: Cell::new(0),
         buffers: Cell::new(std::ptr::null_mut()),
         capturing: Cell::new(false),
         last_caller: Cell::new((0, 0)),
-        pending_bytes: Cell::new(0),
-        counts_pending: Cell::new(false),
+        tid: Cell::new(0),
+        flight: Flight::new(),
     }
 }
 
@@ -170,7 +196,7 @@ mod tests {
 
     fn fields(t: &ThreadState) -> String {
         format!(
-            "{:?}",
+            "{:?} {:?}",
             (
                 t.in_driver_hook.get(),
                 t.runtime_call.get(),
@@ -178,12 +204,10 @@ mod tests {
                 t.stack_bounds.get(),
                 t.last_trace.get(),
                 t.last_generations.get(),
-                t.site_delta.get(),
                 t.buffers.get(),
                 t.last_caller.get(),
-                t.pending_bytes.get(),
-                t.counts_pending.get(),
-            )
+            ),
+            (t.tid.get(), t.flight.lost()),
         )
     }
 
@@ -203,11 +227,11 @@ mod tests {
             }
             .to_vec();
             let fresh = fields(t);
-            t.site_delta.set(7);
+            t.last_caller.set((7, 7));
             (
                 bytes,
                 fresh,
-                current().site_delta.get(),
+                current().last_caller.get(),
                 t as *const ThreadState as usize,
             )
         })
@@ -215,7 +239,7 @@ mod tests {
         .unwrap();
         assert!(seen.0.iter().all(|&b| b == 0), "{:?}", seen.0);
         assert_eq!(seen.1, fields(&initial()));
-        assert_eq!(seen.2, 7);
+        assert_eq!(seen.2, (7, 7));
         assert_eq!(seen.3 % std::mem::align_of::<ThreadState>(), 0);
         // Another thread, another block.
         assert_ne!(current() as *const ThreadState as usize, seen.3);

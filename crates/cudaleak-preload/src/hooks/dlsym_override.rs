@@ -14,11 +14,11 @@
 
 use crate::base::loader::{is_own_address, load_range, real_dlclose, real_dlsym, real_dlsym_fn};
 use crate::cuda::hook_table::{HookId, Layer};
-use crate::hooks::{hook_address, HANDOUTS};
 use crate::hooks::resolve::global::{global_real, offer};
 use crate::hooks::resolve::scope::{
     adopt_for_caller, caller_implements, forget_unloaded, note_scope_event, real_for_caller,
 };
+use crate::hooks::{hook_address, HANDOUTS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -9,6 +9,7 @@ use crate::capture::python;
 use crate::state::{oom, tracker};
 use cudaleak_core::assemble::{Assembler, DumpMeta, GrowthTracker, Snapshot};
 use cudaleak_core::base::lock::FutexMutex;
+use cudaleak_core::record::live_map::Stopped;
 use cudaleak_core::report::suppress::Suppressions;
 use cudaleak_core::report::{AllocationEvent, AllocationTrace, OomRequest, Report, Trigger};
 use cudaleak_core::symbolize::ProcessSymbolizer;
@@ -65,6 +66,12 @@ pub struct Request {
     pub exit_status: Option<i32>,
     /// give up on locks held longer than this (exit paths)
     pub lock_timeout: Option<Duration>,
+    /// the thread that asked for this report and waits for it, never to
+    /// run again (exit paths): the shard it holds is taken over
+    pub stopped: Option<Stopped<'static>>,
+    /// asked while a lock is waited for: true stops a live dump (an exit
+    /// report is waiting for it)
+    pub give_up: fn() -> bool,
 }
 
 impl Request {
@@ -75,6 +82,8 @@ impl Request {
             signal: None,
             exit_status: None,
             lock_timeout: None,
+            stopped: None,
+            give_up: || false,
         }
     }
 }
@@ -277,7 +286,12 @@ pub fn dump(req: Request) -> Option<Outcome> {
         if !live {
             FINAL_WRITTEN_BY.store(this_pid(), std::sync::atomic::Ordering::Release);
         }
-        let snap = tracker::snapshot(req.lock_timeout)?;
+        let give_up = req.give_up;
+        let snap = tracker::snapshot(&tracker::Read {
+            timeout: req.lock_timeout,
+            stopped: req.stopped,
+            give_up: &give_up,
+        })?;
         state.sequence += 1;
         let meta = meta_for(&req, state.sequence);
         let report = assemble_at_most(state, &snap, meta, true, settings::config().max_groups, None);
@@ -442,7 +456,10 @@ fn suppressions() -> &'static Suppressions {
         return unsafe { &*p };
     }
     let loaded: &'static Suppressions = Box::leak(Box::new(load_suppressions(settings::config())));
-    SUPPRESSIONS.store(loaded as *const Suppressions as *mut Suppressions, Ordering::Release);
+    SUPPRESSIONS.store(
+        loaded as *const Suppressions as *mut Suppressions,
+        Ordering::Release,
+    );
     loaded
 }
 
@@ -457,7 +474,9 @@ pub fn install_suppressions(config: &cudaleak_core::config::Config) {
         let absolute = if path.is_absolute() {
             path.clone()
         } else {
-            std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.clone())
+            std::env::current_dir()
+                .map(|d| d.join(path))
+                .unwrap_or_else(|_| path.clone())
         };
         SUPPRESSIONS_PATH.store(Box::into_raw(Box::new(absolute)), Ordering::Release);
     }

@@ -1,10 +1,9 @@
 //! The process-wide tracked state: live blocks, contexts and VMM
-//! (`tracker`), the thread that allocates alone (`sole_thread`), live
-//! bytes and their peak (`live_bytes`), the timeline's
+//! (`tracker`), live bytes and their peak (`live_bytes`), the timeline's
 //! sources (`sampler`), the last events (`event_ring`), out-of-memory
 //! snapshots (`oom`).
 //!
-//! 1. the thread alone, the peak's count, the timeline's sources, the last events: `sole_thread`, `live_bytes`, `sampler`, `event_ring`
+//! 1. the peak's count, the timeline's sources, the last events: `live_bytes`, `sampler`, `event_ring`
 //! 2. the tracked state: `tracker`
 //! 3. out-of-memory snapshots: `oom`
 
@@ -12,5 +11,4 @@ pub mod event_ring;
 pub mod live_bytes;
 pub mod oom;
 pub mod sampler;
-pub mod sole_thread;
 pub mod tracker;

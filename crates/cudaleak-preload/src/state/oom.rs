@@ -207,7 +207,7 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
     };
     let (device_free, device_total) = device_memory(thread, device);
     let trace = trace();
-    let Some(snapshot) = tracker::snapshot(None) else {
+    let Some(snapshot) = tracker::snapshot(&tracker::Read::plain()) else {
         set_state(serial, ReportState::None);
         return;
     };
@@ -245,8 +245,18 @@ fn device_memory(thread: &ThreadState, device: Option<u32>) -> (Option<u64>, Opt
     (Some(free as u64), Some(total as u64))
 }
 
+/// How long the dumper thread waits for a lock a hook holds for a few
+/// instructions: one held longer is held by a thread stopped for good (a
+/// signal that ended the process landed in it), and the dumper goes on
+/// without what it guards rather than wait for the report's end.
+const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn with_episode<R>(serial: u64, f: impl FnOnce(&mut Episode) -> R) -> Option<R> {
-    LOG.lock().episodes.iter_mut().find(|e| e.serial == serial).map(f)
+    LOG.lock_for(READER_WAIT)?
+        .episodes
+        .iter_mut()
+        .find(|e| e.serial == serial)
+        .map(f)
 }
 
 fn set_state(serial: u64, state: ReportState) {
@@ -255,7 +265,9 @@ fn set_state(serial: u64, state: ReportState) {
 
 /// The snapshots to write now: those whose episode is over, or all.
 pub fn take_due(all: bool) -> Vec<Pending> {
-    let mut pending = PENDING.lock();
+    let Some(mut pending) = PENDING.lock_for(READER_WAIT) else {
+        return Vec::new();
+    };
     if pending.is_empty() {
         return Vec::new();
     }
@@ -280,8 +292,10 @@ pub fn set_report(serial: u64, name: Option<String>) {
 
 /// The episodes so far, for a report's `oom_events`.
 pub fn events() -> Vec<OomEvent> {
-    LOG.lock()
-        .episodes
+    let Some(log) = LOG.lock_for(READER_WAIT) else {
+        return Vec::new();
+    };
+    log.episodes
         .iter()
         .map(|e| OomEvent {
             timestamp_ms: e.timestamp_ms,

@@ -9,23 +9,22 @@ use crate::capture::Stack;
 use crate::cuda::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::cuda::ffi::*;
 use crate::state::live_bytes;
-use crate::state::sole_thread::{self, current_key, SOLE_THREAD};
 use cudaleak_core::assemble::{PeakSites, Snapshot};
 use cudaleak_core::base::hash::AddrHash;
 use cudaleak_core::base::lock::FutexMutex;
 use cudaleak_core::config::Config;
 use cudaleak_core::record::depot::Depot;
-use cudaleak_core::record::live_map::{LiveMap, MapCounts};
-use cudaleak_core::record::site_counters::{SiteCounters, NO_DELTA_SLOT};
+use cudaleak_core::record::live_map::{Caller, LiveMap, MapCounts, Stopped};
+use cudaleak_core::record::site_counters::SiteCounters;
 use cudaleak_core::record::{Api, Block, MemoryKind, TraceId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Device, host and managed blocks and VA reservations, by address.
-pub static LIVE: LiveMap = LiveMap::with_sole_owner(&SOLE_THREAD);
+pub static LIVE: LiveMap = LiveMap::new();
 /// Physical allocations (cuMemCreate), by handle: another key space.
-pub static HANDLES: LiveMap = LiveMap::with_sole_owner(&SOLE_THREAD);
+pub static HANDLES: LiveMap = LiveMap::new();
 pub static DEPOT: Depot = Depot::new();
 /// Live bytes and blocks per trace, now and at the process's peak: every
 /// report's `peak`, and the sampled timeline (`sampler.rs`). Always kept
@@ -46,6 +45,11 @@ static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 pub static EPOCH: AtomicU32 = AtomicU32::new(0);
 static SAW_ALLOCATION_CALL: AtomicBool = AtomicBool::new(false);
 static TRACKING: AtomicBool = AtomicBool::new(false);
+
+/// The calling thread as the live maps know it.
+fn me() -> Caller<'static> {
+    crate::base::thread::current().caller()
+}
 
 #[inline]
 pub fn is_tracking() -> bool {
@@ -117,60 +121,24 @@ pub fn note_internal_error() {
 }
 
 /// Live and peak bytes count memory, not reserved address space. The call
-/// site is told the peak before the block counts (`site_counters.rs`),
-/// through the thread's delta slot.
+/// site is told the peak before the block counts (`site_counters.rs`).
 #[inline]
-fn add_bytes(b: &Block, thread: &ThreadState) {
+fn add_bytes(b: &Block) {
     if !b.kind().counts_in_live_bytes() {
         return;
     }
     let n = b.size();
     let peak = live_bytes::peak();
-    SITES.add_from(delta_slot(thread), b.trace, n, peak);
-    live_bytes::add(n, thread, peak);
+    SITES.add(b.trace, n, peak);
+    live_bytes::add(n, peak);
 }
 
-/// The calling thread's delta slot in [`SITES`], claimed at its first
-/// counted block. `site_delta` holds the slot plus one, so that 0 means
-/// not yet; a thread that found none holds `NO_DELTA_SLOT`, which reads
-/// back as a number past the slots: the sites' words directly.
-#[inline(always)]
-fn delta_slot(thread: &ThreadState) -> u16 {
-    match thread.site_delta.get() {
-        0 => claim_delta_slot(thread),
-        n => n - 1,
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn claim_delta_slot(thread: &ThreadState) -> u16 {
-    let slot = SITES.claim_delta_slot();
-    thread
-        .site_delta
-        .set(if slot == NO_DELTA_SLOT { slot } else { slot + 1 });
-    slot
-}
-
-/// A block gone, on a path that has no thread state at hand (teardowns,
-/// handles): straight to its site's word.
+/// A block gone.
+#[inline]
 fn sub_bytes(b: &Block) {
     if b.kind().counts_in_live_bytes() {
         SITES.sub(b.trace, b.size(), live_bytes::peak());
-        live_bytes::sub(b.size(), crate::base::thread::current());
-    }
-}
-
-/// A block freed by the calling thread: through its delta slot, which
-/// holds the change when the block's site is the thread's current one.
-/// (Not `sub_bytes` with a slot argument: claiming the slot ahead of the
-/// kind test cost the driver's pair 29 instructions.)
-#[inline]
-fn sub_bytes_from(b: &Block, thread: &ThreadState) {
-    if b.kind().counts_in_live_bytes() {
-        let peak = live_bytes::peak();
-        SITES.sub_from(delta_slot(thread), b.trace, b.size(), peak);
-        live_bytes::sub(b.size(), thread);
+        live_bytes::sub(b.size());
     }
 }
 
@@ -224,10 +192,10 @@ pub fn record_allocation(
         );
         &LIVE
     };
-    if let Some(old) = map.insert(sole_thread::key(thread), key, block) {
-        sub_bytes_from(&old, thread);
+    if let Some(old) = map.insert(thread.caller(), key, block) {
+        sub_bytes(&old);
     }
-    add_bytes(&block, thread);
+    add_bytes(&block);
 }
 
 /// Which blocks a release call takes: blocks of its memory kinds, and
@@ -259,7 +227,7 @@ impl Releases {
 /// Takes a block out of the live map before its release call (case 3 in
 /// events.rs); `None` when `addr` is not a live block the call releases.
 pub fn remove_block(addr: u64, accepts: &Releases, thread: &ThreadState) -> Option<Block> {
-    LIVE.remove_if(sole_thread::key(thread), addr, |b| accepts.accepts(b))
+    LIVE.remove_if(thread.caller(), addr, |b| accepts.accepts(b))
 }
 
 pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread: &ThreadState) {
@@ -272,9 +240,9 @@ pub fn finish_release(addr: u64, removed: Option<Block>, succeeded: bool, thread
                 b.trace,
                 b.device(),
             );
-            sub_bytes_from(&b, thread);
+            sub_bytes(&b);
         }
-        Some(b) => LIVE.restore(sole_thread::key(thread), addr, b),
+        Some(b) => LIVE.restore(thread.caller(), addr, b),
         None => {
             INVALID_FREES.fetch_add(1, Ordering::Relaxed);
         }
@@ -333,7 +301,7 @@ pub fn release_handle_begin(handle: u64) -> HandleRelease {
             }
             HandleRelease::Deferred
         }
-        _ => match HANDLES.remove(current_key(), handle) {
+        _ => match HANDLES.remove(me(), handle) {
             Some(b) => {
                 vmm.handles.remove(&handle);
                 HandleRelease::Removed(b)
@@ -359,7 +327,7 @@ pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
             VMM.lock()
                 .handles
                 .insert(handle, HandleState { maps: 0, refs: 1 });
-            HANDLES.restore(current_key(), handle, b);
+            HANDLES.restore(me(), handle, b);
         }
         (HandleRelease::Deferred, true) => {}
         (HandleRelease::Deferred, false) => {
@@ -374,7 +342,7 @@ pub fn release_handle_end(handle: u64, st: HandleRelease, succeeded: bool) {
 /// which a cuMemRelease will give back.
 pub fn handle_retained(handle: u64) {
     let mut vmm = VMM.lock();
-    if HANDLES.get(current_key(), handle).is_some() {
+    if HANDLES.get(me(), handle).is_some() {
         vmm.handles.entry(handle).or_default().refs += 1;
     }
 }
@@ -402,7 +370,7 @@ pub fn bound(mc: u64, dev: i32, offset: u64, mem: Option<u64>, addr: u64) {
         dev
     } else {
         HANDLES
-            .get(current_key(), mem)
+            .get(me(), mem)
             .and_then(|b| b.device())
             .map_or(-1, |d| d as i32)
     };
@@ -419,7 +387,7 @@ fn unreference(vmm: &mut Vmm, h: u64) -> Option<(u64, Block)> {
         return None;
     }
     vmm.handles.remove(&h);
-    HANDLES.remove(current_key(), h).map(|b| (h, b))
+    HANDLES.remove(me(), h).map(|b| (h, b))
 }
 
 /// A multicast object is gone: its binds with it; the blocks that died.
@@ -472,7 +440,7 @@ pub fn unbind_finish(undo: UnbindUndo, succeeded: bool) {
     let mut vmm = VMM.lock();
     for (h, b) in undo.handles {
         vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
-        HANDLES.restore(current_key(), h, b);
+        HANDLES.restore(me(), h, b);
     }
     for b in undo.binds {
         vmm.handles.entry(b.mem).or_default().maps += 1;
@@ -519,7 +487,7 @@ pub fn unmap_finish(undo: UnmapUndo, succeeded: bool) {
     let mut vmm = VMM.lock();
     for (h, b) in undo.handles {
         vmm.handles.insert(h, HandleState { maps: 0, refs: 0 });
-        HANDLES.restore(current_key(), h, b);
+        HANDLES.restore(me(), h, b);
     }
     for (a, h, s) in undo.mappings {
         vmm.mappings.insert(a, (h, s));
@@ -709,9 +677,7 @@ fn primary_of_green_context(ctx: u64) -> Option<u64> {
 
 fn teardown_slots(matches: impl Fn(u8) -> bool) {
     let _g = SNAPSHOT_LOCK.lock();
-    let moved = LIVE.drain_where(current_key(), |b| {
-        b.context_slot() != 0 && matches(b.context_slot())
-    });
+    let moved = LIVE.drain_where(me(), |b| b.context_slot() != 0 && matches(b.context_slot()));
     if !moved.is_empty() {
         TORN_DOWN.lock().extend(moved);
     }
@@ -765,31 +731,77 @@ pub fn teardown_current_device(thread: &ThreadState) {
 
 // ---- reading ----
 
+/// How a snapshot reads the maps.
+pub struct Read<'a> {
+    /// Gives up on locks held longer than this (exit paths).
+    pub timeout: Option<Duration>,
+    /// The thread that asked for the report and waits for it, which never
+    /// runs again (exit paths): shards it holds are taken over
+    /// (cudaleak_core's `live_map.rs`, case 1).
+    pub stopped: Option<Stopped<'a>>,
+    /// Asked while a lock is waited for: true stops the read (a live dump
+    /// that an exit report is waiting for).
+    pub give_up: &'a dyn Fn() -> bool,
+}
+
+impl Read<'_> {
+    /// An ordinary read: every lock waited for.
+    pub fn plain() -> Read<'static> {
+        Read {
+            timeout: None,
+            stopped: None,
+            give_up: &|| false,
+        }
+    }
+}
+
 /// Reads every live block and the counters, exactly (see live_map.rs).
-/// With a timeout, gives up on locks that stay taken (dumps at exit).
-pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
-    let _g = match timeout {
-        Some(t) => SNAPSHOT_LOCK.lock_for(t)?,
-        None => SNAPSHOT_LOCK.lock(),
+/// None when `read.give_up` stopped it, or (no thread to take over) the
+/// snapshot lock stayed held past the timeout.
+pub fn snapshot(read: &Read) -> Option<Snapshot> {
+    let caller = me();
+    // A read by a thread inside a change of its own (a signal handler's
+    // call on top of it) reads through its own flight.
+    let stopped = read.stopped.or(Some(Stopped {
+        tid: caller.tid,
+        flight: caller.flight,
+    }));
+    let mut incomplete = 0u64;
+    let _g = match read.timeout {
+        Some(t) => match SNAPSHOT_LOCK.lock_for(t) {
+            Some(g) => Some(g),
+            // The thread that waits for this report may hold it (an
+            // out-of-memory snapshot or a teardown it was in): the shards
+            // are read anyway, each under its own lock or taken over, and
+            // only a teardown's moves could be seen twice or not at all.
+            None if read.stopped.is_some() => None,
+            None => return None,
+        },
+        None => Some(SNAPSHOT_LOCK.lock()),
     };
     let mut snap = Snapshot::default();
-    let me = current_key();
     // Sized first (one short lock per shard): growing the copy by doubling
     // moved it several times (issue 21: the out-of-memory snapshot is taken
     // on the failing thread).
-    if timeout.is_none() {
-        let live = LIVE.counts(me).live + HANDLES.counts(me).live;
+    if read.timeout.is_none() {
+        let live = LIVE.counts(caller).live + HANDLES.counts(caller).live;
         snap.blocks.reserve(live as usize + live as usize / 16 + 64);
     }
     let mut counts = MapCounts::default();
-    let mut skipped = 0;
     for map in [&LIVE, &HANDLES] {
-        skipped += map.for_each_shard(me, timeout, |it, c| {
+        incomplete += map.for_each_shard(caller.tid, stopped, read.timeout, read.give_up, |it, c| {
             snap.blocks.extend(it);
             counts.add(c);
-        });
+        })? as u64;
     }
-    snap.blocks.extend(TORN_DOWN.lock().iter().copied());
+    let torn_down = match read.timeout {
+        Some(t) => TORN_DOWN.lock_for(t),
+        None => Some(TORN_DOWN.lock()),
+    };
+    match torn_down {
+        Some(t) => snap.blocks.extend(t.iter().copied()),
+        None => incomplete += 1,
+    }
     snap.allocations = counts.inserted;
     snap.frees = counts.removed;
     snap.failed_allocations = FAILED_ALLOCATIONS.load(Ordering::Relaxed);
@@ -797,7 +809,7 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
     let peak = live_bytes::peak();
     snap.peak_bytes = peak;
     snap.peak = Some(peak_sites(peak));
-    snap.incomplete_shards = skipped as u64;
+    snap.incomplete_shards = incomplete;
     snap.stacks_skipped_nested = crate::capture::NESTED_CAPTURES.load(Ordering::Relaxed);
     Some(snap)
 }
@@ -806,10 +818,14 @@ pub fn snapshot(timeout: Option<Duration>) -> Option<Snapshot> {
 /// included: equal counts, nothing happened in between (an `exec` tried
 /// again after a failed one writes a new report only if it did).
 pub fn activity() -> u64 {
-    let me = current_key();
+    let me = me();
     let mut c = LIVE.counts(me);
     c.add(HANDLES.counts(me));
-    c.inserted + c.removed + c.moved + FAILED_ALLOCATIONS.load(Ordering::Relaxed) + INVALID_FREES.load(Ordering::Relaxed)
+    c.inserted
+        + c.removed
+        + c.moved
+        + FAILED_ALLOCATIONS.load(Ordering::Relaxed)
+        + INVALID_FREES.load(Ordering::Relaxed)
 }
 
 /// What each call site held when the process reached `peak`, the current
@@ -831,7 +847,7 @@ pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
     let mut out = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
-        map.for_each_shard(current_key(), None, |it, _| {
+        let _ = map.for_each_shard(me().tid, None, None, &|| false, |it, _| {
             out.extend(it.filter(|(_, b)| b.epoch() >= epoch))
         });
     }
@@ -854,8 +870,8 @@ pub fn lock_all_for_fork() {
     CONTEXT_INSERT.raw_lock();
     DEPOT.lock_for_fork();
     crate::capture::python::CODES.lock_for_fork();
-    LIVE.lock_all(current_key());
-    HANDLES.lock_all(current_key());
+    LIVE.lock_all(me().tid);
+    HANDLES.lock_all(me().tid);
     TORN_DOWN.raw_lock();
     ATTACHES.raw_lock();
     GREEN_INSERT.raw_lock();
@@ -873,8 +889,8 @@ pub unsafe fn unlock_all_after_fork() {
         GREEN_INSERT.raw_unlock();
         ATTACHES.raw_unlock();
         TORN_DOWN.raw_unlock();
-        HANDLES.unlock_all();
-        LIVE.unlock_all();
+        HANDLES.unlock_all(me().tid);
+        LIVE.unlock_all(me().tid);
         crate::capture::python::CODES.unlock_after_fork();
         DEPOT.unlock_after_fork();
         CONTEXT_INSERT.raw_unlock();
@@ -913,11 +929,15 @@ pub unsafe fn reset_in_child_and_unlock() {
         SNAPSHOT_LOCK.raw_unlock();
     }
     SITES.reset();
-    for c in [&FAILED_ALLOCATIONS, &INVALID_FREES, &crate::capture::NESTED_CAPTURES] {
+    for c in [
+        &FAILED_ALLOCATIONS,
+        &INVALID_FREES,
+        &crate::capture::NESTED_CAPTURES,
+    ] {
         c.store(0, Ordering::Relaxed);
     }
     live_bytes::reset_in_child();
-    sole_thread::reset_in_child();
+    crate::base::thread::current().reset_in_child();
     for r in &PRIMARY_REFS {
         r.store(0, Ordering::Relaxed);
     }

@@ -4,9 +4,10 @@
 //! samples.
 
 use super::exit::{exit_report, exit_report_for};
+use super::handoff::requester;
 use super::handoff::{
-    DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST, EXIT_REQUEST_CODE, EXIT_REQUEST_DONE, FATAL_DONE, FATAL_SIGNAL,
-    NO_EXIT_REQUEST, PID, SIGNAL_PENDING, WAKE,
+    DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST, EXIT_REQUEST_CODE, EXIT_REQUEST_DONE, EXIT_REQUEST_EXEC,
+    FATAL_DONE, FATAL_SIGNAL, NO_EXIT_REQUEST, PID, SIGNAL_PENDING, STATUS_NOT_KNOWN, WAKE,
 };
 use crate::base::settings::{self, report_dir, warn};
 use crate::process::dump::{self, Request};
@@ -96,6 +97,18 @@ fn dumper_loop() {
     }
 }
 
+/// A live dump that an exit report does not wait for: while it waits for
+/// a lock, an exit or fatal-signal report asked for meanwhile stops it
+/// (the thread that asked may hold that lock, stopped for good), and the
+/// next round writes that report first.
+fn live_dump(r: Request) {
+    let mut r = r;
+    r.give_up = || {
+        EXIT_REQUEST.load(Ordering::Acquire) != NO_EXIT_REQUEST || FATAL_SIGNAL.load(Ordering::Acquire) != 0
+    };
+    dump::dump(r);
+}
+
 /// `now + every`, or None (no interval dump) when that is past what
 /// `Instant` can hold.
 fn next_due(every: Option<Duration>) -> Option<Instant> {
@@ -122,34 +135,37 @@ fn dumper_rounds() {
             dump::write_oom_reports(false, None);
             let asked = EXIT_REQUEST.swap(NO_EXIT_REQUEST, Ordering::AcqRel);
             if asked != NO_EXIT_REQUEST {
-                // A program thread in `_exit` waits for this, bounded.
-                let code = exit_report_for(Some(asked as i32), None, None, false);
+                // A program thread (exit, _exit, exec) waits for this,
+                // bounded, perhaps stopped inside a hook.
+                let status = (asked != STATUS_NOT_KNOWN).then_some(asked as i32);
+                let reason = EXIT_REQUEST_EXEC.load(Ordering::Relaxed).then_some("exec");
+                let code = exit_report_for(status, None, reason, false, requester());
                 EXIT_REQUEST_CODE.store(code.map_or(NO_EXIT_REQUEST, i64::from), Ordering::Release);
                 EXIT_REQUEST_DONE.store(true, Ordering::Release);
             }
             let fatal = FATAL_SIGNAL.load(Ordering::Acquire);
             if fatal != 0 && !FATAL_DONE.load(Ordering::Acquire) {
-                exit_report(None, Some(fatal));
+                exit_report(None, Some(fatal), requester());
                 FATAL_DONE.store(true, Ordering::Release);
             }
             if SIGNAL_PENDING.swap(false, Ordering::AcqRel) {
                 let mut r = Request::new(Trigger::Signal);
                 r.signal = settings::config().signal;
-                dump::dump(r);
+                live_dump(r);
             }
             if let Some(due) = next_interval {
                 if Instant::now() >= due {
                     // The next one is scheduled first: a dump that panics
                     // must not make every later round dump again at once.
                     next_interval = next_due(settings::config().interval);
-                    dump::dump(Request::new(Trigger::Interval));
+                    live_dump(Request::new(Trigger::Interval));
                 }
             }
             if let Some(req) = request.as_deref().filter(|r| is_our_request(r)) {
                 if std::fs::remove_file(req).is_ok() {
                     let mut r = Request::new(Trigger::Api);
                     r.reason = Some("cudaleak dump".into());
-                    dump::dump(r);
+                    live_dump(r);
                 }
             }
         }));

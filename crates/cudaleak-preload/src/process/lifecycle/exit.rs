@@ -3,14 +3,16 @@
 //! thread, a fatal signal's report, the default action of that signal.
 
 use super::handoff::{
-    is_our_process, sleep_until, wake_dumper, DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST, EXIT_REQUEST_CODE,
-    EXIT_REQUEST_DONE, FATAL_DONE, FATAL_DUMP_WAIT, FATAL_SIGNAL, NO_EXIT_REQUEST,
+    is_our_process, note_requester, sleep_until, wake_dumper, DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST,
+    EXIT_REQUEST_CODE, EXIT_REQUEST_DONE, EXIT_REQUEST_EXEC, FATAL_DONE, FATAL_DUMP_WAIT, FATAL_SIGNAL,
+    NO_EXIT_REQUEST, STATUS_NOT_KNOWN,
 };
 use crate::base::settings::{self, write_stderr};
 use crate::process::dump::{self, Request};
 use crate::state::tracker;
 use cudaleak_core::base::lock::{wait_while_equal, wake_all};
 use cudaleak_core::base::signal_mask::SignalsBlocked;
+use cudaleak_core::record::live_map::Stopped;
 use cudaleak_core::report::render::{self, TextOptions};
 use cudaleak_core::report::Trigger;
 use std::ffi::c_int;
@@ -117,8 +119,14 @@ pub(super) fn report_fatal_signal(sig: c_int) {
             .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     {
+        // This thread may have been stopped inside a hook: the dumper
+        // takes over what it was doing to the live map.
+        note_requester();
         wake_dumper();
         sleep_until(|| FATAL_DONE.load(Ordering::Acquire));
+        if !FATAL_DONE.load(Ordering::Acquire) {
+            cannot_wait();
+        }
     }
 }
 
@@ -149,20 +157,38 @@ pub(super) fn die_by_default_action(sig: c_int) -> ! {
     std::process::abort()
 }
 
+/// One line on stderr when the thread that waits for the report gives up
+/// on the dumper thread (it used no CPU for [`FATAL_DUMP_WAIT`]: stuck on
+/// a lock the stopped thread holds, such as malloc's with one arena): the
+/// process goes on ending without its report, and says so.
+fn cannot_wait() {
+    const LINE: &[u8] =
+        b"cudaleak: the final report was not written: the dump thread made no progress for 10 s\n";
+    write_stderr(LINE);
+}
+
 /// Writes the exit report once, prints the summary, and returns the exit
 /// status CUDALEAK_EXITCODE asks for, if it applies. A second caller waits
-/// (bounded) for the first one's report.
-pub(super) fn exit_report(status: Option<i32>, fatal_signal: Option<i32>) -> Option<i32> {
-    exit_report_for(status, fatal_signal, None, fatal_signal.is_none())
+/// (bounded) for the first one's report. On the dumper thread; `stopped`
+/// is the thread that asked for it and waits.
+pub(super) fn exit_report(
+    status: Option<i32>,
+    fatal_signal: Option<i32>,
+    stopped: Option<Stopped<'static>>,
+) -> Option<i32> {
+    exit_report_for(status, fatal_signal, None, false, stopped)
 }
 
 /// `on_program_thread`: the report is written on a thread of the program
-/// (not the dumper's), which may read the environment.
+/// (not the dumper's), which may read the environment. `stopped`: the
+/// thread waiting for this report, whose state in the live map is taken
+/// over.
 pub(super) fn exit_report_for(
     status: Option<i32>,
     fatal_signal: Option<i32>,
     reason: Option<&str>,
     on_program_thread: bool,
+    stopped: Option<Stopped<'static>>,
 ) -> Option<i32> {
     if !is_our_process() {
         return None;
@@ -188,7 +214,7 @@ pub(super) fn exit_report_for(
         // the rank as it is now (see `settings::read_rank`).
         settings::read_rank();
     }
-    let code = write_exit_report(status, fatal_signal, reason);
+    let code = write_exit_report(status, fatal_signal, reason, stopped);
     EXIT_REPORT.store(ExitReport::Done);
     EXIT_REPORT.wake_all();
     drop(blocked);
@@ -201,7 +227,12 @@ pub(super) fn exit_report_for(
     code
 }
 
-fn write_exit_report(status: Option<i32>, fatal_signal: Option<i32>, reason: Option<&str>) -> Option<i32> {
+fn write_exit_report(
+    status: Option<i32>,
+    fatal_signal: Option<i32>,
+    reason: Option<&str>,
+    stopped: Option<Stopped<'static>>,
+) -> Option<i32> {
     let mut req = Request::new(if fatal_signal.is_some() {
         Trigger::FatalSignal
     } else {
@@ -211,10 +242,17 @@ fn write_exit_report(status: Option<i32>, fatal_signal: Option<i32>, reason: Opt
     req.signal = fatal_signal;
     req.reason = reason.map(str::to_string);
     req.lock_timeout = Some(EXIT_LOCK_TIMEOUT);
-    let outcome = std::panic::catch_unwind(|| dump::dump(req)).ok().flatten()?;
+    req.stopped = stopped;
+    let Some(outcome) = std::panic::catch_unwind(|| dump::dump(req)).ok().flatten() else {
+        write_stderr(
+            b"cudaleak: the final report could not be taken: a lock of the library stayed held past 5 s\n",
+        );
+        return None;
+    };
     let config = settings::config();
     let leaked = !outcome.report.leaks.is_empty();
-    if leaked && config.summary {
+    // An incomplete report says so, leaks or none (its first lines).
+    if (leaked || outcome.report.incomplete_shards > 0) && config.summary {
         let path = outcome.path.as_deref().map(Path::to_string_lossy);
         let text = render::exit_summary(&outcome.report, path.as_deref(), &TextOptions::default());
         write_stderr(text.as_bytes());
@@ -229,9 +267,13 @@ fn known_status() -> Option<i32> {
     }
 }
 
-/// Library destructor: after the program's own exit handlers.
+/// Library destructor: after the program's own exit handlers. The report
+/// is handed to the dumper thread: `exit` may have been called from a
+/// signal handler that interrupted malloc or a hook (`exit(0)` in a
+/// SIGTERM handler is common), where writing it here would wait for
+/// locks this very thread holds.
 pub fn at_exit() {
-    if let Some(code) = exit_report(known_status(), None) {
+    if let Some(code) = exit_report_handed(known_status(), false, true) {
         // SAFETY: flush the program's stdio before leaving without exit().
         unsafe { libc::fflush(std::ptr::null_mut()) };
         real_exit_immediately(code);
@@ -254,15 +296,27 @@ pub(super) fn real_exit_immediately(status: c_int) -> ! {
     std::process::abort()
 }
 
-/// Async-signal-safe on every path but the dumper thread's own.
-pub(super) fn exit_report_by_dumper(status: c_int) -> Option<i32> {
+/// Has the dumper thread write the exit report (`exec`: the old image's,
+/// `reason: "exec"`) while this thread waits, and returns the status
+/// CUDALEAK_EXITCODE asks for, if it applies. This thread may be stopped
+/// inside a hook, a signal handler having interrupted it: the dumper takes
+/// over what it was doing to the live map (cudaleak_core's `live_map.rs`,
+/// case 1). `program_context`: not called from `_exit`, which signal
+/// handlers call; the rank is read from the environment here first, and
+/// without a dumper thread the report is written on this thread.
+/// Async-signal-safe on every path but the dumper thread's own and, with
+/// `program_context`, the rank's read.
+pub(super) fn exit_report_handed(status: Option<i32>, exec: bool, program_context: bool) -> Option<i32> {
     if !is_our_process() {
         return None;
     }
-    EXIT_STATUS.store(status as i64, Ordering::Release);
+    if let Some(s) = status {
+        EXIT_STATUS.store(s as i64, Ordering::Release);
+    }
+    let reason = exec.then_some("exec");
     // SAFETY: plain system call.
     if DUMPER_TID.load(Ordering::Acquire) == unsafe { libc::gettid() } {
-        return exit_report_for(Some(status), None, None, false);
+        return exit_report_for(status, None, reason, false, None);
     }
     let state = EXIT_REPORT.load();
     if state == ExitReport::Writing {
@@ -273,15 +327,32 @@ pub(super) fn exit_report_by_dumper(status: c_int) -> Option<i32> {
     if !state.pending() || !tracker::saw_allocation_call() {
         return None;
     }
+    if program_context {
+        // The rank as it is now (see `settings::read_rank`).
+        settings::read_rank();
+    }
     if !DUMPER_STARTED.load(Ordering::Acquire) {
+        if program_context {
+            return exit_report_for(status, None, reason, true, None);
+        }
         const LINE: &[u8] = b"cudaleak: no dump thread: the exit report was not written at _exit\n";
         write_stderr(LINE);
         return None;
     }
+    // SIGTERM and SIGINT wait while the report is written: they are
+    // delivered (and take their default action) when it is written, or go
+    // to another thread, whose handler waits for it.
+    let blocked = SignalsBlocked::of(&[libc::SIGTERM, libc::SIGINT]);
+    note_requester();
+    EXIT_REQUEST_EXEC.store(exec, Ordering::Relaxed);
     EXIT_REQUEST_DONE.store(false, Ordering::Release);
-    EXIT_REQUEST.store(status as i64, Ordering::Release);
+    EXIT_REQUEST.store(status.map_or(STATUS_NOT_KNOWN, i64::from), Ordering::Release);
     wake_dumper();
     sleep_until(|| EXIT_REQUEST_DONE.load(Ordering::Acquire));
+    if !EXIT_REQUEST_DONE.load(Ordering::Acquire) {
+        cannot_wait();
+    }
+    drop(blocked);
     match EXIT_REQUEST_CODE.load(Ordering::Acquire) {
         NO_EXIT_REQUEST => None,
         c => Some(c as i32),

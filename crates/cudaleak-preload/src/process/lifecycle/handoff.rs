@@ -4,7 +4,8 @@
 //! atomics and async-signal-safe calls: a signal handler runs all of this.
 
 use cudaleak_core::base::lock::wake_all;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, Ordering};
+use cudaleak_core::record::live_map::{Flight, Stopped};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub(super) static PID: AtomicI32 = AtomicI32::new(0);
@@ -14,11 +15,24 @@ pub(super) static WAKE: AtomicU32 = AtomicU32::new(0);
 pub(super) static SIGNAL_PENDING: AtomicBool = AtomicBool::new(false);
 pub(super) static FATAL_SIGNAL: AtomicI32 = AtomicI32::new(0);
 pub(super) static FATAL_DONE: AtomicBool = AtomicBool::new(false);
-/// `_exit(status)` handed to the dumper thread: the status, or
-/// [`NO_EXIT_REQUEST`] (issue 23: `_exit` from a signal handler wrote the
-/// report in the handler and deadlocked on malloc's lock).
+/// An exit report handed to the dumper thread (`exit`, the return from
+/// `main`, `_exit`, an `exec`): its status, [`STATUS_NOT_KNOWN`], or
+/// [`NO_EXIT_REQUEST`]. The thread that asks only waits: it may be inside
+/// a signal handler that interrupted malloc, or a hook holding a shard of
+/// the live map (issue 23: `_exit` from a handler wrote the report in the
+/// handler and deadlocked on malloc's lock; the same with `exit(0)` in a
+/// SIGTERM handler).
 pub(super) static EXIT_REQUEST: AtomicI64 = AtomicI64::new(NO_EXIT_REQUEST);
 pub(super) const NO_EXIT_REQUEST: i64 = i64::MIN;
+pub(super) const STATUS_NOT_KNOWN: i64 = i64::MIN + 1;
+/// The exit request is an `exec`'s report (`reason: "exec"`).
+pub(super) static EXIT_REQUEST_EXEC: AtomicBool = AtomicBool::new(false);
+/// The thread waiting for the exit or fatal-signal report, which never
+/// runs again before the report is written, so that the dumper takes over
+/// what it was doing to the live map (cudaleak_core's `live_map.rs`, case
+/// 1): its kernel id (0: none) and the address of its flight.
+pub(super) static REQUESTER_TID: AtomicU32 = AtomicU32::new(0);
+pub(super) static REQUESTER_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// The status the dumper's exit report asks for (CUDALEAK_EXITCODE), or
 /// [`NO_EXIT_REQUEST`]; and whether it is done.
 pub(super) static EXIT_REQUEST_CODE: AtomicI64 = AtomicI64::new(NO_EXIT_REQUEST);
@@ -42,11 +56,47 @@ pub(super) fn wake_dumper() {
     wake_all(&WAKE);
 }
 
-/// Polls `done` every 5 ms until it holds, for as long as the dumper
-/// thread keeps working: it gives up once the dumper has used no CPU for
-/// [`FATAL_DUMP_WAIT`], or after [`FATAL_DUMP_MAX`]. Async-signal-safe
-/// (nanosleep, clock_gettime).
+/// The calling thread, as the one that waits for the report it asks for
+/// (see [`REQUESTER`]). Its kernel id is asked for now, so that the dumper
+/// finds it in the thread state.
+pub(super) fn note_requester() {
+    let me = crate::base::thread::current().caller();
+    REQUESTER_FLIGHT.store(me.flight as *const Flight as usize, Ordering::Relaxed);
+    REQUESTER_TID.store(me.tid, Ordering::Release);
+}
+
+/// The thread waiting for the report being written, if one is.
+pub(super) fn requester() -> Option<Stopped<'static>> {
+    let tid = REQUESTER_TID.load(Ordering::Acquire);
+    let flight = REQUESTER_FLIGHT.load(Ordering::Relaxed);
+    (tid != 0 && flight != 0).then(|| Stopped {
+        tid,
+        // SAFETY: the address of a thread's flight, in its thread state,
+        // which lives as long as the thread; and the thread waits, alive,
+        // for the report this is asked for.
+        flight: unsafe { &*(flight as *const Flight) },
+    })
+}
+
+/// Polls `done` until it holds, for as long as the dumper thread keeps
+/// working: it gives up once the dumper has used no CPU for
+/// [`FATAL_DUMP_WAIT`], or after [`FATAL_DUMP_MAX`]. Every 0.2 ms for the
+/// first 10 ms (a one-leak exit report takes about 3), every 5 ms after.
+/// Async-signal-safe (nanosleep, clock_gettime).
 pub(super) fn sleep_until(done: impl Fn() -> bool) {
+    let quick = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+    for _ in 0..50 {
+        if done() {
+            return;
+        }
+        // SAFETY: sleeping on a local timespec. The system call, not
+        // libc's `nanosleep`, a cancellation point: this thread may have a
+        // cancellation of the program's pending.
+        unsafe { libc::syscall(libc::SYS_nanosleep, &quick as *const libc::timespec, 0usize) };
+    }
     let step = libc::timespec {
         tv_sec: 0,
         tv_nsec: 5_000_000,
@@ -60,9 +110,7 @@ pub(super) fn sleep_until(done: impl Fn() -> bool) {
         if done() {
             return;
         }
-        // SAFETY: sleeping on a local timespec. The system call, not
-        // libc's `nanosleep`, a cancellation point: this thread may have a
-        // cancellation of the program's pending.
+        // SAFETY: as above.
         unsafe { libc::syscall(libc::SYS_nanosleep, &step as *const libc::timespec, 0usize) };
         idle += 1;
         if round % per_second == per_second - 1 {

@@ -3,8 +3,8 @@
 //! destructor of ours: `kill`/`raise` to ourselves, `exec`.
 
 use super::exit::{
-    exit_report_by_dumper, exit_report_for, real_exit_immediately, report_fatal_signal, ExitFn, ExitReport,
-    EXIT_REPORT, EXIT_STATUS,
+    exit_report_handed, real_exit_immediately, report_fatal_signal, ExitFn, ExitReport, EXIT_REPORT,
+    EXIT_STATUS,
 };
 use super::handoff::is_our_process;
 use crate::base::settings::{instance, report_dir, warn};
@@ -25,7 +25,7 @@ static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 /// lock). The dumper thread itself writes inline; without one (it could
 /// not be started) nothing is written here but one line, with `write(2)`.
 fn immediate_exit(status: c_int) -> ! {
-    let code = std::panic::catch_unwind(|| exit_report_by_dumper(status))
+    let code = std::panic::catch_unwind(|| exit_report_handed(Some(status), false, false))
         .ok()
         .flatten();
     real_exit_immediately(code.unwrap_or(status))
@@ -321,7 +321,7 @@ fn before_exec() -> bool {
             // This image's exec report stands: only the marker goes.
             crate::process::run_marker::on_exec_report_stands(instance);
         } else {
-            exit_report_for(None, None, Some("exec"), true);
+            exit_report_handed(None, true, true);
         }
     });
     true

@@ -79,7 +79,6 @@ pub fn init() {
         crate::base::deferred_warnings::push(&w)
     }));
     tracker::configure(config);
-    crate::state::sole_thread::init();
     if let Some(w) = settings::open_outputs(config.log.as_deref()) {
         crate::base::deferred_warnings::push(&w);
     }
