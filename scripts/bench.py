@@ -12,6 +12,12 @@ this script. Needs cc, heaptrack (apt-get install heaptrack) and memray
 All programs run on the simulated driver with SIMCUDA_BACKING=malloc: each
 cudaMalloc is one malloc, so heaptrack and memray (which track malloc)
 record exactly one allocation per pair, as cudaleak does.
+
+Real shapes (issue 37; bench/step.c, bench/py_step.py) run only when named,
+each library given by name, the first the reference of the others:
+
+    python3 scripts/bench.py --only shapes|train|train-py|xfree|ranks|async|cache \
+        [--variant base=PATH --variant no-sole=PATH ...] [--rounds 7] [--no-instructions] [--no-tools]
 """
 
 import argparse
@@ -53,6 +59,9 @@ def build(work):
     sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-DSIMCUDA_NO_CTX_QUERIES", "-Wl,-soname,libcuda.so.1", "-o",
         os.path.join(work, "no-ctx-queries", "libcuda.so.1"), os.path.join(sim, "driver.c"), "-lpthread"])
     sh(["cc", "-O2", "-g", inc, "-o", os.path.join(work, "pairs"), os.path.join(ROOT, "bench", "pairs.c"),
+        os.path.join(work, "libcudart.so.12"), os.path.join(work, "libcuda.so.1"), "-lpthread", "-ldl",
+        "-Wl,-rpath," + work])
+    sh(["cc", "-O2", "-g", inc, "-o", os.path.join(work, "step"), os.path.join(ROOT, "bench", "step.c"),
         os.path.join(work, "libcudart.so.12"), os.path.join(work, "libcuda.so.1"), "-lpthread", "-ldl",
         "-Wl,-rpath," + work])
 
@@ -450,6 +459,404 @@ def ratios(work, reports, pairs, args):
         row("overhead ratio cudaleak / memray --native", "%.2f" % ratio, "", "goal <= 0.20 (issue 24)")
 
 
+# ---- issue 37: real shapes, and what each mechanism pays on them ----
+#
+# Shapes of real programs (bench/step.c, bench/py_step.py), each without
+# the library, with every library of --variant (or --lib), and beside
+# heaptrack and memray --native where they run. CPU time over --rounds
+# interleaved rounds (round-robin over the configurations within a
+# round), median and spread ((max - min) / median); instructions by
+# callgrind, two run lengths differenced so that start-up and exit cancel.
+# glibc's arenas are held steady on both sides of every comparison
+# (SHAPE_TUNABLES). The simulation runs with SIMCUDA_BACKING=threaded (one
+# malloc per block, no lock of its own; see threads_cpu): with its default
+# backing its global mutex would be the multi-threaded shapes' cost.
+
+SHAPE_TUNABLES = ("glibc.malloc.arena_max=1:glibc.malloc.trim_threshold=1073741824:"
+                  "glibc.malloc.mmap_threshold=33554432")
+SHAPE_DEPTH = 20      # native frames of the C shapes
+SHAPE_PY_DEPTH = 30   # Python frames of the Python training step
+SHAPE_OPS = 64        # ops of a training (or caching-allocator) step
+SHAPE_LAYERS = 16     # layers of an inference request
+KEEP_RULE = 0.05      # issue 37: keep a mechanism that saves >= 5% of the overhead
+
+
+def shape_libs(args):
+    """[(name, path)]: every --variant, or the one library measured."""
+    if not args.variant:
+        return [("cudaleak", LIB)]
+    out = []
+    for v in args.variant:
+        name, _, path = v.partition("=")
+        if not path or not os.path.exists(path):
+            sys.exit("--variant %s: no library at %r" % (v, path))
+        out.append((name, os.path.abspath(path)))
+    return out
+
+
+def shape_env(work, reports, iters):
+    # PYTHONHASHSEED: the Python shape's instruction counts repeat.
+    return dict(base_env(work, reports), SIMCUDA_BACKING="threaded", GLIBC_TUNABLES=SHAPE_TUNABLES,
+                BENCH_WORK_ITERS=str(iters), PYTHONHASHSEED="0")
+
+
+def shape_configs(args, env, reports, python=False):
+    """name -> (prefix, env). A prefix may hold "{i}", replaced by the
+    process's index (the 8-process shape: one heaptrack file each)."""
+    out = {"no library": (None, env)}
+    for name, path in shape_libs(args):
+        out[name] = (None, dict(env, LD_PRELOAD=path))
+    if args.no_tools:
+        print("  heaptrack, memray: not run (--no-tools)")
+        return out
+    if have("heaptrack"):
+        out["heaptrack"] = (["heaptrack", "-o", os.path.join(reports, "heaptrack-{i}")], env)
+    else:
+        print("  heaptrack: not installed (apt-get install heaptrack); not run")
+    if python and have_memray():
+        out["memray --native"] = ([sys.executable, "-m", "memray", "run", "--native", "-q", "-f",
+                                   "-o", os.path.join(reports, "memray-{i}.bin")], env)
+    return out
+
+
+def shape_run(prefix, env, argv, i=0):
+    """Starts one run; returns its Popen."""
+    cmd = [a.replace("{i}", str(i)) for a in (prefix or [])] + argv
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def shape_result(proc):
+    """(CPU ns per unit: the program's last number, pairs, units, in-call
+    ns per pair or None)."""
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(proc.args), proc.returncode, out[-2000:],
+                                                      err[-2000:]))
+    lines = [l.strip() for l in out.splitlines()]
+    nums = [l for l in lines if l.replace(".", "", 1).isdigit()]
+    kv = dict(l.split() for l in lines if re.match(r"^(pairs|units|incall|long_calls) [0-9.]+$", l))
+    return float(nums[-1]), int(kv["pairs"]), int(kv["units"]), float(kv["incall"]) if "incall" in kv else None
+
+
+class Samples:
+    """Per configuration, one entry per round: CPU ns per unit, and the
+    in-call ns per pair (None where the run gave none)."""
+
+    def __init__(self, names):
+        self.cpu = {n: [] for n in names}
+        self.incall = {n: [] for n in names}
+        self.pairs_per_unit = None
+
+    def add(self, name, got):
+        """got: shape_result()s of the processes of one run (median)."""
+        self.cpu[name].append(statistics.median(g[0] for g in got))
+        calls = [g[3] for g in got if g[3] is not None]
+        self.incall[name].append(statistics.median(calls) if calls else None)
+        self.pairs_per_unit = got[0][1] / got[0][2]
+
+
+def shape_rounds(configs, argv, rounds, procs=1):
+    """Samples of each configuration over interleaved rounds; with
+    procs > 1, the runs of a round start together and each entry is the
+    median over the processes (each process's own CPU time)."""
+    out = Samples(configs)
+    for _ in range(rounds):
+        for name, (prefix, env) in configs.items():
+            running = [shape_run(prefix, env, argv, i) for i in range(procs)]
+            out.add(name, [shape_result(p) for p in running])
+    return out
+
+
+def spread(v):
+    return (max(v) - min(v)) / statistics.median(v)
+
+
+def shape_instructions(configs, argv_of, n1, n2, procs=1):
+    """Instructions per unit (the difference of two run lengths, n2 - n1
+    units), per library configuration (the tools are not counted). With
+    procs > 1, that many run at once, and the figure is their median."""
+    if not have("valgrind"):
+        print("  valgrind not found (apt-get install valgrind): instructions skipped", file=sys.stderr)
+        return {}
+    out = {}
+    for name, (prefix, env) in configs.items():
+        if prefix:
+            continue
+        counts = []
+        for n in (n1, n2):
+            cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + argv_of(n)
+            running = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       for _ in range(procs)]
+            got = []
+            for p in running:
+                _, err = p.communicate()
+                m = re.findall(r"Collected : (\d+)", err)
+                if p.returncode != 0 or not m:
+                    raise RuntimeError("%s failed (%d):\n%s" % (" ".join(cmd), p.returncode, err[-2000:]))
+                got.append(int(m[-1]))
+            counts.append(statistics.median(got))
+        out[name] = (counts[1] - counts[0]) / (n2 - n1)
+    return out
+
+
+SHAPE_VERDICTS = []  # (shape, variant, instructions, CPU medians, spreads ok, CPU paired, above, rounds, in-call paired)
+
+
+def paired(a, b):
+    """Round by round, a - b: the runs of one round are next to each other
+    in time, so the machine's drift hits both."""
+    return [x - y for x, y in zip(a, b) if x is not None and y is not None]
+
+
+def pct(x):
+    return "n/a" if x is None else "%+.1f%%" % (100 * x)
+
+
+def shape_table(title, smp, instr, unit, args, note=""):
+    """Two tables. Each configuration: CPU per unit (median, spread), its
+    overhead per unit and per pair and share of the program's CPU, the
+    in-call time per pair, and the same in instructions. Then each variant
+    against the first library (the reference, e.g. base): how much more
+    overhead it pays, by instructions, by the CPU medians, by the CPU
+    paired round by round, and by the in-call time paired."""
+    samples, ppu = smp.cpu, smp.pairs_per_unit
+    rounds = len(next(iter(samples.values())))
+    print()
+    print("### %s" % title)
+    print()
+    print("GLIBC_TUNABLES=%s; %d interleaved rounds; %.0f pairs per %s%s; load average at the end %.1f" % (
+        SHAPE_TUNABLES, rounds, ppu, unit, "; " + note if note else "", os.getloadavg()[0]))
+    print()
+    print("| configuration | CPU ns/%s | spread | overhead ns/%s | share of CPU | overhead ns/pair "
+          "| in-call ns/pair | spread | instr/%s | overhead instr/pair |" % (unit, unit, unit))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    inc = {k: statistics.median([x for x in v if x is not None]) if any(x is not None for x in v) else None
+           for k, v in smp.incall.items()}
+    base = med["no library"]
+    for name, v in samples.items():
+        ovh = med[name] - base
+        cells = ["%.0f" % med[name], "%.1f%%" % (100 * spread(v))]
+        cells += ["", "", ""] if name == "no library" else [
+            "%+.0f" % ovh, "%+.2f%%" % (100 * ovh / base), "%+.0f" % (ovh / ppu)]
+        if inc[name] is not None:
+            cells += ["%.0f" % inc[name], "%.1f%%" % (100 * spread([x for x in smp.incall[name] if x is not None]))]
+        else:
+            cells += ["", ""]
+        if name in instr:
+            cells += ["%.0f" % instr[name],
+                      "" if name == "no library" else "%+.0f" % ((instr[name] - instr["no library"]) / ppu)]
+        else:
+            cells += ["(not counted)" if name in ("heaptrack", "memray --native") else "", ""]
+        print("| %s | %s |" % (name, " | ".join(cells)))
+    libs = [n for n, _ in shape_libs(args)]
+    if len(libs) < 2:
+        return
+    ref = libs[0]
+    ref_cpu = med[ref] - base
+    ref_ins = instr[ref] - instr["no library"] if ref in instr and "no library" in instr else None
+    ref_inc = inc[ref] - inc["no library"] if inc.get(ref) is not None and inc.get("no library") is not None else None
+    print()
+    print("Each variant's overhead against %s's (+: the variant pays more, i.e. the mechanism it turns off "
+          "saves that share of %s's overhead):" % (ref, ref))
+    print()
+    print("| variant | instructions | CPU medians | both spreads < 5% | CPU paired by round (rounds above) "
+          "| in-call paired by round (rounds above) |")
+    print("|---|---:|---:|---|---:|---:|")
+    for name in libs[1:]:
+        ins_d = (instr[name] - instr["no library"] - ref_ins) / ref_ins if name in instr and ref_ins else None
+        cpu_d = (med[name] - base - ref_cpu) / ref_cpu if ref_cpu else None
+        ok = rounds >= 7 and max(spread(samples[name]), spread(samples[ref])) < KEEP_RULE
+        pc = paired(samples[name], samples[ref])
+        pc_d = statistics.median(pc) / ref_cpu if pc and ref_cpu else None
+        pi = paired(smp.incall[name], smp.incall[ref])
+        pi_d = statistics.median(pi) / ref_inc if pi and ref_inc else None
+        print("| %s | %s | %s | %s | %s (%d/%d) | %s (%d/%d) |" % (
+            name, pct(ins_d), pct(cpu_d), "yes" if ok else "no", pct(pc_d), sum(1 for d in pc if d > 0), len(pc),
+            pct(pi_d), sum(1 for d in pi if d > 0), len(pi)))
+        SHAPE_VERDICTS.append((title.split(":")[0], name, ins_d, cpu_d, ok, pc_d,
+                               "%d/%d" % (sum(1 for d in pc if d > 0), len(pc)), pi_d,
+                               "%d/%d" % (sum(1 for d in pi if d > 0), len(pi))))
+
+
+def shape_verdicts():
+    """Each variant against the reference, shape by shape. The keep rule
+    (issue 37): a mechanism stays where turning it off costs >= 5% more
+    overhead on a real shape, in instructions, or in CPU time over 7+
+    interleaved rounds whose spreads are under 5%."""
+    if not SHAPE_VERDICTS:
+        return
+    print()
+    print("### What each mechanism saves, shape by shape (+: the variant without it pays more)")
+    print()
+    print("| shape | variant | instructions | CPU medians (spreads < 5%) | CPU paired (rounds above) "
+          "| in-call paired (rounds above) | keep rule met, as written | and paired |")
+    print("|---|---|---:|---:|---:|---:|---|---|")
+    for shape, name, ins_d, cpu_d, ok, pc_d, pc_n, pi_d, pi_n in SHAPE_VERDICTS:
+        by_ins = ins_d is not None and ins_d >= KEEP_RULE
+        by_cpu = ok and cpu_d is not None and cpu_d >= KEEP_RULE
+        # The CPU branch again, from the rounds' pairs: the median paired
+        # difference is >= 5% too, and the variant paid more in all but at
+        # most one round (a sign test: 6 of 7 by chance is p = 0.06).
+        above, n = (int(x) for x in pc_n.split("/"))
+        steady = by_cpu and pc_d is not None and pc_d >= KEEP_RULE and above >= n - 1
+        met = "yes (instructions)" if by_ins else "yes (CPU)" if by_cpu else "no"
+        print("| %s | %s | %s | %s (%s) | %s (%s) | %s (%s) | %s | %s |" % (
+            shape, name, pct(ins_d), pct(cpu_d), "yes" if ok else "no", pct(pc_d), pc_n, pct(pi_d), pi_n,
+            met, "yes" if by_ins or steady else "no"))
+
+
+def shape_calibration(work, args):
+    """Iterations of the work loops per 10 µs, measured once without the
+    library (or given), so that every run does the same work."""
+    if args.work_iters is None:
+        args.work_iters = int(sh([os.path.join(work, "step"), "calibrate"]).split()[-1])
+    return args.work_iters
+
+
+def shape_py_calibration(args):
+    if args.py_work_iters is None:
+        args.py_work_iters = int(sh([sys.executable, os.path.join(ROOT, "bench", "py_step.py"),
+                                     "calibrate"]).split()[-1])
+    return args.py_work_iters
+
+
+def shape_train(work, reports, pairs, args, caching=False):
+    """A training step, 20 native frames (or, caching=True, the same step
+    whose ops take their memory from the program's cache and which grows 3
+    segments: what a default PyTorch run pays)."""
+    step = os.path.join(work, "step")
+    mode = "cache" if caching else "train"
+    iters = shape_calibration(work, args)
+    env = shape_env(work, reports, iters)
+    configs = shape_configs(args, env, reports)
+    print("  memray --native: not run (it runs Python programs only; this is a C program)")
+    argv = lambda n: [step, mode, str(n), str(SHAPE_OPS), str(SHAPE_DEPTH)]  # noqa: E731
+    smp = shape_rounds(configs, argv(args.steps), args.rounds)
+    # The caching-allocator step has 3 pairs a step: a longer difference,
+    # so that the dumper thread's polls (every 200 ms, longer under
+    # callgrind) stay small beside them.
+    instr = {} if args.no_instructions else shape_instructions(configs, argv, 10, 90 if caching else 30)
+    if caching:
+        title = ("cache: caching-allocator step, %d ops of 10 µs per pass, 3 segments grown and released, "
+                 "%d frames" % (SHAPE_OPS, SHAPE_DEPTH))
+    else:
+        title = ("train: training step, %d ops of 10 µs per pass (forward on main, backward on a second thread), "
+                 "2 GiB held, %d native frames" % (SHAPE_OPS, SHAPE_DEPTH))
+    shape_table(title, smp, instr, "step", args,
+                "work loop %d iterations per op; %d steps a run" % (iters, args.steps))
+
+
+def shape_cache(work, reports, pairs, args):
+    shape_train(work, reports, pairs, args, caching=True)
+
+
+def shape_train_py(work, reports, pairs, args):
+    """The training step from a 30-frame Python stack (ctypes)."""
+    iters = shape_py_calibration(args)
+    env = shape_env(work, reports, iters)
+    configs = shape_configs(args, env, reports, python=True)
+    if not have_memray():
+        print("  memray: not installed for %s (python -m pip install memray); not run" % sys.executable)
+    script = os.path.join(ROOT, "bench", "py_step.py")
+    steps = max(10, args.steps // 2)
+    argv = lambda n: [sys.executable, script, "train", str(n), str(SHAPE_OPS), str(SHAPE_PY_DEPTH)]  # noqa: E731
+    smp = Samples(configs)
+    for _ in range(args.rounds):
+        for name, (prefix, e) in configs.items():
+            a = argv(steps)
+            if prefix and "memray" in prefix[2:4]:
+                a = a[1:]  # memray's prefix names the interpreter
+            smp.add(name, [shape_result(shape_run(prefix, e, a))])
+    instr = {} if args.no_instructions else shape_instructions(configs, argv, 4, 12)
+    shape_table("train-py: training step from Python, %d ops of 10 µs per pass, 2 GiB held, %d Python frames"
+                % (SHAPE_OPS, SHAPE_PY_DEPTH), smp, instr, "step", args,
+                "Python work loop %d iterations per op; %d steps a run" % (iters, steps))
+
+
+def shape_xfree(work, reports, pairs, args):
+    """Allocated on one thread, freed on another: 1 thread (alone), 2 and
+    8 (producer/consumer pairs handing pointers over), CPU per pair."""
+    step = os.path.join(work, "step")
+    env = shape_env(work, reports, 0)
+    configs = shape_configs(args, env, reports)
+    print("  memray --native: not run (it runs Python programs only; this is a C program)")
+    one = {}
+    for t in (1, 2, 8):
+        producers = max(1, t // 2)
+        argv = lambda n: [step, "xfree", str(n // producers), str(SHAPE_DEPTH), str(t)]  # noqa: E731
+        smp = shape_rounds(configs, argv(args.xfree_pairs), args.rounds)
+        instr = {} if args.no_instructions else shape_instructions(configs, argv, 8192, 24576)
+        shape_table("xfree-%d: %s, 4 KiB .. 2 MiB blocks, 16 call sites, 2 GiB held, %d frames" % (
+            t, "one thread allocates and frees" if t == 1 else
+            "%d producer/consumer pairs, each block freed by the other thread" % producers, SHAPE_DEPTH),
+            smp, instr, "pair", args, "%d pairs a run" % args.xfree_pairs)
+        med = {k: statistics.median(v) for k, v in smp.cpu.items()}
+        for name in med:
+            if name == "no library":
+                continue
+            cost = med[name] - med["no library"]
+            if t == 1:
+                one[name] = cost
+            else:
+                row("xfree, %d threads: %s" % (t, name), "%+.0f" % cost, "ns/pair",
+                    "%.2fx its 1-thread cost (%+.0f)" % (cost / one[name], one[name]))
+
+
+def shape_ranks(work, reports, pairs, args):
+    """8 processes on the machine's cores, each the training step (ranks
+    on one machine), against one process alone, in the same rounds."""
+    step = os.path.join(work, "step")
+    iters = shape_calibration(work, args)
+    env = shape_env(work, reports, iters)
+    configs = shape_configs(args, env, reports)
+    print("  memray --native: not run (it runs Python programs only; this is a C program)")
+    steps = max(10, args.steps // 2)
+    argv = lambda n: [step, "train", str(n), str(SHAPE_OPS), str(SHAPE_DEPTH)]  # noqa: E731
+    alone, eight = Samples(configs), Samples(configs)
+    for _ in range(args.rounds):
+        for name, (prefix, e) in configs.items():
+            alone.add(name, [shape_result(shape_run(prefix, e, argv(steps)))])
+            running = [shape_run(prefix, e, argv(steps), i) for i in range(args.ranks)]
+            eight.add(name, [shape_result(p) for p in running])
+    ppu = alone.pairs_per_unit
+    if args.no_instructions:
+        ia = ie = {}
+    else:
+        ia = shape_instructions(configs, argv, 10, 30)
+        ie = shape_instructions(configs, argv, 10, 30, procs=args.ranks)
+    shape_table("ranks-1: the training step, one process alone (%d frames)" % SHAPE_DEPTH,
+                alone, ia, "step", args, "%d steps a run; in the rounds of ranks-%d" % (steps, args.ranks))
+    shape_table("ranks-%d: the training step, %d processes at once on %d CPUs (median process)" % (
+        args.ranks, args.ranks, os.cpu_count()), eight, ie, "step", args, "%d steps a run" % steps)
+    for name in alone.cpu:
+        if name == "no library":
+            continue
+        a = statistics.median(alone.cpu[name]) - statistics.median(alone.cpu["no library"])
+        e = statistics.median(eight.cpu[name]) - statistics.median(eight.cpu["no library"])
+        row("ranks: %s, overhead per pair, %d processes vs 1" % (name, args.ranks), "%+.0f" % (e / ppu),
+            "ns", "alone %+.0f ns; %.2fx" % (a / ppu, e / a if a else float("nan")))
+
+
+def shape_async(work, reports, pairs, args):
+    """An inference loop on cudaMallocAsync/cudaFreeAsync, one thread."""
+    step = os.path.join(work, "step")
+    iters = shape_calibration(work, args)
+    env = shape_env(work, reports, iters)
+    configs = shape_configs(args, env, reports)
+    print("  memray --native: not run (it runs Python programs only; this is a C program)")
+    argv = lambda n: [step, "async", str(n), str(SHAPE_LAYERS), str(SHAPE_DEPTH)]  # noqa: E731
+    smp = shape_rounds(configs, argv(args.requests), args.rounds)
+    instr = {} if args.no_instructions else shape_instructions(configs, argv, 20, 60)
+    shape_table("async: inference loop, one thread, cudaMallocAsync/cudaFreeAsync, %d layers of 10 µs, "
+                "2 GiB held, %d frames" % (SHAPE_LAYERS, SHAPE_DEPTH), smp, instr, "request", args,
+                "work loop %d iterations per layer; %d requests a run" % (iters, args.requests))
+
+
+SHAPES = {"train": shape_train, "train-py": shape_train_py, "xfree": shape_xfree, "ranks": shape_ranks,
+          "async": shape_async, "cache": shape_cache}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -467,8 +874,24 @@ def main():
     ap.add_argument("--fresh-pairs", type=int, default=10_000_000, help="pairs of the long fresh-stacks run")
     ap.add_argument("--exit-leaks", type=int, default=1_000_000, help="leaks of the large exit report")
     ap.add_argument("--only", choices=["old-driver", "oom", "instructions", "fresh", "threads", "exit", "trace",
-                                       "ratios"],
-                    help="run one section only")
+                                       "ratios", "shapes"] + list(SHAPES),
+                    help="run one section only; \"shapes\": every real shape of issue 37 (train, train-py, "
+                    "xfree, ranks, async, cache), which run only when named")
+    ap.add_argument("--variant", action="append", metavar="NAME=PATH",
+                    help="real shapes: a libcudaleak.so to measure, by name; repeat it. The first is the "
+                    "reference the others' overhead is compared with (e.g. base=...). Default: --lib as "
+                    "\"cudaleak\"")
+    ap.add_argument("--rounds", type=int, default=7, help="real shapes: interleaved rounds (default 7)")
+    ap.add_argument("--steps", type=int, default=200, help="real shapes: training steps a run")
+    ap.add_argument("--xfree-pairs", type=int, default=200_000, help="real shapes: pairs a cross-thread run")
+    ap.add_argument("--requests", type=int, default=1000, help="real shapes: inference requests a run")
+    ap.add_argument("--ranks", type=int, default=8, help="real shapes: processes at once")
+    ap.add_argument("--work-iters", type=int, help="real shapes: iterations of the C work loop per 10 µs "
+                    "(default: calibrated at start, without the library)")
+    ap.add_argument("--py-work-iters", type=int, help="real shapes: the same for the Python loop")
+    ap.add_argument("--no-instructions", action="store_true", help="real shapes: CPU time only, no callgrind")
+    ap.add_argument("--no-tools", action="store_true", help="real shapes: no heaptrack or memray in the rounds "
+                    "(many rounds of the libraries alone)")
     args = ap.parse_args()
     global CPU_TIME, LIB
     CPU_TIME = args.cpu_time
@@ -487,6 +910,18 @@ def main():
     build(work)
     pairs = os.path.join(work, "pairs")
 
+    if args.only == "shapes" or args.only in SHAPES:
+        print("cudaleak benchmarks, real shapes (issue 37), %s, %s, %d CPUs, %d interleaved rounds each" % (
+            date.today().isoformat(), platform.processor() or platform.machine(), os.cpu_count(), args.rounds))
+        print("GLIBC_TUNABLES=%s, SIMCUDA_BACKING=threaded; libraries: %s" % (
+            SHAPE_TUNABLES, ", ".join("%s=%s" % v for v in shape_libs(args))))
+        for name, fn in SHAPES.items():
+            if args.only in ("shapes", name):
+                fn(work, reports, pairs, args)
+                sys.stdout.flush()
+        shape_verdicts()
+        shutil.rmtree(work, ignore_errors=True)
+        return
     print("cudaleak benchmarks, %s, %s, %d CPUs, %s runs each (median)" % (
         date.today().isoformat(), platform.processor() or platform.machine(), os.cpu_count(), args.runs))
     print()
