@@ -44,6 +44,17 @@ struct Slot {
     trace_epoch: AtomicU64,
 }
 
+/// Where a key is, or where it would go ([`BlockTable::probe`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    /// the key's slot, or the free slot it would take (`usize::MAX`: none)
+    index: usize,
+    /// the key's block, if it is there
+    pub found: Option<Block>,
+    /// the free slot was never used (not a tombstone)
+    fills_empty: bool,
+}
+
 /// Why an insert stored nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NotStored {
@@ -131,6 +142,89 @@ impl BlockTable {
             slot.packed.load(Ordering::Relaxed),
             slot.trace_epoch.load(Ordering::Relaxed),
         )
+    }
+
+    /// Where `key` is, or where it would go: one probe, for a caller that
+    /// decides between finding and changing (the live map, under its
+    /// shard lock: the table may not change in between).
+    pub fn probe(&self, key: u64) -> Probe {
+        let stored = key.wrapping_add(1);
+        let slots = self.slots();
+        let none = Probe {
+            index: usize::MAX,
+            found: None,
+            fills_empty: false,
+        };
+        if slots.is_empty() || stored == EMPTY || stored == TOMBSTONE {
+            return none;
+        }
+        let mask = slots.len() - 1;
+        let mut i = Self::home(key, mask);
+        let mut reuse = None;
+        for _ in 0..slots.len() {
+            match slots[i].key.load(Ordering::Relaxed) {
+                EMPTY => {
+                    return Probe {
+                        index: reuse.unwrap_or(i),
+                        found: None,
+                        fills_empty: reuse.is_none(),
+                    }
+                }
+                TOMBSTONE => {
+                    reuse.get_or_insert(i);
+                }
+                k if k == stored => {
+                    return Probe {
+                        index: i,
+                        found: Some(Self::read(&slots[i])),
+                        fills_empty: false,
+                    }
+                }
+                _ => {}
+            }
+            i = (i + 1) & mask;
+        }
+        Probe {
+            index: reuse.unwrap_or(usize::MAX),
+            ..none
+        }
+    }
+
+    /// Stores `block` under `key` where [`BlockTable::probe`] of that key
+    /// found its place (no change to the table in between); as
+    /// [`BlockTable::insert`].
+    pub fn insert_at(&self, p: &Probe, key: u64, block: Block) -> Result<Option<Block>, NotStored> {
+        let slots = self.slots();
+        let used = self.used.load(Ordering::Relaxed);
+        let stored = key.wrapping_add(1);
+        if p.index >= slots.len() || (p.fills_empty && (used + 1) * 4 > slots.len() * 3) {
+            // No room where the probe looked: grow, and probe again.
+            return self.insert(key, block);
+        }
+        let slot = &slots[p.index];
+        if p.found.is_some() {
+            // A replacement is two stores a reader might see apart: the
+            // key is taken out first, then put back.
+            slot.key.store(TOMBSTONE, Ordering::Release);
+            Self::write(slot, block);
+            slot.key.store(stored, Ordering::Release);
+            return Ok(p.found);
+        }
+        Self::write(slot, block);
+        slot.key.store(stored, Ordering::Release);
+        if p.fills_empty {
+            self.used.store(used + 1, Ordering::Relaxed);
+        }
+        self.live.store(self.len() + 1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Removes the entry [`BlockTable::probe`] found; its block.
+    pub fn remove_at(&self, p: &Probe) -> Option<Block> {
+        let b = p.found?;
+        self.slots()[p.index].key.store(TOMBSTONE, Ordering::Release);
+        self.live.store(self.len() - 1, Ordering::Relaxed);
+        Some(b)
     }
 
     /// The slot holding `key`, if any.
@@ -409,5 +503,29 @@ mod tests {
             "{} slots for nothing",
             t.slots().len()
         );
+    }
+
+    #[test]
+    fn a_probe_then_a_change_is_an_insert_or_a_removal() {
+        let t = BlockTable::new();
+        let mut reference = HashMap::new();
+        let mut x = 7u64;
+        for round in 0..100_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = (x >> 40) % 300 * 512;
+            let p = t.probe(key);
+            assert_eq!(p.found, reference.get(&key).copied(), "round {round}");
+            if round % 3 == 0 {
+                assert_eq!(t.remove_at(&p), reference.remove(&key));
+            } else {
+                assert_eq!(
+                    t.insert_at(&p, key, block(round)).unwrap(),
+                    reference.insert(key, block(round))
+                );
+            }
+            assert_eq!(t.len(), reference.len());
+        }
     }
 }

@@ -412,7 +412,8 @@ impl LiveMap {
             f.stage.store(ANNOUNCED, Ordering::Relaxed);
             compiler_fence(Ordering::SeqCst);
             let s = m.lock(me.tid);
-            let old = s.table.get(key);
+            let probe = s.table.probe(key);
+            let old = probe.found;
             let (inserted, removed) = (
                 s.inserted.load(Ordering::Relaxed),
                 s.removed.load(Ordering::Relaxed),
@@ -433,9 +434,9 @@ impl LiveMap {
                     f.stage.store(APPLYING, Ordering::Relaxed);
                     compiler_fence(Ordering::SeqCst);
                     let stored = if op == OP_REMOVE {
-                        s.table.remove_if(key, |_| true).is_some()
+                        s.table.remove_at(&probe).is_some()
                     } else {
-                        s.table.insert(key, block).is_ok()
+                        s.table.insert_at(&probe, key, block).is_ok()
                     };
                     if stored {
                         s.inserted.store(inserted, Ordering::Relaxed);
