@@ -108,13 +108,61 @@ fn untraced(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>
     (out.status.code(), out.stdout)
 }
 
+/// The lines of `source` (a path in the repository) that plant a leak:
+/// those marked `/* LEAK ... */`.
+fn planted_lines(source: &str) -> std::collections::BTreeSet<i64> {
+    std::fs::read_to_string(repo().join(source))
+        .unwrap()
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("/* LEAK"))
+        .map(|(i, _)| i as i64 + 1)
+        .collect()
+}
+
+/// What the direct run must report, before the wrapper's runs are compared
+/// with it: that both lost the planted leaks would otherwise pass.
+fn assert_planted(r: &Report, source: Option<&str>, what: &str) {
+    let Some(source) = source else {
+        assert!(
+            r.leaks.is_empty(),
+            "{what}: a clean program leaked: {:?}",
+            r.leaks
+        );
+        return;
+    };
+    let lines = planted_lines(source);
+    let file = source.rsplit('/').next().unwrap();
+    assert!(!r.leaks.is_empty(), "{what}: the planted leaks are missing");
+    for g in &r.leaks {
+        assert!(
+            g.native_stack.iter().any(|f| {
+                f.file.as_deref().is_some_and(|p| p.ends_with(file))
+                    && f.line.is_some_and(|l| lines.contains(&l))
+            }),
+            "{what}: a group that no planted line of {source} made: {} {:?}",
+            g.api,
+            g.native_stack
+                .iter()
+                .map(|f| (&f.function, f.line))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
 /// `program args` directly and through the wrapper in every mode, without
-/// and under the library: one status, one output, one report.
-fn same_through_the_wrapper(program: &Path, args: &[&str]) {
+/// and under the library: one status, one output, one report, and in it
+/// the leaks `source` plants (None: none).
+fn same_through_the_wrapper(program: &Path, args: &[&str], source: Option<&str>) {
     let dir = wrapper_dir();
     let (status, stdout) = untraced(program, args, &[]);
     let direct = run_traced(program, args, &[]);
     assert_eq!((direct.status.code(), &direct.stdout), (status, &stdout));
+    assert_planted(
+        &direct.report(),
+        source,
+        &format!("{program:?} {args:?} directly"),
+    );
     let want = essence(&direct.report());
     for mode in MODES {
         let env = wrapped_env(&dir, mode);
@@ -161,12 +209,13 @@ fn the_wrapper_is_the_driver_the_programs_load() {
 
 #[test]
 fn planted_leaks_through_a_wrapper_driver_are_reported_once_each() {
-    for name in ["every_api", "entry_points", "teardown", "clean"] {
-        same_through_the_wrapper(&program(name), &[]);
+    for name in ["every_api", "entry_points", "teardown"] {
+        same_through_the_wrapper(&program(name), &[], Some(&format!("tests/c/{name}.c")));
     }
-    same_through_the_wrapper(&program("imported"), &["leak"]);
-    same_through_the_wrapper(&program("imported"), &["bad"]);
-    same_through_the_wrapper(&program("arrays"), &["leak"]);
+    same_through_the_wrapper(&program("clean"), &[], None);
+    same_through_the_wrapper(&program("imported"), &["leak"], Some("tests/c/imported.c"));
+    same_through_the_wrapper(&program("imported"), &["bad"], None);
+    same_through_the_wrapper(&program("arrays"), &["leak"], Some("tests/c/arrays.c"));
 }
 
 #[test]
@@ -183,9 +232,9 @@ fn versioned_entry_points_and_new_kinds_through_a_wrapper_driver() {
         ],
     );
     for mode in ["reset", "release", "ipc", "v1", "attach"] {
-        same_through_the_wrapper(&versioned, &[mode]);
+        same_through_the_wrapper(&versioned, &[mode], Some("tests/c/versioned.c"));
     }
     for kind in ["retain", "pool", "multicast", "external", "register", "green"] {
-        same_through_the_wrapper(&program("kinds"), &["leak", kind]);
+        same_through_the_wrapper(&program("kinds"), &["leak", kind], Some("tests/c/kinds.c"));
     }
 }
