@@ -38,6 +38,11 @@ fi
 if [ -n "$missing" ]; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then
+        if ! command -v sudo >/dev/null 2>&1 || ! sudo -n true 2>/dev/null; then
+            echo "the tests need these packages:$missing" >&2
+            echo "install them as root with: sudo $0" >&2
+            exit 1
+        fi
         SUDO="sudo"
     fi
     export DEBIAN_FRONTEND=noninteractive

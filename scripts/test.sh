@@ -15,6 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the tests need beyond the toolchain (Chromium, Go, speedscope from
+# npm, libc's debug file, the aarch64 tools): installed here, or, where
+# this user cannot, one line names the command that does, before any
+# test runs (a fresh clone failed after 17 minutes on a missing tool).
+scripts/install-test-deps.sh
+
 venv=target/test-venv
 stamp="$venv/requirements.stamp"
 # What the offline installs in tests/wheel.rs take from target/wheelhouse:
