@@ -26,9 +26,21 @@ fn compiler() -> String {
     .unwrap_or_else(|| "cc".into())
 }
 
+/// `CUDALEAK_SIM_WERROR=1` (set by `.ci/run`): the simulation's warnings
+/// are errors, so that a warning in it fails CI rather than scroll by.
+/// Only with the host's own compiler: a cross or zig build (the wheel's)
+/// may warn about what gcc does not.
+fn werror() -> bool {
+    std::env::var("CUDALEAK_SIM_WERROR").is_ok_and(|v| v == "1") && compiler() == "cc"
+}
+
 fn cc(args: &[&str]) {
     let compiler = compiler();
-    let status = Command::new(&compiler).args(args).status().unwrap_or_else(|e| {
+    let mut args = args.to_vec();
+    if werror() {
+        args.push("-Werror");
+    }
+    let status = Command::new(&compiler).args(&args).status().unwrap_or_else(|e| {
         panic!("cannot run the C compiler {compiler:?}: {e} (cudaleak's simulated driver needs one)")
     });
     assert!(status.success(), "{compiler} {args:?} failed");
@@ -96,6 +108,7 @@ fn main() {
     ]);
 
     println!("cargo:rustc-env=CUDALEAK_SIM_DIR={}", out.display());
+    println!("cargo:rerun-if-env-changed=CUDALEAK_SIM_WERROR");
     for f in [
         "driver.c",
         "driver_entry_points.h",
