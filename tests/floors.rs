@@ -124,7 +124,7 @@ fn the_folders_of_the_real_crates_are_floors() {
         ),
         (
             "cudaleak-core",
-            "record/live_map.rs",
+            "record/live_map/mod.rs",
             "fn planted() { crate::report::render::nothing() }\n",
             "`record` (floor 2) reaches up to `report` (floor 3): render",
         ),
@@ -132,7 +132,7 @@ fn the_folders_of_the_real_crates_are_floors() {
             "cudaleak-core",
             "record/linetable.rs",
             "fn planted() { crate::record::depot::nothing() }\n",
-            "`linetable` (floor 1) reaches up to `depot` (floor 3): nothing",
+            "`linetable` (floor 1) reaches up to `depot` (floor 4): nothing",
         ),
     ] {
         let clean = copy_of_crate("clean", krate, &[]);

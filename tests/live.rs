@@ -246,10 +246,9 @@ fn a_signal_storm_during_allocation_traffic_is_exact_and_harmless() {
     }
 }
 
-/// One thread allocates alone, so the maps are its own without locks;
-/// each dump on the library's dump thread pauses it rather than ending
-/// that (sole.rs, case 8). Every dump must still be exact, and so must
-/// the counts at exit.
+/// One thread allocates alone while 200 dump signals come: each dump, on
+/// the library's dump thread, reads the shards that thread keeps taking.
+/// Every dump must be exact, and so must the counts at exit.
 #[test]
 fn signal_dumps_while_one_thread_allocates_alone_are_exact() {
     let p = spawn_traced(&program("live"), &["alone"], &[]);
