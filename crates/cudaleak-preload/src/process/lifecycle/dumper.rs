@@ -117,8 +117,7 @@ fn next_due(every: Option<Duration>) -> Option<Instant> {
 
 fn dumper_rounds() {
     static CLEANED: AtomicBool = AtomicBool::new(false);
-    // SAFETY: plain system call.
-    DUMPER_TID.store(unsafe { libc::gettid() }, Ordering::Release);
+    DUMPER_TID.store(cudaleak_core::base::tid_lock::gettid() as i32, Ordering::Release);
     if !CLEANED.swap(true, Ordering::AcqRel) {
         // The suppressions file is read, and a bad one warned about, here,
         // at the process's first allocation call, never at load.

@@ -314,8 +314,7 @@ pub(super) fn exit_report_handed(status: Option<i32>, exec: bool, program_contex
         EXIT_STATUS.store(s as i64, Ordering::Release);
     }
     let reason = exec.then_some("exec");
-    // SAFETY: plain system call.
-    if DUMPER_TID.load(Ordering::Acquire) == unsafe { libc::gettid() } {
+    if DUMPER_TID.load(Ordering::Acquire) == cudaleak_core::base::tid_lock::gettid() as i32 {
         return exit_report_for(status, None, reason, false, None);
     }
     let state = EXIT_REPORT.load();

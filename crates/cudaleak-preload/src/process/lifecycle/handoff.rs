@@ -154,8 +154,7 @@ pub(super) fn is_our_process() -> bool {
 mod tests {
     #[test]
     fn a_thread_s_cpu_clock_is_read_by_its_tid() {
-        // SAFETY: plain system call.
-        let tid = unsafe { libc::gettid() };
+        let tid = cudaleak_core::base::tid_lock::gettid() as i32;
         let before = super::thread_cpu_ns(tid).expect("this thread's CPU clock");
         let mut x = 0u64;
         let start = std::time::Instant::now();
