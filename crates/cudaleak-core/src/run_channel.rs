@@ -7,16 +7,17 @@
 //! (`close_fds=True`, the default), and the descriptor `run` once passed
 //! down was lost below the first such child.
 //!
-//! `run` listens on a Unix socket in the abstract namespace, under a name
-//! with 128 random bits, passed to the command as
-//! `CUDALEAK_RUN_CHANNEL=@NAME`. A process connects for each message
-//! (`SOCK_SEQPACKET`, one datagram a connection) and `run` reads the
-//! sender's user from the connection (`SO_PEERCRED`), not from the
-//! message. The name is the capability: it is in the environment of the
-//! run's processes only, which other users cannot read; an abstract
-//! socket has no file to plant, remove or find by listing a directory.
+//! `run` listens on a Unix socket in the abstract namespace, passed to the
+//! command with a secret as `CUDALEAK_RUN_CHANNEL=@NAME:SECRET`. A process
+//! connects for each message (`SOCK_SEQPACKET`, one datagram a
+//! connection) and `run` reads the sender's user from the connection
+//! (`SO_PEERCRED`), not from the message. The name is no secret (every
+//! user of the machine sees abstract socket names in /proc/net/unix); the
+//! 128-bit secret is, and every message starts with it: it is in the
+//! environment of the run's processes only, which other users cannot
+//! read, and in no file. A message without it is dropped.
 //!
-//! Messages, fields separated by one space:
+//! Messages, fields separated by one space, after the secret:
 //! - `start PID INSTANCE GENERATION`
 //! - `final PID INSTANCE GENERATION FILE_NAME`
 //! - `failed PID INSTANCE GENERATION`
@@ -117,21 +118,37 @@ fn plain_word(w: &str) -> bool {
     !w.is_empty() && w.len() <= 255 && w.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
 }
 
-/// A fresh channel name: `cudaleak-run.<pid>.<32 hex digits>`.
-pub fn new_name(random: [u8; 16]) -> String {
-    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    format!("cudaleak-run.{}.{hex}", std::process::id())
+/// 16 random bytes as 32 hex digits.
+pub fn hex(random: [u8; 16]) -> String {
+    random.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The name in a `CUDALEAK_RUN_CHANNEL` value (`@NAME`), if it is one.
-pub fn parse_value(value: &str) -> Option<&str> {
-    let name = value.strip_prefix('@')?;
-    (!name.is_empty()
-        && name.len() <= MAX_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
-    .then_some(name)
+/// A fresh channel name: `cudaleak-run.<pid>.<32 hex digits>`.
+pub fn new_name(random: [u8; 16]) -> String {
+    format!("cudaleak-run.{}.{}", std::process::id(), hex(random))
+}
+
+/// The name and the secret in a `CUDALEAK_RUN_CHANNEL` value
+/// (`@NAME:SECRET`), if it is one.
+pub fn parse_value(value: &str) -> Option<(&str, &str)> {
+    let (name, secret) = value.strip_prefix('@')?.split_once(':')?;
+    let plain = |w: &str, max: usize| {
+        !w.is_empty()
+            && w.len() <= max
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    };
+    (plain(name, MAX_NAME) && plain(secret, 64)).then_some((name, secret))
+}
+
+/// A message as sent: the secret, then the message.
+pub fn seal(secret: &str, message: &Message) -> String {
+    format!("{secret} {}", message.encode())
+}
+
+/// The message in `text` if it starts with `secret`.
+pub fn open<'a>(secret: &str, text: &'a str) -> Option<&'a str> {
+    text.strip_prefix(secret)?.strip_prefix(' ')
 }
 
 /// The socket address of abstract name `name` and its length.
@@ -288,21 +305,38 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_abstract_names_are_channels() {
-        assert_eq!(parse_value("@cudaleak-run.1.ab"), Some("cudaleak-run.1.ab"));
+    fn only_plain_abstract_names_with_a_secret_are_channels() {
+        assert_eq!(
+            parse_value("@cudaleak-run.1.ab:cd"),
+            Some(("cudaleak-run.1.ab", "cd"))
+        );
         for bad in [
             "",
             "@",
-            "cudaleak-run",
+            "@name",
+            "@name:",
+            "cudaleak-run:x",
             "3:4:5",
-            "@a/b",
-            "@a b",
-            &format!("@{}", "a".repeat(101)),
+            "@a/b:c",
+            "@a b:c",
+            &format!("@{}:c", "a".repeat(101)),
         ] {
             assert_eq!(parse_value(bad), None, "{bad:?}");
         }
         let name = new_name([0xab; 16]);
-        assert_eq!(parse_value(&format!("@{name}")), Some(name.as_str()));
+        let secret = hex([7; 16]);
+        assert_eq!(
+            parse_value(&format!("@{name}:{secret}")),
+            Some((name.as_str(), secret.as_str()))
+        );
+        let m = Message::Failed {
+            pid: 1,
+            instance: "i".into(),
+            generation: 0,
+        };
+        assert_eq!(open(&secret, &seal(&secret, &m)), Some(m.encode().as_str()));
+        assert_eq!(open(&secret, &seal("other", &m)), None);
+        assert_eq!(open(&secret, &m.encode()), None);
         let (addr, len) = address("ab");
         assert_eq!(addr.sun_path[0], 0);
         assert_eq!(addr.sun_path[1], b'a' as libc::c_char);

@@ -35,6 +35,30 @@ pub fn reap_exited() {
     }
 }
 
+/// While COMMAND runs: reaps, every 200 ms, the orphans that exited since
+/// (their parents exited first, and the subreaper inherited them), never
+/// COMMAND (`command`), whose status the main thread waits for. Without
+/// it, a job that leaves short-lived helpers behind piled up zombies
+/// under `run` (300 in a test), which count against its limits.
+pub fn reap_orphans_while(command: i32, running: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let me = std::process::id() as i32;
+    let _ = std::thread::Builder::new()
+        .name("cudaleak-run-reaper".into())
+        .spawn(move || {
+            while running.load(std::sync::atomic::Ordering::Acquire) {
+                for (&pid, &(ppid, state)) in &process_table() {
+                    if ppid == me && pid != command && state == 'Z' {
+                        let mut status = 0;
+                        // SAFETY: waitpid on an exited child of ours, with a
+                        // local status word.
+                        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+}
+
 /// A process below `run` still alive.
 #[derive(Clone, Debug)]
 pub struct Descendant {

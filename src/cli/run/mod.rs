@@ -364,6 +364,8 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     let mut child = spawned.map_err(|e| format!("cannot run {}: {e}", a.command[0].to_string_lossy()))?;
     CHILD.store(child.id() as i32, Ordering::Release);
+    let command_runs = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    descendants::reap_orphans_while(child.id() as i32, command_runs.clone());
     start_dump_signal_thread(dir.clone(), run_id.clone(), dump_signal);
     install_forwarding();
     let status = loop {
@@ -373,6 +375,7 @@ pub fn run(a: RunArgs) -> CliResult {
             Err(e) => return Err(format!("waiting for the command: {e}")),
         }
     };
+    command_runs.store(false, Ordering::Release);
     let code: u8 = match (status.code(), status.signal()) {
         (Some(c), _) => c as u8,
         (None, Some(sig)) => (128 + sig) as u8,

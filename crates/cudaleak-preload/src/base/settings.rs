@@ -229,17 +229,38 @@ pub fn report_dir() -> Option<PathBuf> {
 /// its dumps use the rank read last.
 pub fn read_rank() {
     let rank = [
-        "RANK",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-        "MV2_COMM_WORLD_RANK",
+        c"RANK",
+        c"OMPI_COMM_WORLD_RANK",
+        c"PMI_RANK",
+        c"PMIX_RANK",
+        c"SLURM_PROCID",
+        c"MV2_COMM_WORLD_RANK",
     ]
     .iter()
-    .find_map(|v| std::env::var(v).ok()?.trim().parse::<i64>().ok())
+    .find_map(|v| parse_rank(env_bytes(v)?))
     .filter(|&r| r != NO_RANK);
     RANK.store(rank.unwrap_or(NO_RANK), Ordering::Release);
+}
+
+/// A variable's value, read in place: no copy, so nothing is allocated.
+/// The exit report reads the rank on the thread that ends the process,
+/// which may be in a signal handler that interrupted malloc (`exit(0)` in
+/// a SIGTERM handler): `std::env::var` copies the value with malloc and
+/// hung there under torchrun, SLURM and MPI, which set these variables.
+fn env_bytes(name: &std::ffi::CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv reads the environment and returns a pointer into it
+    // or null; the bytes are read at once (a racing setenv of the same
+    // name is the program's own race, as with any getenv).
+    unsafe {
+        let p = libc::getenv(name.as_ptr());
+        (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_bytes())
+    }
+}
+
+/// A decimal integer with optional sign and surrounding blanks, as `str::
+/// parse::<i64>` after `trim` took it.
+fn parse_rank(bytes: &[u8]) -> Option<i64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse::<i64>().ok()
 }
 
 /// The distributed rank the launcher gave this process, if any.

@@ -38,8 +38,8 @@ static MARKER_PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
 /// `CUDALEAK_RUN_ID`, read once by the library constructor (null: not
 /// read, or not set).
 static RUN_ID: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
-/// The run channel's name (null: none).
-static CHANNEL: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+/// The run channel's name and secret (null: none).
+static CHANNEL: AtomicPtr<(String, String)> = AtomicPtr::new(std::ptr::null_mut());
 /// pid that told the channel `start` (0: none): only it tells `final`.
 static STARTED_PID: AtomicI32 = AtomicI32::new(0);
 /// This image's final reports so far (the channel's GENERATION); a fork
@@ -56,12 +56,13 @@ pub fn read_run_id() {
     if let Some(v) = std::env::var(RUN_ID_ENV).ok().filter(|v| !v.is_empty()) {
         RUN_ID.store(Box::into_raw(Box::new(v)), Ordering::Release);
     }
-    if let Some(name) = std::env::var(RUN_CHANNEL_ENV)
+    if let Some((name, secret)) = std::env::var(RUN_CHANNEL_ENV)
         .ok()
         .as_deref()
         .and_then(run_channel::parse_value)
     {
-        CHANNEL.store(Box::into_raw(Box::new(name.to_string())), Ordering::Release);
+        let channel = (name.to_string(), secret.to_string());
+        CHANNEL.store(Box::into_raw(Box::new(channel)), Ordering::Release);
     }
 }
 
@@ -82,8 +83,8 @@ fn tell_run(message: &Message) -> bool {
         return false;
     }
     // SAFETY: leaked at load, never freed.
-    let name = unsafe { &*p };
-    let text = message.encode();
+    let (name, secret) = unsafe { &*p };
+    let text = run_channel::seal(secret, message);
     let (addr, len) = run_channel::address(name);
     // SAFETY: raw system calls on a descriptor of our own and local
     // buffers: the address and the message outlive the calls.

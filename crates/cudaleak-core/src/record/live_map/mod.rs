@@ -32,7 +32,8 @@
 //!    allocated); an applying change it applies whole, counters included.
 //! 3. **A signal handler on a thread inside a change** (allocating in a
 //!    handler is not async-signal-safe, but programs do it) finds the
-//!    thread busy. A call on a shard the thread holds reads through the
+//!    thread busy, or the shard held by its own thread (a read, a
+//!    teardown's drain, a fork under way on it). A call on a shard the thread holds reads through the
 //!    same view as case 1, and its changes are deferred: kept in the
 //!    flight's few slots and made by the interrupted thread once it has
 //!    let the shard go. Its calls on other shards lock them as usual.
@@ -147,6 +148,8 @@ pub struct Flight {
     key: AtomicU64,
     /// the key holds `block` after the change (else it is gone)
     present: AtomicBool,
+    /// the change's kind (an insert, a removal, a restore)
+    op: AtomicU8,
     packed: AtomicU64,
     trace_epoch: AtomicU64,
     /// the shard's counters once the change is done (stage applying)
@@ -174,6 +177,7 @@ impl Flight {
             shard: AtomicUsize::new(0),
             key: AtomicU64::new(0),
             present: AtomicBool::new(false),
+            op: AtomicU8::new(0),
             packed: AtomicU64::new(0),
             trace_epoch: AtomicU64::new(0),
             inserted: AtomicU64::new(0),
@@ -395,7 +399,10 @@ impl LiveMap {
     ) -> Option<Block> {
         let f = me.flight;
         let m = self.shard(key);
-        if f.busy.load(Ordering::Relaxed) {
+        // A call on top of another of this thread's: inside a change, or
+        // while it holds this shard for a read, a teardown's drain or a
+        // fork (the lock is not re-entrant: it would wait for itself).
+        if f.busy.load(Ordering::Relaxed) || m.holder() == Some(me.tid) {
             return self.nested_change(me, m, key, op, block, accept);
         }
         let result = {
@@ -406,6 +413,7 @@ impl LiveMap {
             f.shard.store(Self::shard_address(m), Ordering::Relaxed);
             f.key.store(key, Ordering::Relaxed);
             f.present.store(op != OP_REMOVE, Ordering::Relaxed);
+            f.op.store(op, Ordering::Relaxed);
             f.packed.store(packed, Ordering::Relaxed);
             f.trace_epoch.store(trace_epoch, Ordering::Relaxed);
             compiler_fence(Ordering::SeqCst);
@@ -474,6 +482,13 @@ impl LiveMap {
                     continue;
                 }
                 let (op, key) = (d.op.load(Ordering::Relaxed), d.key.load(Ordering::Relaxed));
+                // A handler on top of this thread's read, drain or fork
+                // that changes another shard gets here too: a change on a
+                // shard still held waits for a later call (run now, it
+                // would be deferred again, for ever).
+                if self.shard(key).holder() == Some(me.tid) {
+                    continue;
+                }
                 let block = Block::from_words(
                     d.packed.load(Ordering::Relaxed),
                     d.trace_epoch.load(Ordering::Relaxed),
@@ -611,10 +626,13 @@ impl LiveMap {
         if flight_here {
             let key = f.key.load(Ordering::Relaxed);
             match stage {
-                // Case 2: an announced insertion is live; an announced
+                // Case 2: an announced insertion is live (a restore
+                // undoes a removal whose release failed); an announced
                 // removal has not released anything yet.
-                ANNOUNCED if f.present.load(Ordering::Relaxed) => view.apply(OP_INSERT, key, f.block()),
-                ANNOUNCED => {}
+                ANNOUNCED => match f.op.load(Ordering::Relaxed) {
+                    OP_REMOVE => {}
+                    op => view.apply(op, key, f.block()),
+                },
                 _ => {
                     let now = f.present.load(Ordering::Relaxed).then(|| f.block());
                     view.overlay.set(key, now, &s.table);

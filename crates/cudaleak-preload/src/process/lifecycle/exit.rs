@@ -3,9 +3,9 @@
 //! thread, a fatal signal's report, the default action of that signal.
 
 use super::handoff::{
-    is_our_process, note_requester, sleep_until, wake_dumper, DUMPER_STARTED, DUMPER_TID, EXIT_REQUEST,
-    EXIT_REQUEST_CODE, EXIT_REQUEST_DONE, EXIT_REQUEST_EXEC, FATAL_DONE, FATAL_DUMP_WAIT, FATAL_SIGNAL,
-    NO_EXIT_REQUEST, STATUS_NOT_KNOWN,
+    forget_requester, is_our_process, note_requester, sleep_until, wake_dumper, DUMPER_STARTED, DUMPER_TID,
+    EXIT_REQUEST, EXIT_REQUEST_CODE, EXIT_REQUEST_DONE, EXIT_REQUEST_EXEC, FATAL_DONE, FATAL_DUMP_WAIT,
+    FATAL_SIGNAL, NO_EXIT_REQUEST, STATUS_NOT_KNOWN,
 };
 use crate::base::settings::{self, write_stderr};
 use crate::process::dump::{self, Request};
@@ -113,19 +113,26 @@ pub(super) fn report_fatal_signal(sig: c_int) {
         // writer dies of it too, should it get there first.
         let _ = FATAL_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire);
         sleep_until(|| EXIT_REPORT.load() != ExitReport::Writing);
-    } else if EXIT_REPORT.load().pending()
-        && DUMPER_STARTED.load(Ordering::Acquire)
-        && FATAL_SIGNAL
+    } else if EXIT_REPORT.load().pending() && DUMPER_STARTED.load(Ordering::Acquire) {
+        // No handler of the program's runs on this thread while it waits:
+        // one that allocates would change the live map the dumper takes
+        // over. This thread may have been stopped inside a hook: the
+        // dumper takes over what it was doing to the live map, and finds
+        // it before it sees the request.
+        let _quiet = SignalsBlocked::all();
+        let claimed = note_requester();
+        if FATAL_SIGNAL
             .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
-    {
-        // This thread may have been stopped inside a hook: the dumper
-        // takes over what it was doing to the live map.
-        note_requester();
-        wake_dumper();
-        sleep_until(|| FATAL_DONE.load(Ordering::Acquire));
-        if !FATAL_DONE.load(Ordering::Acquire) {
-            cannot_wait();
+        {
+            wake_dumper();
+            sleep_until(|| FATAL_DONE.load(Ordering::Acquire));
+            if !FATAL_DONE.load(Ordering::Acquire) {
+                cannot_wait();
+            }
+        }
+        if claimed {
+            forget_requester();
         }
     }
 }
@@ -282,8 +289,15 @@ pub fn at_exit() {
 
 pub(super) type ExitFn = unsafe extern "C" fn(c_int) -> !;
 
+/// glibc's `_exit`, found at load by `libc_exits.rs` (0: not found).
+pub(super) static REAL_EXIT_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 pub(super) fn real_exit_immediately(status: c_int) -> ! {
-    let p = crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"_exit");
+    // Found at load (no `dlsym` here, often reached from a signal handler).
+    let p = match REAL_EXIT_NOW.load(Ordering::Acquire) {
+        0 => crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"_exit"),
+        p => p as *mut std::ffi::c_void,
+    };
     if !p.is_null() {
         // SAFETY: glibc's _exit.
         unsafe {
@@ -338,11 +352,13 @@ pub(super) fn exit_report_handed(status: Option<i32>, exec: bool, program_contex
         write_stderr(LINE);
         return None;
     }
-    // SIGTERM and SIGINT wait while the report is written: they are
+    // Signals wait while the report is written. SIGTERM and SIGINT are
     // delivered (and take their default action) when it is written, or go
-    // to another thread, whose handler waits for it.
-    let blocked = SignalsBlocked::of(&[libc::SIGTERM, libc::SIGINT]);
-    note_requester();
+    // to another thread, whose handler waits for it; no handler of the
+    // program's runs on this thread meanwhile, where one that allocates
+    // would change the live map the dumper takes over.
+    let blocked = SignalsBlocked::all();
+    let claimed = note_requester();
     EXIT_REQUEST_EXEC.store(exec, Ordering::Relaxed);
     EXIT_REQUEST_DONE.store(false, Ordering::Release);
     EXIT_REQUEST.store(status.map_or(STATUS_NOT_KNOWN, i64::from), Ordering::Release);
@@ -350,6 +366,9 @@ pub(super) fn exit_report_handed(status: Option<i32>, exec: bool, program_contex
     sleep_until(|| EXIT_REQUEST_DONE.load(Ordering::Acquire));
     if !EXIT_REQUEST_DONE.load(Ordering::Acquire) {
         cannot_wait();
+    }
+    if claimed {
+        forget_requester();
     }
     drop(blocked);
     match EXIT_REQUEST_CODE.load(Ordering::Acquire) {

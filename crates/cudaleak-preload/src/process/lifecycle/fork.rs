@@ -51,6 +51,7 @@ pub(super) extern "C" fn fork_child() {
     FATAL_SIGNAL.store(0, Ordering::Release);
     FATAL_DONE.store(false, Ordering::Release);
     DUMPER_TID.store(0, Ordering::Release);
+    super::handoff::REQUESTER_TID.store(0, Ordering::Release);
     EXIT_REQUEST.store(NO_EXIT_REQUEST, Ordering::Release);
     EXIT_REQUEST_DONE.store(false, Ordering::Release);
     EXIT_REPORT.store(ExitReport::NotStarted);

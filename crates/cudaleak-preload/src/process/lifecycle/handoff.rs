@@ -59,10 +59,27 @@ pub(super) fn wake_dumper() {
 /// The calling thread, as the one that waits for the report it asks for
 /// (see [`REQUESTER`]). Its kernel id is asked for now, so that the dumper
 /// finds it in the thread state.
-pub(super) fn note_requester() {
+/// Claims the requester's place for the calling thread, unless another
+/// thread holds it (its report comes first; this thread waits for it):
+/// whether it did. Before the request itself is published, so that the
+/// dumper, woken by it, finds its requester.
+pub(super) fn note_requester() -> bool {
     let me = crate::base::thread::current().caller();
     REQUESTER_FLIGHT.store(me.flight as *const Flight as usize, Ordering::Relaxed);
-    REQUESTER_TID.store(me.tid, Ordering::Release);
+    if REQUESTER_TID
+        .compare_exchange(0, me.tid, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        return true;
+    }
+    false
+}
+
+/// Gives the requester's place back once its report is done (or was not
+/// asked for after all).
+pub(super) fn forget_requester() {
+    let me = crate::base::thread::current().caller();
+    let _ = REQUESTER_TID.compare_exchange(me.tid, 0, Ordering::AcqRel, Ordering::Acquire);
 }
 
 /// The thread waiting for the report being written, if one is.

@@ -47,7 +47,13 @@ pub extern "C" fn exit(status: c_int) -> ! {
     if is_our_process() {
         EXIT_STATUS.store(status as i64, Ordering::Release);
     }
-    let p = crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"exit");
+    // Found at load: `exit` is often called from signal handlers, where a
+    // `dlsym` (the loader's lock, malloc) may wait for the code they
+    // interrupted.
+    let p = match REAL.exit.load(Ordering::Acquire) {
+        0 => crate::base::loader::real_dlsym(libc::RTLD_NEXT, c"exit"),
+        p => p as *mut c_void,
+    };
     if !p.is_null() {
         // SAFETY: `p` is not null: the C library's `exit`, the definition
         // after ours (RTLD_NEXT), whose C type `void exit(int)`, noreturn,
@@ -183,6 +189,7 @@ type RaiseFn = unsafe extern "C" fn(c_int) -> c_int;
 /// dlsym would take the loader lock and malloc on the parent's heap; and
 /// kill/raise can be called from signal handlers.
 struct RealFunctions {
+    exit: AtomicUsize,
     kill: AtomicUsize,
     raise: AtomicUsize,
     execve: AtomicUsize,
@@ -194,6 +201,7 @@ struct RealFunctions {
 }
 
 static REAL: RealFunctions = RealFunctions {
+    exit: AtomicUsize::new(0),
     kill: AtomicUsize::new(0),
     raise: AtomicUsize::new(0),
     execve: AtomicUsize::new(0),
@@ -205,7 +213,9 @@ static REAL: RealFunctions = RealFunctions {
 };
 
 pub(super) fn resolve_real_functions() {
-    let slots: [(&AtomicUsize, &CStr); 8] = [
+    let slots: [(&AtomicUsize, &CStr); 10] = [
+        (&REAL.exit, c"exit"),
+        (&super::exit::REAL_EXIT_NOW, c"_exit"),
         (&REAL.kill, c"kill"),
         (&REAL.raise, c"raise"),
         (&REAL.execve, c"execve"),
