@@ -600,3 +600,58 @@ fn start_up_frames_are_named_from_symbols_and_folded_away() {
         .unwrap_or_else(|| panic!("no __libc_start_call_main: {:#?}", r.leaks[0].native_stack));
     assert_eq!((start.file.as_deref(), start.line), (None, None), "{start:?}");
 }
+
+/// C functions named `f`, `i`, `v`, `St`, `Dn`, `a` and `b` keep their
+/// names in JSON and in text, whether named from line tables or from the
+/// symbol table alone: a C++ demangler reads such names as types (`float`,
+/// `int`, `void`, `std`, `std::nullptr_t`, `signed char`, `bool`), and
+/// reports said so, which also changed groups and what suppressions match.
+#[test]
+fn plain_c_names_are_not_demangled_as_types() {
+    let sim = sim_dir();
+    let link = [
+        sim.join("libcudart.so.12").display().to_string(),
+        sim.join("libcuda.so.1").display().to_string(),
+    ];
+    let with_lines = program("short_names");
+    let symbols_only = build(
+        "short_names_g0",
+        &["tests/c/short_names.c"],
+        &[&link[0], &link[1], "-g0"],
+    );
+    let want = [
+        ("f", 101),
+        ("i", 102),
+        ("v", 103),
+        ("St", 104),
+        ("Dn", 105),
+        ("a", 106),
+        ("b", 107),
+    ];
+    for exe in [with_lines, symbols_only] {
+        let out = run_traced(&exe, &[], &[]);
+        out.assert_success();
+        let r = out.report();
+        let got: Vec<(String, u64)> = want
+            .iter()
+            .map(|(_, bytes)| {
+                let g = r
+                    .leaks
+                    .iter()
+                    .find(|g| g.bytes == *bytes)
+                    .unwrap_or_else(|| panic!("{}: no group of {bytes} bytes", exe.display()));
+                let name = g.native_stack.first().and_then(|f| f.function.clone());
+                (name.unwrap_or_default(), *bytes)
+            })
+            .collect();
+        let want: Vec<(String, u64)> = want.iter().map(|(n, b)| (n.to_string(), *b)).collect();
+        assert_eq!(got, want, "{}", exe.display());
+        let text = cudaleak(&["report", out.dir.path().to_str().unwrap()], out.dir.path());
+        assert_eq!(text.code, Some(0), "{}", text.stderr);
+        let text = text.stdout;
+        for wrong in ["float", "nullptr", "signed char", "bool", "std"] {
+            assert!(!text.contains(wrong), "{wrong:?} in the text report:\n{text}");
+        }
+        assert!(text.contains("in St "), "{text}");
+    }
+}

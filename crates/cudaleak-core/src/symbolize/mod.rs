@@ -33,6 +33,22 @@ pub fn hex(addr: u64) -> String {
     format!("{addr:#x}")
 }
 
+/// A symbol's name as people read it: demangled when it is mangled (C++'s
+/// Itanium `_Z…`, Rust's legacy `_ZN…h…E` and v0 `_R…`), else as written.
+///
+/// A C++ demangler also reads *types*: given a plain C name such as `f`,
+/// `i`, `St` or `Dn` it answers `float`, `int`, `std` or
+/// `std::nullptr_t`, which renamed C functions in reports and changed
+/// their groups and what suppressions matched. Only a mangled prefix asks
+/// for demangling.
+pub fn demangle(raw: &str) -> String {
+    let mangled = raw.starts_with("_Z") || raw.starts_with("_R") || raw.starts_with("__Z");
+    if !mangled {
+        return raw.to_string();
+    }
+    format!("{:#}", backtrace::SymbolName::new(raw.as_bytes()))
+}
+
 /// Symbolizes addresses of the current process.
 #[derive(Default)]
 pub struct ProcessSymbolizer {
@@ -93,7 +109,7 @@ impl ModuleSymbols {
     fn function_at(symbols: &[(u64, u64, String)], at: u64) -> Option<String> {
         let i = symbols.partition_point(|s| s.0 <= at).checked_sub(1)?;
         let (start, size, name) = &symbols[i];
-        (at < start + size).then(|| format!("{:#}", backtrace::SymbolName::new(name.as_bytes())))
+        (at < start + size).then(|| demangle(name))
     }
 }
 
@@ -281,7 +297,9 @@ impl SymbolSource for ProcessSymbolizer {
         backtrace::resolve(pc as *mut c_void, |sym| {
             frames.push(NativeFrame {
                 address: hex(pc),
-                function: sym.name().map(|n| format!("{n:#}")),
+                function: sym
+                    .name()
+                    .map(|n| demangle(&String::from_utf8_lossy(n.as_bytes()))),
                 file: sym.filename().map(|p| p.to_string_lossy().into_owned()),
                 line: sym.lineno().map(i64::from),
                 module: module.clone(),
@@ -308,6 +326,25 @@ impl SymbolSource for ProcessSymbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        // plain C names that a C++ demangler reads as types
+        for plain in [
+            "f", "i", "v", "St", "Dn", "a", "b", "main", "site_a", "Z", "_start",
+        ] {
+            assert_eq!(demangle(plain), plain);
+        }
+        assert_eq!(demangle("_Z1fv"), "f()");
+        assert_eq!(demangle("_ZN5torch5emptyEv"), "torch::empty()");
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(demangle("_RNvCs1234_7mycrate4main"), "mycrate::main");
+        // a mangled-looking name the demangler cannot read stays as written
+        assert_eq!(demangle("_ZN3foo"), "_ZN3foo");
+    }
 
     #[inline(never)]
     fn here() -> u64 {

@@ -84,7 +84,7 @@ impl Loaded {
                     let function = f
                         .function
                         .as_ref()
-                        .and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
+                        .and_then(|n| n.raw_name().ok().map(|s| super::demangle(&s)));
                     let (file, line) = f.location.as_ref().map_or((None, None), |l| {
                         (l.file.map(str::to_string), l.line.map(i64::from))
                     });
@@ -104,7 +104,7 @@ impl Loaded {
             let at = self.symbols.partition_point(|s| s.0 <= offset);
             if let Some((start, size, name)) = at.checked_sub(1).map(|i| &self.symbols[i]) {
                 if offset < start.saturating_add(*size) {
-                    let function = Some(addr2line::demangle_auto(name.into(), None).into_owned());
+                    let function = Some(super::demangle(name));
                     match out.first_mut() {
                         Some(f) => f.function = function,
                         None => out.push(NativeFrame {
