@@ -61,6 +61,24 @@ impl Format {
     }
 }
 
+/// The formats `diff` renders: not the exports, which describe one
+/// report each (its `--help` listed them, and it refused them).
+fn diff_formats() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        Format::value_variants()
+            .iter()
+            .filter(|f| !f.is_export())
+            .filter_map(ValueEnum::to_possible_value),
+    )
+    .map(|name| {
+        Format::from_str(&name, false)
+            .ok()
+            .filter(|f| !f.is_export())
+            .unwrap_or(Format::Text)
+    })
+}
+
 /// How reports are read and rendered: shared by report, diff and merge.
 #[derive(clap::Args, Clone)]
 pub struct ViewArgs {
@@ -94,6 +112,9 @@ pub struct ViewArgs {
 }
 
 const EXIT_0_2: &str = "Exit status: 0 when rendered; 2 on bad input (a missing, unreadable, truncated, foreign or newer-version file), with one line `cudaleak: ...` on stderr.";
+const DIFF_AFTER_HELP: &str = "The exports (pprof, trace, torch-snapshot, speedscope) describe one report each: export both sides with `cudaleak report --format FORMAT` (pprof compares them: `go tool pprof -diff_base OLD.pb.gz NEW.pb.gz`).
+
+Exit status: 0 when rendered; 2 on bad input (a missing, unreadable, truncated, foreign or newer-version file), with one line `cudaleak: ...` on stderr.";
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -116,7 +137,7 @@ a command that cannot be run)."
         view: ViewArgs,
     },
     /// Growth between two reports, stack by stack (also across processes)
-    #[command(after_help = EXIT_0_2)]
+    #[command(after_help = DIFF_AFTER_HELP, mut_arg("format", |a| a.value_parser(diff_formats())))]
     Diff {
         /// The older report (a file or a directory of reports)
         old: PathBuf,

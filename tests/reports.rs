@@ -454,6 +454,46 @@ fn help_describes_every_argument_and_exit_status() {
     }
 }
 
+/// `diff` offers only the formats it renders: its help listed the four
+/// exports, which it then refused.
+#[test]
+fn diff_offers_only_the_formats_it_renders() {
+    let d = TempDir::new("rep-diff-formats");
+    let help = cudaleak(&["diff", "--help"], d.path());
+    assert_eq!(help.code, Some(0), "{}", help.stderr);
+    let values: Vec<&str> = help
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(
+        values,
+        ["text", "json", "folded", "html", "svg"],
+        "{}",
+        help.stdout
+    );
+    assert!(
+        help.stdout.contains("go tool pprof -diff_base"),
+        "{}",
+        help.stdout
+    );
+    let fixture = repo().join("tests/snapshots/python_report.json");
+    let f = fixture.to_str().unwrap();
+    for export in ["pprof", "trace", "torch-snapshot", "speedscope"] {
+        let out = cudaleak(&["diff", "--format", export, f, f], d.path());
+        assert_eq!(out.code, Some(2), "{export}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("possible values: text, json, folded, html, svg"),
+            "{}",
+            out.stderr
+        );
+    }
+    let out = cudaleak(&["diff", "--format", "folded", f, f], d.path());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
 /// The merged stack of a Python group reads as a traceback in text, with
 /// the interpreter's and ctypes' machinery hidden; `--full-stacks` and
 /// JSON keep every frame.
