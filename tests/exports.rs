@@ -473,6 +473,11 @@ fn torch_snapshot_counts_blocks_past_the_examples_and_records_oom() {
     assert_eq!(traces[0]["action"], "oom");
     assert_eq!(traces[0]["size"], 41943040);
     assert_eq!(traces[0]["time_us"], exit.oom_events[0].timestamp_ms * 1000);
+    // what the driver said right after the failure, as the oom report
+    // and the exit report's episode give it (it read 0: "0.0B free")
+    let free = oom_report_free(&oom.reports());
+    assert_eq!(exit.oom_events[0].device_free_bytes, Some(free));
+    assert_eq!(traces[0]["device_free"], free);
     let kept: u64 = s["segments"]
         .as_array()
         .unwrap()
@@ -707,6 +712,15 @@ fn allocation_trace_records_each_failed_call_as_an_oom_event() {
     )
     .unwrap();
     let s = read_snapshot(&file);
+    let free = oom_report_free(&out.reports());
+    let frees: Vec<&Value> = s["traces"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "oom")
+        .map(|e| &e["device_free"])
+        .collect();
+    assert_eq!(frees, [free, free], "each failure of the episode");
     let actions: Vec<&str> = s["traces"][0]
         .as_array()
         .unwrap()
@@ -718,6 +732,22 @@ fn allocation_trace_records_each_failed_call_as_an_oom_event() {
         actions.contains(&"free_completed"),
         "the cache freed before the retry: {actions:?}"
     );
+}
+
+/// The driver's free memory in the run's one `oom` report, checked to be
+/// known and above zero (the simulated device has room left for smaller
+/// requests than the one that failed).
+fn oom_report_free(reports: &[cudaleak_core::report::Report]) -> u64 {
+    let oom: Vec<&cudaleak_core::report::Report> =
+        reports.iter().filter(|r| r.trigger.name() == "oom").collect();
+    assert_eq!(oom.len(), 1, "one oom report");
+    let free = oom[0]
+        .oom
+        .as_ref()
+        .and_then(|o| o.device_free_bytes)
+        .expect("the oom report knows the free memory");
+    assert!(free > 0, "free memory after the failure: {free}");
+    free
 }
 
 /// Headless Chromium, as tests/html.rs finds it.

@@ -55,6 +55,31 @@ fn is_device_memory(g: &Group) -> bool {
 }
 
 /// PyTorch's caching allocator calls segments under 1 MiB "small".
+/// The driver's free memory when the failed call of `size` bytes at
+/// `timestamp_us` (an event of the allocation trace) failed: its
+/// episode's, the first failure and those within one second after it,
+/// as the report's `oom_events` or its `oom` give it; 0 when unknown
+/// (PyTorch requires the field, and printed "0.0B free" for every one).
+fn device_free_at(r: &cudaleak_core::report::Report, timestamp_us: i64, size: u64) -> u64 {
+    // The trace's clock ticks coarsely (a few ms): a failure may read a
+    // little earlier than its episode's first.
+    const SLACK_MS: i64 = 50;
+    let ms = timestamp_us / 1000;
+    let within = |start: i64| ms >= start - SLACK_MS && ms <= start + 1000 + SLACK_MS;
+    r.oom_events
+        .iter()
+        .rev()
+        .find(|e| e.requested_bytes == size && within(e.timestamp_ms) && e.device_free_bytes.is_some())
+        .and_then(|e| e.device_free_bytes)
+        .or_else(|| {
+            r.oom
+                .as_ref()
+                .filter(|o| o.requested_bytes == size && within(o.timestamp_ms))
+                .and_then(|o| o.device_free_bytes)
+        })
+        .unwrap_or(0)
+}
+
 fn segment(device: u32, address: u64, size: u64, frames: Value) -> Value {
     let block = Value::dict(vec![
         ("address", Value::int(address)),
@@ -153,7 +178,8 @@ pub fn snapshot(processes: &[Process]) -> Vec<u8> {
                     ("frames", site.map_or(Value::List(Vec::new()), frames)),
                 ];
                 if action == "oom" {
-                    entry.push(("device_free", Value::int(0)));
+                    let free = device_free_at(r, e.timestamp_us, e.size);
+                    entry.push(("device_free", Value::int(free)));
                 }
                 traces.entry(d).or_default().push(Value::dict(entry));
             }
@@ -161,11 +187,14 @@ pub fn snapshot(processes: &[Process]) -> Vec<u8> {
         }
         for e in &r.oom_events {
             let d = device_of(i, e.device.unwrap_or(0), &mut devices);
-            let free = r
-                .oom
-                .as_ref()
-                .filter(|o| o.timestamp_ms == e.timestamp_ms)
-                .and_then(|o| o.device_free_bytes)
+            let free = e
+                .device_free_bytes
+                .or_else(|| {
+                    r.oom
+                        .as_ref()
+                        .filter(|o| o.timestamp_ms == e.timestamp_ms)
+                        .and_then(|o| o.device_free_bytes)
+                })
                 .unwrap_or(0);
             traces.entry(d).or_default().push(Value::dict(vec![
                 ("action", Value::str("oom")),

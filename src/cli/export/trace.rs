@@ -163,6 +163,7 @@ pub fn trace(processes: &[Process], dumps: &[Dump]) -> Value {
                     json!({
                         "api": e.api, "requested_bytes": e.requested_bytes,
                         "failed_calls": e.failed_calls, "device": e.device, "report": e.report,
+                        "device_free_bytes": e.device_free_bytes,
                     }),
                 )
             })

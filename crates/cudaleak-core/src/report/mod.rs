@@ -336,6 +336,11 @@ pub struct OomEvent {
     pub requested_bytes: u64,
     pub failed_calls: u64,
     pub device: Option<u32>,
+    /// the driver's free memory right after the first failure (the
+    /// episode's `oom` report's `device_free_bytes`); absent or null when
+    /// no report was taken, or the driver could not say
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free_bytes: Option<u64>,
     /// file name of the episode's `oom` report; null when
     /// CUDALEAK_OOM_REPORTS stopped it (or it was not written yet)
     pub report: Option<String>,

@@ -72,6 +72,9 @@ struct Episode {
     requested: u64,
     failed_calls: u64,
     device: Option<u32>,
+    /// the driver's free memory right after the first failure, when a
+    /// report was taken (only then is the driver asked)
+    device_free: Option<u64>,
     report: ReportState,
 }
 
@@ -194,6 +197,7 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
             requested: failure.requested,
             failed_calls: 1,
             device,
+            device_free: None,
             report: if take {
                 ReportState::Pending
             } else {
@@ -206,6 +210,7 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
         serial
     };
     let (device_free, device_total) = device_memory(thread, device);
+    with_episode(serial, |e| e.device_free = device_free);
     let trace = trace();
     let Some(snapshot) = tracker::snapshot(&tracker::Read::plain()) else {
         set_state(serial, ReportState::None);
@@ -303,6 +308,7 @@ pub fn events() -> Vec<OomEvent> {
             requested_bytes: e.requested,
             failed_calls: e.failed_calls,
             device: e.device,
+            device_free_bytes: e.device_free,
             report: match &e.report {
                 ReportState::Written(name) => Some(name.clone()),
                 _ => None,
@@ -369,6 +375,7 @@ mod tests {
                 requested: 1,
                 failed_calls: 1,
                 device: None,
+                device_free: None,
                 report: ReportState::None,
             });
         }
