@@ -102,6 +102,10 @@ fn an_oom_report_holds_what_was_live_before_the_program_reacted() {
     assert_eq!(o.api, "cudaMalloc", "one failure, at the runtime's level");
     assert_eq!(o.requested_bytes, 40 * MIB);
     assert_eq!(o.failed_calls, 2, "the retry within a second counts in it");
+    assert_eq!(
+        r.totals.failed_allocations, o.failed_calls,
+        "the report's totals count the episode's failures as its `oom` does"
+    );
     assert_eq!(o.device, Some(0));
     assert_eq!(
         o.device_free_bytes,

@@ -170,7 +170,13 @@ fn assemble_at_most(
     report.timeline = crate::state::sampler::for_report(&tracker::sampler_sources(), &mut assembler);
     report.run_id = crate::process::run_marker::run_id();
     if let Some(p) = oom {
-        report.oom = Some(oom_request(&mut assembler, p));
+        let request = oom_request(&mut assembler, p);
+        // The snapshot was taken at the episode's first failure, the
+        // report is written when the episode is over: its totals count
+        // the episode's later failures too, as `oom.failed_calls` does
+        // (they read 1 beside "2 failed calls within 1 s").
+        report.totals.failed_allocations += request.failed_calls.saturating_sub(1);
+        report.oom = Some(request);
     }
     report.oom_events = oom::events();
     report.allocation_trace = allocation_trace(&mut assembler);
