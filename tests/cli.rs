@@ -491,4 +491,10 @@ fn env_lists_every_flag_of_the_table_with_its_default() {
         );
         assert_eq!(entry[1].trim(), f.help, "{}", f.name);
     }
+    // the way to try out-of-memory reports without a GPU
+    assert!(
+        out.stdout.contains("SIMCUDA_DEVICE_BYTES           default: unlimited\n"),
+        "{}",
+        out.stdout
+    );
 }

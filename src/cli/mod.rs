@@ -133,5 +133,15 @@ pub fn env() -> CliResult {
     for f in cudaleak_core::config::FLAGS {
         println!("{:<30} default: {}\n    {}", f.name, f.default, f.help);
     }
+    // Not the library's: the simulated driver's one setting that users
+    // need, to try out-of-memory reports without a GPU.
+    println!();
+    println!("The simulated driver (`cudaleak run --simulated`, `cudaleak demo`) reads:");
+    println!(
+        "{:<30} default: unlimited\n    {}",
+        "SIMCUDA_DEVICE_BYTES",
+        "each simulated device's memory in bytes: allocations that do not fit fail as on a full GPU, \
+         so that out-of-memory reports can be tried without one"
+    );
     Ok(0)
 }
