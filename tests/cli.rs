@@ -493,7 +493,8 @@ fn env_lists_every_flag_of_the_table_with_its_default() {
     }
     // the way to try out-of-memory reports without a GPU
     assert!(
-        out.stdout.contains("SIMCUDA_DEVICE_BYTES           default: unlimited\n"),
+        out.stdout
+            .contains("SIMCUDA_DEVICE_BYTES           default: unlimited\n"),
         "{}",
         out.stdout
     );
