@@ -138,10 +138,9 @@ pub fn env() -> CliResult {
     println!();
     println!("The simulated driver (`cudaleak run --simulated`, `cudaleak demo`) reads:");
     println!(
-        "{:<30} default: unlimited\n    {}",
-        "SIMCUDA_DEVICE_BYTES",
-        "each simulated device's memory in bytes: allocations that do not fit fail as on a full GPU, \
-         so that out-of-memory reports can be tried without one"
+        "{:<30} default: unlimited\n    each simulated device's memory in bytes: allocations that do not fit \
+         fail as on a full GPU, so that out-of-memory reports can be tried without one",
+        "SIMCUDA_DEVICE_BYTES"
     );
     Ok(0)
 }
