@@ -255,3 +255,30 @@ fn the_demo_shows_a_real_report() {
     assert_eq!(reports[0].leaks.len(), 3);
     assert!(stdout.contains("Render it again with: cudaleak report"));
 }
+
+/// Without `--dir`, the demo runs from a private directory held by a
+/// descriptor (`/proc/self/fd/N`), but what the user reads names it by its
+/// path: the library's stderr line, the report's `command`, the page.
+#[test]
+fn the_demo_names_its_files_by_their_paths() {
+    let cwd = TempDir::new("demo-paths");
+    let mut cmd = Command::new(cli());
+    cmd.arg("demo").env("TMPDIR", cwd.path()).current_dir(cwd.path());
+    let (status, stdout, stderr) = run_command(cmd, std::time::Duration::from_secs(60));
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("/proc/self/fd"), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("leaked in 5 blocks; report: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let path = std::path::Path::new(line.rsplit("report: ").next().unwrap());
+    assert!(path.starts_with(cwd.path()), "{line}");
+    let report = reports_in(path.parent().unwrap()).remove(0);
+    let demo_dir = path.parent().unwrap().parent().unwrap();
+    assert_eq!(report.command, [demo_dir.join("demo").display().to_string()]);
+    let page = std::fs::read_to_string(path.with_extension("html")).unwrap();
+    assert!(
+        !page.contains("/proc/self/fd"),
+        "the page names the program by its path"
+    );
+}

@@ -9,8 +9,9 @@ use cudaleak_core::config::var;
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 const FILES: [(&str, &[u8]); 3] = [
     (
@@ -164,8 +165,12 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         lib.display()
     );
     // The descriptor is inherited (no CLOEXEC), so /proc/self/fd/N is the
-    // same directory in the demo program.
-    let status = Command::new(work.by_fd().join("demo"))
+    // same directory in the demo program. What the user sees names the
+    // directory by its path: the program's argv[0] (the reports'
+    // `command`), and its stderr, where the library names its report
+    // files under `/proc/self/fd/N` (unusable once the demo is over).
+    let mut child = Command::new(work.by_fd().join("demo"))
+        .arg0(work.shown.join("demo"))
         .env("LD_PRELOAD", &lib)
         .env("LD_LIBRARY_PATH", work.by_fd())
         .env(var::CUDALEAK_DIR, &reports)
@@ -173,8 +178,17 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
             var::CUDALEAK_TIMELINE,
             std::env::var_os(var::CUDALEAK_TIMELINE).unwrap_or_else(|| "20ms".into()),
         )
-        .status()
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("cannot run the demo: {e}"))?;
+    let copier = child.stderr.take().map(|from| {
+        let (by_fd, shown) = (work.by_fd(), work.shown.clone());
+        std::thread::spawn(move || copy_naming_the_path(from, &by_fd, &shown))
+    });
+    let status = child.wait().map_err(|e| format!("cannot run the demo: {e}"))?;
+    if let Some(c) = copier {
+        let _ = c.join();
+    }
     for (name, _) in FILES {
         work.remove(name);
     }
@@ -209,6 +223,38 @@ pub fn demo(dir: Option<PathBuf>) -> CliResult {
         shown.with_extension("html").display()
     );
     Ok(0)
+}
+
+/// Copies the demo program's stderr to ours, line by line, naming the
+/// demo's directory by `shown`, its path, where it says `by_fd`
+/// (`/proc/self/fd/N`). Stops quietly when either side goes.
+fn copy_naming_the_path(from: impl std::io::Read, by_fd: &Path, shown: &Path) {
+    use std::io::{BufRead, Write};
+    let by_fd = by_fd.as_os_str().as_bytes();
+    let shown = shown.as_os_str().as_bytes();
+    let mut out = std::io::stderr().lock();
+    for line in std::io::BufReader::new(from).split(b'\n') {
+        let Ok(line) = line else { return };
+        let mut named = Vec::with_capacity(line.len());
+        let mut rest = &line[..];
+        while let Some(at) = find(rest, by_fd) {
+            // only the directory itself: `/proc/self/fd/3/...`, not `/proc/self/fd/31`
+            let end = at + by_fd.len();
+            let whole = rest.get(end).is_none_or(|c| !c.is_ascii_digit());
+            named.extend_from_slice(&rest[..at]);
+            named.extend_from_slice(if whole { shown } else { by_fd });
+            rest = &rest[end..];
+        }
+        named.extend_from_slice(rest);
+        named.push(b'\n');
+        if out.write_all(&named).is_err() {
+            return;
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// `cudaleak run --simulated`: the bundled simulated CUDA driver and
