@@ -588,8 +588,16 @@ fn diff_refuses_export_formats_with_a_clear_line() {
         .output()
         .unwrap();
     assert_eq!(r.status.code(), Some(2));
+    // refused as a value diff does not offer, naming those it does
     let err = String::from_utf8_lossy(&r.stderr);
-    assert!(err.starts_with("cudaleak: diff has no --format pprof"), "{err}");
+    assert!(
+        err.contains("invalid value 'pprof' for '--format <FORMAT>'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[possible values: text, json, folded, html, svg]"),
+        "{err}"
+    );
 }
 
 /// leak_n 3 2's events in order: a clean 1-byte allocation and its free,
