@@ -96,7 +96,8 @@ fn growth_between_dumps_and_trend_flags() {
     for r in &api[2..] {
         assert_eq!(trend(r, "grow"), Some(Trend::Growing), "dump {}", r.sequence);
         assert_eq!(trend(r, "fill_cache"), Some(Trend::Bounded));
-        assert_eq!(trend(r, "leak_once"), Some(Trend::Bounded));
+        // allocated once, never freed: not cache-like
+        assert_eq!(trend(r, "leak_once"), Some(Trend::Steady));
     }
     assert_eq!(api[3].growth[0].trend, Some(Trend::Growing));
     for r in &reports {
@@ -117,6 +118,7 @@ fn growth_between_dumps_and_trend_flags() {
         "{text}"
     );
     assert!(text.contains("[bounded: grew, then levelled off]"), "{text}");
+    assert!(text.contains("[steady: unchanged since first seen]"), "{text}");
 }
 
 #[test]

@@ -436,6 +436,7 @@ fn page_group(g: &Group, table: &mut FrameTable) -> PageGroup {
         trend: g.trend.map(|t| match t {
             Trend::Growing => "growing",
             Trend::Bounded => "bounded",
+            Trend::Steady => "steady",
         }),
         frames,
         frames_cut,

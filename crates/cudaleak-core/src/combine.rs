@@ -86,6 +86,7 @@ impl TrendMax for Option<crate::report::Trend> {
         match (self, other) {
             (Some(Growing), _) | (_, Some(Growing)) => Some(Growing),
             (Some(Bounded), _) | (_, Some(Bounded)) => Some(Bounded),
+            (Some(Steady), _) | (_, Some(Steady)) => Some(Steady),
             _ => None,
         }
     }

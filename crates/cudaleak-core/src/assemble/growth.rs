@@ -29,7 +29,10 @@ struct History {
     bytes: u64,
     /// consecutive dumps, ending with the latest, at which bytes grew
     streak: u32,
-    ever_grew: bool,
+    /// grew at a dump after the one that first saw it
+    grew_later: bool,
+    /// the dump that first saw the group (since it was last absent)
+    first_seen: u32,
     /// the dump that last saw the group
     seen_at: u32,
 }
@@ -60,20 +63,28 @@ impl<K: Clone + Eq + std::hash::Hash> GrowthTracker<K> {
         for (id, blocks, bytes) in current {
             let h = match self.history.get_mut(id) {
                 Some(h) => h,
-                None => self.history.entry(id.clone()).or_default(),
+                None => self.history.entry(id.clone()).or_insert(History {
+                    first_seen: dump,
+                    ..History::default()
+                }),
             };
             h.seen_at = dump;
             let grew = bytes > h.bytes;
             h.streak = if grew { h.streak + 1 } else { 0 };
-            h.ever_grew |= grew;
+            h.grew_later |= grew && dump > h.first_seen;
+            // A group allocated once and never freed grew only at the dump
+            // that first saw it: "steady", not the cache-like "bounded",
+            // which invited dismissing a real leak.
             let trend = if dump < TREND_MIN_DUMPS {
                 None
             } else if h.streak >= TREND_MIN_DUMPS {
                 Some(Trend::Growing)
-            } else if h.ever_grew && h.streak == 0 {
+            } else if h.streak > 0 || dump == h.first_seen {
+                None
+            } else if h.grew_later {
                 Some(Trend::Bounded)
             } else {
-                None
+                Some(Trend::Steady)
             };
             out.push(Change {
                 blocks_delta: blocks as i64 - h.blocks as i64,

@@ -138,8 +138,12 @@ pub struct BlockExample {
 pub enum Trend {
     /// grew at each of the last three or more dumps: a suspected leak
     Growing,
-    /// grew, then stopped growing: cache-like
+    /// grew after the dump that first saw it, then stopped growing:
+    /// cache-like
     Bounded,
+    /// unchanged or smaller since the dump that first saw it (allocated
+    /// once, never freed): a real leak if it is one, not a cache
+    Steady,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -394,6 +394,7 @@ fn trend_note(t: Option<Trend>) -> &'static str {
     match t {
         Some(Trend::Growing) => " [suspected leak: grew at every recent dump]",
         Some(Trend::Bounded) => " [bounded: grew, then levelled off]",
+        Some(Trend::Steady) => " [steady: unchanged since first seen]",
         None => "",
     }
 }
