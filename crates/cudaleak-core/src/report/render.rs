@@ -336,6 +336,14 @@ fn frame_key_label(f: &MergedFrame) -> Option<String> {
     }
 }
 
+/// The frames a label is made of, outermost last: Python frames first (as
+/// [`display_frames`] shows them), then native ones, noise left out.
+fn label_frames(stack: &[MergedFrame]) -> Vec<String> {
+    let python = stack.iter().filter(|f| matches!(f, MergedFrame::Python(_)));
+    let native = stack.iter().filter(|f| matches!(f, MergedFrame::Native(_)));
+    python.chain(native).filter_map(frame_key_label).collect()
+}
+
 /// Labels that tell groups apart (diff, growth, merge, timeline): the API,
 /// then the shortest run of frames from the top of the stack (Python
 /// frames first, as [`display_frames`] shows them) that no other group
@@ -346,10 +354,7 @@ pub fn group_labels(groups: &[&Group]) -> Vec<String> {
     let chains: Vec<Vec<String>> = groups
         .iter()
         .map(|g| {
-            let stack = stack_of(g);
-            let python = stack.iter().filter(|f| matches!(f, MergedFrame::Python(_)));
-            let native = stack.iter().filter(|f| matches!(f, MergedFrame::Native(_)));
-            let mut v: Vec<String> = python.chain(native).filter_map(frame_key_label).collect();
+            let mut v = label_frames(&stack_of(g));
             v.insert(0, format!("{} ({} memory)", escape(&g.api), g.memory.name()));
             v
         })
@@ -484,15 +489,36 @@ fn request_group(o: &OomRequest) -> Group {
 /// Where the request was made, for one line: its innermost Python line,
 /// else its innermost native frame with a function that is not machinery,
 /// with its file and line.
-fn request_site(o: &OomRequest) -> String {
-    if let Some(p) = o.python_stack.first() {
-        return python_label(p);
+/// Where the failed request was made, labelled as the groups printed
+/// beside it are ([`group_labels`]): the shortest run of its frames that
+/// none of `beside` shares. Its innermost frame alone read `alloc
+/// oom.py:5` beside holders at `alloc oom.py:5 < load_weights oom.py:9`,
+/// when every allocation goes through one helper.
+fn request_site(o: &OomRequest, beside: &[&Group]) -> String {
+    let stack: Vec<MergedFrame> = if o.merged_stack.is_empty() {
+        o.native_stack
+            .iter()
+            .cloned()
+            .map(MergedFrame::Native)
+            .chain(o.python_stack.iter().cloned().map(MergedFrame::Python))
+            .collect()
+    } else {
+        o.merged_stack.clone()
+    };
+    let mine = label_frames(&stack);
+    if mine.is_empty() {
+        return "<unknown>".into();
     }
-    o.native_stack
-        .iter()
-        .find(|f| f.function.is_some() && !is_noise(f))
-        .and_then(|f| frame_key_label(&MergedFrame::Native(f.clone())))
-        .unwrap_or_else(|| "<unknown>".into())
+    let others: Vec<Vec<String>> = beside.iter().map(|g| label_frames(&stack_of(g))).collect();
+    let mut k = 1;
+    while k < mine.len()
+        && others
+            .iter()
+            .any(|other| *other != mine && other.len() >= k && other[..k] == mine[..k])
+    {
+        k += 1;
+    }
+    mine[..k].join(" < ")
 }
 
 /// `(free 256.0 MiB of 768.0 MiB)`, or what of it is known.
@@ -597,12 +623,16 @@ pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
     } else {
         String::new()
     };
+    // What holds the memory, suppressed or not: the three largest.
+    let mut shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).collect();
+    shown.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    shown.truncate(3);
     let _ = write!(
         out,
         "cudaleak: out of memory: {} of {} at {} failed{calls} ({}); this process holds {} in {}",
         escape(&o.api),
         size(o.requested_bytes),
-        request_site(o),
+        request_site(o, &shown),
         device_memory(o),
         size(r.totals.live_bytes),
         count(r.totals.live_blocks, "block"),
@@ -613,10 +643,6 @@ pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
         }
         None => out.push('\n'),
     }
-    // What holds the memory, suppressed or not: the three largest.
-    let mut shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).collect();
-    shown.sort_by_key(|g| std::cmp::Reverse(g.bytes));
-    shown.truncate(3);
     for (g, label) in shown.iter().zip(group_labels(&shown)) {
         let _ = writeln!(
             out,
@@ -1194,6 +1220,59 @@ mod tests {
                 "cudaMalloc (device memory) at other train.c:3",
                 "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#2]",
             ]
+        );
+    }
+
+    /// Every allocation goes through one helper: the failed request is
+    /// labelled as the holders beside it are, by the frames that tell it
+    /// apart, not by the helper's line alone.
+    #[test]
+    fn the_oom_line_labels_the_request_as_the_holders_are() {
+        let py = |f: &str, line: i64| PythonFrame {
+            function: f.into(),
+            file: "exp.py".into(),
+            line: Some(line),
+        };
+        let holder = |caller: &str, line: i64, bytes: u64| {
+            Group::new(
+                1,
+                bytes,
+                "cudaMalloc",
+                MemoryKind::Device,
+                vec![],
+                vec![py("alloc", 5), py(caller, line)],
+            )
+        };
+        let mut r = Report::parse(
+            r#"{"format": "cudaleak", "version": 1, "trigger": "oom", "sequence": 1, "pid": 7,
+                "command": ["p"], "instance": "1000-abcdef01", "timestamp_ms": 3500,
+                "totals": {"live_blocks": 2, "live_bytes": 3, "peak_bytes": 3,
+                           "allocations": 2, "frees": 0, "failed_allocations": 1, "invalid_frees": 0},
+                "leaks": [], "growth": []}"#,
+        )
+        .unwrap();
+        r.leaks = vec![holder("load_weights", 9, 2), holder("fill_cache", 12, 1)];
+        r.oom = Some(OomRequest {
+            api: "cudaMalloc".into(),
+            requested_bytes: 1 << 20,
+            native_stack: vec![],
+            python_stack: vec![py("alloc", 5), py("step", 20), py("main", 30)],
+            merged_stack: vec![],
+            device: Some(0),
+            device_free_bytes: None,
+            device_total_bytes: None,
+            failed_calls: 1,
+            timestamp_ms: 3500,
+        });
+        let lines = oom_lines(&r, None);
+        let first = lines.lines().next().unwrap();
+        assert!(
+            first.contains(" at alloc exp.py:5 < step exp.py:20 failed"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("cudaMalloc (device memory) at alloc exp.py:5 < load_weights exp.py:9"),
+            "{lines}"
         );
     }
 
