@@ -225,14 +225,24 @@ fn python_line(i: usize, f: &PythonFrame) -> String {
 /// The frames of a group in stack order (innermost first): the merged
 /// stack when there is one, else native frames followed by Python frames.
 pub fn stack_of(g: &Group) -> Vec<MergedFrame> {
-    if !g.merged_stack.is_empty() {
-        return g.merged_stack.clone();
+    merged_or_split(&g.merged_stack, &g.native_stack, &g.python_stack)
+}
+
+/// `merged` when there is one, else `native` followed by `python`: the
+/// stack order of a group's or a failed request's frames.
+fn merged_or_split(
+    merged: &[MergedFrame],
+    native: &[NativeFrame],
+    python: &[PythonFrame],
+) -> Vec<MergedFrame> {
+    if !merged.is_empty() {
+        return merged.to_vec();
     }
-    g.native_stack
+    native
         .iter()
         .cloned()
         .map(MergedFrame::Native)
-        .chain(g.python_stack.iter().cloned().map(MergedFrame::Python))
+        .chain(python.iter().cloned().map(MergedFrame::Python))
         .collect()
 }
 
@@ -495,17 +505,11 @@ fn request_group(o: &OomRequest) -> Group {
 /// oom.py:5` beside holders at `alloc oom.py:5 < load_weights oom.py:9`,
 /// when every allocation goes through one helper.
 fn request_site(o: &OomRequest, beside: &[&Group]) -> String {
-    let stack: Vec<MergedFrame> = if o.merged_stack.is_empty() {
-        o.native_stack
-            .iter()
-            .cloned()
-            .map(MergedFrame::Native)
-            .chain(o.python_stack.iter().cloned().map(MergedFrame::Python))
-            .collect()
-    } else {
-        o.merged_stack.clone()
-    };
-    let mine = label_frames(&stack);
+    let mine = label_frames(&merged_or_split(
+        &o.merged_stack,
+        &o.native_stack,
+        &o.python_stack,
+    ));
     if mine.is_empty() {
         return "<unknown>".into();
     }
