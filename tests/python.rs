@@ -613,6 +613,8 @@ struct Pytest {
     status: std::process::ExitStatus,
     stdout: String,
     stderr: String,
+    /// where the library wrote its reports (`CUDALEAK_DIR`)
+    dir: TempDir,
 }
 
 fn pytest(args: &[&str], preload: bool) -> Pytest {
@@ -651,6 +653,7 @@ fn pytest_suite(suite: &str, args: &[&str], preload: bool) -> Pytest {
         status,
         stdout,
         stderr,
+        dir,
     }
 }
 
@@ -844,7 +847,7 @@ fn no_leaks_takes_the_same_options() {
 /// once wrote out again by hand (issue 27).
 fn python_tables() -> String {
     use cudaleak_core::base::units::{BINARY_UNITS, SIZE_UNITS};
-    use cudaleak_core::report::render::{NOISE_MODULES, NOISE_PREFIXES};
+    use cudaleak_core::report::render::{NOISE_MODULES, NOISE_PREFIXES, RUNNER_FILE_PARTS};
     // A Rust string literal of these tables is a Python one: plain ASCII,
     // no quote, no backslash.
     let quote = |s: &str| {
@@ -882,6 +885,9 @@ fn python_tables() -> String {
     out += "\n# cudaleak_core::report::render::NOISE_MODULES: module files that are\n\
             # foreign-call machinery as a whole.\n";
     out += &format!("NOISE_MODULES = {}", tuple(NOISE_MODULES));
+    out += "\n# cudaleak_core::report::render::RUNNER_FILE_PARTS: parts of the paths of\n\
+            # the test runner's Python files (pytest, pluggy, runpy, the plugin).\n";
+    out += &format!("RUNNER_FILE_PARTS = {}", tuple(RUNNER_FILE_PARTS));
     out
 }
 
@@ -997,4 +1003,47 @@ fn the_module_sizes_and_noise_agree_with_the_command() {
         .map(String::from)
         .collect();
     assert_eq!(have, want);
+}
+
+/// The exit report of `pytest --cuda-leaks` reads from the test's own line
+/// down: pytest's, pluggy's, runpy's and the plugin's frames (some thirty,
+/// above every test's line) are folded as the interpreter's are, in the
+/// text and in the labels; `cudaleak report --full-stacks` shows them.
+#[test]
+fn pytest_runner_frames_are_folded_out_of_the_exit_report() {
+    let p = pytest(&["--cuda-leaks", "--cuda-leaks-warmup"], true);
+    assert_eq!(p.status.code(), Some(1), "{}\n{}", p.stdout, p.stderr);
+    let leak_line = line_of("tests/python/plugin_suite/test_sample.py", "# LEAK test_leaks");
+    let sample = repo().join("tests/python/plugin_suite/test_sample.py");
+    let runner = [
+        "/_pytest/",
+        "/pluggy/",
+        "runpy",
+        "pytest/__main__.py",
+        "pytest_plugin.py",
+    ];
+    // Each group: its "Leaked" line, then its frames.
+    let text = &p.stderr;
+    let groups: Vec<&str> = text.split("\nLeaked ").skip(1).collect();
+    assert!(!groups.is_empty(), "{text}");
+    for g in &groups {
+        let frames: Vec<&str> = g.lines().skip(1).take_while(|l| l.starts_with("    ")).collect();
+        assert!(frames[0].contains(" in test_"), "not the test's line first:\n{g}");
+        for f in &frames {
+            assert!(!runner.iter().any(|r| f.contains(r)), "a runner frame: {f}\n{g}");
+        }
+    }
+    assert!(
+        groups.iter().any(|g| g.contains(&format!(
+            "in test_leaks {}:{leak_line} [python]",
+            sample.display()
+        ))),
+        "{text}"
+    );
+    // The report keeps them, and --full-stacks shows them.
+    let out = cli_command(&["report", "--full-stacks", "."], p.dir.path())
+        .output()
+        .unwrap();
+    let full = String::from_utf8_lossy(&out.stdout);
+    assert!(full.contains("/pluggy/") && full.contains("/_pytest/"), "{full}");
 }

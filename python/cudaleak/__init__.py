@@ -22,7 +22,7 @@ import json
 import warnings
 
 from cudaleak._install import library_path
-from cudaleak._tables import BINARY_UNITS, NOISE_MODULES, NOISE_PREFIXES, SIZE_UNITS
+from cudaleak._tables import BINARY_UNITS, NOISE_MODULES, NOISE_PREFIXES, RUNNER_FILE_PARTS, SIZE_UNITS
 
 __all__ = [
     "available",
@@ -157,9 +157,9 @@ def parse_size(limit):
 
 
 # Frames that belong to the test runner or to cudaleak itself: left out of
-# the stacks a failure shows (issue 12: _pytest and pluggy frames came first).
-_RUNNER_PARTS = ("/_pytest/", "/pluggy/", "/site-packages/pytest.py", "/site-packages/pytest/__main__.py",
-                 "<frozen runpy>", "/runpy.py", "/cudaleak/pytest_plugin.py", "/cudaleak/__init__.py")
+# the stacks a failure shows (issue 12: _pytest and pluggy frames came
+# first), as the command leaves them out of its text (_tables.py).
+_RUNNER_PARTS = RUNNER_FILE_PARTS
 
 
 def _is_runner(frame):

@@ -82,3 +82,16 @@ NOISE_MODULES = (
     "libffi.so",
     "_ctypes.",
 )
+
+# cudaleak_core::report::render::RUNNER_FILE_PARTS: parts of the paths of
+# the test runner's Python files (pytest, pluggy, runpy, the plugin).
+RUNNER_FILE_PARTS = (
+    "/_pytest/",
+    "/pluggy/",
+    "/site-packages/pytest.py",
+    "/site-packages/pytest/__main__.py",
+    "<frozen runpy>",
+    "/runpy.py",
+    "/cudaleak/pytest_plugin.py",
+    "/cudaleak/__init__.py",
+)

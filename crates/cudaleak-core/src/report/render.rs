@@ -205,6 +205,28 @@ pub const NOISE_PREFIXES: &[&str] = &[
 /// Module files that are foreign-call machinery as a whole.
 pub const NOISE_MODULES: &[&str] = &["libffi.so", "_ctypes."];
 
+/// Python files of the test runner that calls the program's code: pytest,
+/// pluggy, `python -m` (runpy) and cudaleak's own pytest plugin. A test's
+/// stack holds some thirty of them above the test's own line; text, labels
+/// and pictures leave them out as they leave the interpreter out. The
+/// Python module leaves the same out of a failure's text
+/// (python/cudaleak/_tables.py).
+pub const RUNNER_FILE_PARTS: &[&str] = &[
+    "/_pytest/",
+    "/pluggy/",
+    "/site-packages/pytest.py",
+    "/site-packages/pytest/__main__.py",
+    "<frozen runpy>",
+    "/runpy.py",
+    "/cudaleak/pytest_plugin.py",
+    "/cudaleak/__init__.py",
+];
+
+/// A Python frame of the test runner ([`RUNNER_FILE_PARTS`]).
+pub fn is_runner(f: &PythonFrame) -> bool {
+    RUNNER_FILE_PARTS.iter().any(|part| f.file.contains(part))
+}
+
 /// Machinery, not the program: see [`NOISE_PREFIXES`].
 pub fn is_noise(f: &NativeFrame) -> bool {
     if let Some(func) = f.function.as_deref() {
@@ -256,15 +278,16 @@ fn merged_or_split(
 pub fn display_frames_with(g: &Group, max: usize, full: bool) -> Vec<String> {
     let stack = stack_of(g);
     let mut lines: Vec<(bool, String)> = Vec::new();
-    let hidden = |f: &MergedFrame| !full && matches!(f, MergedFrame::Native(n) if is_noise(n));
+    let hidden = |f: &MergedFrame| !full && is_hidden(f, &stack);
     let first_python = stack.iter().position(|f| matches!(f, MergedFrame::Python(_)));
     match first_python {
         Some(first) if !full => {
             // Outermost first, the allocating line last, as a Python
             // traceback reads; the native code it called comes below.
             for (i, f) in stack.iter().enumerate().rev() {
-                if let MergedFrame::Python(p) = f {
-                    lines.push((true, python_line(i, p)));
+                match f {
+                    MergedFrame::Python(p) if !hidden(f) => lines.push((true, python_line(i, p))),
+                    _ => {}
                 }
             }
             // The native frame the innermost Python line called into: the
@@ -326,6 +349,22 @@ pub fn display_frames_with(g: &Group, max: usize, full: bool) -> Vec<String> {
     out
 }
 
+/// A frame the text, labels and pictures leave out of `stack` unless
+/// every frame is asked for: native machinery ([`is_noise`]) and the test
+/// runner's Python frames ([`is_runner`]), these only when the stack has
+/// Python frames of its own to show instead.
+fn is_hidden(f: &MergedFrame, stack: &[MergedFrame]) -> bool {
+    match f {
+        MergedFrame::Native(n) => is_noise(n),
+        MergedFrame::Python(p) => {
+            is_runner(p)
+                && stack
+                    .iter()
+                    .any(|o| matches!(o, MergedFrame::Python(q) if !is_runner(q)))
+        }
+    }
+}
+
 /// [`display_frames_with`], noise hidden.
 pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
     display_frames_with(g, max, false)
@@ -335,7 +374,11 @@ pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
 /// addresses, which differ between processes.
 fn frame_key_label(f: &MergedFrame) -> Option<String> {
     match f {
-        MergedFrame::Python(p) => Some(python_label(p)),
+        // The file's name, as for native frames: a label is one line.
+        MergedFrame::Python(p) => Some(match p.line {
+            Some(l) => format!("{} {}:{l}", escape(&p.function), escape(basename(&p.file))),
+            None => format!("{} {}", escape(&p.function), escape(basename(&p.file))),
+        }),
         MergedFrame::Native(n) if is_noise(n) => None,
         MergedFrame::Native(n) => Some(match (&n.function, &n.file, n.line) {
             (Some(func), Some(file), Some(line)) => {
@@ -351,16 +394,41 @@ fn frame_key_label(f: &MergedFrame) -> Option<String> {
 fn label_frames(stack: &[MergedFrame]) -> Vec<String> {
     let python = stack.iter().filter(|f| matches!(f, MergedFrame::Python(_)));
     let native = stack.iter().filter(|f| matches!(f, MergedFrame::Native(_)));
-    python.chain(native).filter_map(frame_key_label).collect()
+    python
+        .chain(native)
+        .filter(|f| !is_hidden(f, stack))
+        .filter_map(frame_key_label)
+        .collect()
 }
 
-/// Labels that tell groups apart (diff, growth, merge, timeline): the API,
-/// then the shortest run of frames from the top of the stack (Python
-/// frames first, as [`display_frames`] shows them) that no other group
-/// shares; a number when two groups share even their whole stacks
-/// (issue 12: two different leaks both read "cudaMalloc at cuda_malloc
-/// train.py:9").
-pub fn group_labels(groups: &[&Group]) -> Vec<String> {
+/// A group's label in its two parts: what allocated
+/// (`cudaMalloc (device memory)`) and where (`site`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupLabel {
+    pub what: String,
+    /// the shortest run of frames from the top of the stack that no other
+    /// group labelled with it shares (`raw sixty.py:8 < augment_1
+    /// sixty.py:285`), `[#1]`, `[#2]` after stacks alike in every symbol
+    pub site: String,
+}
+
+impl std::fmt::Display for GroupLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {}", self.what, self.site)
+    }
+}
+
+/// The labels that tell `groups` apart, in every view that names a group
+/// in one line: the text report, diff, growth, merge, the HTML table and
+/// legend, the trace's tracks, the flame graphs' tooltips and the
+/// out-of-memory line (CONTRACT.md, "Group labels"). The API, then the
+/// shortest run of frames from the top of the stack (Python frames first,
+/// as [`display_frames`] shows them) that no other group shares; a number
+/// when two groups share even their whole stacks (two different leaks
+/// both read "cudaMalloc at cuda_malloc train.py:9"). The innermost frame
+/// alone named all sixty sites of a program that allocates through one
+/// helper alike.
+pub fn label_groups(groups: &[&Group]) -> Vec<GroupLabel> {
     let chains: Vec<Vec<String>> = groups
         .iter()
         .map(|g| {
@@ -369,7 +437,7 @@ pub fn group_labels(groups: &[&Group]) -> Vec<String> {
             v
         })
         .collect();
-    let mut labels: Vec<String> = chains
+    let mut labels: Vec<GroupLabel> = chains
         .iter()
         .enumerate()
         .map(|(i, chain)| {
@@ -385,11 +453,12 @@ pub fn group_labels(groups: &[&Group]) -> Vec<String> {
             {
                 k += 1;
             }
-            let head = &chain[0];
-            if k <= 1 {
-                format!("{head} at <unknown>")
-            } else {
-                format!("{head} at {}", chain[1..k].join(" < "))
+            GroupLabel {
+                what: chain[0].clone(),
+                site: match k {
+                    0 | 1 => "<unknown>".into(),
+                    _ => chain[1..k].join(" < "),
+                },
             }
         })
         .collect();
@@ -398,11 +467,16 @@ pub fn group_labels(groups: &[&Group]) -> Vec<String> {
         let same: Vec<usize> = (0..labels.len()).filter(|&j| labels[j] == labels[i]).collect();
         if same.len() > 1 {
             for (n, j) in same.into_iter().enumerate() {
-                labels[j] = format!("{} [#{}]", labels[j], n + 1);
+                labels[j].site = format!("{} [#{}]", labels[j].site, n + 1);
             }
         }
     }
     labels
+}
+
+/// [`label_groups`], each as one string (`API (KIND memory) at SITE`).
+pub fn group_labels(groups: &[&Group]) -> Vec<String> {
+    label_groups(groups).iter().map(ToString::to_string).collect()
 }
 
 fn trend_note(t: Option<Trend>) -> &'static str {
@@ -496,15 +570,12 @@ fn request_group(o: &OomRequest) -> Group {
     }
 }
 
-/// Where the request was made, for one line: its innermost Python line,
-/// else its innermost native frame with a function that is not machinery,
-/// with its file and line.
 /// Where the failed request was made, labelled as the groups printed
 /// beside it are ([`group_labels`]): the shortest run of its frames that
 /// none of `beside` shares. Its innermost frame alone read `alloc
 /// oom.py:5` beside holders at `alloc oom.py:5 < load_weights oom.py:9`,
 /// when every allocation goes through one helper.
-fn request_site(o: &OomRequest, beside: &[&Group]) -> String {
+pub fn request_site(o: &OomRequest, beside: &[&Group]) -> String {
     let mine = label_frames(&merged_or_split(
         &o.merged_stack,
         &o.native_stack,
@@ -1033,13 +1104,13 @@ pub fn picture_frames(g: &Group, full: bool) -> Vec<MergedFrame> {
     }
     let first_python = stack.iter().position(|f| matches!(f, MergedFrame::Python(_)));
     stack
-        .into_iter()
+        .iter()
         .enumerate()
-        .filter(|(i, f)| match f {
-            MergedFrame::Python(_) => true,
-            MergedFrame::Native(n) => !is_noise(n) && first_python.is_none_or(|p| *i <= p),
+        .filter(|(i, f)| {
+            !is_hidden(f, &stack)
+                && (matches!(f, MergedFrame::Python(_)) || first_python.is_none_or(|p| *i <= p))
         })
-        .map(|(_, f)| f)
+        .map(|(_, f)| f.clone())
         .collect()
 }
 
@@ -1224,6 +1295,95 @@ mod tests {
                 "cudaMalloc (device memory) at other train.c:3",
                 "cudaMalloc (device memory) at alloc train.c:9 < train train.c:20 [#2]",
             ]
+        );
+    }
+
+    /// A view that shows the site apart from the API (the HTML table's
+    /// "call site" column) takes the same label in its two parts; a Python
+    /// frame is named by its file's name, as a native one is.
+    #[test]
+    fn labels_come_in_two_parts_what_allocated_and_where() {
+        let py = |f: &str, file: &str, line: i64| PythonFrame {
+            function: f.into(),
+            file: file.into(),
+            line: Some(line),
+        };
+        let site = |caller: &str, line: i64| {
+            Group::new(
+                1,
+                1,
+                "cudaMalloc",
+                MemoryKind::Device,
+                vec![],
+                vec![
+                    py("raw", "/src/pkg/sixty.py", 8),
+                    py(caller, "/src/pkg/sixty.py", line),
+                ],
+            )
+        };
+        let (a, b) = (site("augment_1", 285), site("augment_2", 290));
+        let labels = label_groups(&[&a, &b]);
+        assert_eq!(labels[0].what, "cudaMalloc (device memory)");
+        assert_eq!(labels[0].site, "raw sixty.py:8 < augment_1 sixty.py:285");
+        assert_eq!(labels[1].site, "raw sixty.py:8 < augment_2 sixty.py:290");
+        assert_eq!(
+            labels[1].to_string(),
+            "cudaMalloc (device memory) at raw sixty.py:8 < augment_2 sixty.py:290"
+        );
+    }
+
+    /// Some thirty frames of pytest, pluggy and runpy stand above every
+    /// test's line: the text, the labels and the pictures leave them out
+    /// as they leave the interpreter out, `--full-stacks` shows them, and a
+    /// stack with no Python frame of the program's own keeps them.
+    #[test]
+    fn the_test_runners_frames_are_folded_as_the_interpreters_are() {
+        let py = |f: &str, file: &str, line: i64| PythonFrame {
+            function: f.into(),
+            file: file.into(),
+            line: Some(line),
+        };
+        let runner = [
+            py(
+                "pytest_pyfunc_call",
+                "/venv/lib/python3.11/site-packages/_pytest/python.py",
+                187,
+            ),
+            py(
+                "_multicall",
+                "/venv/lib/python3.11/site-packages/pluggy/_execution.py",
+                147,
+            ),
+            py(
+                "pytest_runtest_call",
+                "/venv/lib/python3.11/site-packages/cudaleak/pytest_plugin.py",
+                105,
+            ),
+            py("_run_module_as_main", "<frozen runpy>", 198),
+        ];
+        let mut stack = vec![py("test_leaks", "/src/tests/test_x.py", 24)];
+        stack.extend(runner.iter().cloned());
+        let g = Group::new(1, 1, "cudaMalloc", MemoryKind::Device, vec![], stack);
+        let shown = display_frames(&g, 20).join("\n");
+        assert!(shown.contains("in test_leaks /src/tests/test_x.py:24"), "{shown}");
+        for f in &runner {
+            assert!(!shown.contains(&f.function), "{shown}");
+        }
+        let full = display_frames_with(&g, 20, true).join("\n");
+        assert!(runner.iter().all(|f| full.contains(&f.function)), "{full}");
+        assert_eq!(
+            group_labels(&[&g]),
+            ["cudaMalloc (device memory) at test_leaks test_x.py:24"]
+        );
+        assert_eq!(picture_frames(&g, false).len(), 1);
+        assert_eq!(picture_frames(&g, true).len(), 5);
+        // Only the runner's frames: they are all there is to show.
+        let alone = Group::new(1, 1, "cudaMalloc", MemoryKind::Device, vec![], runner.to_vec());
+        assert_eq!(
+            display_frames(&alone, 20).len(),
+            4,
+            "{:?}",
+            display_frames(&alone, 20)
         );
     }
 
