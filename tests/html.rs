@@ -48,7 +48,7 @@ fn chromium() -> Option<PathBuf> {
 
 /// Headless Chromium with a fresh profile and nothing that reaches the
 /// network; its stderr carries the page's console messages.
-fn browser(chrome: &Path, profile: &Path) -> Command {
+fn browser(chrome: &Path, profile: &Path, width: u32) -> Command {
     let mut cmd = Command::new(chrome);
     cmd.args([
         "--headless",
@@ -61,8 +61,8 @@ fn browser(chrome: &Path, profile: &Path) -> Command {
         "--disable-sync",
         "--enable-logging=stderr",
         "--v=0",
-        "--window-size=1200,1500",
     ])
+    .arg(format!("--window-size={width},1500"))
     .arg(format!("--user-data-dir={}", profile.display()));
     cmd
 }
@@ -75,9 +75,14 @@ struct Rendered {
 /// The DOM of `page` after its scripts ran, and a screenshot of it kept as
 /// target/<profile>/html-tests/<name>.png.
 fn render(chrome: &Path, page: &Path, name: &str) -> Rendered {
+    render_at(chrome, page, name, 1200)
+}
+
+/// [`render`] in a window `width` pixels wide.
+fn render_at(chrome: &Path, page: &Path, name: &str, width: u32) -> Rendered {
     let profile = TempDir::new(&format!("chromium-{name}"));
     let url = format!("file://{}", page.display());
-    let mut cmd = browser(chrome, &profile.path().join("dom"));
+    let mut cmd = browser(chrome, &profile.path().join("dom"), width);
     cmd.arg("--dump-dom").arg(&url);
     let (status, dom, stderr) = run_command(cmd, Duration::from_secs(120));
     assert!(
@@ -93,7 +98,7 @@ fn render(chrome: &Path, page: &Path, name: &str) -> Rendered {
     std::fs::create_dir_all(&shots).unwrap();
     let shot = shots.join(format!("{name}.png"));
     let _ = std::fs::remove_file(&shot);
-    let mut cmd = browser(chrome, &profile.path().join("shot"));
+    let mut cmd = browser(chrome, &profile.path().join("shot"), width);
     cmd.arg(format!("--screenshot={}", shot.display())).arg(&url);
     let (status, _, stderr) = run_command(cmd, Duration::from_secs(120));
     assert!(
@@ -335,9 +340,10 @@ fn report_page_draws_the_timeline_the_flame_graph_and_the_table() {
         .filter_map(|t| attr(t, "data-label"))
         .collect();
     assert_eq!(series.len(), 4, "{series:?}");
-    assert_eq!(series[0], "cudaMalloc at load_weights");
+    // Labelled as every view labels groups.
+    assert_eq!(series[0], "cudaMalloc (device memory) at load_weights demo.c:13");
     assert!(
-        series.contains(&"cudaMalloc at train_step /src/train.py:33"),
+        series.contains(&"cudaMalloc (device memory) at train_step train.py:33"),
         "{series:?}"
     );
     let peak = tags(dom, "class=\"peak-marker\"");
@@ -421,9 +427,15 @@ fn names_from_the_report_cannot_break_out_of_the_page() {
         names.iter().any(|n| n.starts_with("stage&lt;/SCRIPT&gt;&lt;img")),
         "{names:?}"
     );
-    assert!(r
-        .dom
-        .contains("&lt;/script&gt;&lt;script&gt;document.title='pwned'&lt;/script&gt;&lt;!--"));
+    // The table's call site: the group's label, the file by its name
+    // (after the path's last '/'), as text.
+    let site = r.dom.split("<tr class=\"leak-row").nth(1).unwrap();
+    let site = &site[..site.find("</tr>").unwrap()];
+    assert!(
+        site.contains("stage&lt;/SCRIPT&gt;&lt;img src=x onerror=alert(1)&gt;")
+            && site.contains(" script&gt;&lt;!--"),
+        "{site}"
+    );
 }
 
 #[test]
@@ -854,7 +866,7 @@ fn pytorch_cache_segments_are_labelled_on_the_page() {
 /// `<pre id="measure">`, which `--dump-dom` then carries.
 const MEASURE: &str = r##"<script>
 (function () {
-  var out = { overlaps: [], labels: 0, legend: [], frames: [], mismatches: [] };
+  var out = { overlaps: [], labels: 0, legend: [], frames: [], mismatches: [], keyed: {}, keys: {}, tips: [], sites: [] };
   function visible(t) {
     if (t.closest("[display=none]") || t.getAttribute("display") === "none") return false;
     var r = t.getBoundingClientRect();
@@ -884,8 +896,36 @@ const MEASURE: &str = r##"<script>
     var g = it.getAttribute("data-group");
     var row = g === null ? null : document.querySelector("#leaks tr.leak-row[data-index='" + g + "']");
     var cell = row ? row.querySelector("td").textContent : null;
+    var peak = it.querySelector(".legend-peak");
     out.legend.push({ label: it.getAttribute("data-label"), group: g === null ? null : Number(g),
-      bytes: fig ? Number(fig.getAttribute("data-bytes")) : null, shown: fig ? fig.textContent : null, table: cell });
+      bytes: fig ? Number(fig.getAttribute("data-bytes")) : null, shown: fig ? fig.textContent : null, table: cell,
+      at_peak: peak ? Number(peak.getAttribute("data-bytes")) : null, text: it.textContent });
+  });
+  // Frames numbered for the key under a flame graph, with their label
+  // as shown, and the key's lines.
+  ["flame", "peak-flame"].forEach(function (id) {
+    out.keyed[id] = [];
+    out.keys[id] = [];
+    Array.prototype.forEach.call(document.querySelectorAll("#" + id + " g.frame[data-key]"), function (g) {
+      var t = g.querySelector("text");
+      out.keyed[id].push({ key: g.getAttribute("data-key"), name: g.getAttribute("data-name"),
+        text: t ? t.textContent : "", visible: !!t && visible(t) });
+    });
+    Array.prototype.forEach.call(document.querySelectorAll("#" + id + " .flame-key li"), function (li) {
+      out.keys[id].push({ key: li.getAttribute("data-key"), name: li.getAttribute("data-name"), text: li.textContent,
+        bytes: Number(li.getAttribute("data-bytes")) });
+    });
+  });
+  // The tooltips of the leaks' flame graph's leaves (the API's boxes).
+  Array.prototype.forEach.call(document.querySelectorAll("#flame g.frame"), function (g) {
+    if (g.querySelector("rect").getAttribute("fill") !== "#e8a33d") return;
+    var r = g.querySelector("rect").getBoundingClientRect();
+    g.dispatchEvent(new MouseEvent("mousemove", { clientX: r.left + 1, clientY: r.top + 1, bubbles: true }));
+    out.tips.push(document.getElementById("tooltip").textContent);
+  });
+  Array.prototype.forEach.call(document.querySelectorAll("#leaks tr.leak-row"), function (tr) {
+    var cells = tr.querySelectorAll("td");
+    out.sites.push({ bytes: cells[0].getAttribute("title"), site: cells[cells.length - 1].textContent });
   });
   ["flame", "peak-flame"].forEach(function (id) {
     Array.prototype.forEach.call(document.querySelectorAll("#" + id + " g.frame"), function (g) {
@@ -901,11 +941,16 @@ const MEASURE: &str = r##"<script>
 
 /// The page of `page` with [`MEASURE`] appended, rendered; what it measured.
 fn measure(chrome: &Path, page: &Path, name: &str) -> (Rendered, Value) {
+    measure_at(chrome, page, name, 1200)
+}
+
+/// [`measure`] in a window `width` pixels wide.
+fn measure_at(chrome: &Path, page: &Path, name: &str, width: u32) -> (Rendered, Value) {
     let html = std::fs::read_to_string(page).unwrap();
     let measured = page.with_extension("measure.html");
     let at = html.rfind("</body>").unwrap();
     std::fs::write(&measured, format!("{}{MEASURE}{}", &html[..at], &html[at..])).unwrap();
-    let r = render(chrome, &measured, name);
+    let r = render_at(chrome, &measured, name, width);
     let start = r
         .dom
         .find("<pre id=\"measure\">")
@@ -1225,4 +1270,212 @@ fn a_series_from_the_samples_largest_only_says_it_is_partial() {
     check_rendered(&r).unwrap();
     assert_eq!(tags(&r.dom, "class=\"partial\"").len(), 1);
     assert!(r.dom.contains("partial: not listed at every dump"));
+}
+
+/// The lines of tests/c/sixty_helper.c that define its sites, in order
+/// (the lines that start with `SITE(`).
+fn c_site_lines() -> Vec<i64> {
+    let text = std::fs::read_to_string(repo().join("tests/c/sixty_helper.c")).unwrap();
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("SITE("))
+        .map(|(i, _)| i as i64 + 1)
+        .collect()
+}
+
+/// A program whose 60 call sites all allocate through one helper, `raw`
+/// (tests/python/sixty_helper.py, tests/c/sixty_helper.c): every view
+/// tells the sites apart, with the labels of the text report. The table's
+/// "call site" is the run of frames that no other site shares (`raw
+/// sixty_helper.py:25 < augment_7 sixty_helper.py:61`), the leaves'
+/// tooltips name their sites, the legend names the exact figure at the
+/// peak beside the sampled maximum, and at 1,280 pixels the ten sites that
+/// hold the most carry a label in both flame graphs: a number, with their
+/// names in the key under the graph.
+fn sixty_sites_through_one_helper(
+    out: &Outcome,
+    file: &str,
+    helper_line: i64,
+    site_lines: &[i64],
+    name: &str,
+) {
+    let r = out.report();
+    assert_eq!(r.leaks.len(), 60, "{}", out.stderr);
+    assert_eq!(r.leaked_bytes(), 1830 * 65536);
+    let page = cli_page(
+        &["report", "--format", "html", "."],
+        out.dir.path(),
+        &format!("{name}.html"),
+    );
+    let chrome = required(
+        chromium(),
+        "Chromium (apt-get install chromium, or set CUDALEAK_CHROMIUM)",
+    );
+    let (rendered, m) = measure_at(&chrome, &page, name, 1280);
+    check_rendered(&rendered).unwrap();
+    assert_eq!(m["overlaps"], json!([]), "labels meet");
+    let label = |i: usize| format!("raw {file}:{helper_line} < augment_{i} {file}:{}", site_lines[i]);
+
+    // The table: each row its own site, the one that allocated its bytes.
+    let rows = m["sites"].as_array().unwrap();
+    assert_eq!(rows.len(), 60, "{rows:?}");
+    for row in rows {
+        let bytes: u64 = row["bytes"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches(" bytes")
+            .parse()
+            .unwrap();
+        let i = (bytes / 65536 - 1) as usize;
+        assert_eq!(row["site"], label(i), "{row}");
+    }
+
+    // The leaves' tooltips name their sites.
+    let tips = m["tips"].as_array().unwrap();
+    assert_eq!(tips.len(), 60, "{tips:?}");
+    for i in [0, 7, 59] {
+        let want = format!("call site: {}", label(i));
+        assert!(
+            tips.iter().any(|t| t.as_str().unwrap().contains(&want)),
+            "no tooltip says {want:?}: {tips:?}"
+        );
+    }
+
+    // The ten largest sites are numbered in both flame graphs, the largest
+    // first, and the key names them with their bytes.
+    for id in ["flame", "peak-flame"] {
+        let keyed = m["keyed"][id].as_array().unwrap();
+        let keys = m["keys"][id].as_array().unwrap();
+        assert_eq!(keyed.len(), 10, "{id}: {keyed:?}");
+        assert_eq!(keys.len(), 10, "{id}: {keys:?}");
+        for (k, site) in (50..60).rev().enumerate() {
+            let num = (k + 1).to_string();
+            let frame = keyed
+                .iter()
+                .find(|f| f["key"] == json!(num))
+                .unwrap_or_else(|| panic!("{id}: no frame numbered {num}: {keyed:?}"));
+            assert_eq!(frame["name"], format!("augment_{site}"), "{id}: {frame}");
+            assert_eq!(frame["visible"], true, "{id}: {frame}");
+            assert!(frame["text"].as_str().unwrap().starts_with(&num), "{id}: {frame}");
+            let line = &keys[k];
+            assert_eq!(line["key"], json!(num), "{id}: {line}");
+            assert_eq!(line["name"], format!("augment_{site}"), "{id}: {line}");
+            assert_eq!(line["bytes"], (site as u64 + 1) * 65536, "{id}: {line}");
+            let text = line["text"].as_str().unwrap();
+            assert!(
+                text.contains(&format!("augment_{site} ")) && text.contains("sixty_helper."),
+                "{id}: {line}"
+            );
+        }
+    }
+
+    // The SVG numbers the same ten, in the file itself and after its
+    // script ran in a browser, and its key names them.
+    let svg = cli_page(
+        &["report", "--format", "svg", "."],
+        out.dir.path(),
+        &format!("{name}.svg"),
+    );
+    let written = std::fs::read_to_string(&svg).unwrap();
+    let shown = render(&chrome, &svg, &format!("{name}-svg"));
+    assert!(shown.console.is_empty(), "{:?}", shown.console);
+    for (what, dom) in [("file", written.as_str()), ("browser", shown.dom.as_str())] {
+        for (k, site) in (50..60).rev().enumerate() {
+            let num = k + 1;
+            let g = dom
+                .split(&format!("<g data-key=\"{num}\">"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{what}: no frame numbered {num}"));
+            let g = &g[..g.find("</g>").unwrap()];
+            assert!(g.starts_with(&format!("<title>augment_{site} ")), "{what}: {g}");
+            let text = &g[g.find("<text ").unwrap()..];
+            let text = &text[text.find('>').unwrap() + 1..text.find("</text>").unwrap()];
+            assert!(
+                text == num.to_string() || text.starts_with(&format!("{num} ")),
+                "{what}: {g}"
+            );
+            let line = dom
+                .split("class=\"key-line\"")
+                .skip(1)
+                .map(|l| &l[..l.find("</text>").unwrap()])
+                .find(|l| l.contains(&format!("data-key=\"{num}\">")))
+                .unwrap_or_else(|| panic!("{what}: no key line {num}"));
+            let line = &line[line.find('>').unwrap() + 1..];
+            // Python frames carry their place, as every picture's do.
+            let place = match file.ends_with(".py") {
+                true => format!(" [{file}:{}]", site_lines[site]),
+                false => String::new(),
+            };
+            let bytes = (site as u64 + 1) * 65536;
+            let pct = bytes as f64 * 100.0 / (1830.0 * 65536.0);
+            let want = format!(
+                "{num}  augment_{site}{place} ({} bytes, {pct:.2}%)",
+                grouped(bytes)
+            );
+            assert_eq!(line, want, "{what}");
+        }
+        assert!(!dom.contains("<g data-key=\"11\">"), "{what}");
+    }
+
+    // The legend of the sampled timeline: the exact figure at the peak,
+    // named as such, where the samples may have missed it.
+    let legend = m["legend"].as_array().unwrap();
+    let sites: Vec<&Value> = legend.iter().filter(|l| l["label"] != "other").collect();
+    assert!(!sites.is_empty(), "{legend:?}");
+    for l in &sites {
+        let g = l["group"].as_u64().unwrap() as usize;
+        assert_eq!(l["at_peak"].as_u64(), Some(r.leaks[g].bytes), "{l}");
+        assert!(l["text"].as_str().unwrap().contains(", at the peak "), "{l}");
+        assert!(
+            !l["text"].as_str().unwrap().contains(" max ")
+                || l["text"].as_str().unwrap().contains("sampled max"),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
+fn sixty_python_sites_through_one_helper_are_told_apart_on_the_page() {
+    let out = run_test_python("sixty_helper.py", &[("CUDALEAK_TIMELINE", "10ms")]);
+    out.assert_success();
+    let file = "tests/python/sixty_helper.py";
+    sixty_sites_through_one_helper(
+        &out,
+        "sixty_helper.py",
+        line_of(file, "nbytes)  # HELPER"),
+        &support::lines_of(file, "UNIT))  # SITE "),
+        "sixty-helper-py",
+    );
+}
+
+#[test]
+#[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
+fn sixty_c_sites_through_one_helper_are_told_apart_on_the_page() {
+    let out = run_traced(
+        &support::program("sixty_helper"),
+        &[],
+        &[("CUDALEAK_TIMELINE", "10ms")],
+    );
+    out.assert_success();
+    sixty_sites_through_one_helper(
+        &out,
+        "sixty_helper.c",
+        line_of("tests/c/sixty_helper.c", "/* HELPER */"),
+        &c_site_lines(),
+        "sixty-helper-c",
+    );
+}
+
+/// `n` with a comma between thousands, as inferno writes counts.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

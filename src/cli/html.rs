@@ -8,6 +8,7 @@
 use cudaleak_core::base::units::{count, size_delta, size_exact};
 use cudaleak_core::combine::{self, GroupDelta, GroupKey, RankView};
 use cudaleak_core::record::python::PythonFrame;
+use cudaleak_core::report::render;
 use cudaleak_core::report::{
     Group, MergedFrame, NativeFrame, Report, SampledTimeline, TimelineSample, Trend,
 };
@@ -40,7 +41,8 @@ pub struct PageFrame {
     loc: Option<String>,
     python: bool,
     /// machinery the text report hides by default (program start, the
-    /// interpreter, ctypes/libffi): [`cudaleak_core::report::render::is_noise`],
+    /// interpreter, ctypes/libffi, the test runner's Python frames):
+    /// [`render::is_noise`], [`render::is_runner`],
     /// so that the page folds exactly what the text report folds (issue 26)
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     noise: bool,
@@ -57,6 +59,10 @@ pub struct PageGroup {
     /// imported memory, pools): listed, but not in sums or the flame graph
     uncounted: bool,
     trend: Option<&'static str>,
+    /// where it was allocated, as the labels that tell groups apart say it
+    /// ([`render::label_groups`] over the page's groups): the table's "call
+    /// site" column and the flame graphs' tooltips
+    site: String,
     /// innermost first, as indices into [`Page::frames`]
     frames: Vec<u32>,
     frames_cut: usize,
@@ -88,6 +94,8 @@ pub struct PageOom {
     device_total_bytes: Option<u64>,
     failed_calls: u64,
     t_ms: i64,
+    /// where the request was made, labelled as the groups beside it are
+    site: String,
     /// innermost first, as indices into [`Page::frames`]
     frames: Vec<u32>,
     frames_cut: usize,
@@ -131,6 +139,14 @@ pub struct Series {
     /// what is missing when the series is not whole
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partial: Option<String>,
+    /// its bytes at the process's peak, exact (the report's `peak`), where
+    /// the report has one: the values are samples, and the most a sample
+    /// saw is not the peak
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_peak: Option<u64>,
+    /// the site's group, to find it in the report's peak
+    #[serde(skip)]
+    key: Option<GroupKey>,
 }
 
 /// A call site's series before the choice of what to draw.
@@ -217,14 +233,7 @@ fn chosen_series(
 ) -> Vec<Series> {
     let chosen = choose_sites(rows, total);
     let groups: Vec<&Group> = chosen.iter().map(|&(i, _)| rows[i].group).collect();
-    // "API at its innermost frame", unless two sites would read the same
-    // (Python helpers: every site "at malloc sim.py:21"); then labels that
-    // tell them apart.
-    let mut labels: Vec<String> = groups.iter().map(|g| site_label(g)).collect();
-    let twins = labels.iter().enumerate().any(|(i, l)| labels[..i].contains(l));
-    if twins {
-        labels = cudaleak_core::report::render::group_labels(&groups);
-    }
+    let labels = render::group_labels(&groups);
     let mut series: Vec<Series> = chosen
         .iter()
         .zip(labels)
@@ -237,6 +246,8 @@ fn chosen_series(
                 why: why.clone(),
                 group: table_rows.get(&GroupKey::of(r.group)).copied(),
                 partial: r.partial.clone(),
+                at_peak: None,
+                key: Some(GroupKey::of(r.group)),
             }
         })
         .collect();
@@ -263,6 +274,8 @@ fn push_other(series: &mut Vec<Series>, other: Vec<u64>) {
             why: Vec::new(),
             group: None,
             partial: None,
+            at_peak: None,
+            key: None,
         });
     }
 }
@@ -369,7 +382,9 @@ fn python_frame(f: &PythonFrame) -> PageFrame {
             None => f.file.clone(),
         }),
         python: true,
-        noise: false,
+        // The test runner's frames (pytest, pluggy): folded as the text
+        // folds them, when the stack has Python frames of its own.
+        noise: render::is_runner(f),
     }
 }
 
@@ -425,9 +440,21 @@ fn frames_of(g: &Group, table: &mut FrameTable) -> (Vec<u32>, usize) {
     (all.into_iter().skip(cut).map(|f| table.intern(f)).collect(), cut)
 }
 
-fn page_group(g: &Group, table: &mut FrameTable) -> PageGroup {
+/// `groups` as the page lists them, each labelled by the site that tells
+/// it apart from the others ([`render::label_groups`]).
+fn page_groups<'a>(groups: impl Iterator<Item = &'a Group>, table: &mut FrameTable) -> Vec<PageGroup> {
+    let groups: Vec<&Group> = groups.take(MAX_PAGE_GROUPS).collect();
+    render::label_groups(&groups)
+        .into_iter()
+        .zip(&groups)
+        .map(|(label, g)| page_group(g, label.site, table))
+        .collect()
+}
+
+fn page_group(g: &Group, site: String, table: &mut FrameTable) -> PageGroup {
     let (frames, frames_cut) = frames_of(g, table);
     PageGroup {
+        site,
         bytes: g.bytes,
         blocks: g.blocks,
         api: g.api.clone(),
@@ -644,14 +671,6 @@ fn dump_marks(all: &[(PathBuf, Report)]) -> Vec<Mark> {
         .collect()
 }
 
-fn site_label(g: &Group) -> String {
-    format!(
-        "{} at {}",
-        g.api,
-        cudaleak_core::report::render::top_frame_label(g)
-    )
-}
-
 /// The timeline a report carries (`CUDALEAK_TIMELINE`): one point per
 /// sample, one band per call site among the largest, the rest "other".
 fn timeline_from_samples(
@@ -731,6 +750,7 @@ fn timeline_from_samples(
             .iter()
             .filter(|s| s.label != "other" || !s.stack.is_empty())
             .count();
+    let site_labels = render::group_labels(&t.sites.iter().collect::<Vec<_>>());
     let peak = t.peak.as_ref().map(|p| Peak {
         t_ms: p.timestamp_ms,
         bytes: p.live_bytes,
@@ -738,8 +758,8 @@ fn timeline_from_samples(
             .sites
             .iter()
             .filter_map(|&(i, bytes)| {
-                t.sites.get(i as usize).map(|g| PeakSite {
-                    label: site_label(g),
+                site_labels.get(i as usize).map(|label| PeakSite {
+                    label: label.clone(),
                     bytes,
                 })
             })
@@ -814,12 +834,7 @@ pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks:
     let files: Vec<PathBuf> = all.iter().map(|(p, _)| p.clone()).collect();
     let live = merged.trigger != cudaleak_core::report::Trigger::Exit;
     let mut table = FrameTable::default();
-    let groups = merged
-        .leaks
-        .iter()
-        .take(MAX_PAGE_GROUPS)
-        .map(|g| page_group(g, &mut table))
-        .collect();
+    let groups = page_groups(merged.leaks.iter(), &mut table);
     let groups_cut = merged.leaks.len().saturating_sub(MAX_PAGE_GROUPS);
     let table_rows: HashMap<GroupKey, usize> = merged
         .leaks
@@ -854,6 +869,18 @@ pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks:
             t_ms: p.timestamp_ms,
             bytes: p.bytes,
         });
+        if let Some(p) = merged.peak.as_ref().filter(|p| p.bytes > 0) {
+            // A site missing from a whole list of the peak's groups held
+            // nothing then; from a cut list, it is not known.
+            let whole = p.groups_left_out.is_none_or(|l| l.groups == 0);
+            let at_peak: HashMap<GroupKey, u64> =
+                p.groups.iter().map(|g| (GroupKey::of(g), g.bytes)).collect();
+            for s in &mut t.series {
+                if let Some(key) = &s.key {
+                    s.at_peak = at_peak.get(key).copied().or(whole.then_some(0));
+                }
+            }
+        }
     }
     let oom = merged.oom.as_ref().map(|o| {
         let request = Group {
@@ -868,7 +895,9 @@ pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks:
             )
         };
         let (frames, frames_cut) = frames_of(&request, &mut table);
+        let beside: Vec<&Group> = merged.leaks.iter().take(MAX_PAGE_GROUPS).collect();
         PageOom {
+            site: render::request_site(o, &beside),
             api: o.api.clone(),
             requested_bytes: o.requested_bytes,
             device: o.device,
@@ -881,12 +910,7 @@ pub fn report_page_with(all: &[(PathBuf, Report)], merged: &Report, full_stacks:
         }
     });
     let peak = merged.peak.as_ref().filter(|p| p.bytes > 0).map(|p| {
-        let shown: Vec<PageGroup> = p
-            .groups
-            .iter()
-            .take(MAX_PAGE_GROUPS)
-            .map(|g| page_group(g, &mut table))
-            .collect();
+        let shown = page_groups(p.groups.iter(), &mut table);
         let rest = p.groups.iter().skip(MAX_PAGE_GROUPS);
         let left = p.groups_left_out.unwrap_or_default();
         PagePeak {
@@ -937,10 +961,11 @@ fn page_summary(bytes: u64, blocks: u64, state: &str) -> String {
 
 pub fn diff_page(old: (&PathBuf, &Report), new: (&PathBuf, &Report), changes: &[GroupDelta]) -> String {
     let mut table = FrameTable::default();
+    let shown: Vec<&Group> = changes.iter().take(MAX_PAGE_GROUPS).map(|c| &c.group).collect();
     let groups = changes
         .iter()
-        .take(MAX_PAGE_GROUPS)
-        .map(|c| PageGroup {
+        .zip(render::label_groups(&shown))
+        .map(|(c, label)| PageGroup {
             // The flame graph shows growth only; the table shows all.
             bytes: c.bytes_delta.max(0) as u64,
             change: Some(match c.change {
@@ -955,7 +980,7 @@ pub fn diff_page(old: (&PathBuf, &Report), new: (&PathBuf, &Report), changes: &[
             old_bytes: Some(c.old_bytes),
             new_bytes: Some(c.new_bytes),
             blocks: c.group.blocks,
-            ..page_group(&c.group, &mut table)
+            ..page_group(&c.group, label.site, &mut table)
         })
         .collect();
     let (groups, groups_cut) = (groups, changes.len().saturating_sub(MAX_PAGE_GROUPS));
@@ -984,14 +1009,20 @@ pub fn diff_page(old: (&PathBuf, &Report), new: (&PathBuf, &Report), changes: &[
 
 pub fn merge_page(dir: &std::path::Path, processes: usize, view: &RankView, merged: &Report) -> String {
     let mut table = FrameTable::default();
-    let groups = view
+    let shown: Vec<&Group> = view
         .groups
         .iter()
         .take(MAX_PAGE_GROUPS)
-        .map(|s| PageGroup {
+        .map(|s| &s.group)
+        .collect();
+    let groups = view
+        .groups
+        .iter()
+        .zip(render::label_groups(&shown))
+        .map(|(s, label)| PageGroup {
             ranks: s.ranks.clone(),
             only_some: s.only_some,
-            ..page_group(&s.group, &mut table)
+            ..page_group(&s.group, label.site, &mut table)
         })
         .collect();
     let (groups, groups_cut) = (groups, view.groups.len().saturating_sub(MAX_PAGE_GROUPS));

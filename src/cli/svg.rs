@@ -4,6 +4,7 @@
 //! into libcudaleak.so.
 
 use inferno::flamegraph::{self, Options};
+use std::collections::{HashMap, HashSet};
 
 /// The SVG for `folded` (one "frame;frame;... bytes" line per group). With
 /// nothing to draw, an SVG that says so: inferno refuses empty input.
@@ -23,7 +24,15 @@ pub fn flame_graph(title: &str, folded: &str) -> Result<String, String> {
     flamegraph::from_lines(&mut opts, lines.iter().copied(), &mut out)
         .map_err(|e| format!("cannot draw the flame graph: {e}"))?;
     let svg = String::from_utf8(out).map_err(|e| e.to_string())?;
-    Ok(with_telling_labels(&static_labels(&svg)))
+    // The leaves: the API each stack ends in, never numbered.
+    let leaves: HashSet<&str> = lines
+        .iter()
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .map(|(stack, _)| stack.rsplit(';').next().unwrap_or(stack))
+        })
+        .collect();
+    Ok(with_telling_labels(&static_labels(&svg, &leaves)))
 }
 
 /// inferno's default image width and the frames' padding, its font size
@@ -90,50 +99,218 @@ fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
+/// How many of the frames too narrow for their names are numbered, with
+/// their names in the key under the graph.
+const KEYED: usize = 10;
+/// The numbers' font size (the frames' is 12): "10" fits a box 15 pixels
+/// wide.
+const KEY_FONT: f64 = 9.0;
+/// The key's lines: their height, and the two columns' left edges.
+const KEY_LINE: f64 = 16.0;
+const KEY_COLUMNS: [f64; 2] = [XPAD, IMAGE_WIDTH / 2.0];
+
+/// One frame of inferno's SVG: `<g><title>NAME (N bytes, P%)</title><rect
+/// ... width="W%" .../><text ...>LABEL</text></g>`.
+struct Frame<'a> {
+    /// the whole `<g>...` up to its `</g>`
+    svg: &'a str,
+    title: String,
+    name: String,
+    /// the box's width in pixels, less the label's padding
+    px: f64,
+}
+
+impl<'a> Frame<'a> {
+    fn parse(svg: &'a str) -> Option<Frame<'a>> {
+        let title_start = "<g><title>".len();
+        let title_end = svg.find("</title>")?;
+        let title = xml_unescape(&svg[title_start..title_end]);
+        // "name (1,234 bytes, 5.6%)"
+        let name = title
+            .rfind(" (")
+            .map_or(title.as_str(), |i| &title[..i])
+            .to_string();
+        let w_at = svg.find(" width=\"")? + " width=\"".len();
+        let width: f64 = svg[w_at..w_at + svg[w_at..].find('%')?].parse().ok()?;
+        let px = width / 100.0 * (IMAGE_WIDTH - 2.0 * XPAD) - 3.0;
+        Some(Frame { svg, title, name, px })
+    }
+
+    /// How many characters of `font` pixels fit its box.
+    fn chars(&self, font: f64) -> usize {
+        if self.px > 0.0 {
+            (self.px / (CHAR_WIDTH * font / 12.0)).floor() as usize
+        } else {
+            0
+        }
+    }
+
+    /// The frame with its label `label`, its `<g>` marked with `key`.
+    fn relabelled(&self, label: &str, key: Option<usize>) -> Option<String> {
+        let text_open = self.svg.find("<text ")?;
+        let text_start = text_open + self.svg[text_open..].find('>')? + 1;
+        let text_end = text_start + self.svg[text_start..].find("</text>")?;
+        let head = &self.svg[..text_open];
+        let text_tag = &self.svg[text_open..text_start];
+        Some(match key {
+            Some(k) => format!(
+                "{}{}{}{}",
+                head.replacen("<g>", &format!("<g data-key=\"{k}\">"), 1),
+                text_tag.replacen("<text ", "<text class=\"keyed\" ", 1),
+                xml_escape(label),
+                &self.svg[text_end..]
+            ),
+            None => format!("{head}{text_tag}{}{}", xml_escape(label), &self.svg[text_end..]),
+        })
+    }
+}
+
 /// Each frame's label written by inferno (`lay..`) replaced by its most
 /// telling part ([`short_name`]) from the frame's title, for the width of
-/// its box.
-fn static_labels(svg: &str) -> String {
-    let mut out = String::with_capacity(svg.len());
+/// its box. At 60 call sites through one helper no site's box is wide
+/// enough for its name: the [`KEYED`] widest frames of the program whose
+/// names do not fit (not the root, not a leaf in `leaves`, not a name that
+/// several such boxes share: the helper tells none apart) get a number,
+/// and the key under the graph names them, as the HTML page's flame
+/// graphs do.
+fn static_labels(svg: &str, leaves: &HashSet<&str>) -> String {
+    // The frames, and what lies between them.
+    let mut pieces: Vec<Result<Frame, &str>> = Vec::new();
     let mut rest = svg;
     while let Some(start) = rest.find("<g><title>") {
         let (before, frame) = rest.split_at(start);
-        out.push_str(before);
+        pieces.push(Err(before));
         let Some(end) = frame.find("</g>") else {
             rest = frame;
             break;
         };
         let (one, after) = frame.split_at(end);
-        out.push_str(&relabel(one).unwrap_or_else(|| one.to_string()));
+        pieces.push(Frame::parse(one).ok_or(one));
         rest = after;
     }
-    out.push_str(rest);
-    out
+    pieces.push(Err(rest));
+
+    let narrow: Vec<(usize, &Frame)> = pieces
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((i, p.as_ref().ok()?)))
+        .filter(|(_, f)| {
+            f.name != "all"
+                && !leaves.contains(f.name.as_str())
+                && short_name(&f.name, f.chars(12.0)) != f.name
+        })
+        .collect();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (_, f) in &narrow {
+        *names.entry(f.name.as_str()).or_default() += 1;
+    }
+    let mut candidates: Vec<(usize, &Frame)> = narrow
+        .into_iter()
+        .filter(|(_, f)| names[f.name.as_str()] == 1)
+        .collect();
+    candidates.sort_by(|a, b| b.1.px.total_cmp(&a.1.px));
+    // Piece index -> its number.
+    let mut keyed: HashMap<usize, usize> = HashMap::new();
+    let mut key_lines: Vec<String> = Vec::new();
+    for (i, f) in candidates {
+        let k = key_lines.len() + 1;
+        if k > KEYED {
+            break;
+        }
+        if f.chars(KEY_FONT) < k.to_string().len() {
+            continue;
+        }
+        keyed.insert(i, k);
+        key_lines.push(format!("{k}  {}", f.title));
+    }
+
+    let mut out = String::with_capacity(svg.len());
+    for (i, p) in pieces.iter().enumerate() {
+        match p {
+            Err(text) => out.push_str(text),
+            Ok(f) => {
+                let key = keyed.get(&i).copied();
+                let label = match key {
+                    Some(k) => {
+                        let num = k.to_string();
+                        let rest = short_name(&f.name, f.chars(KEY_FONT).saturating_sub(num.len() + 1));
+                        if rest.is_empty() {
+                            num
+                        } else {
+                            format!("{num} {rest}")
+                        }
+                    }
+                    None => short_name(&f.name, f.chars(12.0)),
+                };
+                out.push_str(&f.relabelled(&label, key).unwrap_or_else(|| f.svg.to_string()));
+            }
+        }
+    }
+    with_key(&out, &key_lines)
 }
 
-fn relabel(frame: &str) -> Option<String> {
-    let title_start = "<g><title>".len();
-    let title_end = frame.find("</title>")?;
-    let title = xml_unescape(&frame[title_start..title_end]);
-    // "name (1,234 bytes, 5.6%)"
-    let name = title.rfind(" (").map_or(title.as_str(), |i| &title[..i]);
-    let w_at = frame.find(" width=\"")? + " width=\"".len();
-    let width: f64 = frame[w_at..w_at + frame[w_at..].find('%')?].parse().ok()?;
-    let text_open = frame.find("<text ")?;
-    let text_start = text_open + frame[text_open..].find('>')? + 1;
-    let text_end = text_start + frame[text_start..].find("</text>")?;
-    let px = width / 100.0 * (IMAGE_WIDTH - 2.0 * XPAD) - 3.0;
-    let chars = if px > 0.0 {
-        (px / CHAR_WIDTH).floor() as usize
-    } else {
-        0
+/// `svg` with `lines` under the graph, in two columns: the SVG grows by
+/// their height.
+fn with_key(svg: &str, lines: &[String]) -> String {
+    if lines.is_empty() {
+        return svg.to_string();
+    }
+    let rows = lines.len().div_ceil(KEY_COLUMNS.len());
+    let grow = rows as f64 * KEY_LINE + 8.0;
+    // The outer <svg>'s height and viewBox.
+    let Some(open_end) = svg.find("<svg ").and_then(|i| svg[i..].find('>').map(|j| i + j)) else {
+        return svg.to_string();
     };
-    Some(format!(
-        "{}{}{}",
-        &frame[..text_start],
-        xml_escape(&short_name(name, chars)),
-        &frame[text_end..]
-    ))
+    let open = &svg[..open_end];
+    let Some(height) = attr_value(open, "height").and_then(|h| h.parse::<f64>().ok()) else {
+        return svg.to_string();
+    };
+    let new_height = height + grow;
+    let open = open
+        .replacen(
+            &format!("height=\"{height}\""),
+            &format!("height=\"{new_height}\""),
+            1,
+        )
+        .replacen(
+            &format!("viewBox=\"0 0 {IMAGE_WIDTH} {height}\""),
+            &format!("viewBox=\"0 0 {IMAGE_WIDTH} {new_height}\""),
+            1,
+        );
+    let mut key = String::from("<g id=\"cudaleak-key\">");
+    for (i, line) in lines.iter().enumerate() {
+        let (col, row) = (i / rows, i % rows);
+        let x = KEY_COLUMNS[col.min(KEY_COLUMNS.len() - 1)];
+        let y = height + 4.0 + (row as f64 + 1.0) * KEY_LINE - 4.0;
+        key.push_str(&format!(
+            "<text class=\"key-line\" x=\"{x}\" y=\"{y}\" data-key=\"{}\">{}</text>",
+            i + 1,
+            xml_escape(line)
+        ));
+    }
+    key.push_str("</g>");
+    let Some(close) = svg.rfind("</svg>") else {
+        return svg.to_string();
+    };
+    // inferno's background fills the old height: it fills the new one.
+    let body = svg[open_end..close].replacen(
+        &format!("height=\"{height}\" fill=\"url(#background)\""),
+        &format!("height=\"{new_height}\" fill=\"url(#background)\""),
+        1,
+    );
+    format!("{open}{body}{key}{}", &svg[close..])
+    .replacen(
+        "</style>",
+        &format!(".keyed {{ font-size:{KEY_FONT}px; font-weight:bold; }}\n.key-line {{ font-size:11px; }}\n</style>"),
+        1,
+    )
+}
+
+/// The value of attribute `name` in a start tag.
+fn attr_value<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let start = tag.find(&key)? + key.len();
+    Some(&tag[start..start + tag[start..].find('"')?])
 }
 
 /// inferno cuts a label to its first or last characters ("lay..",
@@ -151,7 +328,18 @@ function cudaleak_label(e) {
     var txt = title.textContent.replace(/\([^(]*\)$/, "").trim();
     t.attributes.x.value = format_percent((parseFloat(r.attributes.x.value) + (100 * 3 / frames.attributes.width.value)));
     var cw = known_font_width || fontsize * fontwidth;
-    t.textContent = shortName(txt, Math.floor(w / cw));
+    var name = shortName(txt, Math.floor(w / cw));
+    // A numbered frame (the key under the graph names it) keeps its
+    // number while its name does not fit.
+    var key = e.getAttribute("data-key");
+    if (key && name !== txt) {
+        var rest = shortName(txt, Math.floor(w / (cw * 9 / 12)) - key.length - 1);
+        t.textContent = rest ? key + " " + rest : key;
+        t.setAttribute("class", "keyed");
+    } else {
+        t.textContent = name;
+        t.removeAttribute("class");
+    }
 }
 function update_text_for_elements(elements) {
     for (var i = 0; i < elements.length; i++) cudaleak_label(elements[i]);

@@ -107,16 +107,18 @@
 
   // The frames a picture shows. By default what the text report hides
   // (frames the core marks as noise: program start, the interpreter,
-  // ctypes and libffi) is folded away, and a stack with Python frames
-  // reads Python-first: its Python frames, then the native code below
-  // the innermost one (issue 26). The toggle shows everything.
+  // ctypes and libffi, the test runner's Python frames when the stack has
+  // Python frames of its own) is folded away, and a stack with Python
+  // frames reads Python-first: its Python frames, then the native code
+  // below the innermost one (issue 26). The toggle shows everything.
   var showAll = false;
   function visibleFrames(frames) {
     if (showAll) return frames;
     var firstPy = -1;
     for (var i = 0; i < frames.length; i++) if (frames[i].python) { firstPy = i; break; }
+    var ownPy = frames.some(function (f) { return f.python && !f.noise; });
     return frames.filter(function (f, i) {
-      if (f.noise) return false;
+      if (f.noise && (!f.python || ownPy)) return false;
       return firstPy < 0 || i <= firstPy || f.python;
     });
   }
@@ -197,7 +199,9 @@
     p.appendChild(el("strong", { "class": "oom-size", "data-bytes": o.requested_bytes }, bytes(o.requested_bytes)));
     p.appendChild(document.createTextNode(" (" + o.requested_bytes + " bytes) failed ("));
     p.appendChild(el("span", { "class": "oom-device" }, mem));
-    p.appendChild(document.createTextNode(")" + (o.failed_calls > 1 ? "; " + o.failed_calls + " failed calls within 1 s" : "") + ". Its stack:"));
+    p.appendChild(document.createTextNode(")" + (o.failed_calls > 1 ? "; " + o.failed_calls + " failed calls within 1 s" : "") + ", at "));
+    p.appendChild(el("span", { "class": "oom-site" }, o.site));
+    p.appendChild(document.createTextNode(". Its stack:"));
     stackList(document.getElementById("oom-stack"), o.frames, o.frames_cut);
   }
 
@@ -304,11 +308,17 @@
         item.appendChild(document.createTextNode(": "));
         item.appendChild(fig);
         item.appendChild(document.createTextNode(" " + (data.weight === "live bytes" ? "live" : "leaked")));
-        if (max !== g.bytes) item.appendChild(document.createTextNode(", max " + bytes(max) + " live"));
+        if (max !== g.bytes) item.appendChild(document.createTextNode(", sampled max " + bytes(max)));
       } else {
         item.appendChild(document.createTextNode(se.label === "other"
-          ? (t.other_sites ? " (" + count(t.other_sites, "more call site") + ")" : "") + ": max " + bytes(max)
-          : ": max " + bytes(max) + " live"));
+          ? (t.other_sites ? " (" + count(t.other_sites, "more call site") + ")" : "") + ": sampled max " + bytes(max)
+          : ": sampled max " + bytes(max)));
+      }
+      // The samples may miss the peak: its exact figure, where the report
+      // has one, named as such.
+      if (se.at_peak !== undefined && se.at_peak !== null) {
+        item.appendChild(document.createTextNode(", at the peak "));
+        item.appendChild(el("span", { "class": "legend-peak", "data-bytes": se.at_peak }, bytes(se.at_peak)));
       }
       if (se.partial) item.appendChild(el("span", { "class": "partial" }, " (" + se.partial + ")"));
       legend.appendChild(item);
@@ -398,9 +408,9 @@
     var box = document.getElementById(o.box);
     var search = document.getElementById(o.search);
     var matchInfo = document.getElementById(o.match);
-    var svg = null, root = null, focus = null, W = 1000, ROW = 18, CH = 6.6;
+    var svg = null, root = null, focus = null, W = 1000, ROW = 18, CH = 6.6, KEYED = 10;
     function build() {
-      root = { name: "all", loc: null, value: 0, children: [], byName: {}, depth: 0 };
+      root = { name: "all", loc: null, value: 0, children: [], byName: {}, depth: 0, sites: [] };
       o.groups.forEach(function (g) {
         if (!(g.bytes > 0) || g.uncounted) return;
         root.value += g.bytes;
@@ -413,11 +423,14 @@
           var key = (f.python ? "py:" : "c:") + f.name;
           var c = node.byName[key];
           if (!c) {
-            c = { name: f.name, loc: f.python || f.leaf ? f.loc : (f.loc || "").replace(/:\d+$/, ""), python: f.python, leaf: !!f.leaf, cache: !!f.cache, value: 0, children: [], byName: {}, parent: node, depth: node.depth + 1 };
+            c = { name: f.name, loc: f.python || f.leaf ? f.loc : (f.loc || "").replace(/:\d+$/, ""), python: f.python, leaf: !!f.leaf, cache: !!f.cache, value: 0, children: [], byName: {}, parent: node, depth: node.depth + 1, sites: [] };
             node.byName[key] = c;
             node.children.push(c);
           }
           c.value += g.bytes;
+          // A leaf says which call sites it stands for, labelled as the
+          // table labels them.
+          if (f.leaf && g.site) c.sites.push(g.site);
           node = c;
         });
       });
@@ -452,6 +465,7 @@
         try { re = new RegExp(search.value, "i"); } catch (e) { re = null; }
       }
       var matched = 0;
+      var narrow = [];
       var ancestors = {};
       for (var a = focus; a; a = a.parent) ancestors[a.depth] = a;
       function label(n, w) {
@@ -463,11 +477,15 @@
         var g = sv("g", { "class": "frame" + (isMatch ? " match" : "") + (faded ? " faded" : "") + (n.leaf && n.cache ? " cache-segment" : ""), "data-name": n.name });
         g.appendChild(sv("rect", { x: x.toFixed(2), y: n.depth * ROW, width: Math.max(0, w - 0.5).toFixed(2), height: ROW - 1, fill: n === root ? "#c9ced8" : color(n) }));
         var text = label(n, w);
-        if (text) g.appendChild(sv("text", { x: (x + 3).toFixed(2), y: n.depth * ROW + 13 }, text));
+        var t = sv("text", { x: (x + 3).toFixed(2), y: n.depth * ROW + 13 }, text);
+        if (text) g.appendChild(t);
+        if (n !== root && !n.leaf && !faded && text !== n.name) narrow.push({ n: n, w: w, g: g, t: t });
         g.addEventListener("click", function () { focus = n; draw(); });
         g.addEventListener("mousemove", function (ev) {
           var lines = [bytes(n.value) + " (" + (100 * n.value / root.value).toFixed(1) + "% of " + o.weight + ")"];
           if (n.leaf && n.cache) lines.push(data.pytorch_note);
+          n.sites.slice(0, 5).forEach(function (s) { lines.push("call site: " + s); });
+          if (n.sites.length > 5) lines.push("and " + count(n.sites.length - 5, "more call site"));
           showTip(ev, n.name + (n.loc ? "  " + n.loc : ""), lines);
         });
         g.addEventListener("mouseleave", hideTip);
@@ -493,7 +511,52 @@
         box1(n, 0, W, true);
         placeFrom(ancestors[n.depth + 1]);
       })(root);
+      keyNarrow(narrow);
       matchInfo.textContent = re ? "matched: " + bytes(Math.min(matched, focus.value)) + " of " + bytes(focus.value) : "";
+    }
+    // Boxes too narrow for their names: at 60 call sites through one
+    // helper, every site's box is. The frames of the program (not the
+    // root, not the API's leaf) that hold the most get a number in their
+    // box, as much of their name as still fits after it, and a line in
+    // the key under the graph with the whole name, its place and its
+    // bytes; the rest keep their tooltip. A name that several narrow
+    // boxes share (the helper every site calls) tells none of them apart,
+    // and is not numbered.
+    function keyNarrow(narrow) {
+      var seen = {};
+      narrow.forEach(function (k) { seen[k.n.name] = (seen[k.n.name] || 0) + 1; });
+      narrow = narrow.filter(function (k) { return seen[k.n.name] === 1; });
+      narrow.sort(function (a, b) { return b.n.value - a.n.value || a.n.depth - b.n.depth; });
+      var keyed = [];
+      narrow.forEach(function (k) {
+        var num = String(keyed.length + 1);
+        // In a smaller font (9px, the CSS's .keyed) with 2 pixels each
+        // side, "10" fits a box 15 pixels wide.
+        var chars = Math.floor((k.w - 4) / (CH * 9 / 11));
+        if (keyed.length >= KEYED || chars < num.length) return;
+        var rest = shortName(k.n.name, chars - num.length - 1);
+        k.t.textContent = rest ? num + " " + rest : num;
+        k.t.setAttribute("class", "keyed");
+        if (!k.t.parentNode) k.g.appendChild(k.t);
+        k.g.setAttribute("data-key", num);
+        keyed.push(k);
+      });
+      if (!keyed.length) return;
+      var ol = el("ol", { "class": "flame-key" });
+      keyed.forEach(function (k, i) {
+        var n = k.n;
+        var li = el("li", { "data-key": String(i + 1), "data-name": n.name, "data-bytes": n.value });
+        li.appendChild(el("span", { "class": "key-num" }, String(i + 1)));
+        li.appendChild(document.createTextNode(" " + n.name + "  " + bytes(n.value)));
+        // The file's name; the whole path on hover.
+        if (n.loc) {
+          li.title = n.name + "  " + n.loc;
+          li.appendChild(el("span", { "class": "loc" }, "  " + n.loc.replace(/^.*\//, "")));
+        }
+        li.addEventListener("click", function () { focus = n; draw(); });
+        ol.appendChild(li);
+      });
+      box.appendChild(ol);
     }
     search.addEventListener("input", draw);
     document.getElementById(o.reset).addEventListener("click", function () { focus = root; search.value = ""; draw(); });
@@ -530,12 +593,10 @@
     if (data.kind === "merge") cols.push({ key: "ranks", label: "on", fmt: function (v, g) { return (g.only_some ? "only " : "all: ") + v.join(", "); } });
     cols.push({ key: "site", label: "call site" });
     var rows = data.groups.map(function (g, i) {
-      var site = null;
-      for (var j = 0; j < g.frames.length; j++) if (!g.frames[j].noise) { site = g.frames[j]; break; }
-      if (!site && g.frames.length) site = g.frames[0];
-      for (var k = 0; k < g.frames.length; k++) if (g.frames[k].python) { site = g.frames[k]; break; }
       var r = Object.assign({}, g);
-      r.site = site ? frameText(site) : "(no stack recorded)";
+      // The label that tells this group from the others (the core's, as
+      // in the text report); its whole stack is a click away.
+      r.site = g.frames.length ? g.site : "(no stack recorded)";
       r.index = i;
       return r;
     });
