@@ -89,8 +89,9 @@ pub struct ViewArgs {
     /// totals always cover every group
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
-    /// Text: show every frame, including program start, the Python interpreter's own frames and
-    /// foreign-call machinery (libffi, ctypes), which are hidden by default (JSON keeps them all)
+    /// Show every frame, including program start, the Python interpreter's own frames, foreign-call
+    /// machinery (libffi, ctypes) and the test runner's frames (pytest, pluggy), which text, the
+    /// pictures, pprof and speedscope hide by default (JSON keeps them all)
     #[arg(long)]
     pub full_stacks: bool,
     /// Symbolize every frame again from its module offset and build-id (by default only frames

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    cli, cli_command, line_of, program, repo, required, run_command, run_traced, sim_dir, TempDir,
+    cli, cli_command, line_of, lines_of, program, repo, required, run_command, run_traced, sim_dir, TempDir,
 };
 
 const SECS: Duration = Duration::from_secs(120);
@@ -276,15 +276,26 @@ fn trace_has_a_counter_track_per_call_site_and_instants_for_dumps() {
     let last_value = |name: &str| {
         events
             .iter()
-            .filter(|e| e["ph"] == "C" && e["name"].as_str().is_some_and(|n| n.starts_with(name)))
+            .filter(|e| e["ph"] == "C" && e["name"] == name)
             .max_by_key(|e| e["ts"].as_i64())
             .map(|e| e["args"]["bytes"].as_u64().unwrap())
             .unwrap_or_else(|| panic!("no counter {name}"))
     };
     let a = line_of("tests/c/leak_n.c", "LEAK site A");
     let b = line_of("tests/c/leak_n.c", "LEAK site B");
-    assert_eq!(last_value(&format!("site_a (leak_n.c:{a}) cudaMalloc")), 300);
-    assert_eq!(last_value(&format!("site_b (leak_n.c:{b}) cudaMalloc")), 400);
+    // Each site's track is named by its group label, and has an id.
+    assert_eq!(
+        last_value(&format!("cudaMalloc (device memory) at site_a leak_n.c:{a}")),
+        300
+    );
+    assert_eq!(
+        last_value(&format!("cudaMalloc (device memory) at site_b leak_n.c:{b}")),
+        400
+    );
+    assert!(events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"].as_str().unwrap().contains(" at site_"))
+        .all(|e| e["id"].is_string()));
     let samples = events
         .iter()
         .filter(|e| e["ph"] == "C" && e["name"] == "live bytes")
@@ -335,7 +346,7 @@ fn trace_of_ranks_has_one_process_track_per_rank() {
     assert!(
         events.iter().any(|e| e["pid"] == rank2
             && e["ph"] == "C"
-            && e["name"].as_str().unwrap().starts_with("site_c ")),
+            && e["name"].as_str().unwrap().contains(" at site_c ")),
         "rank 2's extra leak is on its own track"
     );
     let sort: Vec<i64> = events
@@ -578,7 +589,17 @@ fn speedscope_validates_against_its_schema_and_weighs_stacks_in_bytes() {
             300
         )
     );
-    assert_eq!(stacks[0].0[0], "_start");
+    // Program start is folded away, as the text folds it; --full-stacks
+    // keeps it.
+    assert_eq!(stacks[0].0, ["main", "site_b", "cudaMalloc"]);
+    let full: Value = serde_json::from_slice(&export(
+        &["report", "--format", "speedscope", "--full-stacks", "."],
+        out.dir.path(),
+    ))
+    .unwrap();
+    let frames = full["shared"]["frames"].as_array().unwrap();
+    let root = full["profiles"][0]["samples"][0][0].as_u64().unwrap() as usize;
+    assert_eq!(frames[root]["name"], "_start");
 }
 
 #[test]
@@ -1069,4 +1090,282 @@ fn a_merged_report_file_exports_without_one_process_labels() {
         "a merge is no one process:\n{tags}"
     );
     assert!(tags.contains("memory: Total 700"), "{tags}");
+}
+
+/// sixty_helper (tests/python/sixty_helper.py and its C twin): site i
+/// (function augment_i) leaks (i + 1) x 64 KiB through one helper, `raw`.
+const SIXTY_UNIT: u64 = 64 * 1024;
+/// 1830 x 64 KiB: what the sixty sites leak in all.
+const SIXTY_TOTAL: u64 = 1830 * SIXTY_UNIT;
+
+fn sixty_python(env: &[(&str, &str)]) -> support::Outcome {
+    let out = support::run_test_python("sixty_helper.py", env);
+    out.assert_success();
+    out
+}
+
+fn sixty_c(env: &[(&str, &str)]) -> support::Outcome {
+    let out = run_traced(&program("sixty_helper"), &[], env);
+    out.assert_success();
+    out
+}
+
+/// The line of each site of a sixty_helper source, site 0 first: in C
+/// the lines starting with `SITE(`, in Python those marked `# SITE i`.
+fn sixty_site_lines(file: &str) -> Vec<i64> {
+    let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    let mut sites: Vec<(u64, i64)> = text
+        .lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let n = match l.strip_prefix("SITE(") {
+                Some(rest) => rest.strip_suffix(')')?,
+                None => l.split("# SITE ").nth(1)?,
+            };
+            Some((n.trim().parse().ok()?, i as i64 + 1))
+        })
+        .collect();
+    sites.sort();
+    assert_eq!(
+        sites.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (0..60).collect::<Vec<_>>(),
+        "{file}"
+    );
+    sites.into_iter().map(|s| s.1).collect()
+}
+
+/// The site a name is of: the N of its one `augment_N`.
+fn augment_of(name: &str) -> Option<u64> {
+    let mut found = name.match_indices("augment_").map(|(at, m)| {
+        let digits: String = name[at + m.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u64>().ok()
+    });
+    let first = found.next()??;
+    assert!(found.next().is_none(), "one site in {name:?}");
+    Some(first)
+}
+
+/// The trace of a sixty_helper run has one counter track per call site:
+/// sixty distinct (name, id), each named by its group label (the helper
+/// and the site that called it), each ending at its site's bytes.
+fn check_sixty_trace(out: &support::Outcome, source: &str, file_name: &str) {
+    let events = trace_of(&["report", "--format", "trace", "."], out.dir.path());
+    let lines = sixty_site_lines(source);
+    // Each (name, id)'s last value: events are in time order.
+    let mut last: Vec<((String, Option<String>), u64)> = Vec::new();
+    for e in events.iter().filter(|e| e["ph"] == "C") {
+        let name = e["name"].as_str().unwrap();
+        if name == "live bytes" || name == "other call sites" {
+            continue;
+        }
+        let key = (name.to_string(), e["id"].as_str().map(str::to_string));
+        let bytes = e["args"]["bytes"].as_u64().unwrap_or_else(|| panic!("{e}"));
+        match last.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = bytes,
+            None => last.push((key, bytes)),
+        }
+    }
+    assert_eq!(
+        last.len(),
+        60,
+        "one track per call site, not {}:\n{:#?}",
+        last.len(),
+        last.iter().map(|l| &l.0).collect::<Vec<_>>()
+    );
+    let mut seen = Vec::new();
+    for ((name, id), bytes) in &last {
+        assert!(id.is_some(), "a site's counter carries an id: {name}");
+        let n = augment_of(name).unwrap_or_else(|| panic!("no augment_N in {name:?}"));
+        let at = format!("augment_{n} {file_name}:{}", lines[n as usize]);
+        assert!(name.contains(&at), "{at} in {name:?}");
+        assert!(name.starts_with("cudaMalloc"), "{name}");
+        assert_eq!(*bytes, (n + 1) * SIXTY_UNIT, "{name}");
+        seen.push(n);
+    }
+    seen.sort();
+    assert_eq!(seen, (0..60).collect::<Vec<_>>());
+    let peak = events
+        .iter()
+        .find(|e| e["ph"] == "i" && e["name"] == "peak")
+        .expect("the peak");
+    let largest = peak["args"]["largest"].as_str().unwrap();
+    assert_eq!(augment_of(largest), Some(59), "{peak}");
+}
+
+#[test]
+fn trace_of_sixty_python_call_sites_through_one_helper_has_sixty_tracks() {
+    let src = "tests/python/sixty_helper.py";
+    let timed = sixty_python(&[("CUDALEAK_TIMELINE", "10ms")]);
+    assert!(timed.report().timeline.is_some_and(|t| !t.samples.is_empty()));
+    check_sixty_trace(&timed, src, "sixty_helper.py");
+    let plain = sixty_python(&[]);
+    assert!(plain.report().timeline.is_none());
+    check_sixty_trace(&plain, src, "sixty_helper.py");
+}
+
+#[test]
+fn trace_of_sixty_c_call_sites_through_one_helper_has_sixty_tracks() {
+    let src = "tests/c/sixty_helper.c";
+    let timed = sixty_c(&[("CUDALEAK_TIMELINE", "10ms")]);
+    assert!(timed.report().timeline.is_some_and(|t| !t.samples.is_empty()));
+    check_sixty_trace(&timed, src, "sixty_helper.c");
+    let plain = sixty_c(&[]);
+    assert!(plain.report().timeline.is_none());
+    check_sixty_trace(&plain, src, "sixty_helper.c");
+}
+
+/// Rows of `go tool pprof -top -unit=B -nodefraction=0`: exact bytes,
+/// no row dropped.
+fn pprof_top_bytes(go: &Path, file: &Path) -> String {
+    pprof_top(go, file, &["-unit=B", "-nodefraction=0", "-edgefraction=0"])
+}
+
+#[test]
+#[ignore = "needs go (golang-go) for `go tool pprof`; scripts/test.sh runs it (cargo test --test exports -- --ignored)"]
+fn pprof_of_a_python_program_folds_the_interpreter_and_names_its_module() {
+    let go = required(go(), "go (apt-get install golang-go)");
+    let out = sixty_python(&[]);
+    let file = out.dir.path().join("sixty.pb.gz");
+    std::fs::write(
+        &file,
+        export(&["report", "--format", "pprof", "."], out.dir.path()),
+    )
+    .unwrap();
+    let top = pprof_top_bytes(&go, &file);
+    let total = format!("{SIXTY_TOTAL}B");
+    assert!(top.contains(&format!("of {total} total")), "{top}");
+    for machinery in ["libffi", "_ctypes", "_PyEval", "PyCFuncPtr", "_start"] {
+        assert!(
+            !top.contains(machinery),
+            "{machinery} is folded away as the text folds it:\n{top}"
+        );
+    }
+    // The helper holds it all: the innermost frame of the program.
+    assert_eq!(top_row(&top, "raw"), (total.as_str(), total.as_str()), "{top}");
+    assert_eq!(top_row(&top, "augment_59"), ("0", "3932160B"), "{top}");
+    assert_eq!(top_row(&top, "augment_0"), ("0", "65536B"), "{top}");
+    // `<module>` would read `<unknown>`: pprof strips `<...>` as C++
+    // template parameters.
+    assert_eq!(top_row(&top, "sixty_helper.<module>").1, total, "{top}");
+    assert!(!top.contains("<unknown>"), "{top}");
+    // The module's file and line stay the frame's.
+    let lines = pprof_top(&go, &file, &["-unit=B", "-nodefraction=0", "-lines"]);
+    let script = repo().join("tests/python/sixty_helper.py");
+    let call = lines_of("tests/python/sixty_helper.py", "globals()[")[0];
+    let at = format!("sixty_helper.<module> {}:{call}", script.display());
+    assert!(lines.lines().any(|l| l.ends_with(&at)), "{at} in:\n{lines}");
+
+    // --full-stacks: every frame, for `report` and `merge` alike.
+    for command in ["report", "merge"] {
+        let full = out.dir.path().join(format!("{command}-full.pb.gz"));
+        std::fs::write(
+            &full,
+            export(
+                &[command, "--format", "pprof", "--full-stacks", "."],
+                out.dir.path(),
+            ),
+        )
+        .unwrap();
+        let top = pprof_top_bytes(&go, &full);
+        let libffi = top
+            .lines()
+            .find(|l| l.contains("libffi.so"))
+            .unwrap_or_else(|| panic!("{command} --full-stacks keeps libffi:\n{top}"));
+        assert!(libffi.trim_start().starts_with(&total), "{libffi}");
+        assert!(top.contains("_ctypes_callproc"), "{top}");
+        assert_eq!(top_row(&top, "augment_59"), ("0", "3932160B"), "{top}");
+        assert_eq!(top_row(&top, "sixty_helper.<module>").1, total, "{top}");
+    }
+}
+
+#[test]
+#[ignore = "needs go (golang-go) for `go tool pprof`; scripts/test.sh runs it (cargo test --test exports -- --ignored)"]
+fn pprof_of_sixty_c_call_sites_through_one_helper() {
+    let go = required(go(), "go (apt-get install golang-go)");
+    let out = sixty_c(&[]);
+    let file = out.dir.path().join("sixty.pb.gz");
+    std::fs::write(
+        &file,
+        export(&["report", "--format", "pprof", "."], out.dir.path()),
+    )
+    .unwrap();
+    let top = pprof_top_bytes(&go, &file);
+    let total = format!("{SIXTY_TOTAL}B");
+    assert!(top.contains(&format!("of {total} total")), "{top}");
+    assert_eq!(top_row(&top, "raw"), (total.as_str(), total.as_str()), "{top}");
+    assert_eq!(top_row(&top, "augment_59"), ("0", "3932160B"), "{top}");
+    assert_eq!(top_row(&top, "main").1, total, "{top}");
+    assert!(!top.contains("_start"), "program start folded away:\n{top}");
+    // The program is the profile's binary.
+    assert!(top.starts_with("File: sixty_helper"), "{top}");
+}
+
+/// The names of the frames of a speedscope export's samples.
+fn speedscope_frame_names(v: &Value) -> Vec<String> {
+    let frames = v["shared"]["frames"].as_array().unwrap();
+    let mut names: Vec<String> = v["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["samples"].as_array().unwrap())
+        .flat_map(|s| s.as_array().unwrap())
+        .map(|i| {
+            frames[i.as_u64().unwrap() as usize]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn speedscope_of_a_python_program_folds_the_interpreter_unless_full_stacks() {
+    let out = sixty_python(&[]);
+    let folded: Value = serde_json::from_slice(&export(
+        &["report", "--format", "speedscope", "."],
+        out.dir.path(),
+    ))
+    .unwrap();
+    let names = speedscope_frame_names(&folded);
+    assert!(
+        !names.iter().any(|n| n.contains("libffi")
+            || n.starts_with("_PyEval")
+            || n == "ffi_call"
+            || n.starts_with("_ctypes")
+            || n == "PyCFuncPtr_call"),
+        "{names:?}"
+    );
+    for want in ["<module>", "augment_59", "raw", "cudaMalloc"] {
+        assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+    }
+    // Each sample: <module>, the site, the helper, the API.
+    let p = &folded["profiles"][0];
+    assert_eq!(p["endValue"], SIXTY_TOTAL);
+    let frames = folded["shared"]["frames"].as_array().unwrap();
+    let first: Vec<&str> = p["samples"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| frames[i.as_u64().unwrap() as usize]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(first, ["<module>", "augment_59", "raw", "cudaMalloc"]);
+
+    for command in ["report", "merge"] {
+        let full: Value = serde_json::from_slice(&export(
+            &[command, "--format", "speedscope", "--full-stacks", "."],
+            out.dir.path(),
+        ))
+        .unwrap();
+        let names = speedscope_frame_names(&full);
+        assert!(
+            names.iter().any(|n| n.contains("libffi")) && names.iter().any(|n| n == "_ctypes_callproc"),
+            "{command} --full-stacks keeps every frame: {names:?}"
+        );
+    }
 }

@@ -361,7 +361,7 @@ fn export(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     } else {
         Vec::new()
     };
-    super::export::print(view.format, &processes, &dumps)
+    super::export::print(view.format, &processes, &dumps, view.full_stacks)
 }
 
 pub fn diff(old: &Path, new: &Path, view: &ViewArgs) -> CliResult {

@@ -84,28 +84,6 @@ pub fn process_label(r: &Report) -> String {
     }
 }
 
-/// The name of a group as one line: its innermost frame and the API, the
-/// way a counter track or a flame graph leaf is labelled.
-pub fn group_title(g: &cudaleak_core::report::Group) -> String {
-    let stack = cudaleak_core::report::render::stack_of(g);
-    // The first frame that is the program's: a Python line when there is
-    // one, else the innermost native frame.
-    let pick = stack
-        .iter()
-        .find(|f| matches!(f, MergedFrame::Python(_)))
-        .or_else(|| stack.first());
-    match pick {
-        Some(f) => {
-            let n = frame_name(f);
-            match (&n.file, n.line) {
-                (Some(file), Some(line)) => format!("{} ({}:{line}) {}", n.name, basename(file), g.api),
-                _ => format!("{} {}", n.name, g.api),
-            }
-        }
-        None => format!("[unknown stack] {}", g.api),
-    }
-}
-
 /// `--top N`: each process's N largest leak groups, the rest as one group
 /// named `[K other groups]` (one frame), so that totals stay the report's,
 /// as folded output does.
@@ -139,7 +117,14 @@ pub fn keep_top(processes: &mut [Process], n: usize) {
 
 /// Writes `format` of `processes` to stdout.
 /// `dumps`: every dump of the processes' files, for the trace's marks.
-pub fn print(format: crate::Format, processes: &[Process], dumps: &[trace::Dump]) -> super::CliResult {
+/// `full`: every frame of each stack in pprof and speedscope
+/// (`--full-stacks`), else the frames the text report shows.
+pub fn print(
+    format: crate::Format,
+    processes: &[Process],
+    dumps: &[trace::Dump],
+    full: bool,
+) -> super::CliResult {
     use crate::Format;
     use std::io::Write;
     let binary = matches!(format, Format::Pprof | Format::TorchSnapshot);
@@ -150,10 +135,10 @@ pub fn print(format: crate::Format, processes: &[Process], dumps: &[trace::Dump]
         return Err("binary output not written to a terminal; redirect it to a file (> leaks.pb.gz)".into());
     }
     let bytes = match format {
-        Format::Pprof => pprof::pprof(processes),
+        Format::Pprof => pprof::pprof(processes, full),
         Format::TorchSnapshot => torch_snapshot::snapshot(processes),
         Format::Trace => json_line(&trace::trace(processes, dumps))?,
-        Format::Speedscope => json_line(&speedscope::speedscope(processes))?,
+        Format::Speedscope => json_line(&speedscope::speedscope(processes, full))?,
         _ => return Err("not an export format".into()),
     };
     let mut out = std::io::stdout().lock();

@@ -7,13 +7,17 @@
 //! `peak_bytes`/bytes: the groups live when the process's live bytes were
 //! highest. One sample per group and process, its stack the group's merged
 //! Python and native frames innermost first, with labels `rank`, `host`,
-//! `pid`, `memory` (the precise memory kind), `api` and `trigger`.
+//! `pid`, `memory` (the precise memory kind), `api` and `trigger`. The
+//! stack holds the frames the text report shows (no interpreter, ctypes,
+//! libffi, program start or test runner around a Python program's own
+//! lines), every frame with `--full-stacks`. A Python function named with
+//! `<` or `>` is `FILESTEM.NAME` (`train.<module>`): pprof would blank it.
 //!
 //! The encoder is written here: the message is a few varints and
 //! length-delimited fields, not worth a code generator.
 
 use super::{frame_name, Process};
-use cudaleak_core::report::render::stack_of;
+use cudaleak_core::report::render::picture_frames;
 use cudaleak_core::report::{Group, MergedFrame};
 use std::collections::HashMap;
 
@@ -127,6 +131,8 @@ struct Builder {
     location_msgs: Vec<Message>,
     mappings: HashMap<(String, String), MappingSeen>,
     samples: Vec<Message>,
+    /// every frame (`--full-stacks`), else those the text report shows
+    full: bool,
 }
 
 fn parse_hex(s: &str) -> Option<u64> {
@@ -153,7 +159,11 @@ impl Builder {
 
     fn location(&mut self, frame: &MergedFrame) -> u64 {
         let named = frame_name(frame);
-        let function = self.function(&named.name, named.file.as_deref().unwrap_or(""));
+        let name = match frame {
+            MergedFrame::Python(p) => python_name(&p.function, &p.file),
+            MergedFrame::Native(_) => named.name.clone(),
+        };
+        let function = self.function(&name, named.file.as_deref().unwrap_or(""));
         let (mut mapping, mut address) = (0, 0);
         if let MergedFrame::Native(n) = frame {
             if let (Some(module), Some(offset)) = (&n.module, n.offset.as_deref().and_then(parse_hex)) {
@@ -205,9 +215,10 @@ impl Builder {
     }
 
     fn sample(&mut self, g: &Group, values: &[i64], process: &Process) {
-        let stack = stack_of(g);
-        // Root first, so that the program's own module (where `_start`
-        // is) is mapping 1, which pprof names as the profile's binary.
+        let stack = picture_frames(g, self.full);
+        // Root first, so that the program's own module (where `main`
+        // and `_start` are) is mapping 1, which pprof names as the
+        // profile's binary.
         let mut ids: Vec<u64> = stack.iter().rev().map(|f| self.location(f)).collect();
         ids.reverse();
         if ids.is_empty() {
@@ -263,9 +274,11 @@ fn int64(v: u64) -> i64 {
 /// first, so that the module of `_start` (the program) takes it; but a
 /// Python program's native stacks end at the interpreter's eval loop
 /// (issue 24), in libpython, and no frame is in the interpreter's
-/// executable. Then the executable the command ran (its `argv[0]`) is
-/// mapping 1, with no frames in it.
+/// executable; and the frames around its Python lines are folded away
+/// unless `--full-stacks`. Then the executable the command ran (its
+/// `argv[0]`) is mapping 1, with no frames in it.
 fn main_binary_first(b: &mut Builder, processes: &[Process]) {
+    let full = b.full;
     let Some(program) = processes.first().and_then(|(_, r)| r.command.first()) else {
         return;
     };
@@ -275,16 +288,34 @@ fn main_binary_first(b: &mut Builder, processes: &[Process]) {
         r.leaks
             .iter()
             .chain(r.peak.iter().flat_map(|p| &p.groups))
-            .flat_map(|g| &g.native_stack)
-            .any(|f| f.module.as_deref().is_some_and(|m| base(m) == name))
+            .flat_map(|g| picture_frames(g, full))
+            .any(|f| matches!(f, MergedFrame::Native(n) if n.module.as_deref().is_some_and(|m| base(m) == name)))
     });
     if !has_frames {
         b.mappings.insert((program.clone(), String::new()), (1, 0, true));
     }
 }
 
+/// A Python function's name in the profile. pprof takes a name with `<`
+/// or `>` (and no `.<`) for a demangled C++ name and removes its
+/// `<...>` as template parameters (`looksLikeDemangledCPlusPlus` in its
+/// symbolizer): `<module>`, `<lambda>` and `<listcomp>` all read
+/// `<unknown>`. Such a name is `STEM.NAME`, STEM the file's name without
+/// its directory and `.py` (`train.<module>`), as Python's qualified
+/// names read; the function's file and line stay the frame's.
+fn python_name(function: &str, file: &str) -> String {
+    if !(function.contains('<') || function.contains('>')) || function.contains(".<") {
+        return function.to_string();
+    }
+    let base = file.rsplit('/').next().unwrap_or(file);
+    let stem = base.strip_suffix(".py").unwrap_or(base);
+    format!("{stem}.{function}")
+}
+
 /// The uncompressed `profile.proto` message.
-pub fn profile(processes: &[Process]) -> Vec<u8> {
+/// `full`: every frame of each stack (`--full-stacks`), else the frames
+/// the text report shows ([`picture_frames`]).
+pub fn profile(processes: &[Process], full: bool) -> Vec<u8> {
     let mut b = Builder {
         strings: Strings::new(),
         functions: HashMap::new(),
@@ -293,6 +324,7 @@ pub fn profile(processes: &[Process]) -> Vec<u8> {
         location_msgs: Vec::new(),
         mappings: HashMap::new(),
         samples: Vec::new(),
+        full,
     };
     main_binary_first(&mut b, processes);
     let with_peak = processes.iter().any(|(_, r)| r.peak.is_some());
@@ -384,8 +416,8 @@ pub fn profile(processes: &[Process]) -> Vec<u8> {
 }
 
 /// `profile` gzip-compressed, as pprof files are stored.
-pub fn pprof(processes: &[Process]) -> Vec<u8> {
-    gzip(&profile(processes))
+pub fn pprof(processes: &[Process], full: bool) -> Vec<u8> {
+    gzip(&profile(processes, full))
 }
 
 /// RFC 1952: a header, the raw deflate stream (miniz_oxide, already in

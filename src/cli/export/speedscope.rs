@@ -2,15 +2,18 @@
 //! format (https://www.speedscope.app/file-format-schema.json): one
 //! weighted sampled profile per process, in bytes, each group a sample
 //! (its merged Python and native stack, root first, the allocating API as
-//! the leaf, as in folded output) weighted by its leaked bytes.
+//! the leaf, as in folded output) weighted by its leaked bytes. The
+//! stack holds the frames the text report shows (no interpreter, ctypes,
+//! libffi or program start around a Python program's lines), every frame
+//! with `--full-stacks`.
 
 use super::{frame_name, process_label, Process};
-use cudaleak_core::report::render::stack_of;
+use cudaleak_core::report::render::picture_frames;
 use cudaleak_core::report::saturating_sum;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
-pub fn speedscope(processes: &[Process]) -> Value {
+pub fn speedscope(processes: &[Process], full: bool) -> Value {
     let mut frames: Vec<Value> = Vec::new();
     let mut index: HashMap<(String, Option<String>, Option<i64>), usize> = HashMap::new();
     let mut frame = |name: String, file: Option<String>, line: Option<i64>| -> usize {
@@ -34,7 +37,7 @@ pub fn speedscope(processes: &[Process]) -> Value {
         let mut samples = Vec::new();
         let mut weights = Vec::new();
         for g in &r.leaks {
-            let mut stack: Vec<usize> = stack_of(g)
+            let mut stack: Vec<usize> = picture_frames(g, full)
                 .iter()
                 .rev()
                 .map(|f| {

@@ -3,16 +3,23 @@
 //!
 //! Per process, one track (`process_name` metadata, sorted by rank):
 //! a counter (`"ph": "C"`) per call site of the sampled timeline
-//! (`CUDALEAK_TIMELINE`), in bytes, with the sites a sample does not list
-//! in one "other call sites" counter and the process's live and peak bytes
-//! in a "live bytes" counter; a process without a timeline gets one point
-//! per leak group at its report's time. Instant events (`"ph": "i"`,
-//! process scope) mark the report's dump, the peak, and each
-//! out-of-memory episode (`oom_events`, or the `oom` of an oom report).
+//! (`CUDALEAK_TIMELINE`), in bytes: the site's own series where the
+//! report kept it, else what each sample lists of it, with what the sites
+//! leave out of a sample in one "other call sites" counter, and the
+//! process's live and peak bytes in a "live bytes" counter; a process
+//! without a timeline gets one point per leak group at its report's time.
+//! A site's counter is named by its group label (`render::group_labels`:
+//! the API, then the frames that tell it apart from the process's other
+//! sites, not its innermost frame alone) and carries an `id` (the site's
+//! index), so that no viewer folds sites into one track: counters are
+//! keyed by process, name and id. Instant events (`"ph": "i"`,
+//! process scope) mark the report's dump, the peak (its largest group by
+//! label), and each out-of-memory episode (`oom_events`, or the `oom` of
+//! an oom report).
 //! Timestamps are microseconds since the Unix epoch.
 
-use super::{group_title, process_label, Process};
-use cudaleak_core::report::Report;
+use super::{process_label, Process};
+use cudaleak_core::report::{render, Group, Report, SampledTimeline};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -69,6 +76,49 @@ fn us(ms: i64) -> i64 {
     ms.saturating_mul(1000)
 }
 
+/// Each site's bytes at each sample of `t`: its own series where the
+/// report kept it (every sample, the site's whole history), else what the
+/// samples list of it (the largest few of each; the rest of a sample is
+/// in "other call sites").
+fn site_values(t: &SampledTimeline) -> Vec<Vec<u64>> {
+    let n = t.samples.len();
+    let mut values: Vec<Option<Vec<u64>>> = vec![None; t.sites.len()];
+    for s in &t.series {
+        if let Some(slot) = values.get_mut(s.site as usize) {
+            let mut v = vec![0u64; n];
+            for (k, &b) in s.values.iter().enumerate() {
+                if let Some(x) = v.get_mut((s.start as usize).saturating_add(k)) {
+                    *x = b;
+                }
+            }
+            *slot = Some(v);
+        }
+    }
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(site, whole)| {
+            whole.unwrap_or_else(|| {
+                t.samples
+                    .iter()
+                    .map(|s| {
+                        s.sites
+                            .iter()
+                            .find(|&&(i, _)| i as usize == site)
+                            .map_or(0, |&(_, b)| b)
+                    })
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// The peak's largest group, labelled among the peak's groups.
+fn largest(groups: &[Group]) -> Option<String> {
+    let all: Vec<&Group> = groups.iter().collect();
+    render::group_labels(&all).into_iter().next()
+}
+
 pub fn trace(processes: &[Process], dumps: &[Dump]) -> Value {
     let mut events = Vec::new();
     for ((path, r), pid) in processes.iter().zip(track_ids(processes)) {
@@ -82,44 +132,63 @@ pub fn trace(processes: &[Process], dumps: &[Dump]) -> Value {
                 "args": {"sort_index": rank},
             }));
         }
-        let counter = |name: &str, ts: i64, args: Value| json!({"name": name, "cat": "memory", "ph": "C", "ts": us(ts), "pid": pid, "tid": 0, "args": args});
+        // A counter track is keyed by its process, name and id: each call
+        // site carries its own id, so that sites alike in name (or a
+        // viewer's truncation of it) stay tracks of their own.
+        let counter = |name: &str, id: Option<usize>, ts: i64, args: Value| {
+            let mut e = json!({"name": name, "cat": "memory", "ph": "C", "ts": us(ts), "pid": pid, "tid": 0, "args": args});
+            if let Some(id) = id {
+                e["id"] = json!(id.to_string());
+            }
+            e
+        };
         match &r.timeline {
             Some(t) if !t.samples.is_empty() => {
-                let titles: Vec<String> = t.sites.iter().map(group_title).collect();
-                for s in &t.samples {
+                let sites: Vec<&Group> = t.sites.iter().collect();
+                let labels = render::group_labels(&sites);
+                let values = site_values(t);
+                for (k, s) in t.samples.iter().enumerate() {
                     events.push(counter(
                         "live bytes",
+                        None,
                         s.timestamp_ms,
                         json!({"live": s.live_bytes, "peak": s.peak_bytes}),
                     ));
                     // Every site at every sample: one a sample does not
-                    // list is in "other call sites" there, not left at
-                    // its previous value by the viewer.
-                    let mut bytes = vec![0u64; titles.len()];
-                    for &(site, b) in &s.sites {
-                        if let Some(slot) = bytes.get_mut(site as usize) {
-                            *slot = b;
-                        }
+                    // hold is at 0 there, not left at its previous value
+                    // by the viewer.
+                    let mut shown = 0u64;
+                    for (site, label) in labels.iter().enumerate() {
+                        let b = values[site][k];
+                        shown = shown.saturating_add(b);
+                        events.push(counter(label, Some(site), s.timestamp_ms, json!({"bytes": b})));
                     }
-                    for (title, b) in titles.iter().zip(bytes) {
-                        events.push(counter(title, s.timestamp_ms, json!({"bytes": b})));
-                    }
+                    // What the sites' tracks leave out of the sample's total.
+                    let listed = s
+                        .sites
+                        .iter()
+                        .map(|&(_, b)| b)
+                        .fold(s.other_bytes, u64::saturating_add);
                     events.push(counter(
                         "other call sites",
+                        None,
                         s.timestamp_ms,
-                        json!({"bytes": s.other_bytes}),
+                        json!({"bytes": listed.saturating_sub(shown)}),
                     ));
                 }
             }
             _ => {
                 events.push(counter(
                     "live bytes",
+                    None,
                     r.timestamp_ms,
                     json!({"live": r.totals.live_bytes, "peak": r.totals.peak_bytes}),
                 ));
-                for g in &r.leaks {
+                let groups: Vec<&Group> = r.leaks.iter().collect();
+                for (i, (g, label)) in r.leaks.iter().zip(render::group_labels(&groups)).enumerate() {
                     events.push(counter(
-                        &group_title(g),
+                        &label,
+                        Some(i),
                         r.timestamp_ms,
                         json!({"bytes": g.bytes}),
                     ));
@@ -149,7 +218,7 @@ pub fn trace(processes: &[Process], dumps: &[Dump]) -> Value {
                 peak.timestamp_ms,
                 json!({
                     "bytes": peak.bytes,
-                    "largest": peak.groups.first().map(group_title),
+                    "largest": largest(&peak.groups),
                 }),
             ));
         }
