@@ -3,7 +3,8 @@
 //! Exit statuses (CONTRACT.md, "Command line"): `run` exits with the
 //! command's own status (128 + N when a signal N killed it), or 23 with
 //! `--fail-on-leak` when the command exited 0 but left unsuppressed leaks
-//! (24 when a process that used CUDA wrote no final report);
+//! (24 when a process that used CUDA wrote no final report), or 25 when a
+//! process's peak is over its budget (`--max-peak`, `--peak-baseline`);
 //! every subcommand exits 2 on bad input, with one line on stderr.
 //!
 //! A library with a thin `main` (src/main.rs), so that the command's own
@@ -115,7 +116,7 @@ pub struct ViewArgs {
 const EXIT_0_2: &str = "Exit status: 0 when rendered; 2 on bad input (a missing, unreadable, truncated, foreign or newer-version file), with one line `cudaleak: ...` on stderr.";
 const DIFF_AFTER_HELP: &str = "The exports (pprof, trace, torch-snapshot, speedscope) describe one report each: export both sides with `cudaleak report --format FORMAT` (pprof compares them: `go tool pprof -diff_base OLD.pb.gz NEW.pb.gz`).
 
-Exit status: 0 when rendered; 2 on bad input (a missing, unreadable, truncated, foreign or newer-version file), with one line `cudaleak: ...` on stderr.";
+Exit status: 0 when rendered; 25 with --peak and --peak-tolerance when a peak grew beyond the tolerance; 2 on bad input (a missing, unreadable, truncated, foreign or newer-version file), with one line `cudaleak: ...` on stderr.";
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -123,8 +124,10 @@ pub enum Command {
     #[command(
         after_help = "Exit status: COMMAND's own status (128+N when signal N killed it). With --fail-on-leak, \
 when COMMAND exited 0: 24 when a process that made CUDA calls wrote no final report, else 23 when an exit \
-report has unsuppressed leaks, else 0. 2 on bad input (an unreadable suppressions file, no library found, \
-a command that cannot be run)."
+report has unsuppressed leaks, else 0. With --max-peak or --peak-baseline, when COMMAND exited 0: 24 when a \
+process wrote no final report, else 23 (with --fail-on-leak) for leaks, else 25 when a process's peak is over \
+its budget. 2 on bad input (an unreadable suppressions file or baseline, a bad size, no library found, a \
+command that cannot be run)."
     )]
     Run(cli::run::RunArgs),
     /// Render reports (files or directories), or a timeline (*.timeline.json); several processes are merged
@@ -144,6 +147,14 @@ a command that cannot be run)."
         old: PathBuf,
         /// The newer report (a file or a directory of reports)
         new: PathBuf,
+        /// Compare peaks instead of leaks: each process's peak before and after (matched by rank, else by
+        /// command line) and the call sites whose bytes at the peak changed most (text or json)
+        #[arg(long)]
+        peak: bool,
+        /// With --peak: exit 25 when a peak grew beyond this (5%, 64MiB; repeat the flag for both, the
+        /// larger allowance wins); without it diff --peak exits 0
+        #[arg(long, value_name = "TOLERANCE", requires = "peak")]
+        peak_tolerance: Vec<String>,
         #[command(flatten)]
         view: ViewArgs,
     },
@@ -200,7 +211,19 @@ pub fn main() -> ExitCode {
     let result = match args.command {
         Command::Run(a) => cli::run::run(a),
         Command::Report { paths, view } => cli::reports::report(&paths, &view),
-        Command::Diff { old, new, view } => cli::reports::diff(&old, &new, &view),
+        Command::Diff {
+            old,
+            new,
+            peak: true,
+            peak_tolerance,
+            view,
+        } => match view.format {
+            Format::Text | Format::Json => {
+                cli::budgets::diff_peaks(&old, &new, &peak_tolerance, view.format == Format::Json)
+            }
+            _ => Err("diff --peak: --format text or json".into()),
+        },
+        Command::Diff { old, new, view, .. } => cli::reports::diff(&old, &new, &view),
         Command::Merge { dir, view } => cli::reports::merge(&dir, &view),
         Command::Dump { pid, dir, timeout } => cli::dump::dump(pid, dir, timeout),
         Command::Demo { dir } => cli::demo::demo(dir),

@@ -1,6 +1,7 @@
 //! Subcommands of the `cudaleak` binary. Each returns the process exit
 //! status, or an error message that main prints as one line (exit 2).
 
+pub mod budgets;
 pub mod demo;
 pub mod dump;
 pub mod export;

@@ -17,7 +17,7 @@
 //! 3. the report model and its readings: `report`
 //! 4. names and lines for addresses, memory over time: `symbolize`, `timeline`
 //! 5. from a snapshot to a report: `assemble`
-//! 6. the flags, report files, the gate's channel, views across reports: `config`, `writer`, `run_channel`, `combine`
+//! 6. the flags, report files, the gate's channel, views across reports, memory budgets: `config`, `writer`, `run_channel`, `combine`, `budget`
 //!
 //! `scripts/check-floors.py` (run by CI) reads that list, and the list in
 //! each folder's `mod.rs`: a module left out, or a use that reaches a
@@ -43,10 +43,12 @@
 //!   assembler);
 //! - `config`: every flag, declared once; `writer`: report files;
 //!   `run_channel`: what processes tell `cudaleak run`; `combine`: merges,
-//!   diffs and ranks across reports.
+//!   diffs and ranks across reports; `budget`: peaks against a ceiling or
+//!   a stored run, and the verdict as CI systems read it.
 
 pub mod assemble;
 pub mod base;
+pub mod budget;
 pub mod combine;
 pub mod config;
 pub mod record;

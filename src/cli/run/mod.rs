@@ -69,6 +69,25 @@ pub struct RunArgs {
     /// libcudart.so.12, backed by host memory), put first on LD_LIBRARY_PATH: try it without a GPU
     #[arg(long)]
     simulated: bool,
+    /// Exit 25 when COMMAND exits 0 but a process's peak (its GPU memory at its highest, blocks freed
+    /// since included) is over SIZE (2GiB, 1500MB); names the call sites that held the most then
+    #[arg(long, value_name = "SIZE")]
+    max_peak: Option<String>,
+    /// Exit 25 when COMMAND exits 0 but a process's peak grew over its peak in a stored run (a report
+    /// directory or file, e.g. from the main branch) beyond --peak-tolerance; processes are matched by
+    /// rank, else by command line
+    #[arg(long, value_name = "PATH")]
+    peak_baseline: Option<PathBuf>,
+    /// How much a peak may grow over --peak-baseline: a percentage (5%) or a size (64MiB); both may be
+    /// given (repeat the flag), the larger allowance wins; default 5%
+    #[arg(long, value_name = "TOLERANCE", requires = "peak_baseline")]
+    peak_tolerance: Vec<String>,
+    /// Append the budgets' verdict in Markdown to FILE (a CI job summary such as $GITHUB_STEP_SUMMARY)
+    #[arg(long, value_name = "FILE")]
+    summary_md: Option<PathBuf>,
+    /// Write the budgets' verdict as JUnit XML to FILE: one test case per process and budget
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// The command to run
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -276,6 +295,13 @@ pub fn run(a: RunArgs) -> CliResult {
         return Err(e);
     }
 
+    let budgets = super::budgets::Budgets::new(
+        a.max_peak.as_deref(),
+        a.peak_baseline.as_deref(),
+        &a.peak_tolerance,
+        a.summary_md.clone(),
+        a.junit.clone(),
+    )?;
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));
@@ -423,7 +449,22 @@ pub fn run(a: RunArgs) -> CliResult {
             break;
         }
     }
-    Ok(verdict::gate_status(a.fail_on_leak, code, &outcome))
+    let mut budget_failed = false;
+    if budgets.any() {
+        let finals: Vec<&cudaleak_core::report::Report> = outcome.finals.iter().collect();
+        let checks = budgets.check(&finals);
+        budget_failed = super::budgets::print_checks(&checks);
+        super::budgets::write_files(&budgets, &checks);
+    }
+    Ok(verdict::gate_status(
+        &verdict::Gate {
+            fail_on_leak: a.fail_on_leak,
+            budgets: budgets.any(),
+            budget_failed,
+        },
+        code,
+        &outcome,
+    ))
 }
 
 /// `dir` and those of its ancestors that do not exist yet, innermost first:

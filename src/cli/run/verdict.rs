@@ -1,6 +1,7 @@
 //! After the command: what the run's processes told and wrote, one line
 //! per process, and the gate's verdict (CONTRACT.md, "The gate").
 
+use crate::cli::budgets::BUDGET_EXIT_STATUS;
 use crate::cli::{LEAK_EXIT_STATUS, MISSING_REPORT_EXIT_STATUS};
 use cudaleak_core::base::safe_read;
 use cudaleak_core::base::units::{count, size_exact};
@@ -64,20 +65,36 @@ pub(super) struct RunOutcome {
     missing: usize,
     /// process images with more than one final report (issue 23)
     conflicting: usize,
+    /// each process's final report, for the budgets
+    pub finals: Vec<Report>,
 }
 
-/// `run`'s exit status (CONTRACT.md, "The gate"). With --fail-on-leak, a
-/// report missing fails the run (the command's status when that is not 0,
-/// else [`MISSING_REPORT_EXIT_STATUS`]) before leaks are considered: the
-/// gate cannot vouch for what it did not see.
-pub(super) fn gate_status(fail_on_leak: bool, code: u8, outcome: &RunOutcome) -> u8 {
-    if !fail_on_leak || code != 0 {
+/// What the gate is asked to check.
+pub(super) struct Gate {
+    /// `--fail-on-leak`
+    pub fail_on_leak: bool,
+    /// a budget was given (`--max-peak`, `--peak-baseline`)
+    pub budgets: bool,
+    /// a process's peak went over its budget
+    pub budget_failed: bool,
+}
+
+/// `run`'s exit status (CONTRACT.md, "The gate"): the command's own when
+/// it is not 0. Else, with --fail-on-leak or a budget, a report missing
+/// fails the run ([`MISSING_REPORT_EXIT_STATUS`]) before anything else:
+/// the gate cannot vouch for what it did not see; then, with
+/// --fail-on-leak, leaks ([`LEAK_EXIT_STATUS`]); then a budget exceeded
+/// ([`BUDGET_EXIT_STATUS`]).
+pub(super) fn gate_status(gate: &Gate, code: u8, outcome: &RunOutcome) -> u8 {
+    if code != 0 {
         return code;
     }
-    if outcome.missing > 0 || outcome.conflicting > 0 {
+    if (gate.fail_on_leak || gate.budgets) && (outcome.missing > 0 || outcome.conflicting > 0) {
         MISSING_REPORT_EXIT_STATUS
-    } else if outcome.leaked {
+    } else if gate.fail_on_leak && outcome.leaked {
         LEAK_EXIT_STATUS
+    } else if gate.budget_failed {
+        BUDGET_EXIT_STATUS
     } else {
         0
     }
@@ -492,5 +509,6 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
     let blocks = saturating_sum(exits.iter().map(|(_, r)| r.leaked_blocks()));
     note!("{}", render::summary_line(bytes, blocks));
     outcome.leaked = leaking > 0;
+    outcome.finals = exits.iter().map(|(_, r)| r.clone()).collect();
     outcome
 }
