@@ -131,6 +131,10 @@ const EXPORTS: &[&str] = &[
     "cudaleak_live_since",
     "cudaleak_leaks_since_json",
     "cudaleak_free",
+    "cudaleak_peak_window_begin",
+    "cudaleak_peak_window_bytes",
+    "cudaleak_peak_window_end",
+    "cudaleak_peak_json",
 ];
 
 fn defined_dynamic_symbols(path: &std::path::Path) -> BTreeSet<String> {

@@ -375,3 +375,77 @@ for suite in xml:
         })
         .collect()
 }
+
+// ---- a budget per test or block: the in-process peak window ----
+
+/// From C: no window open reads 0; two windows one after the other are
+/// each exact, above what was live when they began; a window in one
+/// thread sees what another thread allocates and frees meanwhile.
+#[test]
+fn a_peak_window_in_c_is_exact_and_sees_other_threads() {
+    let out = run_traced(&program("peak_window"), &[], &[]);
+    out.assert_success();
+    assert_eq!(
+        out.stdout,
+        format!(
+            "none 0\nsequential {} {}\nthread {}\nafter 0\n",
+            8 * MIB,
+            2 * MIB,
+            4 * MIB
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+fn peak_window_py(mode: &str) -> Outcome {
+    let runtime = sim_dir().join("libcudart.so.12").display().to_string();
+    let pythonpath = repo().join("python").display().to_string();
+    let script = repo().join("tests/python/peak_window.py");
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    run_traced(
+        Path::new(&python),
+        &[script.to_str().unwrap(), mode],
+        &[
+            ("SIMCUDA_RUNTIME", runtime.as_str()),
+            ("PYTHONPATH", pythonpath.as_str()),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+        ],
+    )
+}
+
+/// From Python: `with cudaleak.peak_limit(...)` raises when the block's
+/// peak (8 MiB held for a moment, above the 3 MiB live before it) is over
+/// its limit, naming the call sites at that peak when it is the process's
+/// (the 8 MiB burst, then the 3 MiB held before), else what the block
+/// still holds; passes under a larger limit; and sees another thread's
+/// allocations.
+#[test]
+fn peak_limit_raises_over_its_limit_and_sees_other_threads() {
+    let out = peak_window_py("over");
+    out.assert_success();
+    let file = "tests/python/peak_window.py";
+    let (base, burst) = (line_of(file, "(3 * MIB)"), line_of(file, "# BURST"));
+    assert_eq!(
+        out.stdout,
+        format!(
+            "raised: peak {} limit {} at the peak True\n\
+             the with-block: CUDA memory peak 8.0 MiB (8388608 bytes) over what was live when it began, over its limit of 5.0 MiB (5242880 bytes)\n\
+             sites at lines [{burst}, {base}]\n\
+             raised: peak {} at the peak False\n\
+             sites at lines [{}]\n",
+            8 * MIB,
+            5 * MIB,
+            8 * MIB,
+            line_of(file, "# KEPT AGAIN"),
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = peak_window_py("under");
+    out.assert_success();
+    assert_eq!(out.stdout, format!("peak {}\n", 8 * MIB), "{}", out.stderr);
+    let out = peak_window_py("thread");
+    out.assert_success();
+    assert_eq!(out.stdout, format!("peak {}\n", 4 * MIB), "{}", out.stderr);
+}

@@ -1047,3 +1047,34 @@ fn pytest_runner_frames_are_folded_out_of_the_exit_report() {
     let full = String::from_utf8_lossy(&out.stdout);
     assert!(full.contains("/pluggy/") && full.contains("/_pytest/"), "{full}");
 }
+
+/// `@pytest.mark.cuda_peak_limit` fails a test whose peak, from its setup
+/// (a fixture's 2 MiB) through its body (a 4 MiB burst), is over the
+/// limit, and passes one within it; `--cuda-peak-limit` sets the limit of
+/// the tests without a marker.
+#[test]
+fn pytest_peak_limits_fail_the_tests_over_them() {
+    let p = pytest_suite("tests/python/peak_suite", &[], true);
+    assert_eq!(p.status.code(), Some(1), "{}\n{}", p.stdout, p.stderr);
+    assert!(summary(&p).starts_with("1 failed, 2 passed"), "{}", p.stdout);
+    assert_eq!(failed_tests(&p), ["test_over_its_limit"]);
+    assert!(
+        p.stdout.contains(
+            "CUDA memory peak 6.0 MiB (6291456 bytes) over what was live when it began, over its limit of 5.0 MiB (5242880 bytes)"
+        ),
+        "{}",
+        p.stdout
+    );
+    let p = pytest_suite("tests/python/peak_suite", &["--cuda-peak-limit=2MiB"], true);
+    assert!(summary(&p).starts_with("2 failed, 1 passed"), "{}", p.stdout);
+    assert_eq!(failed_tests(&p), ["test_over_its_limit", "test_without_a_marker"]);
+    // Without the library: asked for every test, a usage error.
+    let p = pytest_suite("tests/python/peak_suite", &["--cuda-peak-limit=2MiB"], false);
+    assert_ne!(p.status.code(), Some(0), "{}", p.stdout);
+    assert!(
+        p.stderr
+            .contains("cudaleak: --cuda-peak-limit needs libcudaleak.so preloaded"),
+        "{}",
+        p.stderr
+    );
+}

@@ -14,6 +14,10 @@ Works when the process runs under the library (``cudaleak run -- ...`` or
     ...
     blocks, nbytes = cudaleak.live_since(cp)
     cudaleak.dump("after epoch 3")   # writes a report now (trigger "api")
+
+    with cudaleak.peak_limit("2 GiB"):
+        train_step()          # raises cudaleak.PeakLimitError if the block's
+                              # GPU memory peak went over 2 GiB
 """
 
 import ctypes
@@ -36,6 +40,8 @@ __all__ = [
     "parse_size",
     "release_framework_caches",
     "LeakError",
+    "peak_limit",
+    "PeakLimitError",
 ]
 
 _lib = None
@@ -62,6 +68,11 @@ def _library():
             lib.cudaleak_leaks_since_json.argtypes = [ctypes.c_uint64]
             lib.cudaleak_free.restype = None
             lib.cudaleak_free.argtypes = [ctypes.c_void_p]
+            for name in ("cudaleak_peak_window_begin", "cudaleak_peak_window_bytes", "cudaleak_peak_window_end"):
+                getattr(lib, name).restype = ctypes.c_uint64
+                getattr(lib, name).argtypes = []
+            lib.cudaleak_peak_json.restype = ctypes.c_void_p
+            lib.cudaleak_peak_json.argtypes = []
         except (OSError, AttributeError):
             _lib = False
         else:
@@ -410,3 +421,131 @@ class no_leaks(object):
                 return func(*args, **kwargs)
 
         return checked
+
+
+def _peak_report():
+    """A report (dict) whose `peak` holds what each call site held at the
+    process's peak, or None."""
+    lib = _library()
+    if lib is None:
+        return None
+    ptr = lib.cudaleak_peak_json()
+    if not ptr:
+        return None
+    try:
+        return json.loads(ctypes.string_at(ptr).decode("utf-8"))
+    finally:
+        lib.cudaleak_free(ptr)
+
+
+class PeakLimitError(AssertionError):
+    """A region's CUDA memory peak went over its limit. `peak`: the most
+    bytes it held above what was live when it began; `limit`: its limit;
+    `report`: a report (dict) whose `leaks` are the call sites named: those
+    at the region's peak when it was the process's peak (`at_peak` True),
+    else what the region allocated and still held at its end."""
+
+    def __init__(self, where, peak, limit, report=None, at_peak=False, prefer_file=None):
+        self.peak = peak
+        self.limit = limit
+        self.report = report
+        self.at_peak = at_peak
+        msg = "%s: CUDA memory peak %s over what was live when it began, over its limit of %s" % (
+            where,
+            format_size(peak),
+            format_size(limit),
+        )
+        leaks = (report or {}).get("leaks", [])
+        if leaks and at_peak:
+            msg += "\nwhat the process held at that peak, by call site:\n" + format_groups(
+                report, max_groups=5, prefer_file=prefer_file
+            )
+        elif leaks:
+            msg += "\nwhat it allocated and still held at its end (its peak was below the process's):\n" + (
+                format_groups(report, max_groups=5, prefer_file=prefer_file)
+            )
+        else:
+            msg += "\nit freed all it allocated, and its peak was below the process's"
+        AssertionError.__init__(self, msg)
+
+
+class peak_limit(object):
+    """Fails (PeakLimitError) when the CUDA memory the process holds rises
+    more than `limit` (bytes, or "2 GiB") above what it held when the
+    region began, at any moment inside it: the region's own peak, freed
+    memory included. The library keeps the peak exactly, whatever thread
+    allocates; regions open at once share one mark (the most since the
+    oldest began). An exception from the region propagates unchanged. A
+    no-op, with one warning, without the library. `peak` holds the
+    region's peak after it ends.
+
+        with cudaleak.peak_limit("2 GiB"):
+            train_step()
+    """
+
+    def __init__(self, limit, where="the with-block"):
+        self.limit = parse_size(limit)
+        self.where = where
+        self.peak = None
+        self._start = None
+        self._mark = None
+        self._cp = None
+        self._file = None
+
+    def begin(self):
+        """Opens the region (as `with` does)."""
+        lib = _library()
+        if lib is None:
+            _warn_not_loaded(stacklevel=4)
+            return
+        self._start = lib.cudaleak_peak_window_begin()
+        self._mark = self._start
+        self._cp = checkpoint()
+
+    def high(self):
+        """The region's peak so far (bytes over its start); None when it is
+        not open."""
+        lib = _library()
+        if lib is None or self._start is None:
+            return None
+        self._mark = lib.cudaleak_peak_window_bytes()
+        return max(0, self._mark - self._start)
+
+    def end(self):
+        """Closes the region; returns its peak (None without the library)."""
+        lib = _library()
+        if lib is None or self._start is None:
+            return None
+        self._mark = lib.cudaleak_peak_window_end()
+        self.peak = max(0, self._mark - self._start)
+        self._start = None
+        return self.peak
+
+    def error(self, peak):
+        """The PeakLimitError for `peak`, or None when it is within the limit."""
+        if peak is None or peak <= self.limit:
+            return None
+        # The region's mark is the process's peak: the library holds what
+        # each call site held then. Else, what the region still holds.
+        process = _peak_report()
+        if process and (process.get("peak") or {}).get("bytes") == self._mark:
+            report = dict(process, leaks=process["peak"].get("groups", []))
+            return PeakLimitError(self.where, peak, self.limit, report, at_peak=True, prefer_file=self._file)
+        return PeakLimitError(self.where, peak, self.limit, leaks_since(self._cp), prefer_file=self._file)
+
+    def __enter__(self):
+        import sys
+
+        if self._file is None:
+            self._file = sys._getframe(1).f_code.co_filename
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        __tracebackhide__ = True
+        peak = self.end()
+        if exc_type is None:
+            err = self.error(peak)
+            if err is not None:
+                raise err
+        return False

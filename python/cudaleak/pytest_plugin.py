@@ -5,6 +5,8 @@
     @pytest.mark.cuda_no_leaks               # check chosen tests
     @pytest.mark.cuda_no_leaks(limit="1 MiB", warmups=2, filter=lambda group: ...)
     pytest --cuda-leaks-framework=torch      # empty PyTorch's cache before each check
+    @pytest.mark.cuda_peak_limit("2 GiB")    # fail a test whose CUDA memory peak is over 2 GiB
+    pytest --cuda-peak-limit=2GiB            # the same for every test without the marker
 
 The wheel registers it through a pytest11 entry point, so pytest loads it
 by itself and it checks nothing unless asked; from a source checkout, add
@@ -44,15 +46,31 @@ def pytest_addoption(parser):
         help="empty this framework's caching allocator before each check (torch: synchronize, "
         "collect garbage, torch.cuda.empty_cache(); a no-op when torch is not imported)",
     )
+    group.addoption(
+        "--cuda-peak-limit",
+        default=None,
+        metavar="SIZE",
+        help="fail every test whose CUDA memory peak (from its setup to its teardown, above what was "
+        "live when it began) is over SIZE (\"2 GiB\", bytes); @pytest.mark.cuda_peak_limit sets one "
+        "test's (needs libcudaleak.so preloaded)",
+    )
 
 
 def pytest_configure(config):
     # --cuda-leaks asks to check every test: without the library nothing
     # would be, and the run passed silently (issue 23). A marker alone only
     # warns, per test.
-    if config.getoption("--cuda-leaks") and not cudaleak.available():
+    limit = config.getoption("--cuda-peak-limit")
+    if limit is not None:
+        try:
+            cudaleak.parse_size(limit)
+        except ValueError as e:
+            raise pytest.UsageError("--cuda-peak-limit: %s" % e)
+    asked = [f for f, on in (("--cuda-leaks", config.getoption("--cuda-leaks")), ("--cuda-peak-limit", limit is not None)) if on]
+    if asked and not cudaleak.available():
         raise pytest.UsageError(
-            "cudaleak: --cuda-leaks needs libcudaleak.so preloaded; run "
+            "cudaleak: " + " and ".join(asked) + (" need" if len(asked) > 1 else " needs") +
+            " libcudaleak.so preloaded; run "
             "`cudaleak run -- python -m pytest --cuda-leaks ...` or "
             "`LD_PRELOAD=$(cudaleak lib) python -m pytest --cuda-leaks ...`"
         )
@@ -62,6 +80,11 @@ def pytest_configure(config):
         "CUDA memory allocated, even without --cuda-leaks; limit: bytes (or \"1 MiB\") one stack may "
         "leave; warmups: unchecked runs first; filter(group) -> bool keeps the groups that count; "
         "framework=\"torch\" empties PyTorch's cache before the check",
+    )
+    config.addinivalue_line(
+        "markers",
+        "cuda_peak_limit(limit): fail this test if its CUDA memory peak (from its setup to its teardown, "
+        "above what was live when it began) is over limit (bytes, or \"2 GiB\")",
     )
 
 
@@ -92,6 +115,21 @@ def _checked(item):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
+    """The test's body: its leaks, then its peak so far, fail it."""
+    __tracebackhide__ = True
+    leaks = _leak_checked_call(item)
+    next(leaks)
+    outcome = yield
+    try:
+        leaks.send(outcome)
+    except StopIteration:
+        pass
+    _check_peak_after_call(item, outcome)
+
+
+def _leak_checked_call(item):
+    """The leak check around the test's body: runs up to the body (warm-ups
+    first), is sent the body's outcome, and fails it on a leak."""
     __tracebackhide__ = True
     check = _checked(item)
     if check is None:
@@ -141,3 +179,61 @@ def _raise_at_leak_site(leak, item):
     # and pytest shows that one line of the user's file.
     code = code.replace(co_firstlineno=line)
     exec(code, {"__cudaleak_error__": leak, "__name__": "cudaleak_leak_site"})
+
+
+# ---- peak limits: a test's own peak, from its setup to its teardown ----
+
+_PEAK = "_cudaleak_peak_limit"
+
+
+def _peak_limit(item):
+    """The test's peak limit in bytes, or None when it has none."""
+    marker = item.get_closest_marker("cuda_peak_limit")
+    if marker is not None:
+        limit = marker.args[0] if marker.args else marker.kwargs.get("limit")
+        return cudaleak.parse_size(limit)
+    default = item.config.getoption("--cuda-peak-limit")
+    return cudaleak.parse_size(default) if default is not None else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    limit = _peak_limit(item)
+    if limit is not None:
+        if not cudaleak.available():
+            item.warn(pytest.PytestWarning("cudaleak: libcudaleak.so is not preloaded; the CUDA peak is not checked"))
+        else:
+            region = cudaleak.peak_limit(limit, where=item.nodeid)
+            region._file = str(getattr(item, "path", None) or getattr(item, "fspath", ""))
+            region.begin()
+            setattr(item, _PEAK, region)
+    yield
+
+
+def _check_peak_after_call(item, outcome):
+    """The peak since the test's setup began, checked when its body ends:
+    over the limit, the test itself fails."""
+    __tracebackhide__ = True
+    region = getattr(item, _PEAK, None)
+    if region is None or outcome.excinfo is not None:
+        return
+    err = region.error(region.high())
+    if err is not None:
+        region.failed = True
+        outcome.force_exception(err)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    __tracebackhide__ = True
+    yield
+    region = getattr(item, _PEAK, None)
+    if region is None:
+        return
+    delattr(item, _PEAK)
+    peak = region.end()
+    # Over the limit only in teardown: the test's teardown fails.
+    if not getattr(region, "failed", False):
+        err = region.error(peak)
+        if err is not None:
+            raise err

@@ -7,11 +7,15 @@
 //! int      cudaleak_live_since(uint64_t id, uint64_t *blocks, uint64_t *bytes);
 //! char    *cudaleak_leaks_since_json(uint64_t id);     // free with cudaleak_free
 //! void     cudaleak_free(char *p);
+//! uint64_t cudaleak_peak_window_begin(void);           // live bytes now
+//! uint64_t cudaleak_peak_window_bytes(void);           // most live since the oldest open window began
+//! uint64_t cudaleak_peak_window_end(void);             // the same, and the window closes
+//! char    *cudaleak_peak_json(void);                   // the process's peak by call site
 //! ```
 
 use crate::process::dump::{self, Request};
 use crate::process::lifecycle;
-use crate::state::tracker;
+use crate::state::{live_bytes, tracker};
 use cudaleak_core::assemble::Snapshot;
 use cudaleak_core::record::MAX_EPOCH;
 use cudaleak_core::report::Trigger;
@@ -87,6 +91,58 @@ pub extern "C" fn cudaleak_leaks_since_json(id: u64) -> *mut c_char {
             meta_req.reason = Some(format!("blocks since checkpoint {id}"));
             // Not a dump (no file, no growth bookkeeping): it carries the
             // sequence number the next dump will have.
+            let sequence = state.next_sequence();
+            dump::assemble(state, &snap, dump::meta_for(&meta_req, sequence), false)
+        })?;
+        let json = serde_json::to_string(&report).ok()?;
+        CString::new(json).ok().map(CString::into_raw)
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// Opens a peak window (a test's, a block's): from now until
+/// [`cudaleak_peak_window_end`], the most live bytes the process holds are
+/// kept. Returns the live bytes now. Windows open at once share one mark,
+/// the most since the oldest of them began.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_peak_window_begin() -> u64 {
+    catch_unwind(live_bytes::window_begin).unwrap_or(0)
+}
+
+/// The most live bytes since the oldest open window began; 0 when none is
+/// open.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_peak_window_bytes() -> u64 {
+    catch_unwind(live_bytes::window_high_water).unwrap_or(0)
+}
+
+/// Closes a window opened by [`cudaleak_peak_window_begin`]; returns its
+/// peak (as [`cudaleak_peak_window_bytes`] just before), 0 when none was
+/// open.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_peak_window_end() -> u64 {
+    catch_unwind(live_bytes::window_end).unwrap_or(0)
+}
+
+/// A report (JSON, trigger "api") of the process's peak: `peak` holds what
+/// each call site held at that moment, `totals.peak_bytes` its bytes; no
+/// live block is read, nothing is written to disk. For a peak window whose
+/// mark is the process's peak, these are the sites at the window's peak.
+/// Free the string with [`cudaleak_free`].
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_peak_json() -> *mut c_char {
+    catch_unwind(|| {
+        let peak = tracker::peak_now();
+        let snap = Snapshot {
+            peak_bytes: peak.bytes,
+            peak: Some(peak),
+            ..Default::default()
+        };
+        let report = dump::with_state(None, |state| {
+            let mut meta_req = Request::new(Trigger::Api);
+            meta_req.reason = Some("the process's peak".into());
             let sequence = state.next_sequence();
             dump::assemble(state, &snap, dump::meta_for(&meta_req, sequence), false)
         })?;

@@ -842,6 +842,12 @@ pub fn activity() -> u64 {
         + INVALID_FREES.load(Ordering::Relaxed)
 }
 
+/// What each call site held at the process's peak so far, without reading
+/// the live map: for the in-process API's peak report.
+pub fn peak_now() -> PeakSites {
+    peak_sites(live_bytes::peak())
+}
+
 /// What each call site held when the process reached `peak`, the current
 /// peak (`site_counters.rs`): one pass over the call sites, no lock.
 fn peak_sites(peak: u64) -> PeakSites {
