@@ -21,17 +21,8 @@ fn cudaleak(args: &[&str], cwd: &Path) -> (ExitStatus, String, String) {
 /// tests/c/peak.c built as the main branch has it (12 MiB at its peak)
 /// and as a change makes it: a planted 3 MiB site, every line moved.
 fn builds() -> (String, String) {
-    let sim = sim_dir();
-    let link = [
-        sim.join("libcudart.so.12").display().to_string(),
-        sim.join("libcuda.so.1").display().to_string(),
-    ];
-    let base = build("peak", &["tests/c/peak.c"], &[&link[0], &link[1]]);
-    let grown = build(
-        "peak_grown",
-        &["tests/c/peak.c"],
-        &["-DPLANTED", "-DSHIFTED", &link[0], &link[1]],
-    );
+    let base = program("peak");
+    let grown = program_variant("peak_grown", "peak", &["-DPLANTED", "-DSHIFTED"]);
     (base.display().to_string(), grown.display().to_string())
 }
 

@@ -16,20 +16,6 @@ fn python3() -> PathBuf {
     PathBuf::from(std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into()))
 }
 
-fn py_helper() -> PathBuf {
-    let sim = sim_dir();
-    build(
-        "libpy_helper.so",
-        &["tests/c/py_helper.c"],
-        &[
-            "-shared",
-            "-fPIC",
-            &sim.join("libcudart.so.12").display().to_string(),
-            "-lpthread",
-        ],
-    )
-}
-
 fn py_env() -> Vec<(String, String)> {
     vec![
         (

@@ -139,17 +139,31 @@ pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
 /// A test program linked against the simulated libcudart.so.12 and
 /// libcuda.so.1 (direct binding), as most CUDA programs are.
 pub fn program(name: &str) -> PathBuf {
-    let src = format!("tests/c/{name}.c");
+    program_variant(name, name, &[])
+}
+
+/// tests/c/SOURCE.c built as [`program`] builds it, with `defines`
+/// (`-DPLANTED`), under the name `name`: a second build of one program.
+pub fn program_variant(name: &str, source: &str, defines: &[&str]) -> PathBuf {
+    let src = format!("tests/c/{source}.c");
     let sim = sim_dir();
+    let (runtime, driver) = (
+        sim.join("libcudart.so.12").display().to_string(),
+        sim.join("libcuda.so.1").display().to_string(),
+    );
+    let mut flags: Vec<&str> = defines.to_vec();
+    flags.extend([runtime.as_str(), driver.as_str(), "-lpthread", "-ldl"]);
+    build(name, &[&src], &flags)
+}
+
+/// tests/c/py_helper.c as a shared library the Python test scripts load
+/// (CUDALEAK_PY_HELPER), linked against the simulated runtime.
+pub fn py_helper() -> PathBuf {
+    let runtime = sim_dir().join("libcudart.so.12");
     build(
-        name,
-        &[&src],
-        &[
-            &sim.join("libcudart.so.12").display().to_string(),
-            &sim.join("libcuda.so.1").display().to_string(),
-            "-lpthread",
-            "-ldl",
-        ],
+        "libpy_helper.so",
+        &["tests/c/py_helper.c"],
+        &["-shared", "-fPIC", &runtime.display().to_string(), "-lpthread"],
     )
 }
 
@@ -385,11 +399,7 @@ pub fn gate_of_a_killed_program(reports: &Path, signal: &str, cwd: &Path) -> (Ex
 /// `extra` added to the environment.
 pub fn run_test_python(script: &str, extra: &[(&str, &str)]) -> Outcome {
     let runtime = sim_dir().join("libcudart.so.12");
-    let helper = build(
-        "libpy_helper.so",
-        &["tests/c/py_helper.c"],
-        &["-shared", "-fPIC", &runtime.display().to_string(), "-lpthread"],
-    );
+    let helper = py_helper();
     let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let path = repo().join("tests/python").join(script);
     let (runtime, helper) = (runtime.display().to_string(), helper.display().to_string());

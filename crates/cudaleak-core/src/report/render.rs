@@ -655,20 +655,7 @@ fn peak_section(out: &mut String, r: &Report) {
         moment(r, p.timestamp_ms)
     );
     let shown: Vec<&Group> = p.groups.iter().take(SHORT_LIST).collect();
-    for (g, label) in shown.iter().zip(group_labels(&shown)) {
-        let _ = writeln!(
-            out,
-            "  {} in {}: {}{}",
-            size(g.bytes),
-            count(g.blocks, "block"),
-            label,
-            if g.pytorch_cache_segment {
-                " [PyTorch cache segment]"
-            } else {
-                ""
-            }
-        );
-    }
+    short_list(out, "  ", &shown);
     let rest: Vec<&Group> = p.groups.iter().skip(SHORT_LIST).collect();
     let left = p.groups_left_out.unwrap_or_default();
     let (more, bytes, blocks) = (
@@ -718,13 +705,20 @@ pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
         }
         None => out.push('\n'),
     }
-    for (g, label) in shown.iter().zip(group_labels(&shown)) {
+    short_list(&mut out, "cudaleak:   ", &shown);
+    out
+}
+
+/// `groups` one line each, after `prefix`: their size, blocks and label
+/// among them (`  24.0 MiB in 4 blocks: cudaMalloc (device memory) at
+/// ...`), as the peak section and the out-of-memory lines list them.
+fn short_list(out: &mut String, prefix: &str, groups: &[&Group]) {
+    for (g, label) in groups.iter().zip(group_labels(groups)) {
         let _ = writeln!(
             out,
-            "cudaleak:   {} in {}: {}{}",
+            "{prefix}{} in {}: {label}{}",
             size(g.bytes),
             count(g.blocks, "block"),
-            label,
             if g.pytorch_cache_segment {
                 " [PyTorch cache segment]"
             } else {
@@ -732,7 +726,6 @@ pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
             }
         );
     }
-    out
 }
 
 fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
