@@ -168,8 +168,9 @@ def parse_size(limit):
 
 
 # Frames that belong to the test runner or to cudaleak itself: left out of
-# the stacks a failure shows (issue 12: _pytest and pluggy frames came
-# first), as the command leaves them out of its text (_tables.py).
+# the stacks a failure shows, where pytest's and pluggy's frames came
+# before the test's own line, as the command leaves them out of its text
+# (_tables.py).
 _RUNNER_PARTS = RUNNER_FILE_PARTS
 
 

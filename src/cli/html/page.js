@@ -110,7 +110,7 @@
   // ctypes and libffi, the test runner's Python frames when the stack has
   // Python frames of its own) is folded away, and a stack with Python
   // frames reads Python-first: its Python frames, then the native code
-  // below the innermost one (issue 26). The toggle shows everything.
+  // below the innermost one. The toggle shows everything.
   var showAll = false;
   function visibleFrames(frames) {
     if (showAll) return frames;
