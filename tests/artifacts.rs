@@ -135,6 +135,7 @@ const EXPORTS: &[&str] = &[
     "cudaleak_peak_window_bytes",
     "cudaleak_peak_window_end",
     "cudaleak_peak_json",
+    "cudaleak_peak_bytes",
 ];
 
 fn defined_dynamic_symbols(path: &std::path::Path) -> BTreeSet<String> {

@@ -71,10 +71,24 @@ fn a_ceiling_fails_the_run_over_it_and_names_the_sites_at_the_peak() {
     // The command's own failure stays its own.
     let (status, stderr) = run(&d.path().join("c"), &["--max-peak", "1MiB"], &[&base, "3"]);
     assert_eq!(status.code(), Some(3), "{stderr}");
-    // A bad size stops the run before it starts.
+    // A bad size stops the run before it starts, and makes no directory.
     let (status, stderr) = run(&d.path().join("d"), &["--max-peak", "lots"], &[&base]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--max-peak: not a size: lots"), "{stderr}");
+    assert!(!d.path().join("d").exists());
+    // A summary that is a FIFO with no reader: refused with one warning,
+    // not waited on; the status is the verdict's.
+    let fifo = d.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (status, stderr) = run(
+        &d.path().join("e"),
+        &["--max-peak", "1MiB", "--summary-md", fifo.to_str().unwrap()],
+        &[&base],
+    );
+    assert_eq!(status.code(), Some(25), "{stderr}");
+    assert!(stderr.contains("cannot append the summary to"), "{stderr}");
 }
 
 #[test]
@@ -285,7 +299,8 @@ fn a_planted_python_site_fails_the_baseline_though_every_line_moved() {
     assert!(
         first.contains("+3.0 MiB (0 bytes -> 3.0 MiB)")
             && first.contains(&format!(
-                "at malloc sim.py:21 < planted_buffer peak.py:{planted_line}"
+                "at malloc sim.py:{} < planted_buffer peak.py:{planted_line}",
+                line_of("tests/python/sim.py", "rc = lib.cudaMalloc(")
             )),
         "{sites}"
     );

@@ -68,16 +68,39 @@ def _library():
             lib.cudaleak_leaks_since_json.argtypes = [ctypes.c_uint64]
             lib.cudaleak_free.restype = None
             lib.cudaleak_free.argtypes = [ctypes.c_void_p]
-            for name in ("cudaleak_peak_window_begin", "cudaleak_peak_window_bytes", "cudaleak_peak_window_end"):
-                getattr(lib, name).restype = ctypes.c_uint64
-                getattr(lib, name).argtypes = []
-            lib.cudaleak_peak_json.restype = ctypes.c_void_p
-            lib.cudaleak_peak_json.argtypes = []
         except (OSError, AttributeError):
             _lib = False
         else:
             _lib = lib
+            # Peak windows came later: a library from before them keeps
+            # every other call working (_peak_api() says which it is).
+            try:
+                for name in (
+                    "cudaleak_peak_window_begin",
+                    "cudaleak_peak_window_bytes",
+                    "cudaleak_peak_window_end",
+                    "cudaleak_peak_bytes",
+                ):
+                    getattr(lib, name).restype = ctypes.c_uint64
+                    getattr(lib, name).argtypes = []
+                lib.cudaleak_peak_json.restype = ctypes.c_void_p
+                lib.cudaleak_peak_json.argtypes = []
+                lib.cudaleak_has_peak_windows = True
+            except AttributeError:
+                lib.cudaleak_has_peak_windows = False
     return _lib or None
+
+
+def _peak_api():
+    """The library, when it has peak windows; None without the library.
+    Raises RuntimeError for a preloaded library older than this module."""
+    lib = _library()
+    if lib is not None and not lib.cudaleak_has_peak_windows:
+        raise RuntimeError(
+            "cudaleak: the preloaded libcudaleak.so has no peak windows: it is older than this "
+            "module; use the library installed with it (cudaleak.library_path())"
+        )
+    return lib
 
 
 def available():
@@ -427,7 +450,7 @@ class no_leaks(object):
 def _peak_report():
     """A report (dict) whose `peak` holds what each call site held at the
     process's peak, or None."""
-    lib = _library()
+    lib = _peak_api()
     if lib is None:
         return None
     ptr = lib.cudaleak_peak_json()
@@ -484,21 +507,33 @@ class peak_limit(object):
             train_step()
     """
 
-    def __init__(self, limit, where="the with-block"):
+    def __init__(self, limit, where="the with-block", framework=None):
+        if limit is None:
+            raise ValueError("cudaleak: peak_limit needs a limit (bytes, or a string such as \"2 GiB\")")
         self.limit = parse_size(limit)
         self.where = where
+        if framework not in (None, "torch"):
+            raise ValueError("cudaleak: unknown framework %r (known: \"torch\")" % (framework,))
+        self.framework = framework
         self.peak = None
         self._start = None
         self._mark = None
+        self._process_peak = 0
         self._cp = None
         self._file = None
 
     def begin(self):
-        """Opens the region (as `with` does)."""
-        lib = _library()
+        """Opens the region (as `with` does). framework="torch" first gives
+        PyTorch's cached segments back, so that segments earlier code left
+        in the cache do not hide the region's own growth."""
+        lib = _peak_api()
         if lib is None:
             _warn_not_loaded(stacklevel=4)
             return
+        if self._start is not None:
+            raise RuntimeError("cudaleak: this peak_limit is already open; use one per region")
+        release_framework_caches(self.framework)
+        self._process_peak = lib.cudaleak_peak_bytes()
         self._start = lib.cudaleak_peak_window_begin()
         self._mark = self._start
         self._cp = checkpoint()
@@ -526,9 +561,10 @@ class peak_limit(object):
         """The PeakLimitError for `peak`, or None when it is within the limit."""
         if peak is None or peak <= self.limit:
             return None
-        # The region's mark is the process's peak: the library holds what
-        # each call site held then. Else, what the region still holds.
-        process = _peak_report()
+        # The region set the process's peak (its mark passed the peak read
+        # when it began, and is the peak now): the library holds what each
+        # call site held then. Else, what the region still holds.
+        process = _peak_report() if self._mark > self._process_peak else None
         if process and (process.get("peak") or {}).get("bytes") == self._mark:
             report = dict(process, leaks=process["peak"].get("groups", []))
             return PeakLimitError(self.where, peak, self.limit, report, at_peak=True, prefer_file=self._file)

@@ -64,16 +64,21 @@ def pytest_configure(config):
     if limit is not None:
         try:
             cudaleak.parse_size(limit)
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise pytest.UsageError("--cuda-peak-limit: %s" % e)
     asked = [f for f, on in (("--cuda-leaks", config.getoption("--cuda-leaks")), ("--cuda-peak-limit", limit is not None)) if on]
     if asked and not cudaleak.available():
         raise pytest.UsageError(
             "cudaleak: " + " and ".join(asked) + (" need" if len(asked) > 1 else " needs") +
             " libcudaleak.so preloaded; run "
-            "`cudaleak run -- python -m pytest --cuda-leaks ...` or "
-            "`LD_PRELOAD=$(cudaleak lib) python -m pytest --cuda-leaks ...`"
+            "`cudaleak run -- python -m pytest %s ...` or "
+            "`LD_PRELOAD=$(cudaleak lib) python -m pytest %s ...`" % (asked[0], asked[0])
         )
+    if limit is not None:
+        try:
+            cudaleak._peak_api()
+        except RuntimeError as e:
+            raise pytest.UsageError(str(e))
     config.addinivalue_line(
         "markers",
         "cuda_no_leaks(limit=0, warmups=0, filter=None, framework=None): fail this test if it leaves "
@@ -191,6 +196,8 @@ def _peak_limit(item):
     marker = item.get_closest_marker("cuda_peak_limit")
     if marker is not None:
         limit = marker.args[0] if marker.args else marker.kwargs.get("limit")
+        if limit is None:
+            raise pytest.UsageError("cudaleak: @pytest.mark.cuda_peak_limit needs a limit, e.g. (\"2 GiB\")")
         return cudaleak.parse_size(limit)
     default = item.config.getoption("--cuda-peak-limit")
     return cudaleak.parse_size(default) if default is not None else None
@@ -203,7 +210,8 @@ def pytest_runtest_setup(item):
         if not cudaleak.available():
             item.warn(pytest.PytestWarning("cudaleak: libcudaleak.so is not preloaded; the CUDA peak is not checked"))
         else:
-            region = cudaleak.peak_limit(limit, where=item.nodeid)
+            framework = item.config.getoption("--cuda-leaks-framework")
+            region = cudaleak.peak_limit(limit, where=item.nodeid, framework=framework)
             region._file = str(getattr(item, "path", None) or getattr(item, "fspath", ""))
             region.begin()
             setattr(item, _PEAK, region)
@@ -216,24 +224,28 @@ def _check_peak_after_call(item, outcome):
     __tracebackhide__ = True
     region = getattr(item, _PEAK, None)
     if region is None or outcome.excinfo is not None:
+        # Failed, skipped or xfailed already: its own outcome is the one to
+        # see, and teardown adds nothing to it.
         return
     err = region.error(region.high())
     if err is not None:
-        region.failed = True
         outcome.force_exception(err)
+    else:
+        region.body_passed = True
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     __tracebackhide__ = True
-    yield
+    outcome = yield
     region = getattr(item, _PEAK, None)
     if region is None:
         return
     delattr(item, _PEAK)
     peak = region.end()
-    # Over the limit only in teardown: the test's teardown fails.
-    if not getattr(region, "failed", False):
+    # Within the limit when its body ended, over it in teardown: the
+    # teardown fails (an error of its own comes first).
+    if getattr(region, "body_passed", False) and outcome.excinfo is None:
         err = region.error(peak)
         if err is not None:
-            raise err
+            outcome.force_exception(err)

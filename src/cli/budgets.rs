@@ -68,6 +68,7 @@ impl Budgets {
     /// order of the processes: the ceiling, then the baseline.
     pub fn check(&self, finals: &[&Report]) -> Vec<Check> {
         let mut checks = Vec::new();
+        let mut compared = 0usize;
         let matched = self
             .baseline
             .as_ref()
@@ -78,12 +79,26 @@ impl Budgets {
             }
             if let Some(m) = &matched {
                 match m[i] {
-                    Some(old) => checks.push(budget::check_baseline(old, r, &self.tolerance)),
+                    Some(old) => {
+                        compared += 1;
+                        checks.push(budget::check_baseline(old, r, &self.tolerance))
+                    }
                     None => note(&format!(
                         "cudaleak: peak-baseline: no process of the baseline is {} (by rank, else by command line): not compared",
                         budget::process_name(r)
                     )),
                 }
+            }
+        }
+        // A baseline that matched nothing vouches for nothing: the gate
+        // fails closed, as it does for a report it did not see.
+        if let Some((path, base)) = &self.baseline {
+            if compared == 0 && !finals.is_empty() {
+                checks.push(budget::unmatched_baseline(
+                    &escape(&path.display().to_string()),
+                    base.len(),
+                    finals.len(),
+                ));
             }
         }
         checks
@@ -97,8 +112,14 @@ fn note(line: &str) {
 /// The newest run's final reports in `path` (a report file, or a
 /// directory of reports): one per process.
 pub fn load_baseline(path: &Path) -> Result<Vec<Report>, String> {
+    newest_run(path).map_err(|e| format!("--peak-baseline {e}"))
+}
+
+/// The newest run's latest report of each process in `path` (a report
+/// file or a directory of reports).
+fn newest_run(path: &Path) -> Result<Vec<Report>, String> {
     let all = super::reports::load(&[path.to_path_buf()])
-        .map_err(|e| format!("--peak-baseline {}: {e}", escape(&path.display().to_string())))?;
+        .map_err(|e| format!("{}: {e}", escape(&path.display().to_string())))?;
     let newest = all
         .iter()
         .max_by_key(|(_, r)| r.timestamp_ms)
@@ -110,7 +131,7 @@ pub fn load_baseline(path: &Path) -> Result<Vec<Report>, String> {
     let latest = combine::latest_per_process(chosen);
     if latest.is_empty() {
         return Err(format!(
-            "--peak-baseline {}: no reports there",
+            "{}: no reports there",
             escape(&path.display().to_string())
         ));
     }
@@ -160,10 +181,14 @@ pub fn write_files(b: &Budgets, checks: &[Check]) {
 }
 
 /// Appends to a regular file, made (never through a link) when missing.
+/// Opened without blocking, so that a FIFO with no reader or a device is
+/// refused, not waited on.
 fn append(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
     let open = |create: bool| {
         let mut o = std::fs::OpenOptions::new();
-        o.append(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        o.append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK);
         if create {
             o.create_new(true).mode(0o644);
         }
@@ -175,6 +200,14 @@ fn append(path: &Path, data: &[u8]) -> std::io::Result<()> {
     };
     if !f.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
+    }
+    // SAFETY: fcntl on a descriptor this function owns: its flags read,
+    // then written back without O_NONBLOCK.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
     }
     f.write_all(data)
 }
@@ -188,20 +221,22 @@ fn replace(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .to_string_lossy()
         .into_owned();
     let tmp = path.with_file_name(format!(".{name}.cudaleak-{}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
+    // A file of that name that is not ours (create_new failed) is left
+    // alone; ours is removed when it cannot take its place.
+    let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o644)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(data).and_then(|_| f.sync_all()));
-    match written.and_then(|_| std::fs::rename(&tmp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
+        .open(&tmp)?;
+    let done = f
+        .write_all(data)
+        .and_then(|_| f.sync_all())
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
+    done
 }
 
 /// `cudaleak diff --peak OLD NEW`: each process's peak before and after,
@@ -210,16 +245,9 @@ fn replace(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// beyond it.
 pub fn diff_peaks(old: &Path, new: &Path, tolerance: &[String], json: bool) -> super::CliResult {
     let tol = Tolerance::parse(tolerance)?;
-    let before = super::reports::load(&[old.to_path_buf()])?;
-    let after = super::reports::load(&[new.to_path_buf()])?;
-    let before: Vec<Report> = combine::latest_per_process(before)
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect();
-    let after: Vec<Report> = combine::latest_per_process(after)
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect();
+    // Each side as --peak-baseline reads a baseline: its newest run.
+    let before = newest_run(old)?;
+    let after = newest_run(new)?;
     let refs: Vec<&Report> = after.iter().collect();
     let matched = budget::match_processes(&before, &refs);
     let checks: Vec<Check> = after

@@ -384,6 +384,25 @@ pub fn match_processes<'a>(baseline: &'a [Report], run: &[&Report]) -> Vec<Optio
     out
 }
 
+/// The failed check of a baseline that matched none of the run's
+/// processes: nothing was compared, so nothing is vouched for.
+pub fn unmatched_baseline(path: &str, baseline: usize, run: usize) -> Check {
+    Check {
+        kind: BudgetKind::Baseline,
+        process: format!("the run ({})", plural(run, "process")),
+        peak: 0,
+        old_peak: None,
+        limit: 0,
+        passed: false,
+        verdict: format!(
+            "none of its processes matches one of the baseline's {} in {path} (by rank, else by command line): nothing compared",
+            plural(baseline, "process")
+        ),
+        sites: Vec::new(),
+        pytorch_reserved: false,
+    }
+}
+
 /// The text a check prints: its verdict line, then its sites with the
 /// first lines of their stacks.
 pub fn check_text(c: &Check) -> String {
@@ -499,12 +518,13 @@ pub fn junit(checks: &[Check]) -> String {
         "  <testsuite name=\"cudaleak budgets\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\">",
         checks.len()
     );
-    for c in checks {
+    let names = stable_names(checks);
+    for (c, name) in checks.iter().zip(&names) {
         let _ = write!(
             out,
             "    <testcase classname=\"cudaleak.{}\" name=\"{}\"",
             c.kind.name(),
-            xml(&c.process)
+            xml(name)
         );
         if c.passed {
             let _ = writeln!(out, "><system-out>{}</system-out></testcase>", xml(&c.verdict));
@@ -522,6 +542,34 @@ pub fn junit(checks: &[Check]) -> String {
     }
     out.push_str("  </testsuite>\n</testsuites>\n");
     out
+}
+
+/// Test case names that stay the same from one CI run to the next: a
+/// process's rank label and command (`rank 1 (python train.py)`), else
+/// its command line without the pid, numbered when two checks of one
+/// budget would share one.
+fn stable_names(checks: &[Check]) -> Vec<String> {
+    let base: Vec<String> = checks
+        .iter()
+        .map(|c| match c.process.split_once(" (") {
+            Some((label, cmd)) if label.starts_with("pid ") => {
+                cmd.strip_suffix(')').unwrap_or(cmd).to_string()
+            }
+            _ => c.process.clone(),
+        })
+        .collect();
+    (0..base.len())
+        .map(|i| {
+            let same = |j: usize| base[j] == base[i] && checks[j].kind == checks[i].kind;
+            let before = (0..i).filter(|&j| same(j)).count();
+            let total = (0..base.len()).filter(|&j| same(j)).count();
+            if total > 1 {
+                format!("{} [#{}]", base[i], before + 1)
+            } else {
+                base[i].clone()
+            }
+        })
+        .collect()
 }
 
 /// Text for XML content and attributes; characters XML 1.0 cannot hold
@@ -676,6 +724,27 @@ mod tests {
             Some("eval.py"),
             "one process each"
         );
+    }
+
+    #[test]
+    fn junit_names_stay_the_same_from_run_to_run() {
+        let mut a = report(None, vec![site("x", 1, 100)]);
+        a.pid = 4242;
+        let mut b = a.clone();
+        b.pid = 4343;
+        let checks = [check_max_peak(&a, 10), check_max_peak(&b, 10)];
+        assert!(
+            checks[0].process.starts_with("pid 4242@"),
+            "{}",
+            checks[0].process
+        );
+        let xml = junit(&checks);
+        assert!(xml.contains("name=\"python train.py [#1]\""), "{xml}");
+        assert!(xml.contains("name=\"python train.py [#2]\""), "{xml}");
+        assert!(!xml.contains("name=\"pid "), "{xml}");
+        let unmatched = unmatched_baseline("main/", 2, 1);
+        assert!(!unmatched.passed);
+        assert!(check_text(&unmatched).contains("nothing compared"));
     }
 
     #[test]

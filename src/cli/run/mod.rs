@@ -279,6 +279,15 @@ pub fn run(a: RunArgs) -> CliResult {
         .clone()
         .or_else(|| std::env::var_os(var::CUDALEAK_DIR).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("cudaleak-reports"));
+    // Read and checked before anything is made: a bad budget leaves no
+    // report directory behind.
+    let budgets = super::budgets::Budgets::new(
+        a.max_peak.as_deref(),
+        a.peak_baseline.as_deref(),
+        &a.peak_tolerance,
+        a.summary_md.clone(),
+        a.junit.clone(),
+    )?;
     let made = missing_directories(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
@@ -295,13 +304,6 @@ pub fn run(a: RunArgs) -> CliResult {
         return Err(e);
     }
 
-    let budgets = super::budgets::Budgets::new(
-        a.max_peak.as_deref(),
-        a.peak_baseline.as_deref(),
-        &a.peak_tolerance,
-        a.summary_md.clone(),
-        a.junit.clone(),
-    )?;
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     cmd.env("LD_PRELOAD", prepend_path("LD_PRELOAD", &lib));

@@ -32,3 +32,21 @@ def test_within_its_limit(scratch):
 
 def test_without_a_marker():
     burst(3 * MIB)
+
+
+@pytest.fixture
+def burst_in_teardown():
+    yield
+    burst(8 * MIB)
+
+
+@pytest.mark.cuda_peak_limit("5 MiB")
+def test_over_only_in_its_teardown(burst_in_teardown):
+    pass
+
+
+@pytest.mark.xfail(reason="fails by itself", strict=True)
+@pytest.mark.cuda_peak_limit("1 MiB")
+def test_that_fails_by_itself_keeps_its_outcome(scratch):
+    burst(4 * MIB)
+    assert False

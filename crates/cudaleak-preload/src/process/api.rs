@@ -10,6 +10,7 @@
 //! uint64_t cudaleak_peak_window_begin(void);           // live bytes now
 //! uint64_t cudaleak_peak_window_bytes(void);           // most live since the oldest open window began
 //! uint64_t cudaleak_peak_window_end(void);             // the same, and the window closes
+//! uint64_t cudaleak_peak_bytes(void);                  // the process's peak so far
 //! char    *cudaleak_peak_json(void);                   // the process's peak by call site
 //! ```
 
@@ -116,6 +117,14 @@ pub extern "C" fn cudaleak_peak_window_begin() -> u64 {
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn cudaleak_peak_window_bytes() -> u64 {
     catch_unwind(live_bytes::window_high_water).unwrap_or(0)
+}
+
+/// The process's peak so far, in bytes (`totals.peak_bytes` of the next
+/// report): a window whose mark passed the peak read at its beginning set
+/// the process's peak.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn cudaleak_peak_bytes() -> u64 {
+    catch_unwind(live_bytes::peak).unwrap_or(0)
 }
 
 /// Closes a window opened by [`cudaleak_peak_window_begin`]; returns its

@@ -112,11 +112,17 @@ fn with_windows<T>(f: impl FnOnce() -> T) -> T {
 /// is open shares its mark (the most since the oldest began).
 pub fn window_begin() -> u64 {
     with_windows(|| {
-        let live = LIVE_BYTES.load(Ordering::Relaxed);
         if WINDOWS_OPEN.fetch_add(1, Ordering::Relaxed) == 0 {
-            PEAK.window.store(live, Ordering::Relaxed);
+            // The mark first, then the count it starts from: an allocation
+            // between the two raises the mark itself, and is in the count
+            // read after it, so none is lost.
+            PEAK.window.store(0, Ordering::Relaxed);
+            let live = LIVE_BYTES.load(Ordering::Relaxed);
+            PEAK.window.fetch_max(live, Ordering::Relaxed);
+            live
+        } else {
+            LIVE_BYTES.load(Ordering::Relaxed)
         }
-        live
     })
 }
 
