@@ -4,6 +4,13 @@
 //
 //   leaks [reset]   "reset" ends with cudaDeviceReset(), which
 //                   compute-sanitizer's leak check needs
+//
+// Ground truth for gpu/check_report.py (nvcc section): each planted leak is
+// one allocation call on a line marked "LEAK <api>" (the checker finds the
+// line there), and the program prints its own account of it on stdout,
+//   planted <api> <memory> <bytes> <function>
+// with the size it really asked for (the cuMemCreate one is the device's
+// granularity, known only at run time).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -24,10 +31,39 @@ __global__ void touch(char *p, size_t n) {
     if (i < n) p[i] = 1;
 }
 
-void leak_malloc() { void *p; CHECK(cudaMalloc(&p, 1 << 20)); /* LEAK cudaMalloc */ }
-void leak_malloc_async() { void *p; CHECK(cudaMallocAsync(&p, 2 << 20, 0)); /* LEAK cudaMallocAsync */ CHECK(cudaStreamSynchronize(0)); }
-void leak_malloc_host() { void *p; CHECK(cudaMallocHost(&p, 3 << 20)); /* LEAK cudaMallocHost */ }
-void leak_malloc_managed() { void *p; CHECK(cudaMallocManaged(&p, 4 << 20)); /* LEAK cudaMallocManaged */ }
+static void planted(const char *api, const char *memory, size_t bytes, const char *function) {
+    printf("planted %s %s %zu %s\n", api, memory, bytes, function);
+    fflush(stdout);
+}
+
+void leak_malloc() {
+    void *p;
+    size_t n = 1 << 20;
+    CHECK(cudaMalloc(&p, n)); /* LEAK cudaMalloc */
+    planted("cudaMalloc", "device", n, __func__);
+}
+
+void leak_malloc_async() {
+    void *p;
+    size_t n = 2 << 20;
+    CHECK(cudaMallocAsync(&p, n, 0)); /* LEAK cudaMallocAsync */
+    CHECK(cudaStreamSynchronize(0));
+    planted("cudaMallocAsync", "device", n, __func__);
+}
+
+void leak_malloc_host() {
+    void *p;
+    size_t n = 3 << 20;
+    CHECK(cudaMallocHost(&p, n)); /* LEAK cudaMallocHost */
+    planted("cudaMallocHost", "host", n, __func__);
+}
+
+void leak_malloc_managed() {
+    void *p;
+    size_t n = 4 << 20;
+    CHECK(cudaMallocManaged(&p, n)); /* LEAK cudaMallocManaged */
+    planted("cudaMallocManaged", "managed", n, __func__);
+}
 
 size_t granularity(CUmemAllocationProp *prop) {
     memset(prop, 0, sizeof *prop);
@@ -44,6 +80,7 @@ void leak_mem_create() {
     size_t g = granularity(&prop);
     CUmemGenericAllocationHandle h;
     CHECK(cuMemCreate(&h, g, &prop, 0)); /* LEAK cuMemCreate */
+    planted("cuMemCreate", "physical", g, __func__);
 }
 
 // Every API again, released properly: none of this may be reported.

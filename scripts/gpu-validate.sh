@@ -1,152 +1,339 @@
 #!/usr/bin/env bash
-# cudaleak on a real GPU: PyTorch, CuPy, JAX, NCCL/cuBLAS and nvcc programs.
+# cudaleak on a real GPU: PyTorch, CuPy, JAX, nvcc programs, checked.
 # Results feed docs/gpu-validation.md.
 #
 #   scripts/gpu-validate.sh ARTIFACTS OUT [SECTION...]
 #
 # ARTIFACTS holds libcudaleak.so and cudaleak, built elsewhere with
 # `cargo build --release` (the GPU machine has no cargo); OUT receives
-# summary.txt (everything printed) and reports.tar.gz. Sections: env nvcc
-# python torch oom frameworks libraries overhead bench (default: all). Needs
-# nvidia-smi, nvcc, gcc and python3 with torch, cupy and jax installed.
+# summary.txt (everything printed, appended), checks.txt (this run's CHECK
+# lines) and reports.tar.gz (reports, ground truths, compute-sanitizer's
+# output). Needs nvidia-smi, nvcc, compute-sanitizer, gcc and python3 with
+# torch, cupy and jax installed.
+#
+# Every check compares what cudaleak reported with a ground truth that does
+# not come from cudaleak (the planted program's own account of its leaks
+# and the lines marked in its source, compute-sanitizer --leak-check full,
+# PyTorch's counters and its OutOfMemoryError message) and prints one line:
+#
+#   CHECK <name>: PASS|FAIL <figure> (tolerance <tolerance>)
+#
+# A step (a program run) is a check too: FAIL when it exits non-zero or
+# overruns its time limit. The checkers are gpu/check_report.py (nvcc and
+# python sections) and the `verify` modes of gpu/torch_checks.py and
+# gpu/cupy_jax_checks.py; they run outside the preload. The run ends with
+#
+#   gpu-validate: N checks, M failed
+#   gpu-validate: rerun: scripts/gpu-validate.sh ARTIFACTS OUT SECTION...  (when M > 0)
+#
+# and exits 0 when every check passed, 1 when one failed, 2 on bad usage.
+#
+# Sections, and their budgets on one H100/H200 (typical time in brackets):
+#   default:  env 25 s [15]  sanity 10 s [3]  nvcc 60 s [25]  python 25 s [8]
+#             torch 130 s [70]  oom 80 s [45]  frameworks 70 s [35]
+#             libraries 50 s [25]                       = 450 s, about 4 min typical
+#   extras (not in the default; measurements, not checks, except torch-dump):
+#             torch-dump 40 s  overhead 150 s  bench (what is left)
+# Whatever runs, one deadline bounds it: steps start only before
+# GPU_VALIDATE_BUDGET_S (default 450 s) and each step's limit is cut to it;
+# checkers and report printing get 20 s more (and at most 30 s each), so
+# the whole run ends within 8 minutes (480 s). A step
+# the deadline stops is a FAIL (`not run` or `timed out`), and its section
+# is in the rerun list.
 set -uo pipefail
+if [ $# -lt 2 ]; then
+    sed -n '2,/^set -uo/p' "$0" | sed '$d' >&2
+    exit 2
+fi
 ART=$(realpath "$1")
-OUT=$(realpath "$2")
+OUT=$(realpath -m "$2")
 shift 2
-SECTIONS=${*:-env nvcc python torch oom frameworks libraries overhead bench}
+SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d /tmp/cudaleak-gpu.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/cudaleak-gpu.XXXXXX")
 CLI="$ART/cudaleak"
+BUDGET=${GPU_VALIDATE_BUDGET_S:-450}
+START=$(date +%s)
+DEADLINE=$((START + BUDGET))
+CHECKER_GRACE=20
 export CUDALEAK_LIBRARY="$ART/libcudaleak.so"
+export CUDALEAK_CLI="$CLI"
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
+CHECKS="$OUT/checks.txt"
+: >"$CHECKS"
+export GPU_CHECK_LOG="$CHECKS"
 exec > >(tee -a "$OUT/summary.txt") 2>&1
+TEE_PID=$!
+SECTION=setup
 
 say() { printf '\n=== %s\n' "$*"; }
-# run LABEL SECONDS CMD...: a step with a time limit and its wall time
+
+# record NAME PASS|FAIL FIGURE TOLERANCE: one CHECK line, printed and logged
+# (the format of gpu/check_report.py's check()).
+record() {
+    local line="CHECK $1: $2 $3 (tolerance $4)"
+    echo "$line"
+    echo "$line" >>"$CHECKS"
+}
+
+# failures: FAIL lines so far (the word after the first ": " of a line).
+failures() { awk -F': ' '/^CHECK /{split($2, a, " "); if (a[1] == "FAIL") n++} END{print n+0}' "$CHECKS"; }
+
+# left [GRACE]: seconds until the deadline (plus GRACE).
+left() { echo $((DEADLINE + ${1:-0} - $(date +%s))); }
+
+# step LABEL SECONDS CMD...: runs CMD with a time limit (cut to the
+# deadline), records a check (PASS: exit 0 within the limit), prints its
+# wall time, and returns CMD's status (124 when timed out, 125 when the
+# deadline had passed and it did not run).
 step() {
     local label=$1 limit=$2
     shift 2
-    echo "--- $label: $*"
-    local t0 rc
+    local remaining t0 rc ms status note="" cmd="$*"
+    remaining=$(left)
+    if ((remaining < 5)); then
+        record "$SECTION $label" FAIL "not run, the ${BUDGET} s budget is spent" "exit 0 within $limit s"
+        return 125
+    fi
+    ((limit > remaining)) && limit=$remaining
+    cmd=${cmd//$'\n'/ }
+    echo "--- $label: ${cmd:0:240}"
     t0=$(date +%s%N)
-    timeout "$limit" "$@"
+    timeout -k 5 "$limit" "$@"
     rc=$?
-    echo "--- $label: exit $rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-    return 0
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    status=FAIL
+    ((rc == 0)) && status=PASS
+    ((rc == 124 || rc == 137)) && note=", timed out"
+    record "$SECTION $label" "$status" "exit $rc in $ms ms$note" "exit 0 within $limit s"
+    return "$rc"
 }
-reports() { "$CLI" report "$@" 2>&1 | head -${LINES_MAX:-120}; }
+
+# checks LABEL CMD...: a checker printing its own CHECK lines; it exits 0
+# (all passed) or 1 (one failed); anything else (a crash, its time limit)
+# is a FAIL of its own.
+checks() {
+    local label=$1
+    shift
+    local remaining limit=60 rc
+    remaining=$(left "$CHECKER_GRACE")
+    if ((remaining < 3)); then
+        record "$SECTION $label checks" FAIL "not run, the ${BUDGET} s budget is spent" "the checker runs"
+        return
+    fi
+    ((limit > remaining)) && limit=$remaining
+    timeout -k 5 "$limit" "$@"
+    rc=$?
+    if ((rc > 1)); then
+        record "$SECTION $label checks" FAIL "checker exit $rc" "exit 0 or 1 after its CHECK lines"
+    fi
+}
+
+# cap SECONDS: SECONDS, or less when the deadline (plus the checkers'
+# grace) is nearer; at least 1.
+cap() {
+    local n
+    n=$(left "$CHECKER_GRACE")
+    ((n > $1)) && n=$1
+    ((n < 1)) && n=1
+    echo "$n"
+}
+
+# reports ARGS...: a report as text, for the record (not a check).
+reports() { timeout "$(cap 30)" "$CLI" report "$@" 2>&1 | head -"${LINES_MAX:-120}"; }
+
+# done_: the summary and the exit status.
+done_() {
+    find "$WORK" \( -name 'cudaleak.*.json' -size -2M \) -o -name '*.truth.json' -o -name planted.txt \
+        -o -name sanitizer.txt | tar czf "$OUT/reports.tar.gz" -T - 2>/dev/null
+    local total failed
+    total=$(grep -c '^CHECK ' "$CHECKS")
+    failed=$(failures)
+    echo
+    if ((failed > 0)); then
+        echo "gpu-validate: failed:"
+        awk -F': ' '/^CHECK /{split($2, a, " "); if (a[1] == "FAIL") print "  " $0}' "$CHECKS"
+    fi
+    echo "gpu-validate: $((($(date +%s) - START))) s; $OUT"
+    echo "gpu-validate: $total checks, $failed failed"
+    if ((failed > 0)); then
+        echo "gpu-validate: rerun: scripts/gpu-validate.sh $ART $OUT$FAILED_SECTIONS"
+    fi
+    # Let tee write the last lines before the exit status is seen.
+    exec 1>&- 2>&-
+    wait "$TEE_PID" 2>/dev/null
+    ((failed == 0)) && exit 0
+    exit 1
+}
+
+FAILED_SECTIONS=""
+for f in "$CLI" "$ART/libcudaleak.so"; do
+    [ -e "$f" ] || record "setup artifacts" FAIL "$f missing" "cudaleak and libcudaleak.so in ARTIFACTS"
+done
+if (($(failures) > 0)); then
+    FAILED_SECTIONS=" $SECTIONS"
+    done_
+fi
+
+TORCH=$ROOT/gpu/torch_checks.py
+FW=$ROOT/gpu/cupy_jax_checks.py
+CHECKER=$ROOT/gpu/check_report.py
 
 for s in $SECTIONS; do
+SECTION=$s
+before=$(failures)
 case $s in
 env)
+    # 25 s: versions; a missing tool or module is a FAIL here, not later.
     say "environment ($(date -u +%Y-%m-%dT%H:%MZ))"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-    nvcc --version | tail -2
-    python3 -c 'import sys; print("python", sys.version.split()[0])'
-    for m in torch cupy jax jaxlib; do python3 -c "import $m; print('$m', $m.__version__)" 2>&1 | tail -1; done
-    python3 -c 'import torch; print("torch cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
-    compute-sanitizer --version | head -2
-    uname -r; ldd --version | head -1
+    step nvidia-smi 15 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    step nvcc 10 nvcc --version
+    step compute-sanitizer 10 compute-sanitizer --version
+    step "python modules" 60 python3 -c '
+import sys, importlib
+print("python", sys.version.split()[0])
+missing = []
+for m in ("torch", "cupy", "jax", "jaxlib"):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        missing.append(m); print(m, "missing:", e)
+import torch
+print("torch cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+sys.exit(1 if missing else 0)'
+    uname -r
+    ldd --version | head -1
+    ;;
+sanity)
+    # 10 s. A machine whose CPU is starved (seen once: every program 1000x
+    # slower) would waste the lease: stop early on one.
+    d=$WORK/sanity
+    mkdir -p "$d"
+    step build 30 bash -c 'set -e; inc="-I$1/sim/include"
+        gcc -O2 -fPIC -shared $inc -Wl,-soname,libcuda.so.1 -o "$2/libcuda.so.1" "$1/sim/driver.c" -lpthread
+        gcc -O2 -fPIC -shared $inc -Wl,-soname,libcudart.so.12 -Wl,-rpath,"\$ORIGIN" -o "$2/libcudart.so.12" "$1/sim/runtime.c" -ldl -lpthread
+        gcc -O2 $inc -o "$2/pairs" "$1/bench/pairs.c" "$2/libcudart.so.12" "$2/libcuda.so.1" -lpthread -ldl -Wl,-rpath,"$2"' _ "$ROOT" "$d"
+    # LD_LIBRARY_PATH: CUDA images point it at the real driver, which would
+    # win over the simulated one.
+    ns=$(LD_LIBRARY_PATH=$d timeout 20 "$d/pairs" runtime 100000 20)
+    if [ -n "$ns" ] && [ "${ns%.*}" -le 2000 ] 2>/dev/null; then
+        record "sanity pairs" PASS "$ns ns per alloc/free pair without the library" "<= 2000 ns"
+    else
+        record "sanity pairs" FAIL "${ns:-timeout} ns per alloc/free pair without the library" "<= 2000 ns"
+        echo "machine too slow for timings; stopping"
+        FAILED_SECTIONS=" $SECTIONS"
+        done_
+    fi
     ;;
 nvcc)
+    # 60 s: build 15-25 s, three runs of a second each, compute-sanitizer.
+    # Ground truth: the program's own account of its planted leaks
+    # (`planted ...` lines of a plain run) and its "LEAK <api>" lines;
+    # compute-sanitizer's leak list on the same binary.
     say "nvcc program, default static cudart: planted leaks"
-    d=$WORK/nvcc; mkdir -p "$d"
-    step build 300 nvcc -g -O0 -arch=sm_90 -o "$d/leaks" "$ROOT/gpu/leaks.cu" -lcuda
-    nm "$d/leaks" | grep -c ' T cudaMalloc' | sed 's/^/static cudaMalloc symbols in the binary: /'
-    ldd "$d/leaks" | grep -i cudart || echo "no libcudart in ldd: cudart is static"
-    step "cudaleak run" 120 "$CLI" run --dir "$d/r" -- "$d/leaks"
-    reports "$d/r"
-    step "cudaleak run, with cudaDeviceReset" 120 "$CLI" run --dir "$d/r-reset" -- "$d/leaks" reset
-    reports --format json "$d/r-reset" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-for g in r["leaks"]:
-    top = next((f for f in g["native_stack"] if f["function"]), {})
-    print("%10d bytes %d block(s) %-18s %-8s %s:%s" % (g["bytes"], g["blocks"], g["api"], g["memory"], top.get("function"), top.get("line")))'
-    step "plain run" 120 "$d/leaks" reset
-    step "compute-sanitizer --leak-check full" 300 compute-sanitizer --leak-check full "$d/leaks" reset
+    d=$WORK/nvcc
+    mkdir -p "$d"
+    if step build 120 nvcc -g -O0 -arch=sm_90 -o "$d/leaks" "$ROOT/gpu/leaks.cu" -lcuda; then
+        nm "$d/leaks" | grep -c ' T cudaMalloc' | sed 's/^/static cudaMalloc symbols in the binary: /'
+        ldd "$d/leaks" | grep -i cudart || echo "no libcudart in ldd: cudart is static"
+        step "plain run" 30 bash -c '"$1" reset >"$2"' _ "$d/leaks" "$d/planted.txt"
+        cat "$d/planted.txt"
+        step "cudaleak run" 30 "$CLI" run --dir "$d/r" -- "$d/leaks"
+        checks nvcc python3 "$CHECKER" nvcc "$d/r" "$d/planted.txt" --name nvcc
+        step "cudaleak run reset" 30 "$CLI" run --dir "$d/r-reset" -- "$d/leaks" reset
+        step compute-sanitizer 90 bash -c 'compute-sanitizer --leak-check full "$1" reset >"$2" 2>&1' _ "$d/leaks" "$d/sanitizer.txt"
+        grep -E 'Leaked|LEAK SUMMARY|ERROR SUMMARY' "$d/sanitizer.txt"
+        checks "nvcc reset" python3 "$CHECKER" nvcc "$d/r-reset" "$d/planted.txt" --name "nvcc reset" --sanitizer "$d/sanitizer.txt"
+    fi
     ;;
 python)
+    # 25 s. Python frames on the simulated driver; ground truth: the
+    # "# LEAK <name>" lines of tests/python/stacks.py and its sizes.
     say "Python $(python3 -c 'import sys; print(sys.version.split()[0])') frames on the simulated driver"
-    d=$WORK/py; mkdir -p "$d"
-    inc="-I$ROOT/sim/include"
-    gcc -O2 -g -fPIC -shared $inc -Wl,-soname,libcuda.so.1 -o "$d/libcuda.so.1" "$ROOT/sim/driver.c" -lpthread
-    gcc -O2 -g -fPIC -shared $inc -Wl,-soname,libcudart.so.12 -Wl,-rpath,'$ORIGIN' -o "$d/libcudart.so.12" "$ROOT/sim/runtime.c" -ldl -lpthread
-    gcc -O0 -g -fPIC -shared $inc -I"$ROOT/tests/c" -o "$d/libpy_helper.so" "$ROOT/tests/c/py_helper.c" "$d/libcudart.so.12" -lpthread -Wl,-rpath,"$d"
-    export SIMCUDA_RUNTIME=$d/libcudart.so.12 CUDALEAK_PY_HELPER=$d/libpy_helper.so
+    d=$WORK/py
+    mkdir -p "$d"
+    step build 60 bash -c 'set -e; inc="-I$1/sim/include"
+        gcc -O2 -g -fPIC -shared $inc -Wl,-soname,libcuda.so.1 -o "$2/libcuda.so.1" "$1/sim/driver.c" -lpthread
+        gcc -O2 -g -fPIC -shared $inc -Wl,-soname,libcudart.so.12 -Wl,-rpath,"\$ORIGIN" -o "$2/libcudart.so.12" "$1/sim/runtime.c" -ldl -lpthread
+        gcc -O0 -g -fPIC -shared $inc -I"$1/tests/c" -o "$2/libpy_helper.so" "$1/tests/c/py_helper.c" "$2/libcudart.so.12" -lpthread -Wl,-rpath,"$2"' _ "$ROOT" "$d"
     for m in all deadlock; do
-        step "stacks.py $m" 120 env LD_LIBRARY_PATH="$d" CUDALEAK_SUMMARY=0 "$CLI" run --dir "$d/$m" -- python3 "$ROOT/tests/python/stacks.py" $m
-        "$CLI" report --format json "$d/$m" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-print("python capture:", r.get("python"))
-for g in r["leaks"]:
-    print(g["bytes"], g["blocks"], " <- ".join("%s:%s" % (f["function"], f["line"]) for f in g["python_stack"][:4]))'
+        step "stacks.py $m" 60 env LD_LIBRARY_PATH="$d" CUDALEAK_SUMMARY=0 SIMCUDA_RUNTIME="$d/libcudart.so.12" \
+            CUDALEAK_PY_HELPER="$d/libpy_helper.so" "$CLI" run --dir "$d/$m" -- python3 "$ROOT/tests/python/stacks.py" $m
+        checks "stacks.py $m" python3 "$CHECKER" stacks "$d/$m" $m
     done
-    unset SIMCUDA_RUNTIME CUDALEAK_PY_HELPER
     ;;
 torch)
-    d=$WORK/torch; mkdir -p "$d"
-    say "PyTorch, PYTORCH_NO_CUDA_MEMORY_CACHING=1: a tensor kept per step"
-    step leak 300 "$CLI" run --pytorch-no-cache --dir "$d/leak" -- python3 "$ROOT/gpu/torch_checks.py" leak
-    "$CLI" report --format json "$d/leak" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-for g in r["leaks"][:12]:
-    py = " <- ".join("%s:%s" % (f["function"], f["line"]) for f in g["python_stack"][:3])
-    print("%10d bytes %3d block(s) %-16s %s" % (g["bytes"], g["blocks"], g["api"], py or "(no Python frames)"))'
-    say "PyTorch, no caching: checkpoint region clean, then leaky"
-    step clean 300 "$CLI" run --pytorch-no-cache --dir "$d/clean" -- python3 "$ROOT/gpu/torch_checks.py" clean
+    # 130 s: six runs of 8-15 s (torch import, CUDA init), their checks.
+    # Ground truth: the tensors the script kept (numel * element_size),
+    # the "# LEAK" lines of gpu/torch_checks.py.
+    d=$WORK/torch
+    mkdir -p "$d"
+    say "PyTorch, --pytorch-no-cache: a tensor kept per step, live dump"
+    step "leak no-cache" 60 env GPU_CHECK_TRUTH="$d/leak.truth.json" "$CLI" run --pytorch-no-cache --dir "$d/leak" -- python3 "$TORCH" leak
+    LINES_MAX=12 reports --top 3 "$d"/leak/*.api.json
+    checks "leak no-cache" python3 "$TORCH" verify leak no-cache "$d/leak" "$d/leak.truth.json"
+    say "PyTorch, --pytorch-no-cache: checkpoint region clean, then leaky"
+    step "clean no-cache" 60 env GPU_CHECK_TRUTH="$d/clean.truth.json" "$CLI" run --pytorch-no-cache --dir "$d/clean" -- python3 "$TORCH" clean
+    checks "clean no-cache" python3 "$TORCH" verify clean no-cache "$d/clean" "$d/clean.truth.json"
     say "PyTorch, default caching allocator: three SIGUSR1 dumps"
     for v in phases phases-clean; do
-        step "$v" 300 "$CLI" run --dir "$d/$v" -- python3 "$ROOT/gpu/torch_checks.py" $v
-        for f in "$d/$v"/*.3.signal.json; do LINES_MAX=60 reports "$f"; done
+        step "$v default" 60 env GPU_CHECK_TRUTH="$d/$v.truth.json" "$CLI" run --dir "$d/$v" -- python3 "$TORCH" "$v"
+        checks "$v default" python3 "$TORCH" verify "$v" default "$d/$v" "$d/$v.truth.json"
     done
-    for conf in expandable_segments:True backend:cudaMallocAsync; do
-        say "PyTorch, PYTORCH_CUDA_ALLOC_CONF=$conf: a tensor kept per step"
-        step "leak $conf" 300 env PYTORCH_CUDA_ALLOC_CONF=$conf "$CLI" run --dir "$d/$conf" -- python3 "$ROOT/gpu/torch_checks.py" leak
-        LINES_MAX=80 reports "$d/$conf"
+    for preset in expandable async; do
+        conf=expandable_segments:True
+        [ "$preset" = async ] && conf=backend:cudaMallocAsync
+        say "PyTorch, PYTORCH_CUDA_ALLOC_CONF=$conf: a tensor kept per step, live dump"
+        step "leak $preset" 60 env PYTORCH_CUDA_ALLOC_CONF="$conf" GPU_CHECK_TRUTH="$d/$preset.truth.json" \
+            "$CLI" run --dir "$d/$preset" -- python3 "$TORCH" leak
+        checks "leak $preset" python3 "$TORCH" verify leak "$preset" "$d/$preset" "$d/$preset.truth.json"
     done
     ;;
 oom)
-    # Issue 21: a real PyTorch out-of-memory error and the peak of a step,
-    # under the default caching allocator and under --pytorch.
-    d=$WORK/oom; mkdir -p "$d"
-    for preset in default --pytorch; do
-        flag=${preset#default}
+    # 80 s: four runs of 8-15 s. Issue 21: a real PyTorch out-of-memory
+    # error and the peak of a step, under the default caching allocator and
+    # under --pytorch. Ground truth: the OutOfMemoryError message,
+    # torch.cuda.memory_reserved/memory_allocated/mem_get_info before the
+    # request, max_memory_allocated/max_memory_reserved after the step.
+    d=$WORK/oom
+    mkdir -p "$d"
+    for preset in default pytorch; do
+        flags=()
+        [ "$preset" = pytorch ] && flags=(--pytorch)
         say "PyTorch out of memory ($preset)"
-        step "oom $preset" 300 "$CLI" run $flag --dir "$d/oom$flag" -- python3 "$ROOT/gpu/torch_checks.py" oom
-        for f in "$d/oom$flag"/*.oom.json; do LINES_MAX=60 reports "$f"; done
+        step "oom $preset" 60 env GPU_CHECK_TRUTH="$d/oom-$preset.truth.json" \
+            "$CLI" run "${flags[@]}" --dir "$d/oom-$preset" -- python3 "$TORCH" oom
+        for f in "$d/oom-$preset"/*.oom.json; do LINES_MAX=25 reports --top 5 "$f"; done
+        checks "oom $preset" python3 "$TORCH" verify oom "$preset" "$d/oom-$preset" "$d/oom-$preset.truth.json"
         say "PyTorch peak of a training step ($preset)"
-        step "peak $preset" 300 "$CLI" run $flag --dir "$d/peak$flag" -- python3 "$ROOT/gpu/torch_checks.py" peak
-        for f in "$d/peak$flag"/*.api.json; do
-            "$CLI" report --format json "$f" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-p = r.get("peak") or {}
-print("peak_bytes", r["totals"]["peak_bytes"], "peak groups", len(p.get("groups", [])), "sum", sum(g["bytes"] for g in p.get("groups", [])))
-for g in p.get("groups", [])[:8]:
-    py = " <- ".join("%s:%s" % (f["function"], f["line"]) for f in g["python_stack"][:3])
-    print("%12d bytes %4d block(s) %-16s%s %s" % (g["bytes"], g["blocks"], g["api"], " [cache]" if g.get("pytorch_cache_segment") else "", py))'
-        done
+        step "peak $preset" 60 env GPU_CHECK_TRUTH="$d/peak-$preset.truth.json" \
+            "$CLI" run "${flags[@]}" --dir "$d/peak-$preset" -- python3 "$TORCH" peak
+        checks "peak $preset" python3 "$TORCH" verify peak "$preset" "$d/peak-$preset" "$d/peak-$preset.truth.json"
     done
     ;;
 frameworks)
-    d=$WORK/fw; mkdir -p "$d"
+    # 70 s: CuPy 10 s, JAX 20-30 s (XLA's first compile). Ground truth: the
+    # sizes the script asked for, its "# LEAK" lines.
+    d=$WORK/fw
+    mkdir -p "$d"
     say "CuPy: planted leaks through the runtime and a memory pool"
-    step cupy 300 "$CLI" run --dir "$d/cupy" -- python3 "$ROOT/gpu/cupy_jax_checks.py" cupy
+    step cupy 60 env GPU_CHECK_TRUTH="$d/cupy.truth.json" "$CLI" run --dir "$d/cupy" -- python3 "$FW" cupy
+    checks cupy python3 "$FW" verify cupy "$d/cupy" "$d/cupy.truth.json"
     say "JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform: planted leaks"
-    step jax 300 "$CLI" run --jax --dir "$d/jax" -- python3 "$ROOT/gpu/cupy_jax_checks.py" jax
-    LINES_MAX=60 reports "$d/jax"
+    step jax 90 env GPU_CHECK_TRUTH="$d/jax.truth.json" "$CLI" run --jax --dir "$d/jax" -- python3 "$FW" jax
+    checks jax python3 "$FW" verify jax "$d/jax" "$d/jax.truth.json"
     ;;
 libraries)
-    d=$WORK/lib; mkdir -p "$d"
+    # 50 s: two runs. An inventory of one-time allocations (they became
+    # suppressions/default.supp); the checks are the runs' exit statuses.
+    d=$WORK/lib
+    mkdir -p "$d"
     for m in cublas nccl; do
         say "one-time allocations of $m (no caching, default suppressions off)"
-        step $m 300 "$CLI" run --pytorch-no-cache --no-default-suppressions --dir "$d/$m" -- python3 "$ROOT/gpu/torch_checks.py" $m
-        "$CLI" report --format json "$d/$m" | python3 -c '
+        step "$m" 60 "$CLI" run --pytorch-no-cache --no-default-suppressions --dir "$d/$m" -- python3 "$TORCH" "$m"
+        timeout "$(cap 30)" "$CLI" report --format json "$d/$m" | python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)
 for g in r["leaks"]:
@@ -159,51 +346,46 @@ for g in r["leaks"]:
     print("           top: %s" % " <- ".join(funcs))'
     done
     ;;
+torch-dump)
+    # 40 s (extra): the no-cache leak run again, with its checks.
+    d=$WORK/torch-dump
+    mkdir -p "$d"
+    say "PyTorch, no caching: a tensor kept per step, live dump at the end"
+    step leak 60 env GPU_CHECK_TRUTH="$d/leak.truth.json" "$CLI" run --pytorch-no-cache --dir "$d/leak" -- python3 "$TORCH" leak
+    for f in "$d"/leak/*.api.json; do LINES_MAX=40 reports --top 3 "$f"; done
+    checks "leak no-cache" python3 "$TORCH" verify leak no-cache "$d/leak" "$d/leak.truth.json"
+    ;;
 overhead)
+    # 150 s (extra): 6 configurations x 3 runs of about 8 s; a measurement.
     say "overhead of a training step (MLP 512-512-10, batch 128), median of 3"
     for cfg in none cudaleak cudaleak-nocache none-nocache none-async cudaleak-async; do
         times=()
         for i in 1 2 3; do
+            (($(left) < 15)) && break
             case $cfg in
-                none) t=$(python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
-                none-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
-                cudaleak) t=$(CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
-                cudaleak-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
+                none) t=$(timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
+                none-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
+                cudaleak) t=$(CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
+                cudaleak-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
                 # what `cudaleak run --pytorch` sets (issue 21)
-                none-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
-                cudaleak-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so python3 "$ROOT/gpu/torch_checks.py" overhead) ;;
+                none-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
+                cudaleak-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
             esac
             times+=("${t%% *}")
         done
         printf '%-18s %s ms/step (runs: %s)\n' "$cfg" "$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)" "${times[*]}"
     done
     ;;
-sanity)
-    # A machine whose CPU is starved (seen once here: every program 1000x
-    # slower) would waste the lease: stop early on one.
-    d=$WORK/sanity; mkdir -p "$d"
-    inc="-I$ROOT/sim/include"
-    gcc -O2 -fPIC -shared $inc -Wl,-soname,libcuda.so.1 -o "$d/libcuda.so.1" "$ROOT/sim/driver.c" -lpthread
-    gcc -O2 -fPIC -shared $inc -Wl,-soname,libcudart.so.12 -Wl,-rpath,'$ORIGIN' -o "$d/libcudart.so.12" "$ROOT/sim/runtime.c" -ldl -lpthread
-    gcc -O2 $inc -o "$d/pairs" "$ROOT/bench/pairs.c" "$d/libcudart.so.12" "$d/libcuda.so.1" -lpthread -ldl -Wl,-rpath,"$d"
-    # LD_LIBRARY_PATH: CUDA images point it at the real driver, which would
-    # win over the simulated one.
-    ns=$(LD_LIBRARY_PATH=$d timeout 20 "$d/pairs" runtime 100000 20)
-    echo "sanity: ${ns:-timeout} ns per pair without the library"
-    if [ -z "$ns" ] || [ "${ns%.*}" -gt 2000 ]; then echo "machine too slow for timings; stopping"; exit 3; fi
-    ;;
-torch-dump)
-    d=$WORK/torch; mkdir -p "$d"
-    say "PyTorch, no caching: a tensor kept per step, live dump at the end"
-    step leak 300 "$CLI" run --pytorch-no-cache --dir "$d/leak-dump" -- python3 "$ROOT/gpu/torch_checks.py" leak
-    for f in "$d/leak-dump"/*.api.json; do LINES_MAX=40 reports --top 3 "$f"; done
-    ;;
 bench)
+    # Extra: whatever the deadline leaves (alone: up to 450 s).
     say "scripts/bench.py on this machine ($(nproc) CPUs)"
     mkdir -p "$ROOT/target/release" && cp "$ART/libcudaleak.so" "$ROOT/target/release/" 2>/dev/null
     step bench 540 python3 "$ROOT/scripts/bench.py" --runs 3 --threads 1,2,4,8,16
     ;;
+*)
+    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries torch-dump overhead bench"
+    ;;
 esac
+(($(failures) > before)) && FAILED_SECTIONS+=" $s"
 done
-find "$WORK" -name 'cudaleak.*.json' -size -2M | tar czf "$OUT/reports.tar.gz" -T - 2>/dev/null
-echo "done: $OUT"
+done_

@@ -66,6 +66,9 @@ if ! python -c "import torch.cuda._memory_viz" 2>/dev/null; then
     echo "scripts/test.sh: no PyTorch here: PyTorch's reader of --format torch-snapshot did not run"
 fi
 cargo test --release "${ignored[@]}" -- --ignored "${skip[@]}"
+# The GPU checks' own logic (parsers, checkers, the script's exit status),
+# with fake frameworks: they must be able to fail before a GPU runs them.
+python gpu/test_check_report.py
 wheel_start=$SECONDS
 scripts/build-wheel.sh
 echo "scripts/test.sh: the wheel took $((SECONDS - wheel_start)) s to build"

@@ -1,0 +1,454 @@
+"""Shared helpers of the GPU checks (scripts/gpu-validate.sh), and the
+checkers of the sections that have no workload script of their own.
+
+Every check compares what cudaleak reported with a ground truth that does
+not come from cudaleak (the planted program's own account of what it
+leaked, compute-sanitizer, PyTorch's counters and messages), with a stated
+tolerance, and prints exactly one line:
+
+    CHECK <name>: PASS|FAIL <figure> (tolerance <tolerance>)
+
+The line is also appended to the file named by GPU_CHECK_LOG, from which
+gpu-validate.sh counts checks and failures. `finish()` exits 1 when a
+check of this process failed.
+
+Reports are read through the CLI (`$CUDALEAK_CLI report --format json
+PATH`) when CUDALEAK_CLI is set, else from the JSON file itself.
+
+    python3 check_report.py nvcc REPORT_DIR PLANTED_TXT [--name N] [--sanitizer OUT_TXT]
+    python3 check_report.py stacks REPORT_DIR MODE      (tests/python/stacks.py all|deadlock)
+
+Plain Python 3.8+, no third-party module: it runs outside the preload.
+"""
+
+import functools
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LEAKS_CU = os.path.join(HERE, "leaks.cu")
+STACKS_PY = os.path.join(ROOT, "tests", "python", "stacks.py")
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+_failed = []
+_count = [0]
+
+
+# --- Results -----------------------------------------------------------------
+
+
+def check(name, ok, figure, tolerance):
+    """Prints `CHECK name: PASS|FAIL figure (tolerance tolerance)`, records a
+    failure, appends the line to $GPU_CHECK_LOG. Returns ok (a bool)."""
+    ok = bool(ok)
+    # One ": " per line, after the name: gpu-validate.sh splits there.
+    name = " ".join(str(name).replace(": ", " ").split())
+    figure = " ".join(str(figure).split())
+    tolerance = " ".join(str(tolerance).split())
+    line = "CHECK %s: %s %s (tolerance %s)" % (name, "PASS" if ok else "FAIL", figure, tolerance)
+    print(line, flush=True)
+    log = os.environ.get("GPU_CHECK_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(line + "\n")
+    _count[0] += 1
+    if not ok:
+        _failed.append(name)
+    return ok
+
+
+def failures():
+    return list(_failed)
+
+
+def finish():
+    """Exits 1 when a check of this process failed, else 0."""
+    sys.stdout.flush()
+    sys.exit(1 if _failed else 0)
+
+
+def guarded(name):
+    """Decorator: an exception in a checker (a missing report, a field
+    absent) becomes one FAIL line named `name` instead of a traceback
+    that no count would see."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - reported as a failed check
+                traceback.print_exc(file=sys.stderr)
+                check(name, False, "checker error: %s: %s" % (type(e).__name__, e), "the checker runs to its end")
+                return None
+
+        return run
+
+    return wrap
+
+
+def within(value, expected, abs_tol=0, rel_tol=0.0):
+    """|value - expected| <= max(abs_tol, rel_tol * |expected|)."""
+    return abs(value - expected) <= max(abs_tol, rel_tol * abs(expected))
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "None"
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= size:
+            return "%d B (%.2f %s)" % (n, n / size, unit)
+    return "%d B" % n
+
+
+def round_up(n, unit):
+    return (n + unit - 1) // unit * unit
+
+
+# --- Ground truth from source files ------------------------------------------
+
+
+def marker_line(path, marker):
+    """The 1-based line of `path` whose comment (#, // or /*) starts with
+    `marker` (e.g. "LEAK cudaMalloc"; a leading "# " is ignored), not
+    followed by a word character: exactly one such line, else ValueError.
+    The checks name markers in strings, which are no comments."""
+    marker = re.sub(r"^(#|//|/\*)\s*", "", marker)
+    pat = re.compile(r"(?:#|//|/\*)\s*" + re.escape(marker) + r"(?![\w])")
+    with open(path) as f:
+        hits = [i for i, text in enumerate(f, 1) if pat.search(text)]
+    if len(hits) != 1:
+        raise ValueError("%s: %d lines carry %r (want exactly 1)" % (path, len(hits), marker))
+    return hits[0]
+
+
+def read_truth(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_truth(data, path=None):
+    """Writes a workload's ground truth (JSON) to `path` or
+    $GPU_CHECK_TRUTH; a no-op when neither is given."""
+    path = path or os.environ.get("GPU_CHECK_TRUTH")
+    if not path:
+        return None
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def parse_planted(text):
+    """gpu/leaks.cu's own account, lines `planted API MEMORY BYTES FUNCTION`."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == "planted":
+            out.append({"api": parts[1], "memory": parts[2], "bytes": int(parts[3]), "function": parts[4]})
+    return out
+
+
+# --- Reports ------------------------------------------------------------------
+
+
+def load_report(path, cli=None):
+    """A report (dict): `cudaleak report --format json PATH` through the CLI
+    ($CUDALEAK_CLI or `cli`), else the JSON file itself (a directory: its
+    newest report by sequence)."""
+    cli = cli if cli is not None else os.environ.get("CUDALEAK_CLI")
+    if cli:
+        p = subprocess.run([cli, "report", "--format", "json", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError("%s report --format json %s: exit %d: %s"
+                               % (cli, path, p.returncode, p.stderr.decode(errors="replace").strip()[-400:]))
+        return json.loads(p.stdout.decode())
+    if os.path.isdir(path):
+        files = report_files(path)
+        if not files:
+            raise FileNotFoundError("no report in %s" % path)
+        path = files[-1]
+    with open(path) as f:
+        return json.load(f)
+
+
+def report_files(directory, trigger=None):
+    """Report files of `directory` (cudaleak.*.TRIGGER.json, or with the
+    8-hex-digit suffix a taken name gets), oldest first by (pid, sequence)."""
+    names = set(glob.glob(os.path.join(directory, "cudaleak.*.json")))
+    out = []
+    for path in names:
+        parts = os.path.basename(path).split(".")
+        # ... .<sequence>.<trigger>.json or ... .<sequence>.<trigger>.<8 hex>.json
+        trig = parts[-2]
+        if re.fullmatch(r"[0-9a-f]{8}", trig) and len(parts) >= 4:
+            trig = parts[-3]
+        if trig == "timeline" or (trigger is not None and trig != trigger):
+            continue
+        try:
+            with open(path) as f:
+                head = json.load(f)
+            key = (head.get("pid", 0), head.get("sequence", 0), path)
+        except (OSError, ValueError):
+            key = (0, 0, path)
+        out.append((key, path))
+    return [p for _, p in sorted(out)]
+
+
+def _basename(p):
+    return os.path.basename(p) if p else p
+
+
+def frame_matches(frame, function=None, line=None, file=None):
+    """A frame (native or Python) at `line` of `file` (basename compared)
+    in `function`: the name itself, a C++ demangled `name(...)`, or a
+    Python qualified `Class.name`. None matches anything."""
+    if line is not None and frame.get("line") != line:
+        return False
+    if file is not None and _basename(frame.get("file")) != _basename(file):
+        return False
+    if function is not None:
+        f = frame.get("function") or ""
+        if not (f == function or f.startswith(function + "(") or f.endswith("." + function)
+                or f.endswith("::" + function) or ("::" + function + "(") in f):
+            return False
+    return True
+
+
+def groups_at(report, line, file=None, function=None, stack="python", key="leaks", innermost=False):
+    """The groups of report[key] whose `stack` ("python", "native" or
+    "any") has a frame at (function, file, line). innermost: only the
+    first frame of the stack that is in `file` counts (the call site in the
+    program's own code, below the allocation APIs)."""
+    groups = report.get(key) or []
+    if key == "peak":
+        groups = (report.get("peak") or {}).get("groups", [])
+    stacks = {"python": ("python_stack",), "native": ("native_stack",), "any": ("python_stack", "native_stack")}[stack]
+    out = []
+    for g in groups:
+        for s in stacks:
+            frames = g.get(s) or []
+            if innermost and file is not None:
+                frames = [f for f in frames if _basename(f.get("file")) == _basename(file)][:1]
+            if any(frame_matches(f, function, line, file) for f in frames):
+                out.append(g)
+                break
+    return out
+
+
+def total(groups):
+    """(blocks, bytes) of a list of groups."""
+    return (sum(g["blocks"] for g in groups), sum(g["bytes"] for g in groups))
+
+
+def block_sizes(groups):
+    """Each block's size: from `examples` when they list every block, else
+    the group's bytes spread evenly over its blocks."""
+    sizes = []
+    for g in groups:
+        ex = [e["size"] for e in (g.get("examples") or [])]
+        if len(ex) == g["blocks"]:
+            sizes.extend(ex)
+        elif g["blocks"]:
+            each, rest = divmod(g["bytes"], g["blocks"])
+            sizes.extend([each + (1 if i < rest else 0) for i in range(g["blocks"])])
+    return sorted(sizes)
+
+
+def top_frame(group, file=None):
+    """(function, line) of the group's first native frame in `file` (or its
+    first named frame)."""
+    for f in group.get("native_stack") or []:
+        if (file is not None and _basename(f.get("file")) == _basename(file)) or (file is None and f.get("function")):
+            return (f.get("function"), f.get("line"))
+    return (None, None)
+
+
+# --- compute-sanitizer ---------------------------------------------------------
+
+# compute-sanitizer --leak-check full (and cuda-memcheck before it) prints, per
+# leaked allocation, "========= Leaked 1048576 bytes at 0x7f5e40000000"; newer
+# releases group digits ("Leaked 4,092 bytes at 0x7b95b4000000"), may add
+# " called NAME" (NVTX names) or " on the device heap" (device-side malloc),
+# and end with "========= LEAK SUMMARY: 4092 bytes leaked in 1 allocations".
+_LEAKED = re.compile(r"Leaked\s+([\d,]+)\s+bytes?\s+at\s+(0x[0-9a-fA-F]+)(.*)$")
+_SUMMARY = re.compile(r"LEAK SUMMARY:\s*([\d,]+)\s+bytes?\s+leaked\s+in\s+([\d,]+)\s+allocations?")
+
+
+def parse_sanitizer(text):
+    """{"sizes": sorted sizes of the leaked allocations (host-API ones:
+    cudaMalloc & co.), "device_heap": sizes of device-heap leaks,
+    "summary": (bytes, allocations) of the LEAK SUMMARY line or None}."""
+    sizes, heap, summary = [], [], None
+    for line in text.splitlines():
+        m = _LEAKED.search(line)
+        if m:
+            n = int(m.group(1).replace(",", ""))
+            (heap if "device heap" in m.group(3) else sizes).append(n)
+            continue
+        m = _SUMMARY.search(line)
+        if m:
+            summary = (int(m.group(1).replace(",", "")), int(m.group(2).replace(",", "")))
+    return {"sizes": sorted(sizes), "device_heap": sorted(heap), "summary": summary}
+
+
+# --- PyTorch's messages --------------------------------------------------------
+
+_UNITS = {"bytes": 1, "B": 1, "KiB": 1024, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}
+
+
+def parse_torch_size(text):
+    """PyTorch's format_size ("117.19 GiB", "512 bytes") as (bytes,
+    precision): the message rounds to 2 decimals, so the true value is
+    within +-precision (half of 0.01 of the unit; 0 for bytes)."""
+    m = re.match(r"\s*([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB)\b", text)
+    if not m:
+        raise ValueError("not a PyTorch size: %r" % text[:40])
+    unit = _UNITS[m.group(2)]
+    value = float(m.group(1)) * unit
+    return (int(round(value)), 0 if unit == 1 else unit * 0.005)
+
+
+def parse_oom_request(message):
+    """The request size an OutOfMemoryError message states: "Tried to
+    allocate X" (caching allocator: the rounded segment it asked the driver
+    for) or "Requested : X" (backend:cudaMallocAsync: the tensor's bytes).
+    (bytes, precision, which)."""
+    m = re.search(r"Tried to allocate\s+([\d.]+\s*(?:bytes|B|KiB|MiB|GiB|TiB))", message)
+    if m:
+        return parse_torch_size(m.group(1)) + ("Tried to allocate",)
+    m = re.search(r"Requested\s*:\s*([\d.]+\s*(?:bytes|B|KiB|MiB|GiB|TiB))", message)
+    if m:
+        return parse_torch_size(m.group(1)) + ("Requested",)
+    raise ValueError("no request size in the message: %r" % message[:120])
+
+
+# --- nvcc section: gpu/leaks.cu -------------------------------------------------
+
+NVCC_KINDS_SANITIZER = ("device", "managed", "host")
+
+
+def check_nvcc(report_dir, planted_path, name="nvcc", source=LEAKS_CU):
+    """cudaleak's exit report of gpu/leaks.cu against the program's own
+    account of its planted leaks (planted_path: its stdout) and the
+    `/* LEAK <api> */` lines of the source."""
+    with open(planted_path) as f:
+        planted = parse_planted(f.read())
+    check("%s planted list" % name, len(planted) == 5, "%d planted leaks in %s" % (len(planted), os.path.basename(planted_path)),
+          "5 (leaks.cu plants 5)")
+    r = load_report(report_dir)
+    matched = []
+    for p in planted:
+        line = marker_line(source, "LEAK " + p["api"])
+        gs = groups_at(r, line, file=source, function=p["function"], stack="native", innermost=True)
+        matched.extend(gs)
+        blocks, nbytes = total(gs)
+        apis = sorted(set(g["api"] for g in gs))
+        mems = sorted(set(g["memory"] for g in gs))
+        ok = (blocks, nbytes) == (1, p["bytes"]) and apis == [p["api"]] and mems == [p["memory"]]
+        check("%s %s" % (name, p["api"]), ok,
+              "%d block(s) %d B api %s memory %s at %s() leaks.cu line %d; planted 1 block %d B %s %s"
+              % (blocks, nbytes, ",".join(apis) or "-", ",".join(mems) or "-", p["function"], line,
+                 p["bytes"], p["api"], p["memory"]),
+              "exact")
+    ids = set(id(g) for g in matched)
+    others = [g for g in r.get("leaks", []) if id(g) not in ids]
+    ob, on = total(others)
+    check("%s nothing else" % name, ob == 0,
+          "%d other block(s), %d B%s" % (ob, on, "".join(
+              "; %s %s %d B at %s:%s" % ((g["api"], g["memory"], g["bytes"]) + top_frame(g)) for g in others[:4])),
+          "0 blocks besides the planted ones")
+    return r
+
+
+def check_sanitizer(report_dir, sanitizer_path, name="nvcc sanitizer"):
+    """compute-sanitizer --leak-check full on the same program against
+    cudaleak's report: the same multiset of allocation sizes on the kinds
+    the sanitizer reports (the cudaMalloc family: device, managed and
+    pinned host memory; not VMM handles, not device-side malloc)."""
+    with open(sanitizer_path, errors="replace") as f:
+        s = parse_sanitizer(f.read())
+    summary = s["summary"]
+    parsed = (sum(s["sizes"]) + sum(s["device_heap"]), len(s["sizes"]) + len(s["device_heap"]))
+    check("%s output parsed" % name, summary is not None and summary == parsed and parsed[1] > 0,
+          "%d Leaked lines, %d B; LEAK SUMMARY %s" % (parsed[1], parsed[0],
+                                                     "%d B in %d" % summary if summary else "missing"),
+          "Leaked lines add up to the LEAK SUMMARY line, at least 1")
+    r = load_report(report_dir)
+    ours = block_sizes([g for g in r.get("leaks", []) if g["memory"] in NVCC_KINDS_SANITIZER and not g.get("memory_kind")])
+    check("%s same leaks" % name, ours == s["sizes"] and ours,
+          "cudaleak %s, compute-sanitizer %s (device heap, not compared: %s)"
+          % (ours, s["sizes"], s["device_heap"] or "none"),
+          "equal multisets of sizes, memory %s" % "/".join(NVCC_KINDS_SANITIZER))
+
+
+# --- python section: tests/python/stacks.py on the simulated driver ------------
+
+# Planted by tests/python/stacks.py `all` (sizes from its source, as
+# tests/python.rs states them): marker -> (blocks, bytes).
+STACKS_ALL = {
+    "cdll": (1, 1001), "pydll": (1, 1002), "thread": (1, 1003), "inner": (1, 1005),
+    "generator": (2, 2 * 1004), "method": (1, 1006), "classmethod": (1, 1007),
+    "init": (10, 10 * 1009), "line_a": (3, 3 * 1010), "line_b": (3, 3 * 1011),
+}
+
+
+def check_stacks(report_dir, mode, name="python", source=STACKS_PY):
+    r = load_report(report_dir)
+    py = r.get("python") or ""
+    check("%s %s capture" % (name, mode), py.startswith("CPython 3."), "python field %r" % py, "CPython 3.x")
+    if mode == "all":
+        want = STACKS_ALL
+    elif mode == "deadlock":
+        want = {"deadlock": (1, 1008)}
+    else:
+        raise ValueError("unknown stacks.py mode %r" % mode)
+    for marker, (blocks, nbytes) in sorted(want.items()):
+        line = marker_line(source, "# LEAK " + marker)
+        got = total(groups_at(r, line, file=source, stack="python"))
+        check("%s %s %s" % (name, mode, marker), got == (blocks, nbytes),
+              "%d block(s) %d B at stacks.py line %d; planted %d block(s) %d B" % (got + (line, blocks, nbytes)),
+              "exact")
+    if mode == "all":
+        allb = sum(g["blocks"] for g in r.get("leaks", []))
+        want_b = sum(b for b, _ in want.values())
+        check("%s all total" % name, allb == want_b, "%d blocks in the report; planted %d" % (allb, want_b), "exact")
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[0] == "nvcc":
+        rest = argv[1:]
+        label = "nvcc"
+        sanitizer = None
+        if "--name" in rest:
+            i = rest.index("--name")
+            label = rest[i + 1]
+            del rest[i:i + 2]
+        if "--sanitizer" in rest:
+            i = rest.index("--sanitizer")
+            sanitizer = rest[i + 1]
+            del rest[i:i + 2]
+        report_dir, planted = rest[0], rest[1]
+        guarded(label)(check_nvcc)(report_dir, planted, label)
+        if sanitizer:
+            guarded("%s sanitizer" % label)(check_sanitizer)(report_dir, sanitizer, "%s sanitizer" % label)
+    elif len(argv) == 3 and argv[0] == "stacks":
+        guarded("python %s" % argv[2])(check_stacks)(argv[1], argv[2])
+    else:
+        sys.stderr.write(__doc__)
+        sys.exit(2)
+    finish()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,946 @@
+"""Tests of gpu/check_report.py and of the checkers of gpu/torch_checks.py and
+gpu/cupy_jax_checks.py, on fake reports, fake ground truths and fake
+compute-sanitizer output: no GPU, no torch, no cudaleak build needed.
+
+    python3 gpu/test_check_report.py
+
+With GPU_CHECK_TEST_ARTIFACTS=DIR (a directory holding a built cudaleak and
+libcudaleak.so, e.g. target/release) it also runs scripts/gpu-validate.sh's
+`python` section, which needs no GPU (the simulated driver), end to end.
+"""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import check_report as cr  # noqa: E402
+import cupy_jax_checks as fw  # noqa: E402
+import torch_checks as tc  # noqa: E402
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def nframe(function, file=None, line=None, module="/bin/prog"):
+    return {"address": "0x1000", "function": function, "file": file, "line": line, "module": module}
+
+
+def pframe(function, file, line):
+    return {"function": function, "file": file, "line": line}
+
+
+def group(api, memory, nbytes, blocks=1, native=(), python=(), **extra):
+    g = {"api": api, "memory": memory, "bytes": nbytes, "blocks": blocks,
+         "native_stack": list(native), "python_stack": list(python)}
+    g.update(extra)
+    return g
+
+
+def report(leaks, trigger="exit", seq=1, pid=4242, **extra):
+    r = {"format": "cudaleak", "version": 1, "trigger": trigger, "sequence": seq, "pid": pid,
+         "command": ["prog"], "timestamp_ms": 1700000000000 + seq,
+         "totals": {"live_blocks": sum(g["blocks"] for g in leaks), "live_bytes": sum(g["bytes"] for g in leaks),
+                    "peak_bytes": extra.pop("peak_bytes", 0), "allocations": 0, "frees": 0,
+                    "failed_allocations": 0, "invalid_frees": 0},
+         "leaks": leaks, "growth": []}
+    r.update(extra)
+    return r
+
+
+def write_report(directory, r, host="gpu-node", suffix=""):
+    os.makedirs(directory, exist_ok=True)
+    name = "cudaleak.%s.%d.1700000000000-abcdef01.%d.%s%s.json" % (host, r["pid"], r["sequence"], r["trigger"], suffix)
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        json.dump(r, f)
+    return path
+
+
+def write_json(path, data):
+    with open(path, "w") as f:
+        json.dump(data, f)
+    return path
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="check-report-test.")
+        self.log = os.path.join(self.tmp, "checks.txt")
+        self._env = {k: os.environ.get(k) for k in ("GPU_CHECK_LOG", "CUDALEAK_CLI", "GPU_CHECK_TRUTH")}
+        os.environ["GPU_CHECK_LOG"] = self.log
+        os.environ.pop("CUDALEAK_CLI", None)
+        os.environ.pop("GPU_CHECK_TRUTH", None)
+        del cr._failed[:]
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for k, v in self._env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        del cr._failed[:]
+
+    def run_checks(self, fn, *args):
+        """Runs a checker; returns {name: (status, line)} of its CHECK lines."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            fn(*args)
+        lines = [l for l in out.getvalue().splitlines() if l.startswith("CHECK ")]
+        res = {}
+        for line in lines:
+            name, rest = line[len("CHECK "):].split(": ", 1)
+            self.assertNotIn(name, res, "two checks named %r" % name)
+            res[name] = (rest.split(" ", 1)[0], line)
+        return res
+
+    def assertAllPass(self, res):
+        self.assertTrue(res, "no checks ran")
+        bad = [l for s, l in res.values() if s != "PASS"]
+        self.assertEqual(bad, [])
+
+
+# --- The check line and its bookkeeping -------------------------------------
+
+
+class CheckLine(Base):
+    def test_format_log_and_failures(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertTrue(cr.check("a thing", True, "3 B", "exact"))
+            self.assertFalse(cr.check("other: thing", False, "4\nB", "within 1%"))
+        want = ["CHECK a thing: PASS 3 B (tolerance exact)", "CHECK other thing: FAIL 4 B (tolerance within 1%)"]
+        self.assertEqual(out.getvalue().splitlines(), want)
+        with open(self.log) as f:
+            self.assertEqual(f.read().splitlines(), want)
+        self.assertEqual(cr.failures(), ["other thing"])
+
+    def test_finish_exit_status(self):
+        with self.assertRaises(SystemExit) as e:
+            cr.finish()
+        self.assertEqual(e.exception.code, 0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            cr.check("x", False, "1", "0")
+        with self.assertRaises(SystemExit) as e:
+            cr.finish()
+        self.assertEqual(e.exception.code, 1)
+
+    def test_guarded_turns_an_error_into_a_fail(self):
+        @cr.guarded("torch leak no-cache")
+        def boom():
+            raise FileNotFoundError("no api report in /x")
+
+        res = self.run_checks(boom)
+        self.assertEqual(res["torch leak no-cache"][0], "FAIL")
+        self.assertIn("FileNotFoundError", res["torch leak no-cache"][1])
+
+    def test_within_and_round_up(self):
+        self.assertTrue(cr.within(101, 100, rel_tol=0.01))
+        self.assertFalse(cr.within(102, 100, rel_tol=0.01))
+        self.assertTrue(cr.within(100 + MiB, 100, abs_tol=MiB))
+        self.assertEqual(cr.round_up(1, 512), 512)
+        self.assertEqual(cr.round_up(4 * MiB, 2 * MiB), 4 * MiB)
+
+
+# --- Ground truth from sources -------------------------------------------------
+
+
+class Markers(Base):
+    def test_marker_line_is_exact_and_unique(self):
+        p = os.path.join(self.tmp, "x.cu")
+        with open(p, "w") as f:
+            f.write("a\nCHECK(cudaMalloc(&p, n)); /* LEAK cudaMalloc */\nCHECK(x); /* LEAK cudaMallocAsync */\n// LEAK twice\n// LEAK twice\n")
+        self.assertEqual(cr.marker_line(p, "LEAK cudaMalloc"), 2)
+        self.assertEqual(cr.marker_line(p, "LEAK cudaMallocAsync"), 3)
+        with self.assertRaises(ValueError):
+            cr.marker_line(p, "LEAK twice")
+        with self.assertRaises(ValueError):
+            cr.marker_line(p, "LEAK nowhere")
+
+    def test_markers_of_the_real_sources(self):
+        # Each is on the allocation call itself.
+        for api in ("cudaMalloc", "cudaMallocAsync", "cudaMallocHost", "cudaMallocManaged", "cuMemCreate"):
+            line = cr.marker_line(cr.LEAKS_CU, "LEAK " + api)
+            with open(cr.LEAKS_CU) as f:
+                text = f.read().splitlines()[line - 1]
+            self.assertIn(api + "(", text)
+        for m in ("LEAK train_step", "LEAK phase", "CHURN phase", "OOM request", "PEAK activations"):
+            cr.marker_line(tc.SRC, m)
+        for m in ("LEAK cupy runtime", "LEAK cupy pool", "LEAK jax device_put", "LEAK jax compute"):
+            cr.marker_line(fw.SRC, m)
+        for m in cr.STACKS_ALL:
+            cr.marker_line(cr.STACKS_PY, "# LEAK " + m)
+
+    def test_planted_lines(self):
+        text = "planted cudaMalloc device 1048576 leak_malloc\nnoise\nplanted cuMemCreate physical 2097152 leak_mem_create\ndone\n"
+        self.assertEqual(cr.parse_planted(text), [
+            {"api": "cudaMalloc", "memory": "device", "bytes": MiB, "function": "leak_malloc"},
+            {"api": "cuMemCreate", "memory": "physical", "bytes": 2 * MiB, "function": "leak_mem_create"},
+        ])
+
+    def test_truth_round_trip(self):
+        p = os.path.join(self.tmp, "t.json")
+        os.environ["GPU_CHECK_TRUTH"] = p
+        cr.write_truth({"a": 1})
+        self.assertEqual(cr.read_truth(p), {"a": 1})
+        os.environ.pop("GPU_CHECK_TRUTH")
+        self.assertIsNone(cr.write_truth({"a": 2}))
+
+
+# --- Reports -------------------------------------------------------------------
+
+
+class Reports(Base):
+    def test_report_files_order_and_trigger(self):
+        d = os.path.join(self.tmp, "r")
+        write_report(d, report([], "signal", seq=3))
+        write_report(d, report([], "signal", seq=1))
+        write_report(d, report([], "signal", seq=2), suffix=".0a1b2c3d")  # a taken name
+        write_report(d, report([], "exit", seq=4))
+        write_report(d, report([], "timeline", seq=5))
+        write_report(d, report([], "api", seq=1), host="node.example.com")
+        names = [cr.read_truth(p)["sequence"] for p in cr.report_files(d, "signal")]
+        self.assertEqual(names, [1, 2, 3])
+        self.assertEqual(len(cr.report_files(d, "exit")), 1)
+        self.assertEqual(len(cr.report_files(d, "api")), 1)
+        self.assertEqual(len(cr.report_files(d)), 5)  # not the timeline
+
+    def test_load_report_without_cli_takes_the_newest(self):
+        d = os.path.join(self.tmp, "r")
+        write_report(d, report([], "signal", seq=1))
+        write_report(d, report([], "exit", seq=2))
+        self.assertEqual(cr.load_report(d)["trigger"], "exit")
+
+    def test_load_report_through_a_cli(self):
+        d = os.path.join(self.tmp, "r")
+        path = write_report(d, report([group("cudaMalloc", "device", 7)]))
+        cli = os.path.join(self.tmp, "cudaleak")
+        with open(cli, "w") as f:
+            f.write('#!/bin/sh\n[ "$1 $2 $3" = "report --format json" ] || exit 9\nexec cat "$4"\n')
+        os.chmod(cli, 0o755)
+        self.assertEqual(cr.load_report(path, cli=cli)["leaks"][0]["bytes"], 7)
+        with open(cli, "w") as f:
+            f.write("#!/bin/sh\necho broken >&2\nexit 3\n")
+        with self.assertRaises(RuntimeError):
+            cr.load_report(path, cli=cli)
+
+    def test_groups_at(self):
+        g1 = group("cudaMalloc", "device", 10, native=[nframe(None), nframe("leak_malloc()", "/src/leaks.cu", 42),
+                                                       nframe("main", "/src/leaks.cu", 120)])
+        g2 = group("cudaMalloc", "device", 20, native=[nframe("other()", "/src/leaks.cu", 50),
+                                                       nframe("leak_malloc()", "/src/leaks.cu", 42)])
+        g3 = group("cudaMalloc", "device", 30, python=[pframe("Model.step", "/x/stacks.py", 7), pframe("<module>", "/x/stacks.py", 99)])
+        r = report([g1, g2, g3])
+        self.assertEqual(cr.groups_at(r, 42, "leaks.cu", "leak_malloc", stack="native"), [g1, g2])
+        self.assertEqual(cr.groups_at(r, 42, "leaks.cu", "leak_malloc", stack="native", innermost=True), [g1])
+        self.assertEqual(cr.groups_at(r, 7, "stacks.py", "step"), [g3])
+        self.assertEqual(cr.groups_at(r, 99, "stacks.py"), [g3])
+        self.assertEqual(cr.groups_at(r, 8, "stacks.py"), [])
+        peak = report([], peak={"bytes": 5, "timestamp_ms": 1, "groups": [g3]})
+        self.assertEqual(cr.groups_at(peak, 7, "stacks.py", key="peak"), [g3])
+
+    def test_block_sizes(self):
+        gs = [group("a", "device", 30, 2, examples=[{"address": "0x1", "size": 10}, {"address": "0x2", "size": 20}]),
+              group("b", "device", 7, 2)]
+        self.assertEqual(cr.block_sizes(gs), [3, 4, 10, 20])
+
+
+# --- compute-sanitizer and PyTorch's messages -----------------------------------
+
+SANITIZER_OLD = """========= CUDA-MEMCHECK
+========= Leaked 10 bytes at 0x1303d80000
+=========     Saved host backtrace up to driver entry point at cudaMalloc time
+=========     Host Frame:/lib64/libcuda.so.1 (cuMemAlloc_v2 + 0x1b7) [0x26ec97]
+=========     Host Frame:./leak [0x2bab3]
+=========
+========= LEAK SUMMARY: 10 bytes leaked in 1 allocations
+========= ERROR SUMMARY: 1 error
+"""
+
+SANITIZER_NEW = """========= COMPUTE-SANITIZER
+planted cudaMalloc device 1048576 leak_malloc
+done
+========= Leaked 1,048,576 bytes at 0x7f26c3000000
+=========     Saved host backtrace up to driver entry point at allocation time
+=========         Host Frame: leak_malloc() [0x89bb] in leaks
+=========
+========= Leaked 2,097,152 bytes at 0x7f26c3200000 called My allocation
+=========
+========= Leaked 16 bytes at 0x4012ffff6 on the device heap
+=========
+========= Leaked 3145728 bytes at 0x7f26c3400000
+========= Leaked 4194304 bytes at 0x7f26c3800000
+=========
+========= LEAK SUMMARY: 10485776 bytes leaked in 5 allocations
+========= ERROR SUMMARY: 5 errors
+"""
+
+
+class Sanitizer(Base):
+    def test_old_format(self):
+        s = cr.parse_sanitizer(SANITIZER_OLD)
+        self.assertEqual(s, {"sizes": [10], "device_heap": [], "summary": (10, 1)})
+
+    def test_new_format(self):
+        s = cr.parse_sanitizer(SANITIZER_NEW)
+        self.assertEqual(s["sizes"], [MiB, 2 * MiB, 3 * MiB, 4 * MiB])
+        self.assertEqual(s["device_heap"], [16])
+        self.assertEqual(s["summary"], (10485776, 5))
+
+    def test_no_leaks(self):
+        s = cr.parse_sanitizer("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+        self.assertEqual(s, {"sizes": [], "device_heap": [], "summary": None})
+
+
+class TorchMessages(Base):
+    def test_sizes(self):
+        self.assertEqual(cr.parse_torch_size("117.19 GiB"), (int(round(117.19 * GiB)), GiB * 0.005))
+        self.assertEqual(cr.parse_torch_size("640.00 MiB")[0], 640 * MiB)
+        self.assertEqual(cr.parse_torch_size("512 bytes"), (512, 0))
+        with self.assertRaises(ValueError):
+            cr.parse_torch_size("lots")
+
+    def test_oom_messages(self):
+        caching = ("CUDA out of memory. Tried to allocate 210.53 GiB. GPU 0 has a total capacity of 139.72 GiB of which "
+                   "138.90 GiB is free. Of the allocated memory 3.05 MiB is allocated by PyTorch, and 18.95 MiB is "
+                   "reserved by PyTorch but unallocated.")
+        n, prec, which = cr.parse_oom_request(caching)
+        self.assertEqual(which, "Tried to allocate")
+        self.assertEqual(n, int(round(210.53 * GiB)))
+        asyncm = ("Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 3.05 MiB\n"
+                  "Requested               : 210.53 GiB\nDevice limit            : 139.72 GiB\n")
+        self.assertEqual(cr.parse_oom_request(asyncm)[2], "Requested")
+        with self.assertRaises(ValueError):
+            cr.parse_oom_request("CUDA error: out of memory")
+
+
+# --- nvcc and python sections ---------------------------------------------------
+
+
+def planted_text():
+    return ("planted cudaMalloc device 1048576 leak_malloc\nplanted cudaMallocAsync device 2097152 leak_malloc_async\n"
+            "planted cudaMallocHost host 3145728 leak_malloc_host\nplanted cudaMallocManaged managed 4194304 leak_malloc_managed\n"
+            "planted cuMemCreate physical 2097152 leak_mem_create\ndone\n")
+
+
+def nvcc_groups():
+    out = []
+    for p in cr.parse_planted(planted_text()):
+        line = cr.marker_line(cr.LEAKS_CU, "LEAK " + p["api"])
+        native = [nframe(None, None, None, "/tmp/leaks"),  # static cudart, no line information
+                  nframe(p["function"] + "()", cr.LEAKS_CU, line, "/tmp/leaks"),
+                  nframe("main", cr.LEAKS_CU, 200, "/tmp/leaks")]
+        out.append(group(p["api"], p["memory"], p["bytes"], native=native,
+                         examples=[{"address": "0x7f0000000000", "size": p["bytes"]}]))
+    return out
+
+
+class Nvcc(Base):
+    def setUp(self):
+        super().setUp()
+        self.planted = os.path.join(self.tmp, "planted.txt")
+        with open(self.planted, "w") as f:
+            f.write(planted_text())
+        self.d = os.path.join(self.tmp, "r")
+        self.san = os.path.join(self.tmp, "sanitizer.txt")
+        with open(self.san, "w") as f:
+            f.write(SANITIZER_NEW.replace("========= Leaked 16 bytes at 0x4012ffff6 on the device heap\n", "")
+                    .replace("10485776 bytes leaked in 5", "10485760 bytes leaked in 4"))
+
+    def test_exact_match_passes(self):
+        write_report(self.d, report(nvcc_groups()))
+        res = self.run_checks(cr.check_nvcc, self.d, self.planted)
+        self.assertAllPass(res)
+        self.assertEqual(len(res), 7)  # list, 5 leaks, nothing else
+        res = self.run_checks(cr.check_sanitizer, self.d, self.san)
+        self.assertAllPass(res)
+
+    def test_found_none_fails_every_leak(self):
+        write_report(self.d, report([]))
+        res = self.run_checks(cr.check_nvcc, self.d, self.planted)
+        fails = sorted(n for n, (s, _) in res.items() if s == "FAIL")
+        self.assertEqual(fails, ["nvcc cuMemCreate", "nvcc cudaMalloc", "nvcc cudaMallocAsync",
+                                 "nvcc cudaMallocHost", "nvcc cudaMallocManaged"])
+        res = self.run_checks(cr.check_sanitizer, self.d, self.san)
+        self.assertEqual(res["nvcc sanitizer same leaks"][0], "FAIL")
+
+    def test_wrong_line_size_or_extra_block_fails(self):
+        gs = nvcc_groups()
+        gs[0]["native_stack"][1]["line"] += 1  # cudaMalloc attributed to the next line
+        gs[1]["bytes"] += 512  # cudaMallocAsync size off
+        gs.append(group("cuMemAlloc_v2", "device", 64, native=[nframe("clean()", cr.LEAKS_CU, 90)]))
+        write_report(self.d, report(gs))
+        res = self.run_checks(cr.check_nvcc, self.d, self.planted)
+        self.assertEqual(res["nvcc cudaMalloc"][0], "FAIL")
+        self.assertEqual(res["nvcc cudaMallocAsync"][0], "FAIL")
+        self.assertEqual(res["nvcc cudaMallocHost"][0], "PASS")
+        self.assertEqual(res["nvcc nothing else"][0], "FAIL")
+
+    def test_sanitizer_differs_or_unparsed(self):
+        gs = [g for g in nvcc_groups() if g["api"] != "cudaMallocHost"]
+        write_report(self.d, report(gs))
+        res = self.run_checks(cr.check_sanitizer, self.d, self.san)
+        self.assertEqual(res["nvcc sanitizer output parsed"][0], "PASS")
+        self.assertEqual(res["nvcc sanitizer same leaks"][0], "FAIL")
+        with open(self.san, "w") as f:
+            f.write("========= Leaked 5 bytes at 0x1\n")  # no summary: a format the parser does not know
+        res = self.run_checks(cr.check_sanitizer, self.d, self.san)
+        self.assertEqual(res["nvcc sanitizer output parsed"][0], "FAIL")
+
+    def test_cli_main(self):
+        write_report(self.d, report(nvcc_groups()))
+        p = subprocess.run([sys.executable, os.path.join(HERE, "check_report.py"), "nvcc", self.d, self.planted,
+                            "--name", "nvcc reset", "--sanitizer", self.san], stdout=subprocess.PIPE, env=dict(os.environ))
+        self.assertEqual(p.returncode, 0, p.stdout.decode())
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(len(lines), 9)
+        self.assertTrue(all(l.startswith("CHECK nvcc reset ") for l in lines))
+        write_report(self.d, report([], seq=2))
+        p = subprocess.run([sys.executable, os.path.join(HERE, "check_report.py"), "nvcc", self.d, self.planted],
+                           stdout=subprocess.PIPE, env=dict(os.environ))
+        self.assertEqual(p.returncode, 1)
+        p = subprocess.run([sys.executable, os.path.join(HERE, "check_report.py"), "nvcc", os.path.join(self.tmp, "none"),
+                            self.planted], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("CHECK nvcc: FAIL checker error", p.stdout.decode())
+
+
+def stacks_groups(mode="all"):
+    want = cr.STACKS_ALL if mode == "all" else {"deadlock": (1, 1008)}
+    out = []
+    for m, (blocks, nbytes) in want.items():
+        line = cr.marker_line(cr.STACKS_PY, "# LEAK " + m)
+        out.append(group("cudaMalloc", "device", nbytes, blocks,
+                         python=[pframe("malloc", "/r/tests/python/sim.py", 21), pframe(m, cr.STACKS_PY, line)]))
+    return out
+
+
+class Stacks(Base):
+    def test_pass_and_fail(self):
+        d = os.path.join(self.tmp, "all")
+        write_report(d, report(stacks_groups(), python="CPython 3.12"))
+        res = self.run_checks(cr.check_stacks, d, "all")
+        self.assertAllPass(res)
+        self.assertEqual(len(res), 12)
+        gs = stacks_groups()
+        gs[0]["python_stack"][1]["line"] -= 1
+        write_report(d, report(gs, seq=2, python="CPython 3.12"))
+        res = self.run_checks(cr.check_stacks, d, "all")
+        self.assertEqual([n for n, (s, _) in res.items() if s == "FAIL"], ["python all cdll"])
+        d = os.path.join(self.tmp, "deadlock")
+        write_report(d, report(stacks_groups("deadlock"), python="off (CUDALEAK_PYTHON=0)"))
+        res = self.run_checks(cr.check_stacks, d, "deadlock")
+        self.assertEqual(res["python deadlock capture"][0], "FAIL")
+        self.assertEqual(res["python deadlock deadlock"][0], "PASS")
+
+
+# --- torch_checks.py verify -------------------------------------------------------
+
+TORCH = os.path.basename(tc.SRC)
+
+
+def tline(marker):
+    return cr.marker_line(tc.SRC, marker)
+
+
+def at_train_step():
+    return [pframe("train_step", tc.SRC, tline("LEAK train_step")), pframe("leak", tc.SRC, 60), pframe("<module>", tc.SRC, 300)]
+
+
+class TorchLeak(Base):
+    def setUp(self):
+        super().setUp()
+        self.d = os.path.join(self.tmp, "leak")
+        self.truth = {"kept": 5, "nbytes": [262144] * 5, "dumped": True}
+
+    def test_no_cache_exact(self):
+        g = group("cudaMalloc", "device", 5 * 262144, 5, python=at_train_step())
+        noise = group("cudaMalloc", "device", 64 * MiB, 1, python=[])
+        write_report(self.d, report([noise, g], "api"))
+        write_report(self.d, report([noise], "exit", seq=2))
+        self.assertAllPass(self.run_checks(tc.verify_leak, "no-cache", self.d, self.truth, "t"))
+
+    def test_found_none_or_wrong(self):
+        write_report(self.d, report([], "api"))
+        res = self.run_checks(tc.verify_leak, "no-cache", self.d, self.truth, "t")
+        self.assertEqual((res["t blocks"][0], res["t bytes"][0], res["t api"][0]), ("FAIL", "FAIL", "FAIL"))
+        g = group("cudaMallocAsync", "device", 5 * 262144, 5, python=at_train_step())
+        write_report(self.d, report([g], "api", seq=2))
+        res = self.run_checks(tc.verify_leak, "no-cache", self.d, self.truth, "t")
+        self.assertEqual(res["t api"][0], "FAIL")
+        self.assertAllPass(self.run_checks(tc.verify_leak, "async", self.d, self.truth, "t"))
+
+    def test_no_dump(self):
+        os.makedirs(self.d)
+        res = self.run_checks(cr.guarded("t")(tc.verify_leak), "no-cache", self.d, self.truth, "t")
+        self.assertEqual(res["t api dumps"][0], "FAIL")
+        self.assertEqual(res["t"][0], "FAIL")
+
+    def test_expandable_lower_bound(self):
+        write_report(self.d, report([group("cuMemCreate", "physical", 2 * MiB), group("cuMemAddressReserve", "reservation", 1 << 36)], "api"))
+        self.assertAllPass(self.run_checks(tc.verify_leak, "expandable", self.d, self.truth, "t"))
+        write_report(self.d, report([group("cuMemAddressReserve", "reservation", 1 << 36)], "api", seq=2))
+        res = self.run_checks(tc.verify_leak, "expandable", self.d, self.truth, "t")
+        self.assertEqual(res["t physical memory"][0], "FAIL")
+
+
+class TorchClean(Base):
+    def test_clean(self):
+        rep = report([group("cudaMalloc", "device", 262144, python=at_train_step())], "api")
+        truth = {"available": True, "clean_error": None, "leaky_report": rep, "kept": 1, "kept_nbytes": 262144}
+        self.assertAllPass(self.run_checks(tc.verify_clean, self.tmp, truth, "t"))
+        truth.update(clean_error="cudaleak: clean training steps leaked 2 MiB", leaky_report=None)
+        res = self.run_checks(tc.verify_clean, self.tmp, truth, "t")
+        self.assertEqual((res["t clean region"][0], res["t leaky region"][0]), ("FAIL", "FAIL"))
+
+
+class TorchPhases(Base):
+    def _phases(self, leaky, per_dump, trend):
+        d = os.path.join(self.tmp, "phases" if leaky else "clean")
+        fn, marker = ("grow_phase", "LEAK phase") if leaky else ("churn_phase", "CHURN phase")
+        for k, nbytes in enumerate(per_dump, 1):
+            g = group("cudaMalloc", "device", nbytes, nbytes // (20 * MiB), trend=trend if k == 3 else None,
+                      pytorch_cache_segment=True, python=[pframe(fn, tc.SRC, tline(marker)), pframe("phases", tc.SRC, 130)])
+            write_report(d, report([g], "signal", seq=k))
+        truth = {"leaky": leaky, "phases": 3, "per_phase": 20, "nbytes_each": 4 * MiB, "kept": 60 if leaky else 0}
+        return self.run_checks(tc.verify_phases, d, truth, "t")
+
+    def test_growing(self):
+        self.assertAllPass(self._phases(True, [80 * MiB, 160 * MiB, 240 * MiB], "growing"))
+        res = self._phases(True, [80 * MiB, 80 * MiB, 80 * MiB], "bounded")
+        self.assertEqual([n for n, (s, _) in sorted(res.items()) if s == "FAIL"], ["t dump 2", "t dump 3", "t trend"])
+
+    def test_churn(self):
+        self.assertAllPass(self._phases(False, [20 * MiB] * 3, "bounded"))
+        res = self._phases(False, [20 * MiB, 40 * MiB, 60 * MiB], "growing")
+        self.assertEqual([n for n, (s, _) in sorted(res.items()) if s == "FAIL"], ["t dump 2", "t dump 3", "t nothing growing"])
+
+
+def oom_truth(message):
+    return {"free_before": 139 * GiB, "total": 140 * GiB, "reserved_before": 22 * MiB, "allocated_before": 3 * MiB,
+            "nbytes": 208 * GiB + 12345 * 4, "raised": True, "message": message}
+
+
+class TorchOom(Base):
+    def _oom(self, preset, oom, leaks, message):
+        d = os.path.join(self.tmp, "oom-" + preset)
+        shutil.rmtree(d, ignore_errors=True)
+        write_report(d, report(leaks, "oom", oom=oom))
+        write_report(d, report([], "exit", seq=2))
+        return self.run_checks(tc.verify_oom, preset, d, oom_truth(message), "t")
+
+    def test_default(self):
+        truth = oom_truth("")
+        seg = cr.round_up(truth["nbytes"], 2 * MiB)
+        msg = "CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of 140.00 GiB" % (seg / GiB)
+        oom = {"api": "cudaMalloc", "requested_bytes": seg, "device_free_bytes": 139 * GiB - 50 * MiB,
+               "python_stack": [pframe("oom", tc.SRC, tline("OOM request")), pframe("<module>", tc.SRC, 300)]}
+        leaks = [group("cudaMalloc", "device", 20 * MiB, pytorch_cache_segment=True),
+                 group("cudaMalloc", "device", 2 * MiB, pytorch_cache_segment=True),
+                 group("cuMemAlloc_v2", "device", 64 * MiB)]  # cuBLAS's handle: not PyTorch's cache
+        self.assertAllPass(self._oom("default", oom, leaks, msg))
+        oom2 = dict(oom, requested_bytes=truth["nbytes"], python_stack=[], device_free_bytes=None)
+        res = self._oom("default", oom2, leaks[2:], msg)
+        bad = sorted(n for n, (s, _) in res.items() if s == "FAIL")
+        self.assertEqual(bad, ["t device free", "t holders", "t line", "t request vs tensor"])
+
+    def test_pytorch(self):
+        n = oom_truth("")["nbytes"]
+        msg = ("Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 3.00 MiB\n"
+               "Requested               : %.2f GiB\n" % (n / GiB))
+        oom = {"api": "cudaMallocAsync", "requested_bytes": n, "device_free_bytes": 139 * GiB,
+               "python_stack": [pframe("oom", tc.SRC, tline("OOM request"))]}
+        leaks = [group("cudaMallocAsync", "device", 3 * MiB, 40)]
+        self.assertAllPass(self._oom("pytorch", oom, leaks, msg))
+        res = self._oom("pytorch", dict(oom, api="cudaMalloc", requested_bytes=n + 4 * GiB), leaks, msg)
+        bad = sorted(n for n, (s, _) in res.items() if s == "FAIL")
+        self.assertEqual(bad, ["t api", "t request vs message", "t request vs tensor"])
+
+    def test_no_error_no_report(self):
+        d = os.path.join(self.tmp, "none")
+        write_report(d, report([], "exit"))
+        truth = dict(oom_truth(None), raised=False)
+        res = self.run_checks(cr.guarded("t")(tc.verify_oom), "default", d, truth, "t")
+        self.assertEqual((res["t OutOfMemoryError"][0], res["t oom dumps"][0], res["t"][0]), ("FAIL", "FAIL", "FAIL"))
+
+
+class TorchPeak(Base):
+    def _peak(self, preset, groups, truth):
+        d = os.path.join(self.tmp, "peak-" + preset)
+        shutil.rmtree(d, ignore_errors=True)
+        total = sum(g["bytes"] for g in groups)
+        write_report(d, report([], "api", peak_bytes=total, peak={"bytes": total, "timestamp_ms": 1, "groups": groups}))
+        return self.run_checks(tc.verify_peak, preset, d, truth, "t")
+
+    def test_pytorch(self):
+        fwd = [pframe("forward", "/torch/nn/modules/linear.py", 125), pframe("peak", tc.SRC, tline("PEAK activations"))]
+        groups = [group("cudaMallocAsync", "device", 1000 * MiB, 8, python=fwd),
+                  group("cudaMallocAsync", "device", 1100 * MiB, 30),
+                  group("cuMemAlloc_v2", "device", 64 * MiB)]
+        truth = {"max_allocated": 2100 * MiB + 5 * MiB, "max_reserved": 2200 * MiB}
+        self.assertAllPass(self._peak("pytorch", groups, truth))
+        res = self._peak("pytorch", groups[1:], truth)
+        self.assertEqual(sorted(n for n, (s, _) in res.items() if s == "FAIL"), ["t bytes", "t line"])
+
+    def test_default(self):
+        fwd = [pframe("peak", tc.SRC, tline("PEAK activations"))]
+        groups = [group("cudaMalloc", "device", 2000 * MiB, 20, python=fwd, pytorch_cache_segment=True),
+                  group("cudaMalloc", "device", 200 * MiB, 5, pytorch_cache_segment=True),
+                  group("cuMemAlloc_v2", "device", 64 * MiB)]
+        self.assertAllPass(self._peak("default", groups, {"max_allocated": 2100 * MiB, "max_reserved": 2200 * MiB}))
+        res = self._peak("default", groups, {"max_allocated": 2100 * MiB, "max_reserved": 2300 * MiB})
+        self.assertEqual(res["t bytes"][0], "FAIL")
+
+
+class TorchVerifyCli(Base):
+    def test_verify_command_needs_no_torch(self):
+        d = os.path.join(self.tmp, "leak")
+        write_report(d, report([group("cudaMalloc", "device", 5 * 262144, 5, python=at_train_step())], "api"))
+        truth = write_json(os.path.join(self.tmp, "leak.truth.json"), {"kept": 5, "nbytes": [262144] * 5, "dumped": True})
+        env = dict(os.environ, PYTHONPATH="")
+        p = subprocess.run([sys.executable, "-S", tc.SRC, "verify", "leak", "no-cache", d, truth], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=env)
+        self.assertEqual(p.returncode, 0, p.stdout.decode() + p.stderr.decode())
+        self.assertEqual(len(p.stdout.decode().splitlines()), 4)
+        p = subprocess.run([sys.executable, "-S", tc.SRC, "verify", "leak", "no-cache", d, truth + ".missing"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("CHECK torch leak no-cache: FAIL checker error", p.stdout.decode())
+
+
+# --- cupy_jax_checks.py verify ------------------------------------------------------
+
+
+class Frameworks(Base):
+    def test_cupy(self):
+        d = os.path.join(self.tmp, "cupy")
+        rt = [pframe("cupy_check", fw.SRC, cr.marker_line(fw.SRC, "LEAK cupy runtime"))]
+        pool = [pframe("empty", "/cupy/_creation/basic.py", 34), pframe("cupy_check", fw.SRC, cr.marker_line(fw.SRC, "LEAK cupy pool"))]
+        write_report(d, report([group("cudaMalloc", "device", 3 * MiB, python=pool), group("cudaMalloc", "device", MiB, python=rt)], "api"))
+        truth = {"runtime_nbytes": MiB, "pool_nbytes": 3 * MiB, "live_since": [2, 4 * MiB], "dumped": True}
+        self.assertAllPass(self.run_checks(fw.verify_cupy, d, truth))
+        truth["live_since"] = [3, 5 * MiB]
+        res = self.run_checks(fw.verify_cupy, d, truth)
+        self.assertEqual(res["cupy live_since"][0], "FAIL")
+
+    def test_jax(self):
+        d = os.path.join(self.tmp, "jax")
+        leaks = []
+        for marker in ("LEAK jax device_put", "LEAK jax compute"):
+            py = [pframe("jax_check", fw.SRC, cr.marker_line(fw.SRC, marker))]
+            leaks.append(group("cuMemCreate", "physical", 4 * MiB, python=py))
+            leaks.append(group("cuMemAddressReserve", "reservation", 4 * MiB, python=py))
+        write_report(d, report(leaks, "api"))
+        truth = {"device_put_nbytes": 4 * MiB, "compute_nbytes": 4 * MiB, "dumped": True}
+        self.assertAllPass(self.run_checks(fw.verify_jax, d, truth))
+        write_report(d, report(leaks[2:], "api", seq=2))
+        res = self.run_checks(fw.verify_jax, d, truth)
+        self.assertEqual((res["jax device_put"][0], res["jax compute"][0]), ("FAIL", "PASS"))
+
+
+# --- The workloads themselves, on fake modules -----------------------------------------
+# Not a test of PyTorch or cudaleak: that the workload code runs to its end
+# and writes every field its checker reads, before GPU time is spent on it.
+
+FAKE_TORCH = """
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+class Tensor:
+    def __init__(self, numel, esize=4):
+        self._n, self._e = numel, esize
+    def numel(self):
+        return self._n
+    def element_size(self):
+        return self._e
+    @property
+    def nbytes(self):
+        return self._n * self._e
+    def __mul__(self, other):
+        return Tensor(self._n, self._e)
+    def square(self):
+        return self
+    def mean(self):
+        return Tensor(1)
+    def backward(self):
+        pass
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def randn(*shape, device=None):
+    return Tensor(_numel(shape))
+
+
+def empty(*shape, device=None, dtype=None):
+    n = _numel(shape)
+    if n * 4 > cuda.mem_get_info()[0]:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of 80.00 GiB" % (n * 4 / 2.0 ** 30))
+    return Tensor(n)
+
+
+def ones(*shape, device=None):
+    return Tensor(_numel(shape))
+
+
+def manual_seed(s):
+    pass
+
+
+class _Module:
+    def __init__(self, *a):
+        pass
+    def cuda(self):
+        return self
+    def parameters(self):
+        return []
+    def __call__(self, x):
+        return x
+
+
+class nn:
+    Linear = ReLU = Sequential = _Module
+
+
+class optim:
+    class SGD:
+        def __init__(self, params, lr):
+            pass
+        def zero_grad(self, set_to_none=False):
+            pass
+        def step(self):
+            pass
+
+
+class cuda:
+    OutOfMemoryError = OutOfMemoryError
+    synchronize = staticmethod(lambda: None)
+    mem_get_info = staticmethod(lambda: (10 << 30, 80 << 30))
+    memory_reserved = staticmethod(lambda: 22 << 20)
+    memory_allocated = staticmethod(lambda: 3 << 20)
+    max_memory_allocated = staticmethod(lambda: 3000 << 20)
+    max_memory_reserved = staticmethod(lambda: 3100 << 20)
+    reset_peak_memory_stats = staticmethod(lambda: None)
+"""
+
+FAKE_CUDALEAK = """
+import os, signal
+_n = [0]
+def _on_dump_signal(sig, frame):
+    _n[0] += 1
+    with open(os.path.join(os.environ["CUDALEAK_DIR"], "cudaleak.h.%d.1-a.%d.signal.json" % (os.getpid(), _n[0])), "w") as f:
+        f.write("{}")
+signal.signal(signal.SIGUSR1, _on_dump_signal)
+def available():
+    return True
+def checkpoint():
+    return 1
+def live_since(cp):
+    return (2, 4 << 20)
+def leaks_since(cp):
+    return {"leaks": []}
+def format_groups(report, **kw):
+    return "(groups)"
+def dump(reason="python"):
+    return True
+class LeakError(AssertionError):
+    def __init__(self, report):
+        self.report = report
+        AssertionError.__init__(self, "cudaleak: leaked")
+class no_leaks:
+    def __init__(self, where="", **kw):
+        self.where = where
+    def __enter__(self):
+        return self
+    def __exit__(self, et, e, tb):
+        if et is None and "leaky" in self.where:
+            raise LeakError({"leaks": [{"blocks": 1, "bytes": 262144, "api": "cudaMalloc", "memory": "device",
+                                        "native_stack": [], "python_stack": []}]})
+        return False
+"""
+
+FAKE_CUPY = """
+class _A:
+    def __init__(self, n):
+        self.nbytes = n
+    def sum(self):
+        return self
+class _Ctx:
+    def __enter__(self):
+        return self
+    def __exit__(self, *a):
+        return False
+uint8 = "uint8"
+def ones(n):
+    return _A(8 * n)
+def empty(n, dtype=None):
+    return _A(n)
+class cuda:
+    class runtime:
+        malloc = staticmethod(lambda n: 0x7000)
+        deviceSynchronize = staticmethod(lambda: None)
+    class MemoryPool:
+        def malloc(self, n):
+            return n
+    using_allocator = staticmethod(lambda f: _Ctx())
+"""
+
+FAKE_JAX = """
+class Array:
+    def __init__(self, n):
+        self.nbytes = n
+    def block_until_ready(self):
+        return self
+    def __mul__(self, o):
+        return Array(self.nbytes)
+def device_put(a):
+    return Array(a.nbytes)
+"""
+
+FAKE_JNP = """
+from jax import Array
+def ones(n):
+    return Array(4 * n)
+def arange(n):
+    return Array(4 * n)
+"""
+
+FAKE_NUMPY = """
+float32 = "float32"
+class _A:
+    def __init__(self, n):
+        self.nbytes = 4 * n
+def ones(n, dtype=None):
+    return _A(n)
+"""
+
+
+class WorkloadSmoke(Base):
+    def setUp(self):
+        super().setUp()
+        fake = os.path.join(self.tmp, "fake")
+        for rel, text in (("torch/__init__.py", FAKE_TORCH), ("cudaleak/__init__.py", FAKE_CUDALEAK),
+                          ("cupy/__init__.py", FAKE_CUPY), ("jax/__init__.py", FAKE_JAX),
+                          ("jax/numpy.py", FAKE_JNP), ("numpy/__init__.py", FAKE_NUMPY)):
+            os.makedirs(os.path.dirname(os.path.join(fake, rel)), exist_ok=True)
+            with open(os.path.join(fake, rel), "w") as f:
+                f.write(text)
+        self.env = dict(os.environ, PYTHONPATH=fake)
+
+    def workload(self, script, mode, *keys):
+        d = os.path.join(self.tmp, mode)
+        os.makedirs(d)
+        truth = d + ".truth.json"
+        p = subprocess.run([sys.executable, script, mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=dict(self.env, GPU_CHECK_TRUTH=truth, CUDALEAK_DIR=d), timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout.decode())
+        t = cr.read_truth(truth)
+        for k in keys:
+            self.assertIn(k, t)
+        return t, d
+
+    def test_torch(self):
+        t, _ = self.workload(tc.SRC, "leak", "kept", "nbytes", "dumped")
+        self.assertEqual((t["kept"], t["nbytes"]), (5, [262144] * 5))
+        t, _ = self.workload(tc.SRC, "clean", "available", "clean_error", "leaky_report", "kept", "kept_nbytes")
+        self.assertEqual((t["clean_error"], t["kept_nbytes"]), (None, 262144))
+        res = self.run_checks(tc.verify_clean, self.tmp, t, "t")
+        self.assertEqual((res["t clean region"][0], res["t leaky region"][0]), ("PASS", "PASS"))
+        self.assertEqual(res["t leaky line"][0], "FAIL")  # the fake LeakError has no stack
+        t, d = self.workload(tc.SRC, "phases", "leaky", "phases", "per_phase", "nbytes_each", "kept")
+        self.assertEqual((t["kept"], t["nbytes_each"], len(cr.report_files(d, "signal"))), (60, 4 << 20, 3))
+        t, _ = self.workload(tc.SRC, "phases-clean", "leaky", "phases", "per_phase", "nbytes_each")
+        t, _ = self.workload(tc.SRC, "oom", "free_before", "total", "reserved_before", "allocated_before",
+                             "nbytes", "raised", "message")
+        self.assertTrue(t["raised"])
+        self.assertEqual(t["nbytes"], int((10 << 30) * 1.5) // 4 * 4)
+        self.assertEqual(cr.parse_oom_request(t["message"])[2], "Tried to allocate")
+        t, _ = self.workload(tc.SRC, "peak", "max_allocated", "max_reserved", "dumped")
+
+    def test_frameworks(self):
+        t, _ = self.workload(fw.SRC, "cupy", "runtime_nbytes", "pool_nbytes", "live_since", "dumped")
+        self.assertEqual((t["runtime_nbytes"], t["pool_nbytes"], t["live_since"]), (1 << 20, 3 << 20, [2, 4 << 20]))
+        t, _ = self.workload(fw.SRC, "jax", "device_put_nbytes", "compute_nbytes", "dumped")
+        self.assertEqual((t["device_put_nbytes"], t["compute_nbytes"]), (4 << 20, 4 << 20))
+
+
+# --- scripts/gpu-validate.sh ----------------------------------------------------------
+
+SCRIPT = os.path.join(ROOT, "scripts", "gpu-validate.sh")
+
+
+class Script(Base):
+    def _run(self, art, sections, extra_env=None):
+        out = os.path.join(self.tmp, "out")
+        env = dict(os.environ)
+        env.pop("GPU_CHECK_LOG", None)
+        env["TMPDIR"] = self.tmp  # the script's work directory goes away with the test's
+        env.update(extra_env or {})
+        p = subprocess.run(["bash", SCRIPT, art, out] + sections, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=env, timeout=300)
+        return p.returncode, p.stdout.decode(), out
+
+    def fake_artifacts(self):
+        art = os.path.join(self.tmp, "art")
+        os.makedirs(art)
+        for name in ("cudaleak", "libcudaleak.so"):
+            with open(os.path.join(art, name), "w") as f:
+                f.write("#!/bin/sh\nexit 0\n")
+            os.chmod(os.path.join(art, name), 0o755)
+        return art
+
+    def test_a_failure_makes_the_exit_status(self):
+        rc, text, out = self._run(self.fake_artifacts(), ["bogus"])
+        self.assertEqual(rc, 1, text)
+        self.assertIn("CHECK setup section bogus: FAIL unknown section", text)
+        self.assertIn("gpu-validate: 1 checks, 1 failed", text)
+        self.assertIn("gpu-validate: rerun: scripts/gpu-validate.sh", text)
+        self.assertTrue(text.rstrip().endswith("bogus"), text[-200:])
+        with open(os.path.join(out, "checks.txt")) as f:
+            self.assertEqual(len(f.read().splitlines()), 1)
+
+    def test_missing_artifacts(self):
+        rc, text, _ = self._run(os.path.join(self.tmp, "nothing"), ["env"])
+        self.assertEqual(rc, 1, text)
+        self.assertIn("FAIL", text)
+
+    def test_budget_spent_steps_fail(self):
+        rc, text, _ = self._run(self.fake_artifacts(), ["python"], {"GPU_VALIDATE_BUDGET_S": "0"})
+        self.assertEqual(rc, 1, text)
+        self.assertIn("CHECK python build: FAIL not run, the 0 s budget is spent", text)
+        self.assertIn("gpu-validate: rerun: scripts/gpu-validate.sh", text)
+
+    def test_usage(self):
+        p = subprocess.run(["bash", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"gpu-validate.sh ARTIFACTS OUT", p.stderr)
+
+    @unittest.skipUnless(os.environ.get("GPU_CHECK_TEST_ARTIFACTS"), "GPU_CHECK_TEST_ARTIFACTS not set")
+    def test_python_section_end_to_end(self):
+        rc, text, out = self._run(os.environ["GPU_CHECK_TEST_ARTIFACTS"], ["python"])
+        self.assertEqual(rc, 0, text)
+        with open(os.path.join(out, "checks.txt")) as f:
+            lines = f.read().splitlines()
+        self.assertGreaterEqual(len(lines), 17, lines)
+        self.assertTrue(all(": PASS " in l for l in lines), lines)
+        self.assertIn("gpu-validate: %d checks, 0 failed" % len(lines), text)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
