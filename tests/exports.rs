@@ -1217,6 +1217,13 @@ fn trace_of_sixty_c_call_sites_through_one_helper_has_sixty_tracks() {
     check_sixty_trace(&plain, src, "sixty_helper.c");
 }
 
+/// `cudaleak ARGS` run in `dir`, its output written to `dir/NAME`.
+fn export_to(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let file = dir.join(name);
+    std::fs::write(&file, export(args, dir)).unwrap();
+    file
+}
+
 /// Rows of `go tool pprof -top -unit=B -nodefraction=0`: exact bytes,
 /// no row dropped.
 fn pprof_top_bytes(go: &Path, file: &Path) -> String {
@@ -1228,12 +1235,11 @@ fn pprof_top_bytes(go: &Path, file: &Path) -> String {
 fn pprof_of_a_python_program_folds_the_interpreter_and_names_its_module() {
     let go = required(go(), "go (apt-get install golang-go)");
     let out = sixty_python(&[]);
-    let file = out.dir.path().join("sixty.pb.gz");
-    std::fs::write(
-        &file,
-        export(&["report", "--format", "pprof", "."], out.dir.path()),
-    )
-    .unwrap();
+    let file = export_to(
+        out.dir.path(),
+        "sixty.pb.gz",
+        &["report", "--format", "pprof", "."],
+    );
     let top = pprof_top_bytes(&go, &file);
     let total = format!("{SIXTY_TOTAL}B");
     assert!(top.contains(&format!("of {total} total")), "{top}");
@@ -1260,15 +1266,11 @@ fn pprof_of_a_python_program_folds_the_interpreter_and_names_its_module() {
 
     // --full-stacks: every frame, for `report` and `merge` alike.
     for command in ["report", "merge"] {
-        let full = out.dir.path().join(format!("{command}-full.pb.gz"));
-        std::fs::write(
-            &full,
-            export(
-                &[command, "--format", "pprof", "--full-stacks", "."],
-                out.dir.path(),
-            ),
-        )
-        .unwrap();
+        let full = export_to(
+            out.dir.path(),
+            &format!("{command}-full.pb.gz"),
+            &[command, "--format", "pprof", "--full-stacks", "."],
+        );
         let top = pprof_top_bytes(&go, &full);
         let libffi = top
             .lines()
@@ -1286,12 +1288,11 @@ fn pprof_of_a_python_program_folds_the_interpreter_and_names_its_module() {
 fn pprof_of_sixty_c_call_sites_through_one_helper() {
     let go = required(go(), "go (apt-get install golang-go)");
     let out = sixty_c(&[]);
-    let file = out.dir.path().join("sixty.pb.gz");
-    std::fs::write(
-        &file,
-        export(&["report", "--format", "pprof", "."], out.dir.path()),
-    )
-    .unwrap();
+    let file = export_to(
+        out.dir.path(),
+        "sixty.pb.gz",
+        &["report", "--format", "pprof", "."],
+    );
     let top = pprof_top_bytes(&go, &file);
     let total = format!("{SIXTY_TOTAL}B");
     assert!(top.contains(&format!("of {total} total")), "{top}");

@@ -130,7 +130,12 @@ def leaks_since(cp):
     lib = _library()
     if lib is None or cp is None:
         return None
-    ptr = lib.cudaleak_leaks_since_json(cp)
+    return _report_from(lib, lib.cudaleak_leaks_since_json(cp))
+
+
+def _report_from(lib, ptr):
+    """The report (dict) in a string the library returned, which is freed;
+    None for a null one."""
     if not ptr:
         return None
     try:
@@ -453,13 +458,7 @@ def _peak_report():
     lib = _peak_api()
     if lib is None:
         return None
-    ptr = lib.cudaleak_peak_json()
-    if not ptr:
-        return None
-    try:
-        return json.loads(ctypes.string_at(ptr).decode("utf-8"))
-    finally:
-        lib.cudaleak_free(ptr)
+    return _report_from(lib, lib.cudaleak_peak_json())
 
 
 class PeakLimitError(AssertionError):

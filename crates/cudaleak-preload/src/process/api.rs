@@ -87,20 +87,25 @@ pub extern "C" fn cudaleak_leaks_since_json(id: u64) -> *mut c_char {
             blocks: tracker::blocks_since(id.min(u32::MAX as u64) as u32),
             ..Default::default()
         };
-        let report = dump::with_state(None, |state| {
-            let mut meta_req = Request::new(Trigger::Api);
-            meta_req.reason = Some(format!("blocks since checkpoint {id}"));
-            // Not a dump (no file, no growth bookkeeping): it carries the
-            // sequence number the next dump will have.
-            let sequence = state.next_sequence();
-            dump::assemble(state, &snap, dump::meta_for(&meta_req, sequence), false)
-        })?;
-        let json = serde_json::to_string(&report).ok()?;
-        CString::new(json).ok().map(CString::into_raw)
+        report_json(&snap, format!("blocks since checkpoint {id}"))
     })
     .ok()
     .flatten()
     .unwrap_or(std::ptr::null_mut())
+}
+
+/// `snap` as a report (trigger "api", `reason`) in a string for the
+/// caller, or None. Not a dump (no file, no growth bookkeeping): it
+/// carries the sequence number the next dump will have.
+fn report_json(snap: &Snapshot, reason: String) -> Option<*mut c_char> {
+    let report = dump::with_state(None, |state| {
+        let mut meta_req = Request::new(Trigger::Api);
+        meta_req.reason = Some(reason);
+        let sequence = state.next_sequence();
+        dump::assemble(state, snap, dump::meta_for(&meta_req, sequence), false)
+    })?;
+    let json = serde_json::to_string(&report).ok()?;
+    CString::new(json).ok().map(CString::into_raw)
 }
 
 /// Opens a peak window (a test's, a block's): from now until
@@ -149,14 +154,7 @@ pub extern "C" fn cudaleak_peak_json() -> *mut c_char {
             peak: Some(peak),
             ..Default::default()
         };
-        let report = dump::with_state(None, |state| {
-            let mut meta_req = Request::new(Trigger::Api);
-            meta_req.reason = Some("the process's peak".into());
-            let sequence = state.next_sequence();
-            dump::assemble(state, &snap, dump::meta_for(&meta_req, sequence), false)
-        })?;
-        let json = serde_json::to_string(&report).ok()?;
-        CString::new(json).ok().map(CString::into_raw)
+        report_json(&snap, "the process's peak".into())
     })
     .ok()
     .flatten()
