@@ -53,7 +53,7 @@ pub enum Format {
 }
 
 impl Format {
-    /// The formats that `cudaleak::cli::export` writes (issue 26).
+    /// The formats that `cudaleak::cli::export` writes.
     pub fn is_export(self) -> bool {
         matches!(
             self,
@@ -202,7 +202,7 @@ pub fn main() -> ExitCode {
     if !matches!(args.command, Command::Run(_)) {
         // Stop quietly when the reader goes away, as Unix tools do:
         // `cudaleak report --format json | head -1` panicked with "failed
-        // printing to stdout: Broken pipe" and exit 101 (issue 12). `run`
+        // printing to stdout: Broken pipe" and exit 101. `run`
         // keeps SIGPIPE ignored: it must live to pass on the command's
         // status, and writes its own lines without panicking.
         // SAFETY: setting a disposition before any thread is started.

@@ -1,5 +1,5 @@
 //! docs/architecture.md walks a `cudaMalloc` from the hook to the report
-//! with `file:name` anchors (issue 27). `scripts/check-architecture.py`
+//! with `file:name` anchors. `scripts/check-architecture.py`
 //! passes on this repository and fails on an anchor that no longer holds,
 //! so that CI's run of it can fail.
 

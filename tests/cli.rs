@@ -371,7 +371,7 @@ fn run_says_where_it_looked_for_the_library() {
         stderr.contains(&d.path().join("libcudaleak.so").display().to_string()),
         "{stderr}"
     );
-    // Ways that exist: no package of that name is published (issue 25).
+    // Ways that exist: no package of that name is published.
     for way in [
         "CUDALEAK_LIBRARY",
         "pip install --force-reinstall ./cudaleak",
@@ -467,7 +467,7 @@ fn run_leaves_no_empty_report_directory_it_made() {
     assert_eq!(reports_in(&d.path().join("reports")).len(), 1);
 }
 
-/// `cudaleak env` lists every flag of the one table (issue 27), once, with
+/// `cudaleak env` lists every flag of the one table, once, with
 /// its default and meaning, in the table's order.
 #[test]
 fn env_lists_every_flag_of_the_table_with_its_default() {

@@ -1,4 +1,4 @@
-//! Exports to the viewers people already use (issue 26), each read back
+//! Exports to the viewers people already use, each read back
 //! by its real reader where one can be installed:
 //!
 //! - pprof: `go tool pprof` (Debian's golang-go) prints our groups with
@@ -20,7 +20,7 @@
 //! The tests that need a reader (go, Chromium, speedscope, script) are
 //! `#[ignore]`d with the reason: `cargo test` reports them as ignored,
 //! never as passed. scripts/test.sh runs them (`--ignored`), and there a
-//! missing reader fails them (issue 23); scripts/install-test-deps.sh
+//! missing reader fails them; scripts/install-test-deps.sh
 //! installs them.
 
 mod support;

@@ -1,4 +1,4 @@
-//! The modules of every crate form floors (issue 16): `scripts/check-floors.py`
+//! The modules of every crate form floors: `scripts/check-floors.py`
 //! passes on this repository, and fails on the faults it exists to catch, so
 //! that CI's run of it can fail.
 
@@ -104,7 +104,7 @@ fn copy_of_crate(name: &str, krate: &str, edits: &[(&str, &str)]) -> PathBuf {
     dir
 }
 
-/// The floors are the folders (issue 27): in a copy of the real crates, a
+/// The floors are the folders: in a copy of the real crates, a
 /// folder that reaches up to a higher folder fails, and so does a file
 /// that reaches up a floor its folder's mod.rs declares.
 #[test]

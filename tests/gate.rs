@@ -255,7 +255,7 @@ fn reports_and_markers_are_readable_by_their_owner_only() {
 #[test]
 fn a_fatal_signal_report_counts_in_the_summary() {
     // SIGTERM ends the worker: its `fatal-signal` report holds the leak;
-    // the summary said "0 bytes leaked in 0 blocks" (issue 23).
+    // the summary said "0 bytes leaked in 0 blocks".
     let d = TempDir::new("gate-sigterm");
     let (status, stderr) = gate_of_a_killed_program(&d.path().join("reports"), "-TERM", d.path());
     assert_eq!(status.code(), Some(23), "{stderr}");
@@ -359,7 +359,7 @@ fn dump_notices_at_once_that_the_process_died() {
     let pid = target.id().to_string();
     let reaper = std::thread::spawn(move || target.wait());
     let started = std::time::Instant::now();
-    // With `inf` it waited a year (issue 23); 60 s here is the test's own
+    // With `inf` it waited a year; 60 s here is the test's own
     // limit, far from the 2 s the process lives.
     let (status, _, stderr) = run_command(
         cli_command(&["dump", &pid, "--timeout", "inf"], d.path()),
@@ -472,7 +472,7 @@ fn a_huge_function_name_is_capped_in_every_rendering() {
 fn symbolizing_from_a_huge_file_named_by_a_report_maps_it_instead_of_reading_it() {
     let d = TempDir::new("huge-module");
     // A sparse file: no disk, and reading it all took its size in memory
-    // (issue 23: 3 GB cost 3.1 GB of RSS).
+    // (3 GB cost 3.1 GB of RSS).
     let module = d.path().join("huge.so");
     std::fs::File::create(&module)
         .unwrap()

@@ -1,4 +1,4 @@
-//! `--format html` and `--format svg` in a real browser (issue 13): the
+//! `--format html` and `--format svg` in a real browser: the
 //! pages of known reports are rendered by headless Chromium, and the DOM
 //! after the page's script ran is checked: the timeline's bands, peak and
 //! dump marks, the flame graph's frames, the table's rows and totals, and
@@ -1158,7 +1158,7 @@ fn a_page_of_sixty_call_sites_stays_readable() {
         assert!(!svg_text.contains(name), "{name} in the SVG");
         assert!(full_text.contains(name), "{name} not in the --full-stacks SVG");
     }
-    // The native stacks end at the outermost eval loop (issue 24): the
+    // The native stacks end at the outermost eval loop: the
     // interpreter's start-up is not in either.
     assert!(
         !full_text.contains("Py_BytesMain"),

@@ -307,7 +307,7 @@ fn edge_cases_count_failures_and_bad_frees_and_pass_errors_through() {
         "the driver should reuse the address"
     );
     // The two out-of-memory failures (1 PiB, runtime then driver) are one
-    // episode, with its report (issue 21); the exit report is the other.
+    // episode, with its report; the exit report is the other.
     let reports = out.reports();
     assert_eq!(reports.len(), 2, "{}", out.stderr);
     let oom = reports[0].oom.as_ref().expect("an oom report first");
@@ -418,7 +418,7 @@ fn an_exec_d_program_gets_its_own_report() {
     let out = run_traced(&program("fork"), &["exec", other.to_str().unwrap()], &[]);
     out.assert_success();
     let reports = out.reports();
-    // The exec'd program's out-of-memory report (issue 21) and two exit reports.
+    // The exec'd program's out-of-memory report and two exit reports.
     assert_eq!(reports.len(), 3, "{}", out.stderr);
     let exec_d = reports
         .iter()
@@ -666,7 +666,7 @@ fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
 
 /// A failed call's capture (never interned) does not lend its stack to
 /// the trace interned before it: the next call from the failed call's
-/// stack is a group of its own, with its own frames (issue 24).
+/// stack is a group of its own, with its own frames.
 #[test]
 fn a_failed_call_does_not_move_the_next_block_to_the_previous_trace() {
     let link = sim_link_args();

@@ -232,7 +232,7 @@ fn a_signal_storm_during_allocation_traffic_is_exact_and_harmless() {
     assert_eq!(exit.totals.frees, 1 + 4 * 20000);
     assert_eq!(exit.leaks.len(), 1);
     assert_eq!(exit.leaks[0].blocks, 4);
-    // No live dump was cut short by the exit (issue 23: a half-written
+    // No live dump was cut short by the exit (a half-written
     // temporary file was left behind).
     let left: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()

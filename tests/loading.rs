@@ -1,5 +1,5 @@
 //! Every way a program loads CUDA keeps working under the library, and is
-//! seen (issue 11): plugins loaded with RTLD_LOCAL (now and lazy), Python's
+//! seen: plugins loaded with RTLD_LOCAL (now and lazy), Python's
 //! ctypes.CDLL and extension modules, two runtime copies in one process, a
 //! driver without the context queries, and objects unloaded and loaded
 //! again. Each program also runs without the library: same exit status.

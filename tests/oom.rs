@@ -1,4 +1,4 @@
-//! Running out of memory and the peak (issue 21), on the simulated driver
+//! Running out of memory and the peak, on the simulated driver
 //! with a device of 64 MiB (SIMCUDA_DEVICE_BYTES): real processes under
 //! the library, exact blocks, bytes, lines, and device memory.
 

@@ -92,7 +92,7 @@ fn q(qualified: &str) -> String {
 }
 
 /// Python called back from C (qsort's comparator): the native walk stops
-/// at the outer of the two eval-loop frames (issue 24: the interpreter's
+/// at the outer of the two eval-loop frames (the interpreter's
 /// start-up below it is not walked), and the merged stack still has each
 /// invocation's Python frames in its place, with the C frames between
 /// them: the same with libgcc's unwinder, which stops there too.
@@ -727,7 +727,7 @@ fn pytest_plugin_works_under_xdist() {
 #[test]
 fn pytest_plugin_without_the_library_checks_nothing_and_says_so() {
     // Asked to check every test: no library fails the run, with one line
-    // that says how to run it (issue 23: it passed silently).
+    // that says how to run it (it passed silently).
     let p = pytest(&["--cuda-leaks"], false);
     assert_ne!(p.status.code(), Some(0), "{}", p.stdout);
     let lines: Vec<&str> = p.stderr.lines().filter(|l| l.contains("cudaleak")).collect();
@@ -752,7 +752,7 @@ fn pytest_plugin_without_the_library_checks_nothing_and_says_so() {
 /// `cuda_no_leaks(limit=, warmups=, filter=, framework=)` as pytest-memray's
 /// `limit_leaks`; the failure shows the user's lines first, no frames of
 /// the plugin, pytest or pluggy, and a short summary line with the size
-/// and the test's line (issue 12).
+/// and the test's line.
 #[test]
 fn pytest_plugin_limits_warmups_filters_and_framework_caches() {
     // -vvv (the helper passes -q): the short summary line in full, as on CI (else pytest trims
@@ -830,7 +830,7 @@ fn no_leaks_takes_the_same_options() {
 
 /// python/cudaleak/_tables.py as the Rust tables make it: the units of
 /// `parse_size` and `format_size` and the noise frames, which the module
-/// once wrote out again by hand (issue 27).
+/// once wrote out again by hand.
 fn python_tables() -> String {
     use cudaleak_core::base::units::{BINARY_UNITS, SIZE_UNITS};
     use cudaleak_core::report::render::{NOISE_MODULES, NOISE_PREFIXES, RUNNER_FILE_PARTS};

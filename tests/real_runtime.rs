@@ -1,4 +1,4 @@
-//! NVIDIA's own runtime under the library (issue 22): the
+//! NVIDIA's own runtime under the library: the
 //! `nvidia-cuda-runtime-cu12` wheel, which scripts/test.sh installs into the
 //! test environment (requirements-dev.txt), ships libcudart.so.12 and
 //! libcudart_static.a. It cannot start on the simulated driver (it needs
@@ -10,7 +10,7 @@
 //!
 //! These tests are `#[ignore]`d, with the reason: `cargo test` reports
 //! them as ignored, never as passed; scripts/test.sh runs them
-//! (`--ignored`), and there a missing wheel fails them (issue 23).
+//! (`--ignored`), and there a missing wheel fails them.
 
 mod support;
 

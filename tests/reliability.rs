@@ -1,5 +1,5 @@
 //! Reports that must not be lost, signals that must not kill the job, bad
-//! values and limits that must hold (issue 15): real processes under the
+//! values and limits that must hold: real processes under the
 //! library on the simulated driver.
 
 mod support;

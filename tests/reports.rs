@@ -1,5 +1,5 @@
 //! Reports a person understands at a glance, that a tool can symbolize
-//! later (issue 12): what `--top` leaves out, runs sharing a directory,
+//! later: what `--top` leaves out, runs sharing a directory,
 //! timelines, warnings only where CUDA is used, wording, frames with
 //! module offsets and build-ids symbolized after the fact, and `--help`.
 
@@ -541,7 +541,7 @@ fn python_groups_read_as_tracebacks_without_machinery() {
 }
 
 /// Two leaks at the same line reached from different callers get labels
-/// that tell them apart in diff (issue 12: both read "cudaMalloc at
+/// that tell them apart in diff (both read "cudaMalloc at
 /// cuda_malloc train.py:9").
 #[test]
 fn group_labels_tell_groups_apart() {

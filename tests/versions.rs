@@ -1,4 +1,4 @@
-//! CUDA as NVIDIA's own runtime and driver ask for it (issue 22): every
+//! CUDA as NVIDIA's own runtime and driver ask for it: every
 //! `cuGetProcAddress` request of the real libcudart 12.9 and 13.2, the v1
 //! entry points they reach (the CUDA 7.0 primary-context calls, the CUDA 4.1
 //! IPC call), the 32-bit entry points of CUDA < 3.2, and the allocation

@@ -519,7 +519,7 @@ fn uninstall_leaves_nothing_behind() {
 }
 
 // ---------------------------------------------------------------------------
-// Installing from source, every standard way (issue 25): each route starts
+// Installing from source, every standard way: each route starts
 // from a clean clone of HEAD, offline (pip, uv and pipx get the wheelhouse
 // in place of the index, with their caches off or fresh; cargo gets
 // CARGO_NET_OFFLINE and the crates `cargo build` already fetched), and

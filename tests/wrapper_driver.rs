@@ -1,4 +1,4 @@
-//! A libcuda.so.1 that wraps the driver (issue 22), as GPU-sharing and
+//! A libcuda.so.1 that wraps the driver, as GPU-sharing and
 //! quota shims on Kubernetes clusters and API remoting layers are: it loads
 //! the driver by full path and forwards by `dlsym` on that handle, by the
 //! driver's `cuGetProcAddress`, or both (sim/driver_wrapper.c). The

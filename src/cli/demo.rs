@@ -32,7 +32,7 @@ fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
 /// A new directory only we can enter (`mkdtemp`: a fresh random name, mode
 /// 0700). The demo used `/tmp/cudaleak-demo-<pid>` even when another user
 /// had made it, and wrote through their symlinks: a planted
-/// `libcuda.so.1 -> victim` got a root-owned file overwritten (issue 15).
+/// `libcuda.so.1 -> victim` got a root-owned file overwritten.
 fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
     let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
     let mut bytes = CString::new(template.as_os_str().as_bytes())
@@ -54,8 +54,8 @@ fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
 /// in it is created and read through that descriptor (`openat`,
 /// `O_NOFOLLOW`), and the program runs from it by `/proc/self/fd/N`, never
 /// by the path: in a world-writable `TMPDIR` without the sticky bit,
-/// another user can rename the directory and put their own in its place
-/// (issue 23). The descriptor is inherited by the demo program (no
+/// another user can rename the directory and put their own in its place.
+/// The descriptor is inherited by the demo program (no
 /// CLOEXEC), whose loader reads its libraries through it too.
 struct HeldDir {
     /// the name it was made under, for the user to see

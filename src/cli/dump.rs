@@ -61,7 +61,7 @@ fn reports_of(dir: &Path, pid: i32, skip: &HashSet<PathBuf>) -> Vec<(PathBuf, Re
 }
 
 /// The longest `--timeout` honoured (a year: "wait as long as it takes");
-/// `inf` and `1e30` panicked in `Duration::from_secs_f64` (issue 15).
+/// `inf` and `1e30` panicked in `Duration::from_secs_f64`.
 const MAX_TIMEOUT_S: f64 = 365.0 * 24.0 * 3600.0;
 
 fn wait_for(timeout: f64) -> Result<Duration, String> {
@@ -86,7 +86,7 @@ fn process_owner(pid: i32) -> Result<u32, String> {
 
 /// Whether `pid` runs the library. The process exists (checked before):
 /// when its maps cannot be read, say so and why, instead of "no process 1:
-/// Permission denied" (issue 12).
+/// Permission denied".
 fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| {
         // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
@@ -161,7 +161,7 @@ fn file_build_id(path: &Path) -> Option<String> {
 
 /// Whether a file mapped in the process (as /proc/PID/maps lists them) is
 /// the library this command uses, under whatever name: same build-id
-/// (issue 23: `LD_PRELOAD=./lib.so`, a renamed copy, was "not running
+/// (`LD_PRELOAD=./lib.so`, a renamed copy, was "not running
 /// under cudaleak").
 fn runs_our_build(maps: &str) -> bool {
     let Some(ours) = super::find_library().ok().and_then(|p| file_build_id(&p)) else {
@@ -216,7 +216,7 @@ fn process_state(pid: i32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
-/// How the process is while `dump` waits (issue 23: a process that died
+/// How the process is while `dump` waits (a process that died
 /// was waited for to the end of `--timeout`, a year with `inf`).
 #[derive(Debug, PartialEq, Eq)]
 enum Liveness {
@@ -249,8 +249,7 @@ pub enum Requested {
 /// and must not be writable by others unless sticky; the file is created
 /// relative to that checked directory with `O_CREAT|O_EXCL|O_NOFOLLOW`.
 /// `fs::write` followed a planted symlink there and truncated the victim
-/// file, which aims at root when root runs `dump` on a user's process
-/// (issue 15).
+/// file, which aims at root when root runs `dump` on a user's process.
 pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, String> {
     let shown = || dir.display().to_string();
     let cdir =

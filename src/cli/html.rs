@@ -43,7 +43,7 @@ pub struct PageFrame {
     /// machinery the text report hides by default (program start, the
     /// interpreter, ctypes/libffi, the test runner's Python frames):
     /// [`render::is_noise`], [`render::is_runner`],
-    /// so that the page folds exactly what the text report folds (issue 26)
+    /// so that the page folds exactly what the text report folds
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     noise: bool,
 }
@@ -79,12 +79,12 @@ pub struct PageGroup {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ranks: Vec<String>,
     only_some: bool,
-    /// memory PyTorch's caching allocator reserved (issue 21)
+    /// memory PyTorch's caching allocator reserved
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pytorch_cache_segment: bool,
 }
 
-/// The failed request of an `oom` report, shown first (issue 21).
+/// The failed request of an `oom` report, shown first.
 #[derive(Serialize)]
 pub struct PageOom {
     api: String,
@@ -101,7 +101,7 @@ pub struct PageOom {
     frames_cut: usize,
 }
 
-/// The process's peak and the groups live at that moment (issue 21).
+/// The process's peak and the groups live at that moment.
 #[derive(Serialize)]
 pub struct PagePeak {
     bytes: u64,
@@ -112,7 +112,7 @@ pub struct PagePeak {
     bytes_left_out: u64,
 }
 
-/// One out-of-memory episode, marked on the timeline (issue 21).
+/// One out-of-memory episode, marked on the timeline.
 #[derive(Serialize)]
 pub struct OomMark {
     pub t_ms: i64,
@@ -129,7 +129,7 @@ pub struct Series {
     pub stack: Vec<u32>,
     pub values: Vec<u64>,
     /// why it is drawn: "largest at the end", "largest at the peak",
-    /// "fastest growing" (issue 26)
+    /// "fastest growing"
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub why: Vec<&'static str>,
     /// index of its row in the table, when it has one: the legend gives
@@ -157,7 +157,7 @@ struct SiteRow<'a> {
 }
 
 /// The call sites a timeline draws, chosen when the page is made from
-/// every site's series (issue 26: sites chosen early, or by their largest
+/// every site's series (sites chosen early, or by their largest
 /// sample, lost the ones that grew late to "other"): the largest at the
 /// end, the largest at the highest point, and those that grew the most
 /// over the second half of the run; then the largest at the end again up
@@ -315,7 +315,7 @@ pub struct PageTimeline {
     /// the sampling period can put above every sample
     pub process_peak: u64,
     pub marks: Vec<Mark>,
-    /// the out-of-memory episodes of the report (issue 21)
+    /// the out-of-memory episodes of the report
     pub ooms: Vec<OomMark>,
     /// call sites summed in "other"
     pub other_sites: usize,
@@ -397,7 +397,7 @@ struct FrameTable {
 
 impl FrameTable {
     fn intern(&mut self, mut f: PageFrame) -> u32 {
-        // Names capped as in every rendering (issue 23: a 50 MB name).
+        // Names capped as in every rendering (a 50 MB name).
         let cap = |s: &mut String| {
             if let std::borrow::Cow::Owned(c) = cudaleak_core::report::render::cap_name(s) {
                 *s = c;
@@ -690,7 +690,7 @@ fn timeline_from_samples(
     };
     let n = t.samples.len();
     let total: Vec<u64> = t.samples.iter().map(|s| s.live_bytes).collect();
-    // Per site: its whole series where the report kept it (issue 26),
+    // Per site: its whole series where the report kept it,
     // else what the samples' largest 8 say of it (partial).
     let mut whole: Vec<Option<Vec<u64>>> = vec![None; t.sites.len()];
     for s in &t.series {

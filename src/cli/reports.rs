@@ -17,7 +17,7 @@ fn is_report_name(name: &str) -> bool {
 
 /// Searches `dir` and its subdirectories. Symbolic links to directories
 /// are not followed: a directory holding `a -> .` and `b -> .` made the
-/// walk visit about 2^40 paths (issue 15). `DirEntry::file_type` does not
+/// walk visit about 2^40 paths. `DirEntry::file_type` does not
 /// follow links, so a link is never taken for a directory here.
 fn collect_dir(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -100,7 +100,7 @@ fn run_name(list: &[(PathBuf, Report)]) -> String {
 
 /// The reports `paths` name, newest dump of each process, of one run: a
 /// directory shared by several `cudaleak run`s held them all, and `report`
-/// added them together, peaks included, under one pid (issue 12). Several
+/// added them together, peaks included, under one pid. Several
 /// runs: the latest is shown and stderr says so, or with `--all-runs`
 /// every run, stderr saying what was merged.
 fn load_runs(paths: &[PathBuf], view: &ViewArgs) -> Result<Vec<Vec<(PathBuf, Report)>>, String> {
@@ -160,7 +160,7 @@ fn load_merged(paths: &[PathBuf], view: &ViewArgs) -> Result<Report, String> {
 }
 
 /// The report, and the one file it comes from when it is one process's
-/// (issue 23: `report DIR` printed `file: DIR` instead of the file it chose).
+/// (`report DIR` printed `file: DIR` instead of the file it chose).
 fn load_merged_from(paths: &[PathBuf], view: &ViewArgs) -> Result<(Report, Option<PathBuf>), String> {
     let runs = load_runs(paths, view)?;
     let process = |r: &Report| (r.hostname.clone(), r.pid, r.instance.clone());
@@ -262,7 +262,7 @@ fn report_json(r: &Report, top: Option<usize>) -> Result<serde_json::Value, Stri
 }
 
 /// `report X.timeline.json`: timelines are files the library writes too,
-/// and every such file has a command that shows it (issue 12).
+/// and every such file has a command that shows it.
 fn timeline(paths: &[PathBuf], view: &ViewArgs) -> Option<CliResult> {
     let is_timeline = |p: &PathBuf| p.to_string_lossy().ends_with(".timeline.json") && p.is_file();
     if !paths.iter().any(is_timeline) {
@@ -342,7 +342,7 @@ pub fn report(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
     }
 }
 
-/// `--format pprof|trace|torch-snapshot|speedscope` (issue 26): the
+/// `--format pprof|trace|torch-snapshot|speedscope`: the
 /// newest report of each process of the run shown, each process its own
 /// in the export (ranks, hosts and pids stay apart), never a sum.
 fn export(paths: &[PathBuf], view: &ViewArgs) -> CliResult {
@@ -472,7 +472,7 @@ pub fn merge(dir: &Path, view: &ViewArgs) -> CliResult {
         Format::Json => {
             // The merged report itself, which validates against the report
             // schema, with the per-rank view in two extension fields
-            // (issue 12: `{groups, merged, ranks}` validated against nothing).
+            // (`{groups, merged, ranks}` validated against nothing).
             let mut v = report_json(&merged, view.top)?;
             v["ranks"] = serde_json::to_value(&view_of_ranks.ranks).map_err(|e| e.to_string())?;
             v["rank_groups"] = serde_json::to_value(&view_of_ranks.groups).map_err(|e| e.to_string())?;

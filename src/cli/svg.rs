@@ -315,7 +315,7 @@ fn attr_value<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
 
 /// inferno cuts a label to its first or last characters ("lay..",
 /// "..oc"); the page's rule shows the most telling part of a name, the
-/// function rather than its namespace (issue 26). Its script sets every
+/// function rather than its namespace. Its script sets every
 /// label at load and at each zoom through `update_text` and
 /// `update_text_for_elements`: later declarations of both, from the
 /// box's title (the whole name, shown on hover), take their place.

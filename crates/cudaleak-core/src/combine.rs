@@ -104,7 +104,7 @@ pub fn sort_groups(groups: &mut [Group]) {
     });
 }
 
-/// Sums saturate at `u64::MAX` (issue 15: two groups of `u64::MAX` bytes
+/// Sums saturate at `u64::MAX` (two groups of `u64::MAX` bytes
 /// wrapped to 18446744073709551614).
 fn add(a: &mut u64, b: u64) {
     *a = a.saturating_add(b);
@@ -257,7 +257,7 @@ pub fn diff(old: &Report, new: &Report) -> Vec<GroupDelta> {
         });
     }
     // Growth first, largest first; then shrinking, the largest change
-    // first (issue 23: -1 MiB came before -32 MiB, sorted by sign).
+    // first (-1 MiB came before -32 MiB, sorted by sign).
     let order = |d: i64| (d < 0, std::cmp::Reverse(d.unsigned_abs()));
     out.sort_by(|a, b| {
         order(a.bytes_delta).cmp(&order(b.bytes_delta)).then_with(|| {

@@ -4,7 +4,7 @@
 //! parser and meaning. The [`Config`] struct, its defaults, its reader
 //! ([`Config::from_env`]: one warning and the default for a bad value), the
 //! list `cudaleak env` prints ([`FLAGS`]) and the names the command sets
-//! ([`var`]) are all made from it (issue 27: a flag's name and default were
+//! ([`var`]) are all made from it (a flag's name and default were
 //! written in three places here). The preload library reads them once at
 //! start; `cudaleak run` sets some of them.
 
@@ -185,7 +185,7 @@ pub const MAX_STACK_DEPTH: usize = 128;
 
 /// The longest `CUDALEAK_INTERVAL` taken (about 115 days); longer values
 /// are clamped to it, with a warning. `Duration::from_secs_f64` panics past
-/// u64 seconds and `Instant` overflows well before that (issue 15: 1e30
+/// u64 seconds and `Instant` overflows well before that (1e30
 /// aborted the program before main, 9.3e18 killed the dump thread).
 pub const MAX_INTERVAL_SECS: f64 = 1e7;
 
@@ -196,7 +196,7 @@ pub enum Unwinder {
 }
 
 /// Reports are readable by their owner only unless `CUDALEAK_REPORT_MODE`
-/// says otherwise (issue 23: a world-readable marker gave away the run id
+/// says otherwise (a world-readable marker gave away the run id
 /// a forged report needs).
 pub const DEFAULT_REPORT_MODE: u32 = 0o600;
 
@@ -269,7 +269,7 @@ pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
     }
     // glibc keeps the first real-time signals (32 and 33 on Linux) for its
     // threads and timers, below SIGRTMIN; a handler there does nothing
-    // useful (issue 15).
+    // useful.
     if (libc::SIGRTMAX().min(32)..libc::SIGRTMIN()).contains(&num) {
         return Err(format!(
             "signal {num} is reserved by the C library (real-time signals start at {})",
@@ -281,7 +281,7 @@ pub fn parse_signal(v: &str) -> Result<Option<i32>, String> {
     }
     // A dump replaces the signal's default action: with SIGTERM, SIGHUP,
     // SIGQUIT or SIGALRM the program would survive a signal meant to end
-    // it (issue 23). Only user-defined and real-time signals, and those
+    // it. Only user-defined and real-time signals, and those
     // whose default action is to ignore or continue, are taken; SIGINT
     // stays, as CONTRACT.md names it (installed at the first allocation
     // call, after Python's own handler).
@@ -449,7 +449,7 @@ mod tests {
         assert!(parse_signal("KILL").is_err());
         assert!(parse_signal("bogus").is_err());
         assert!(parse_signal("999").is_err());
-        // glibc's reserved real-time signals (issue 15).
+        // glibc's reserved real-time signals.
         for reserved in ["32", "33", "SIG32", "RTMIN+-1"] {
             let e = parse_signal(reserved).unwrap_err();
             assert!(e.contains("reserved") || e.contains("not a"), "{reserved}: {e}");
@@ -458,7 +458,7 @@ mod tests {
         assert!(parse_signal("-1").is_err());
         assert!(parse_signal("65").is_err());
         assert_eq!(parse_signal("34"), Ok(Some(34)));
-        // Signals whose default action ends or stops the program (issue 23).
+        // Signals whose default action ends or stops the program.
         for fatal in ["TERM", "HUP", "QUIT", "ALRM", "XCPU", "TTIN", "PROF", "15"] {
             let e = parse_signal(fatal).unwrap_err();
             assert!(e.contains("would no longer end"), "{fatal}: {e}");
@@ -523,7 +523,7 @@ mod tests {
     }
 
     /// One bad value of each flag and its warning, word for word: the
-    /// texts users and tests match on (issue 27: the table that generates
+    /// texts users and tests match on (the table that generates
     /// the parser must keep them).
     #[test]
     fn every_flag_warns_in_its_own_words() {
@@ -580,7 +580,7 @@ mod tests {
     }
 
     /// CONTRACT.md's table of variables and the flags' table name the same
-    /// variables, with the same defaults (issue 27: the flags are declared
+    /// variables, with the same defaults (the flags are declared
     /// once; the contract must not drift from them).
     #[test]
     fn the_contract_lists_every_flag_and_no_other() {

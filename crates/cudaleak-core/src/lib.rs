@@ -8,7 +8,7 @@
 //! [`report::render`]. Nothing here needs a CUDA process, so all of it is
 //! unit-tested with fake addresses and fake symbol tables.
 //!
-//! One folder per floor (issue 27): each module uses only modules on its
+//! One folder per floor: each module uses only modules on its
 //! own floor or below, so the tree read top-down is these floors read
 //! bottom-up. Bottom up:
 //!

@@ -141,8 +141,8 @@ const OTHER_NAMES: usize = 8;
 /// Streams `fill` into `dir/name` for a report: atomically and without
 /// replacing anything; when the name is taken
 /// (a file, or a symbolic link someone planted there) the report goes to
-/// `<name without .json>.<8 hex digits>.json` instead of being lost
-/// (issue 15). Returns the final path.
+/// `<name without .json>.<8 hex digits>.json` instead of being lost.
+/// Returns the final path.
 pub fn write_report_file(
     dir: &Path,
     name: &str,
@@ -166,7 +166,7 @@ pub fn write_report_file(
 }
 
 /// Removes the temporary files that processes of this host killed in the
-/// middle of a write left in `dir` (issue 15: SIGKILL during a dump left a
+/// middle of a write left in `dir` (SIGKILL during a dump left a
 /// 77 MB hidden file nobody removed). Only names of our own pattern
 /// (`.cudaleak.<host>[.r<rank>].<pid>.….tmp`) with this host's name, only
 /// regular files owned by us, only when no process has that pid any more

@@ -2,7 +2,7 @@
 //! is tracked; what is still live at exit is reported.
 //!
 //! A thin shim over `cudaleak-core`, one file per concern, one folder per
-//! floor (issue 27). Each module uses only modules on its own floor or
+//! floor. Each module uses only modules on its own floor or
 //! below (two on one floor never use each other both ways), so a change
 //! can break only what is above it. Bottom up:
 //!

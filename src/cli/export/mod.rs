@@ -1,4 +1,4 @@
-//! Reports in the formats of the viewers people already use (issue 26):
+//! Reports in the formats of the viewers people already use:
 //! pprof (`go tool pprof`, Grafana Pyroscope, OpenTelemetry profiles),
 //! Chrome trace / Perfetto JSON, PyTorch's memory snapshot pickle
 //! (`torch.cuda._memory_viz`, pytorch.org/memory_viz) and speedscope.

@@ -272,8 +272,8 @@ fn int64(v: u64) -> i64 {
 
 /// pprof names mapping 1 as the profile's binary. Samples go in root
 /// first, so that the module of `_start` (the program) takes it; but a
-/// Python program's native stacks end at the interpreter's eval loop
-/// (issue 24), in libpython, and no frame is in the interpreter's
+/// Python program's native stacks end at the interpreter's eval loop,
+/// in libpython, and no frame is in the interpreter's
 /// executable; and the frames around its Python lines are folded away
 /// unless `--full-stacks`. Then the executable the command ran (its
 /// `argv[0]`) is mapping 1, with no frames in it.

@@ -347,7 +347,7 @@ pub fn run(a: RunArgs) -> CliResult {
         }
         cmd.env(var::CUDALEAK_INTERVAL, i.to_string());
     }
-    // The sampled timeline is on by default under `run` (issue 13); the
+    // The sampled timeline is on by default under `run`; the
     // user's own CUDALEAK_TIMELINE (0 to turn it off, or a period) wins.
     if std::env::var_os(var::CUDALEAK_TIMELINE).is_none() {
         cmd.env(var::CUDALEAK_TIMELINE, "1");
@@ -444,7 +444,7 @@ pub fn run(a: RunArgs) -> CliResult {
         },
     );
     // Nothing reported: the directories this run made for its reports are
-    // not left behind (issue 22). Only empty ones go (remove_dir fails on
+    // not left behind. Only empty ones go (remove_dir fails on
     // any other), innermost first.
     for d in &made {
         if std::fs::remove_dir(d).is_err() {
@@ -486,7 +486,7 @@ fn missing_directories(dir: &Path) -> Vec<PathBuf> {
 
 /// `PYTORCH_CUDA_ALLOC_CONF` (`key:value,key:value`) with
 /// `backend:cudaMallocAsync`: the user's other settings kept, in order,
-/// any other backend replaced (issue 21).
+/// any other backend replaced.
 fn with_async_backend(conf: &str) -> String {
     let mut parts: Vec<&str> = conf
         .split(',')
@@ -499,7 +499,7 @@ fn with_async_backend(conf: &str) -> String {
 }
 
 /// Checks, before the command starts, that files can be created in the
-/// report directory (issue 23: a read-only, full or foreign directory
+/// report directory (a read-only, full or foreign directory
 /// passed a leaking job, its reports and markers all refused). A probe
 /// file with a line in it, synced, then removed.
 fn check_writable(dir: &Path) -> Result<(), String> {

@@ -37,7 +37,7 @@ pub(super) fn active_processes(dir: &Path, run_id: &str) -> Vec<Active> {
         let Ok(pid) = pid.parse::<i32>() else {
             continue;
         };
-        // Another user's file is no marker of this run (issue 23).
+        // Another user's file is no marker of this run.
         if !owned_by_us(&e.path()) {
             continue;
         }
@@ -63,7 +63,7 @@ pub(super) struct RunOutcome {
     leaked: bool,
     /// processes that used CUDA and wrote no final report
     missing: usize,
-    /// process images with more than one final report (issue 23)
+    /// process images with more than one final report
     conflicting: usize,
     /// each process's final report, for the budgets
     pub finals: Vec<Report>,
@@ -100,7 +100,7 @@ pub(super) fn gate_status(gate: &Gate, code: u8, outcome: &RunOutcome) -> u8 {
     }
 }
 
-/// The out-of-memory reports of the run, one line each (issue 21). They
+/// The out-of-memory reports of the run, one line each. They
 /// change nothing in the gate's status: running out of memory is the
 /// program's own failure, which its status already says.
 fn list_oom_reports(ooms: &mut [(PathBuf, Report)]) {
@@ -142,7 +142,7 @@ pub(super) fn is_alive(pid: i32) -> bool {
 }
 
 /// How the command itself ended: a process of the run that is the command
-/// and wrote no report is named with the signal that killed it (issue 23).
+/// and wrote no report is named with the signal that killed it.
 pub(super) struct Ended {
     pub pid: i32,
     pub signal: Option<i32>,
@@ -257,7 +257,7 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
             let vouched_for = vouched.get(name.as_str()).filter(|(uid, _)| owner == Some(*uid));
             if owner != Some(me) && vouched_for.is_none() {
                 // Another user's file in a shared directory is never read
-                // as ours (issue 23: a planted clean report passed a
+                // as ours (a planted clean report passed a
                 // leaking job); named when it poses as one of this run's,
                 // counted in one line otherwise.
                 if known
@@ -302,7 +302,7 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
     }
     let mut outcome = RunOutcome::default();
     // Final reports per process image. Two for one image are a failure,
-    // not a choice: one of them is forged or duplicated (issue 23). An
+    // not a choice: one of them is forged or duplicated. An
     // exec report is followed by the exit report when the exec failed.
     let mut finals: BTreeMap<(i32, String), Vec<&PathBuf>> = BTreeMap::new();
     for (p, r) in &reports {
@@ -452,7 +452,7 @@ pub(super) fn summarize(dir: &Path, seen: &Seen) -> RunOutcome {
         return outcome;
     }
     // The final report counts whatever its trigger: a SIGTERM's
-    // fatal-signal report holds the process's leaks too (issue 23).
+    // fatal-signal report holds the process's leaks too.
     // An image whose last final report is an exec report, though the exec
     // failed and it went on, has no final report: its leaks are unknown,
     // not those of the exec report.

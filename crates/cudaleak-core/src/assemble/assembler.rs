@@ -134,9 +134,9 @@ impl Assembler<'_> {
     /// group, in order of first trace; each trace's `group` is set.
     ///
     /// `memo` carries the facts from one call to the next over the same
-    /// `table`: the peak's groups (issue 21) are mostly the leaks' traces
+    /// `table`: the peak's groups are mostly the leaks' traces
     /// again, and symbolizing and digesting a million of them twice was a
-    /// fifth of a 1M-stack exit report (issue 24). `Remember` fills it (in
+    /// fifth of a 1M-stack exit report. `Remember` fills it (in
     /// trace order); `Reuse` takes a trace's facts from it when there, if
     /// `verdicts` has no rules (the peak's have none).
     fn summarize(
@@ -148,7 +148,7 @@ impl Assembler<'_> {
     ) -> Vec<GroupSummary> {
         let mut groups: Vec<GroupSummary> = Vec::new();
         // The digests are hashes already: one mix, not SipHash over 16
-        // bytes, per trace (issue 24).
+        // bytes, per trace.
         let mut index: HashMap<KeyDigest, u32, AddrHash> =
             HashMap::with_capacity_and_hasher(traces.len(), AddrHash);
         let (mut native, mut python) = (Vec::new(), Vec::new());
@@ -321,7 +321,7 @@ impl Assembler<'_> {
     /// (`leaks`, `suppressed`, `growth`): the largest ones of
     /// [`Assembler::assemble`]'s lists, what `leaks` leaves out counted in
     /// `totals.groups_left_out`. The groups left out are counted, never
-    /// made (issue 15).
+    /// made.
     pub fn assemble_at_most(&mut self, snap: &Snapshot, meta: DumpMeta, max_groups: usize) -> Report {
         // By call site, hashed by one mix of the id (SipHash here was a
         // tenth of a 1M-stack exit report; issue 24).
@@ -401,7 +401,7 @@ impl Assembler<'_> {
         }
 
         // The cap: the largest groups of each list; what `leaks` leaves out
-        // is counted (issue 15: 100,000 leaked groups made a 1 GB report).
+        // is counted (100,000 leaked groups made a 1 GB report).
         let mut groups_left_out = None;
         if leak_order.len() > max_groups {
             let mut left = LeftOut::default();

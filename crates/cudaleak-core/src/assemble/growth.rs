@@ -8,7 +8,7 @@ use std::collections::HashMap;
 /// the key that groups a dump ([`KeyDigest`] of a
 /// [`GroupKey`](crate::report::group_key::GroupKey)): a group cannot "grow" by
 /// moving between two interpreter call sites. 16 bytes of key per group,
-/// not its symbolized stack (issue 15).
+/// not its symbolized stack.
 pub struct GrowthTracker<K = KeyDigest> {
     dumps: u32,
     history: HashMap<K, History>,

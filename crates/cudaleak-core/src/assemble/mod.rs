@@ -6,7 +6,7 @@
 //! crate feeds real snapshots, the unit tests feed fake ones.
 //!
 //! A dump's extra memory is bounded by the groups it writes, not by the
-//! distinct stacks alive (issue 15: 131,072 leaked stacks of 30 frames took
+//! distinct stacks alive (131,072 leaked stacks of 30 frames took
 //! 3.5 GiB to write 1000 of them). Every trace is symbolized through the
 //! dump's [`FrameTable`] (each return address once, each string kept once)
 //! into a `GroupSummary`: its key as a [`KeyDigest`], counts, its

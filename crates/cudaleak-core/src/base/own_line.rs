@@ -1,6 +1,6 @@
 //! A value alone in its 64-byte cache line.
 //!
-//! The bug (issue 24): two threads doubled the library's cost per pair
+//! The bug: two threads doubled the library's cost per pair
 //! with no lock waited on. The live-byte count, written by every
 //! allocation and release, shared its line with the peak, the epoch and
 //! the tracking flag, which every event reads: each write took the line

@@ -99,7 +99,7 @@ pub fn read_regular_text(path: &Path, cap: u64) -> Result<String, SafeReadError>
 }
 
 /// A regular file mapped read-only: only the pages parsed are ever read
-/// into memory (issue 23: a frame of an untrusted report naming a 3 GB
+/// into memory (a frame of an untrusted report naming a 3 GB
 /// sparse file cost 3.1 GB when the file was read whole).
 pub struct Mapped {
     ptr: *mut libc::c_void,

@@ -1,7 +1,6 @@
 //! Sizes and counts as people read them: every renderer (text report, exit
 //! summary, diff, merge, timeline, the CLI's lines) formats through these,
-//! so that no line says "Live of 73400320 byte(s)" or "1 blocks" again
-//! (issue 12).
+//! so that no line says "Live of 73400320 byte(s)" or "1 blocks" again.
 
 /// `n` with its noun, singular or plural: "1 block", "2 blocks".
 pub fn count(n: u64, singular: &str) -> String {

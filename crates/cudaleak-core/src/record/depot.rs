@@ -7,7 +7,7 @@
 //! and never freed. Inserts take one mutex and re-check the bucket, so two
 //! threads that see the same new stack get the same id.
 //!
-//! The table grows (issue 15: a fixed 16,384 buckets made 1M distinct
+//! The table grows (a fixed 16,384 buckets made 1M distinct
 //! stacks, which code generators such as Triton can produce, take 6.75 s):
 //! past two traces per bucket, the insert that crosses the line builds a
 //! table four times larger with fresh links and publishes it. Readers still

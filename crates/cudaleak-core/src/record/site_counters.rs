@@ -1,7 +1,7 @@
 //! Live bytes and blocks per interned trace (call site), kept as the
 //! program runs, so that a sampler can draw memory over time by call site
-//! without reading the live map (issue 13), and so that every report can say
-//! what was live at the process's peak (issue 21).
+//! without reading the live map, and so that every report can say
+//! what was live at the process's peak.
 //!
 //! A change is one add to a 64-bit word: blocks and bytes share the word,
 //! bytes in the low [`BYTES_BITS`] bits and blocks above. Both move

@@ -15,7 +15,7 @@
 //!
 //! Within a process (a dump's groups, growth across its dumps) the key is
 //! used as its [`KeyDigest`], made from the dump's interned frames: the
-//! whole key of every group alive cost 27 KB per distinct stack (issue 15).
+//! whole key of every group alive cost 27 KB per distinct stack.
 
 use crate::base::hash::mix64;
 use crate::record::python::PythonFrame;
@@ -172,7 +172,7 @@ pub enum KeyFrameRef<'a> {
 
 /// A [`GroupKey`] as 128 bits: what a dump groups traces by and what the
 /// growth across the dumps of a process is tracked by, without holding
-/// every group's symbolized stack (issue 15: 27 KB per distinct leaked
+/// every group's symbolized stack (27 KB per distinct leaked
 /// stack of 30 frames, whatever the cap on groups written). Equal keys have
 /// equal digests; unequal keys share one with a probability of about
 /// n²/2^129 among n groups (below 10^-26 for a million groups).
@@ -200,7 +200,7 @@ impl Hasher for Hasher128 {
 
 /// One frame of a key as 128 bits, by the same prefix-free encoding: a
 /// dump computes it once per distinct frame, not once per trace that
-/// holds the frame (issue 24: hashing every frame's strings for every
+/// holds the frame (hashing every frame's strings for every
 /// trace was half of a 100k-stack exit report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameDigest(u128);
@@ -254,7 +254,7 @@ impl KeyDigest {
     /// already SipHash outputs, so they are chained by two lanes of the
     /// murmur3 finalizer (a bijection each step), not hashed again: the
     /// second SipHash pass over every frame of every trace was 15 % of a
-    /// 100k-stack exit report (issue 24). The count of frames closes it.
+    /// 100k-stack exit report. The count of frames closes it.
     pub fn of_digests(
         api: &str,
         memory: MemoryKind,

@@ -31,7 +31,7 @@ pub enum Trigger {
     Interval,
     ContextTeardown,
     FatalSignal,
-    /// extension: an allocation call failed for lack of memory (issue 21);
+    /// extension: an allocation call failed for lack of memory;
     /// the report shows what was live at that moment
     Oom,
 }
@@ -261,7 +261,7 @@ pub struct Report {
     /// report (`CUDALEAK_TIMELINE`)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<SampledTimeline>,
-    /// extension: the failed request of an `oom` report (issue 21)
+    /// extension: the failed request of an `oom` report
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom: Option<OomRequest>,
     /// extension: what was live when the process's live bytes were highest
@@ -383,7 +383,7 @@ pub struct SampledTimeline {
     /// the sample with the most live bytes, with more of its call sites
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak: Option<TimelineSample>,
-    /// every call site's live bytes at each sample (issue 26), so that a
+    /// every call site's live bytes at each sample, so that a
     /// picture chooses its sites from the whole run
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub series: Vec<SiteSeries>,
@@ -431,7 +431,7 @@ pub const RUN_MARKER_PREFIX: &str = ".cudaleak-active.";
 /// The file `cudaleak dump PID` creates in a process's report directory
 /// to ask for a live dump; the library's dumper thread looks for it,
 /// deletes it and writes a report (trigger `api`, reason `cudaleak dump`).
-/// One spelling for both sides of the protocol (issue 27).
+/// One spelling for both sides of the protocol.
 pub fn dump_request_name(pid: i32) -> String {
     format!(".cudaleak-dump-request.{pid}")
 }

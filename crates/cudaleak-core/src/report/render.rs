@@ -15,9 +15,9 @@ use std::fmt::Write;
 /// doubled when there is something to escape. Every string from a report
 /// goes through it before it reaches text output: a report whose fields
 /// held an ANSI escape and a newline could otherwise forge a
-/// "cudaleak: 0 bytes leaked" line on the terminal (issue 15).
+/// "cudaleak: 0 bytes leaked" line on the terminal.
 /// The longest name (function, file, module) any rendering shows, in
-/// bytes: a 50 MB function name made a 150 MB page (issue 23).
+/// bytes: a 50 MB function name made a 150 MB page.
 pub const MAX_NAME_BYTES: usize = 4096;
 
 /// `s` cut to at most [`MAX_NAME_BYTES`] bytes (at a character boundary)
@@ -93,7 +93,7 @@ fn basename(path: &str) -> &str {
 
 /// A frame in one line: its function, else where it is in its module as
 /// LeakSanitizer writes it (`libfoo.so+0x1139`), never an absolute address
-/// dressed as an offset (issue 12: `libfoo.so+0x7f3a...` read like one).
+/// dressed as an offset (`libfoo.so+0x7f3a...` read like one).
 pub fn native_label(f: &NativeFrame) -> String {
     match (&f.function, &f.module, &f.offset) {
         (Some(func), _, _) => escape(func).into_owned(),
@@ -112,15 +112,14 @@ pub fn python_label(f: &PythonFrame) -> String {
 
 /// A group's innermost frame that names something, for one-line
 /// summaries and as a sort tie-breaker. Here, not in `report`, so that the
-/// report model does not reach up into its renderer (issue 16).
+/// report model does not reach up into its renderer.
 pub fn top_frame_label(g: &Group) -> String {
     stack_label(g.python_stack.first(), &g.native_stack)
 }
 
 /// [`top_frame_label`] of a stack given by its frames: the innermost
 /// Python frame, else the first native frame with a function. A dump's
-/// sort reads one frame per group through it, without making a `Group`
-/// (issue 27).
+/// sort reads one frame per group through it, without making a `Group`.
 pub fn stack_label(python_top: Option<&PythonFrame>, native: &[NativeFrame]) -> String {
     if let Some(p) = python_top {
         return python_label(p);
@@ -158,7 +157,7 @@ fn native_line(i: usize, f: &NativeFrame) -> String {
 }
 
 /// Function names that are machinery, not the program's code: shown with
-/// `--full-stacks`, kept in JSON, left out of text by default (issue 12).
+/// `--full-stacks`, kept in JSON, left out of text by default.
 /// Program start, the interpreter's own frames between Python frames, and
 /// the foreign-call machinery between a Python line and the CUDA call. The
 /// Python module leaves the same out of a failure's text, from its
@@ -490,7 +489,7 @@ fn trend_note(t: Option<Trend>) -> &'static str {
 
 fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
     // "Leaked 70.0 MiB (73400320 bytes) in 1 block, allocated by ...";
-    // live dumps say "Live: ..." (issue 12: "Live of N byte(s)").
+    // live dumps say "Live: ...", never "Live of N byte(s)".
     let _ = writeln!(
         out,
         "{verb} {} in {}, allocated by {} ({} memory){}:",
@@ -512,7 +511,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
     out.push('\n');
 }
 
-/// What a group of PyTorch's caching allocator is (issue 21).
+/// What a group of PyTorch's caching allocator is.
 pub const PYTORCH_CACHE_NOTE: &str =
     "(PyTorch cache segment: memory the caching allocator reserved, which holds tensors or none; not one tensor)";
 
@@ -896,7 +895,7 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
 /// What `--top` or the exit summary left out, as heaptrack's "and X from
 /// N other places": "... and 3 more groups, 1.2 MiB (1258291 bytes) in 7
 /// blocks". None when nothing was left out. Totals and the last line
-/// always cover every group (issue 12: `report --top 1` summed the shown
+/// always cover every group (`report --top 1` summed the shown
 /// group only).
 pub fn left_out_line(groups: &[Group], shown: usize) -> Option<String> {
     let rest = groups.get(shown..).filter(|r| !r.is_empty())?;
@@ -913,7 +912,7 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{RULE}");
     let cmd = escape(&r.command.join(" ")).into_owned();
-    // A merged report names no single pid (issue 12: two runs were added
+    // A merged report names no single pid (two runs were added
     // together under a header that named one process).
     let merged = r.merged_from.len() > 1;
     if merged {
@@ -1062,7 +1061,7 @@ pub fn text(r: &Report, source: Option<&str>, opts: &TextOptions) -> String {
 fn folded_frame(f: &MergedFrame) -> String {
     let s = match f {
         // Without a function: `module+0xOFFSET` where the offset is known,
-        // else `[module]` (issue 12: an absolute address was written as if
+        // else `[module]` (an absolute address was written as if
         // it were an offset).
         MergedFrame::Native(n) => match (&n.function, &n.module, &n.offset) {
             (None, Some(m), None) => format!("[{}]", escape(basename(m))),
@@ -1088,7 +1087,7 @@ pub fn folded(groups: &[Group]) -> String {
 /// that are [`is_noise`] and, when the stack has Python frames, the native
 /// frames outside its innermost Python frame (the interpreter and program
 /// start around the Python code), so a Python program reads Python-first;
-/// native frames below the innermost Python frame stay (issue 26). `full`
+/// native frames below the innermost Python frame stay. `full`
 /// keeps every frame.
 pub fn picture_frames(g: &Group, full: bool) -> Vec<MergedFrame> {
     let stack = stack_of(g);

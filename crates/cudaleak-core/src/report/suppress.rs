@@ -35,7 +35,7 @@ pub struct Suppressions {
     compiled: Compiled,
 }
 
-/// The rules, indexed (issue 15: 100,000 rules cost 1.1 s per leaked
+/// The rules, indexed (100,000 rules cost 1.1 s per leaked
 /// group, groups × frames × 3 names × rules). Every match of a pattern
 /// contains its longest literal piece (the text between `*`s, anchors
 /// removed), so one Aho-Corasick pass over a name finds the only rules
@@ -136,7 +136,7 @@ impl Matcher<'_> {
 
     /// Index of the first rule that matches `name`, one frame's function,
     /// file or module: what [`Matcher::match_group`] gives a group with
-    /// that one name (issue 27: a dump asks once per distinct name, without
+    /// that one name (a dump asks once per distinct name, without
     /// making a `Group` for it).
     pub fn match_name(&mut self, name: &str) -> Option<usize> {
         if self.rules.is_empty() || name.is_empty() {
@@ -178,7 +178,7 @@ impl Matcher<'_> {
 }
 
 /// Counts one suppressed group of `blocks` and `bytes` for the rule
-/// `pattern` in `uses` (in first-use order), saturating (issue 15: sums
+/// `pattern` in `uses` (in first-use order), saturating (sums
 /// overflowed silently).
 pub fn tally_use(uses: &mut Vec<SuppressionUse>, pattern: &str, blocks: u64, bytes: u64) {
     match uses.iter_mut().find(|u| u.pattern == pattern) {
@@ -393,7 +393,7 @@ mod tests {
     }
 
     /// A name alone gets the verdict a group with that one name gets: the
-    /// dump's per-name verdicts ask by name (issue 27).
+    /// dump's per-name verdicts ask by name.
     #[test]
     fn a_name_gets_the_verdict_of_a_group_of_that_one_name() {
         let s = Suppressions::parse(

@@ -60,7 +60,7 @@ pub struct ProcessSymbolizer {
 
 /// How the frames of one module are named at dump time.
 ///
-/// The bug (issue 24): a one-leak exit report took ~100 ms, 60 % of it
+/// The bug: a one-leak exit report took ~100 ms, 60 % of it
 /// inflating the compressed DWARF of libc's separate debug file
 /// (`/usr/lib/debug/.build-id/…`, where libc6-dbg is installed) to name
 /// `__libc_start_call_main`, a start-up frame. A module without line
@@ -160,7 +160,7 @@ pub fn module_of(addr: u64) -> Option<String> {
 // ---- objects that were unloaded ----
 //
 // A block allocated through a plugin that was dlclose'd later still
-// names the plugin (issue 11): the preload library notes each unloaded
+// names the plugin: the preload library notes each unloaded
 // object here, from its `dlclose` override (no allocation, no lock: an
 // append-only table of fixed entries, each published by its `ready`
 // flag), and dump-time symbolization falls back to it for an address no

@@ -2,8 +2,8 @@
 //! build-id, read from the program headers the loader mapped (never from
 //! the file, which may have been replaced since). A report then carries
 //! `module+0xOFFSET` and the build-id for every native frame, and a
-//! symbolizer can find the matching debug file on any machine later
-//! (issue 12). Runs at dump time only, cached per module.
+//! symbolizer can find the matching debug file on any machine later.
+//! Runs at dump time only, cached per module.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};

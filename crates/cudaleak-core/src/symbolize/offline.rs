@@ -4,7 +4,7 @@
 //! debug file found by build-id (`<root>/.build-id/ab/cdef....debug`, as
 //! gdb and debuginfod lay them out). Stripped libraries whose debug files
 //! are installed later, and reports moved to another machine, then read
-//! well (issue 12).
+//! well.
 
 use crate::report::{Group, MergedFrame, NativeFrame, Report};
 use addr2line::gimli;
@@ -37,7 +37,7 @@ struct Loaded {
 
 impl Loaded {
     /// The file's build-id, and its debug information and symbols only
-    /// when that build-id is `want` (issue 23: a file of another build
+    /// when that build-id is `want` (a file of another build
     /// is never used, so its debug sections are not even read).
     fn read(path: &Path, cap: u64, want: Option<&str>) -> Option<Loaded> {
         let data = crate::base::safe_read::Mapped::open(path, cap)?.leak();

@@ -54,7 +54,7 @@ pub const TIMELINE_FORMAT: &str = "cudaleak-timeline";
 
 impl Timeline {
     /// Reads a timeline file's text: `cudaleak report X.timeline.json`
-    /// renders it (issue 12: it was refused as "not a cudaleak report").
+    /// renders it (it was refused as "not a cudaleak report").
     pub fn parse(text: &str) -> Result<Timeline, String> {
         let v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| format!("not a JSON timeline (truncated or corrupt?): {e}"))?;

@@ -1,5 +1,5 @@
 //! A timeline as text (`cudaleak report X.timeline.json`): a file the
-//! library writes that no command showed (issue 12). Above both the
+//! library writes that no command showed. Above both the
 //! timeline model and the report renderer, so neither imports the other.
 
 use crate::base::units::{count, size, size_exact};

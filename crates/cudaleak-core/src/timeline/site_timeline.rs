@@ -17,7 +17,7 @@
 //!
 //! Every call site's own series is kept too ([`SiteSeries`]), thinned with
 //! the samples, so that the picture can choose its call sites when it is
-//! drawn, from the whole run (issue 26: a choice made from each sample's
+//! drawn, from the whole run (a choice made from each sample's
 //! largest 8 lost the sites that grew late, and drew a site that held
 //! 28.1 MiB at exit as "max 288.0 KiB"). Memory stays bounded: past
 //! [`SERIES_CELLS`] values in all, samples are thinned sooner; with still
@@ -124,7 +124,7 @@ pub struct SiteHistory {
     taken: u64,
     peak: Option<Raw>,
     /// by call site; hashed by one mix of the id, not SipHash: a sample
-    /// of a million sites looks each up (issue 24)
+    /// of a million sites looks each up
     series: HashMap<TraceId, RawSeries, AddrHash>,
     /// values held by `series` together
     cells: usize,

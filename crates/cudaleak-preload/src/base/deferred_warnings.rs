@@ -1,7 +1,7 @@
 //! Warnings about bad `CUDALEAK_*` values, held until the process's first
 //! CUDA allocation call. Printed at load, they came from every process
 //! that inherited LD_PRELOAD, `ls` and each shell of a wrapper script
-//! included, several times per run (issue 12); now only processes that use
+//! included, several times per run; now only processes that use
 //! CUDA say them, once each.
 //!
 //! The buffer is fixed-size and static: `flush` runs inside a hook, where

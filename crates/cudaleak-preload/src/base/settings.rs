@@ -114,7 +114,7 @@ static LOG_DEV: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 static LOG_INO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The descriptor the library's lines go to now: the log file, else fd 2
-/// while it is still what it was at load (issue 23: a program that closed
+/// while it is still what it was at load (a program that closed
 /// fd 2 and reopened it on a data file got our summary in its data); None
 /// when neither. Async-signal-safe.
 fn output_fd() -> Option<i32> {

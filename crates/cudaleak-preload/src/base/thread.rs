@@ -7,7 +7,7 @@
 //! assembly (stable Rust has no TLS model attribute): the lookup is two
 //! instructions (`fs:0` plus the block's offset from the GOT) where a
 //! `thread_local!` in a shared library is a `__tls_get_addr` call, about
-//! 14 instructions, four times per alloc/free pair (issue 24). The
+//! 14 instructions, four times per alloc/free pair. The
 //! library is loaded with `LD_PRELOAD`, so the block is in the static TLS
 //! that the loader sets up at start (a later `dlopen` would take it from
 //! glibc's reserve for such libraries). Elsewhere: a `thread_local!`.
@@ -18,7 +18,7 @@
 //! reached through the one pointer [`ThreadState::buffers`]: glibc carves
 //! static TLS out of each thread's stack, and 6.4 KB of it, plus a 2.5 KB
 //! stack buffer in every hook frame, made threads with 16-24 KB stacks
-//! crash in their first cudaMalloc (issue 15).
+//! crash in their first cudaMalloc.
 
 use cudaleak_core::record::live_map::{Caller, Flight};
 use std::cell::Cell;

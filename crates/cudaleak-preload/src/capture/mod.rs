@@ -147,7 +147,7 @@ fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
 /// Stack a capture may need below the hook (unwinder, Python walk, a new
 /// trace's interning); with less left, the capture is skipped and the block
 /// recorded without a stack, rather than overflow a small thread stack
-/// (issue 15: 16 KiB thread stacks crashed).
+/// (16 KiB thread stacks crashed).
 const CAPTURE_STACK_NEEDED: usize = 16 << 10;
 
 /// Captures skipped because a signal handler's hook interrupted a capture
@@ -277,7 +277,7 @@ impl Stack {
     /// of the thread's replay logs as the last trace interned here, and
     /// API and kind are the same, that trace's id is reused without
     /// hashing. Comparing generations replaced a copy and a memcmp of the
-    /// Python frames (issue 24: 158 instructions of a Python pair), and
+    /// Python frames (158 instructions of a Python pair), and
     /// unlike "the native frames were replayed" it cannot mistake a
     /// capture never interned (a failed call) for the last trace.
     pub fn intern(&self, depot: &Depot, api: Api, kind: MemoryKind, thread: &ThreadState) -> TraceId {

@@ -47,7 +47,7 @@ static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
 static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
 /// `capture_active` for the interpreter's frame model, a [`CaptureFn`]:
 /// one indirect call where a `match` on the model cost a jump table and
-/// a second function's prologue a capture (issue 24).
+/// a second function's prologue a capture.
 static CAPTURE: AtomicUsize = AtomicUsize::new(0);
 static STATUS: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -272,7 +272,7 @@ unsafe fn this_thread_state(l: &PyLayout) -> usize {
 /// the same generation have the same frames (0: none; otherwise the
 /// log's, see [`PyReplayLog::generation`]). `held` is the generation
 /// whose frames `out` already holds (0: none), and is set to the new one:
-/// a replay of the frames `out` holds copies nothing (issue 24: a stack
+/// a replay of the frames `out` holds copies nothing (a stack
 /// buffer, taken in turn, usually holds the same frames as the last time).
 #[inline]
 pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: &mut u64) -> (usize, u64) {
@@ -485,8 +485,7 @@ impl PyReplayLog {
     /// flagged `PY_FRAME_ENTRY` (`eval_groups(frames).len()`); 0 when it
     /// returned none. A replayed capture costs nothing more: the count is
     /// the logged walk's. It tells the native unwinder how many
-    /// `_PyEval_EvalFrameDefault` frames the Python frames account for
-    /// (issue 24).
+    /// `_PyEval_EvalFrameDefault` frames the Python frames account for.
     pub fn eval_groups(&self) -> usize {
         self.groups
     }
@@ -515,7 +514,7 @@ impl PyReplayLog {
     /// entry of its own, and the entries after it would be miscounted
     /// here). Worked out when a patch is tried, not by the walk: kept
     /// there, it cost the walk 25 instructions a frame, and worked out for
-    /// every visit, a patch 500 (issue 24).
+    /// every visit, a patch 500.
     fn entry_of<const MODEL: u8>(&self, l: &PyLayout, i: usize, new_code: usize) -> (Option<usize>, bool) {
         let code = self.visits[i].code;
         let mut entry = usize::MAX;
@@ -563,7 +562,7 @@ const _: () = match (PY311.frame_is_entry, PY311.frame_owner) {
 /// Where a frame's words are ([`frame_words`]), copied out of the layout
 /// into locals: read through the layout's pointer (`LAYOUT`), which the
 /// compiler cannot assume readable ahead of the loop, each frame reloaded
-/// them (issue 24).
+/// them.
 #[derive(Clone, Copy)]
 struct FrameOffsets {
     back: usize,
@@ -715,7 +714,7 @@ unsafe fn replay<const MODEL: u8>(
     let visits = &log.visits[..log.visited];
     // Not empty (`visited` > 0): tested at the bottom, the loop costs one
     // test a frame fewer than a `for`, and with a pointer and no index one
-    // more (issue 24).
+    // more.
     let range = visits.as_ptr_range();
     let mut next_visit = range.start;
     loop {
@@ -1436,8 +1435,7 @@ mod tests {
 /// Replay against full walks of 3.11 and 3.14 chains in memory: each word
 /// a walk reads, changed alone, must make the next capture walk again and
 /// see it; unchanged, the capture is a replay (same generation). Each
-/// test here failed with the check it guards taken out of `replay`
-/// (issue 24).
+/// test here failed with the check it guards taken out of `replay`.
 #[cfg(test)]
 mod replay_tests {
     use super::*;

@@ -41,7 +41,7 @@ const RETIRED: u64 = u64::MAX;
 /// return address into the interpreter's eval loop (`lo..hi`), the
 /// outermost one that runs Python frames. What lies below it is the
 /// interpreter's start-up (or an embedding program's frames): about 18 of
-/// a Python pair's 25 frames, checked on every replay (issue 24). 0: no
+/// a Python pair's 25 frames, checked on every replay. 0: no
 /// stop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EvalStop {
@@ -97,7 +97,7 @@ pub fn capture(
 /// (same stack pointer, same return address, same rbp where it matters)
 /// the rest of the last walk is checked word by word and taken. A program
 /// that allocates from several call paths in turn (1,024 in
-/// `bench/pairs.c mixed`) walks only the frames that differ (issue 24).
+/// `bench/pairs.c mixed`) walks only the frames that differ.
 pub struct ReplayLog {
     /// The last walk's log.
     last: Walked,
@@ -107,7 +107,7 @@ pub struct ReplayLog {
     /// Bumped by every walk (full, spliced or not logged), kept by a
     /// replay: the frames of a capture with generation g are those of the
     /// walk that made g. A trace's reuse (`capture.rs`) compares
-    /// generations instead of frames (issue 24), and a capture that was
+    /// generations instead of frames, and a capture that was
     /// never interned (a failed call) cannot lend its replay to the
     /// previous trace's id.
     generation: u64,
@@ -142,7 +142,7 @@ struct Walked {
     /// (address, value): the output return addresses from the front, the
     /// other words (saved rbp, our own frames' return addresses) from the
     /// back. Kept apart, replay checks the others in one tight loop and
-    /// writes each output without testing a flag (issue 24: about 110
+    /// writes each output without testing a flag (about 110
     /// instructions less for a 25-frame stack).
     reads: [(usize, usize); REPLAY_READS],
     /// steps recorded: where each frame's unwinding started (a splice

@@ -56,7 +56,7 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
         }
         if id.layer() == Layer::Runtime {
             // The program may now hold a runtime function that a global
-            // lookup answers differently than before (issue 24: the
+            // lookup answers differently than before (the
             // adopted answer is trusted between such events).
             note_scope_event();
         }
@@ -79,7 +79,7 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
         }
         let substitute = match id.layer() {
             // A wrapper of the driver looking up the function it wraps
-            // below itself gets that function (issue 22: the hook called
+            // below itself gets that function (the hook called
             // the wrapper back, forever).
             Layer::Driver if caller_implements(caller, id) => None,
             Layer::Driver => offer(id, p, HANDOUTS),

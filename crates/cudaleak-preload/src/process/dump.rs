@@ -147,7 +147,7 @@ pub fn assemble(state: &mut DumpState, snap: &Snapshot, meta: DumpMeta, growth: 
 }
 
 /// [`assemble`], with at most `max_groups` groups per list: the rest are
-/// counted, never made (issue 15). With `oom`, the report of that failed
+/// counted, never made. With `oom`, the report of that failed
 /// request.
 fn assemble_at_most(
     state: &mut DumpState,
@@ -252,7 +252,7 @@ pub fn with_state<R>(timeout: Option<Duration>, f: impl FnOnce(&mut DumpState) -
 /// The pid whose final report (exit, fatal signal, exec) is written (0:
 /// none): no live dump starts after it. The process is about to end, and
 /// one still being written when it does leaves its temporary file behind
-/// (issue 23: a SIGUSR1 storm left a half-written `.tmp` at exit). A pid,
+/// (a SIGUSR1 storm left a half-written `.tmp` at exit). A pid,
 /// so that a fork child, whose own image goes on, is not affected.
 static FINAL_WRITTEN_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
@@ -390,7 +390,7 @@ fn report_name(r: &Report) -> ReportName {
 }
 
 /// Streams the report into its file: the dump's extra memory does not grow
-/// with the size of the JSON (issue 15: a 1 GB report was built in memory
+/// with the size of the JSON (a 1 GB report was built in memory
 /// first).
 fn write(report: &Report) -> Option<PathBuf> {
     let dir = report_dir()?;
@@ -511,11 +511,11 @@ fn load_suppressions(config: &cudaleak_core::config::Config) -> Suppressions {
     // SAFETY: leaked at load, never freed.
     if let Some(path) = (!p.is_null()).then(|| unsafe { &*p }) {
         // Only a regular file, and a bounded one: a FIFO hung the program
-        // before main, /dev/zero read until memory ran out (issue 15).
+        // before main, /dev/zero read until memory ran out.
         match cudaleak_core::base::safe_read::read_regular_text(path, SUPPRESSIONS_CAP) {
             Ok(text) => match Suppressions::parse(&text, &path.display().to_string()) {
                 Ok(user) => s.extend(user),
-                // Escaped as every other value is (issue 23: terminal
+                // Escaped as every other value is (terminal
                 // escapes in the path reached the terminal).
                 Err(e) => warn(&cudaleak_core::report::render::escape(&format!(
                     "cudaleak: ignoring CUDALEAK_SUPPRESSIONS: {e}"

@@ -12,7 +12,7 @@
 //! fails closed on it. Outside `cudaleak run` no marker is made.
 //!
 //! The marker needs the disk; a process whose directory cannot take files
-//! could make none (issue 23: a read-only or full directory passed a
+//! could make none (a read-only or full directory passed a
 //! leaking job with "no process made a CUDA allocation"). So the process
 //! also tells `cudaleak run` through the run channel
 //! (`cudaleak_core::run_channel`, a socket found by the name in

@@ -1,4 +1,4 @@
-//! Out-of-memory moments (issue 21): when an allocation call fails for
+//! Out-of-memory moments: when an allocation call fails for
 //! lack of memory, what was live at that moment, before the program
 //! reacts.
 //!

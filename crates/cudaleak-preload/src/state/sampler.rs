@@ -36,7 +36,7 @@ struct Sampler {
     history: SiteHistory,
     next: Instant,
     /// memory kind of each trace seen, by trace id (ids are dense), so the
-    /// depot is read once per trace (issue 24: a hashed map of a million
+    /// depot is read once per trace (a hashed map of a million
     /// traces made each sample of a large process cost seconds)
     kinds: Vec<Option<MemoryKind>>,
 }

@@ -795,7 +795,7 @@ pub fn snapshot(read: &Read) -> Option<Snapshot> {
     };
     let mut snap = Snapshot::default();
     // Sized first (one short lock per shard): growing the copy by doubling
-    // moved it several times (issue 21: the out-of-memory snapshot is taken
+    // moved it several times (the out-of-memory snapshot is taken
     // on the failing thread).
     if read.timeout.is_none() {
         let live = LIVE.counts(caller).live + HANDLES.counts(caller).live;

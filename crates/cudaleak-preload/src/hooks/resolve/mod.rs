@@ -25,7 +25,7 @@
 //!   pointer into an object it unloaded forgotten ([`scope::forget_unloaded`]),
 //!   so no later call jumps into unmapped memory.
 //!
-//! Three parts (issue 27), bottom up:
+//! Three parts, bottom up:
 //!
 //! 1. one real function per name, found globally: `global`
 //! 2. the real function of each caller's own scope: `scope`

@@ -4,7 +4,7 @@
 //! private handle (ctypes.CDLL). Also whether a caller defines a driver
 //! function itself, and forgetting what pointed into unloaded objects.
 //!
-//! The bug (issue 11): a plugin dlopen'ed with RTLD_LOCAL links libcudart;
+//! The bug: a plugin dlopen'ed with RTLD_LOCAL links libcudart;
 //! its cudaMalloc binds to our export (preloaded objects come first in the
 //! global scope), and `dlsym(RTLD_NEXT)` from here searches the global
 //! scope only, where that libcudart is not. Without us the call worked.
@@ -72,8 +72,7 @@ static LAST_UNKNOWN_CALLER: AtomicUsize = AtomicUsize::new(0);
 /// runtime function that our own hook's real function called (see
 /// [`real_for_caller`]). Kept in the thread's initial-exec block
 /// (`ThreadState::last_caller`, index + 1): a `thread_local!` here was a
-/// `__tls_get_addr` call, about 22 instructions, on every runtime call
-/// (issue 24).
+/// `__tls_get_addr` call, about 22 instructions, on every runtime call.
 #[inline(always)]
 fn last_hit() -> (usize, usize) {
     let (slot, seq) = crate::base::thread::current().last_caller.get();
@@ -387,7 +386,7 @@ pub fn note_scope_event() {
 
 /// The global definition of runtime function `id`, else the adopted one.
 ///
-/// The bug (issue 24): with a runtime loaded by `ctypes.CDLL` (RTLD_LOCAL)
+/// The bug: with a runtime loaded by `ctypes.CDLL` (RTLD_LOCAL)
 /// the global slot stays empty, and every call asked the loader whether
 /// one had appeared since (`dl_iterate_phdr`, glibc's loader lock, four
 /// times per Python pair: +470 instructions). A global definition can
@@ -448,7 +447,7 @@ pub fn adopt_for_caller(id: HookId, p: usize, caller: usize) -> bool {
 /// up a function in the driver below it gets that function, not our hook:
 /// - a wrapper that defines `id`: the hook's real function is the global
 ///   definition, the wrapper's own, and the two would call each other
-///   until the stack overflows (issue 22);
+///   until the stack overflows;
 /// - a shim that hands out its own function for `id` through its
 ///   `cuGetProcAddress`, and recognizes the driver's answer by comparing
 ///   it with what its `dlsym` of the driver gave: given our hook, it never

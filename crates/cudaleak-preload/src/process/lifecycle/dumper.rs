@@ -25,7 +25,7 @@ const REQUEST_POLL: Duration = Duration::from_millis(200);
 /// Starts the dumper thread with `pthread_create` rather than
 /// `std::thread::spawn`: this runs inside the first allocation hook, on
 /// whatever stack the program gave that thread, and std's spawn needs
-/// kilobytes of it (issue 15: a first cudaMalloc on a 16 KiB thread stack
+/// kilobytes of it (a first cudaMalloc on a 16 KiB thread stack
 /// crashed in it).
 pub(super) fn start_dumper() {
     if DUMPER_STARTED.swap(true, Ordering::AcqRel) {
@@ -34,7 +34,7 @@ pub(super) fn start_dumper() {
     extern "C" fn dumper_main(_: *mut c_void) -> *mut c_void {
         // Named here, on this thread's own 1 MiB stack: naming another
         // thread formats a /proc path with sprintf, about 2.2 KB of the
-        // allocating thread's stack (issue 23); naming oneself is a prctl.
+        // allocating thread's stack; naming oneself is a prctl.
         // SAFETY: a static C string.
         unsafe { libc::pthread_setname_np(libc::pthread_self(), c"cudaleak-dump".as_ptr()) };
         let _ = std::panic::catch_unwind(dumper_loop);
@@ -82,7 +82,7 @@ fn is_our_request(path: &std::path::Path) -> bool {
 }
 
 /// The dumper thread never dies: a panic in one round is caught, noted
-/// once on stderr, and the loop goes on (issue 15: a dumper thread that
+/// once on stderr, and the loop goes on (a dumper thread that
 /// died silently left no way to dump, and SIGTERM then waited 10 s for
 /// nothing).
 fn dumper_loop() {

@@ -24,8 +24,7 @@ pub(super) const STATUS_UNKNOWN: i64 = i64::MIN;
 pub(super) static EXIT_STATUS: AtomicI64 = AtomicI64::new(STATUS_UNKNOWN);
 /// Where the exit report stands. Kept in an atomic word ([`ExitReportCell`]),
 /// not behind a lock or a `Once`: signal handlers read it, and threads that
-/// wait for the report sleep on it (futex). Four `u32` constants before
-/// (issue 27).
+/// wait for the report sleep on it (futex). Four `u32` constants before.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ExitReport {

@@ -19,7 +19,7 @@ pub(super) static FATAL_DONE: AtomicBool = AtomicBool::new(false);
 /// `main`, `_exit`, an `exec`): its status, [`STATUS_NOT_KNOWN`], or
 /// [`NO_EXIT_REQUEST`]. The thread that asks only waits: it may be inside
 /// a signal handler that interrupted malloc, or a hook holding a shard of
-/// the live map (issue 23: `_exit` from a handler wrote the report in the
+/// the live map (`_exit` from a handler wrote the report in the
 /// handler and deadlocked on malloc's lock; the same with `exit(0)` in a
 /// SIGTERM handler).
 pub(super) static EXIT_REQUEST: AtomicI64 = AtomicI64::new(NO_EXIT_REQUEST);

@@ -21,7 +21,7 @@ static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 /// signal handler, which may have interrupted malloc: the report (which
 /// allocates, symbolizes and writes files) is written by the dumper thread
 /// while this thread waits, at most [`FATAL_DUMP_WAIT`], as for `kill` and
-/// `raise` (issue 23: a handler's `_exit` deadlocked on glibc's malloc
+/// `raise` (a handler's `_exit` deadlocked on glibc's malloc
 /// lock). The dumper thread itself writes inline; without one (it could
 /// not be started) nothing is written here but one line, with `write(2)`.
 fn immediate_exit(status: c_int) -> ! {
@@ -168,7 +168,7 @@ fn dies_of(sig: c_int) -> bool {
 
 /// CPython ends a program stopped by an uncaught KeyboardInterrupt with
 /// `signal(SIGINT, SIG_DFL); kill(getpid(), SIGINT)` after finalization:
-/// no destructor of ours runs (issue 15: Ctrl-C, the usual end of a
+/// no destructor of ours runs (Ctrl-C, the usual end of a
 /// training run, wrote no report). So a SIGINT or SIGTERM that a process
 /// sends itself with the default action writes the fatal-signal report
 /// first. The dumper thread writes it, as for a signal we handle: C
@@ -309,7 +309,7 @@ pub extern "C" fn raise(sig: c_int) -> c_int {
 
 /// The old image's report, before an exec replaces it: the exit report
 /// (`trigger: "exit"`, `reason: "exec"`, no `exit_status`). The new image
-/// loads the library afresh and reports its own blocks (issue 15: leaks of
+/// loads the library afresh and reports its own blocks (leaks of
 /// an image that called exec were never reported; issue 11). Only a
 /// process that made CUDA allocation calls writes one; a vfork child
 /// (another pid) does not touch our state.

@@ -28,7 +28,7 @@
 //!    KeyboardInterrupt), and `exec` (the old image's report).
 //! 6. The exit report is written once. Whoever comes second (a fatal
 //!    signal during the exit report, `_exit` on another thread) waits for
-//!    it, bounded, instead of cutting it short (issue 15: SIGTERM during
+//!    it, bounded, instead of cutting it short (SIGTERM during
 //!    the exit report lost everything).
 //!
 //! Bottom up:
