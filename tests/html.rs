@@ -1415,6 +1415,9 @@ fn sixty_sites_through_one_helper(
             assert_eq!(line, want, "{what}");
         }
         assert!(!dom.contains("<g data-key=\"11\">"), "{what}");
+        // A leaf's tooltip (its title) names its call site.
+        let leaf = format!("<title>cudaMalloc [at {}] (", label(59).replace('<', "&lt;"));
+        assert!(dom.contains(&leaf), "{what}: no {leaf}");
     }
 
     // The legend of the sampled timeline: the exact figure at the peak,

@@ -1107,11 +1107,16 @@ pub fn picture_frames(g: &Group, full: bool) -> Vec<MergedFrame> {
 }
 
 /// [`folded`] of the frames a picture shows ([`picture_frames`]).
+/// Each leaf is the API with the group's call site as its place
+/// (`cudaMalloc [at raw sixty.py:8 < augment_1 sixty.py:285]`,
+/// [`label_groups`]): a box too narrow for it shows the API, its tooltip
+/// the site, as the HTML page's leaves do.
 pub fn folded_picture(groups: &[Group], full: bool) -> String {
     let mut out = String::new();
-    for g in groups {
+    let refs: Vec<&Group> = groups.iter().collect();
+    for (g, label) in groups.iter().zip(label_groups(&refs)) {
         let mut parts: Vec<String> = picture_frames(g, full).iter().rev().map(folded_frame).collect();
-        parts.push(escape(&g.api).replace(';', ":"));
+        parts.push(format!("{} [at {}]", escape(&g.api), label.site).replace(';', ":"));
         let _ = writeln!(out, "{} {}", parts.join(";"), g.bytes);
     }
     out
@@ -1189,7 +1194,7 @@ mod tests {
         assert_eq!(picture_frames(&g, true).len(), 8);
         assert_eq!(
             folded_picture(&[g], false),
-            "<module> [train.py:3];alloc [train.py:3];at::native::empty_cuda;cudaMalloc 8\n"
+            "<module> [train.py:3];alloc [train.py:3];at::native::empty_cuda;cudaMalloc [at alloc train.py:3] 8\n"
         );
     }
 
