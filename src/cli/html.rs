@@ -9,9 +9,7 @@ use cudaleak_core::base::units::{count, size_delta, size_exact};
 use cudaleak_core::combine::{self, GroupDelta, GroupKey, RankView};
 use cudaleak_core::record::python::PythonFrame;
 use cudaleak_core::report::render;
-use cudaleak_core::report::{
-    Group, MergedFrame, NativeFrame, Report, SampledTimeline, TimelineSample, Trend,
-};
+use cudaleak_core::report::{Group, MergedFrame, NativeFrame, Report, SampledTimeline, Trend};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -682,28 +680,10 @@ fn timeline_from_samples(
     if t.samples.is_empty() {
         return None;
     }
-    let value = |s: &TimelineSample, site: usize| {
-        s.sites
-            .iter()
-            .find(|&&(i, _)| i as usize == site)
-            .map_or(0, |&(_, b)| b)
-    };
-    let n = t.samples.len();
     let total: Vec<u64> = t.samples.iter().map(|s| s.live_bytes).collect();
     // Per site: its whole series where the report kept it,
     // else what the samples' largest 8 say of it (partial).
-    let mut whole: Vec<Option<Vec<u64>>> = vec![None; t.sites.len()];
-    for s in &t.series {
-        if let Some(slot) = whole.get_mut(s.site as usize) {
-            let mut v = vec![0u64; n];
-            for (k, &b) in s.values.iter().enumerate() {
-                if let Some(x) = v.get_mut(s.start as usize + k) {
-                    *x = b;
-                }
-            }
-            *slot = Some(v);
-        }
-    }
+    let mut whole = t.whole_series();
     // Sites of one group (the same stack less the interpreter's return
     // addresses) are one series, as they are one row of the table.
     let mut rows: Vec<SiteRow> = Vec::new();
@@ -714,7 +694,7 @@ fn timeline_from_samples(
             // Whole where it is listed at every sample that left bytes
             // out; else it may hide in "other" there.
             None => (
-                t.samples.iter().map(|s| value(s, i)).collect(),
+                t.samples.iter().map(|s| s.listed(i)).collect(),
                 t.samples
                     .iter()
                     .any(|s| s.other_bytes > 0 && !s.sites.iter().any(|&(j, _)| j as usize == i))

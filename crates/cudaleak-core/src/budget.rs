@@ -619,12 +619,7 @@ mod tests {
     }
 
     fn report(rank: Option<i64>, peak: Vec<Group>) -> Report {
-        let mut r = Report::parse(
-            r#"{"format":"cudaleak","version":1,"trigger":"exit","sequence":1,"pid":1,"command":[],
-                "timestamp_ms":0,"totals":{"live_blocks":0,"live_bytes":0,"peak_bytes":0,"allocations":0,
-                "frees":0,"failed_allocations":0,"invalid_frees":0},"leaks":[],"growth":[]}"#,
-        )
-        .unwrap();
+        let mut r = Report::empty_for_tests();
         r.rank = rank;
         r.command = vec!["python".into(), "train.py".into()];
         r.totals.peak_bytes = peak.iter().map(|g| g.bytes).sum();

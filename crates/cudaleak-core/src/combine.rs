@@ -389,12 +389,7 @@ mod tests {
     }
 
     fn report(pid: i64, rank: Option<i64>, seq: u64, leaks: Vec<Group>) -> Report {
-        let mut r = Report::parse(
-            r#"{"format":"cudaleak","version":1,"trigger":"exit","sequence":1,"pid":1,"command":[],
-                "timestamp_ms":0,"totals":{"live_blocks":0,"live_bytes":0,"peak_bytes":0,"allocations":0,
-                "frees":0,"failed_allocations":0,"invalid_frees":0},"leaks":[],"growth":[]}"#,
-        )
-        .unwrap();
+        let mut r = Report::empty_for_tests();
         r.pid = pid;
         r.rank = rank;
         r.sequence = seq;

@@ -81,35 +81,10 @@ fn us(ms: i64) -> i64 {
 /// samples list of it (the largest few of each; the rest of a sample is
 /// in "other call sites").
 fn site_values(t: &SampledTimeline) -> Vec<Vec<u64>> {
-    let n = t.samples.len();
-    let mut values: Vec<Option<Vec<u64>>> = vec![None; t.sites.len()];
-    for s in &t.series {
-        if let Some(slot) = values.get_mut(s.site as usize) {
-            let mut v = vec![0u64; n];
-            for (k, &b) in s.values.iter().enumerate() {
-                if let Some(x) = v.get_mut((s.start as usize).saturating_add(k)) {
-                    *x = b;
-                }
-            }
-            *slot = Some(v);
-        }
-    }
-    values
+    t.whole_series()
         .into_iter()
         .enumerate()
-        .map(|(site, whole)| {
-            whole.unwrap_or_else(|| {
-                t.samples
-                    .iter()
-                    .map(|s| {
-                        s.sites
-                            .iter()
-                            .find(|&&(i, _)| i as usize == site)
-                            .map_or(0, |&(_, b)| b)
-                    })
-                    .collect()
-            })
-        })
+        .map(|(site, whole)| whole.unwrap_or_else(|| t.samples.iter().map(|s| s.listed(site)).collect()))
         .collect()
 }
 

@@ -481,7 +481,50 @@ impl std::fmt::Display for ReadError {
     }
 }
 
+impl SampledTimeline {
+    /// Each site's bytes at every sample, where the report kept its whole
+    /// series (`series`); None for a site it did not.
+    pub fn whole_series(&self) -> Vec<Option<Vec<u64>>> {
+        let n = self.samples.len();
+        let mut whole: Vec<Option<Vec<u64>>> = vec![None; self.sites.len()];
+        for s in &self.series {
+            if let Some(slot) = whole.get_mut(s.site as usize) {
+                let mut v = vec![0u64; n];
+                for (k, &b) in s.values.iter().enumerate() {
+                    if let Some(x) = v.get_mut((s.start as usize).saturating_add(k)) {
+                        *x = b;
+                    }
+                }
+                *slot = Some(v);
+            }
+        }
+        whole
+    }
+}
+
+impl TimelineSample {
+    /// What this sample lists of site `site`: 0 when the site is not among
+    /// its largest.
+    pub fn listed(&self, site: usize) -> u64 {
+        self.sites
+            .iter()
+            .find(|&&(i, _)| i as usize == site)
+            .map_or(0, |&(_, b)| b)
+    }
+}
+
 impl Report {
+    /// An exit report of nothing (pid 1, no command), for tests to fill in.
+    #[cfg(test)]
+    pub(crate) fn empty_for_tests() -> Report {
+        Report::parse(
+            r#"{"format":"cudaleak","version":1,"trigger":"exit","sequence":1,"pid":1,"command":[],
+                "timestamp_ms":0,"totals":{"live_blocks":0,"live_bytes":0,"peak_bytes":0,"allocations":0,
+                "frees":0,"failed_allocations":0,"invalid_frees":0},"leaks":[],"growth":[]}"#,
+        )
+        .expect("a valid report")
+    }
+
     pub fn parse(text: &str) -> Result<Report, ReadError> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| ReadError::NotJson(e.to_string()))?;
