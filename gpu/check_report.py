@@ -333,6 +333,16 @@ def parse_oom_request(message):
     raise ValueError("no request size in the message: %r" % message[:120])
 
 
+def parse_oom_free(message):
+    """The free device memory an OutOfMemoryError message states, measured
+    by PyTorch after the failed call, as cudaleak's oom snapshot is: "of
+    which X is free" (caching allocator) or "Free (according to CUDA): X"
+    (backend:cudaMallocAsync). (bytes, precision), or None."""
+    m = re.search(r"of which\s+([\d.]+\s*(?:bytes|B|KiB|MiB|GiB|TiB))\s+is free", message) or re.search(
+        r"Free \(according to CUDA\)\s*:\s*([\d.]+\s*(?:bytes|B|KiB|MiB|GiB|TiB))", message)
+    return parse_torch_size(m.group(1)) if m else None
+
+
 # --- nvcc section: gpu/leaks.cu -------------------------------------------------
 
 NVCC_KINDS_SANITIZER = ("device", "managed", "host")

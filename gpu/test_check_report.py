@@ -26,6 +26,8 @@ sys.path.insert(0, HERE)
 import check_report as cr  # noqa: E402
 import cupy_jax_checks as fw  # noqa: E402
 import torch_checks as tc  # noqa: E402
+import untouched_checks as ut  # noqa: E402
+import procaddr_checks as pa  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -566,12 +568,147 @@ class TorchOom(Base):
         bad = sorted(n for n, (s, _) in res.items() if s == "FAIL")
         self.assertEqual(bad, ["t api", "t request vs message", "t request vs tensor"])
 
+    def test_default_suppressed_holders_and_stated_free(self):
+        # cuBLAS's workspaces are suppressed by default; PyTorch counts them
+        # in memory_reserved(), and so does the holders check. The free
+        # memory is compared with the message's, read after the failure.
+        truth = oom_truth("")
+        seg = cr.round_up(truth["nbytes"], 2 * MiB)
+        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of 140.00 GiB of which "
+               "31.12 MiB is free." % (seg / GiB))
+        oom = {"api": "cudaMalloc", "requested_bytes": seg, "device_free_bytes": 31 * MiB,
+               "python_stack": [pframe("oom", tc.SRC, tline("OOM request"))]}
+        leaks = [group("cudaMalloc", "device", 2 * MiB, pytorch_cache_segment=True)]
+        d = os.path.join(self.tmp, "oom-suppressed")
+        write_report(d, report(leaks, "oom", oom=oom, suppressed=[
+            group("cudaMalloc", "device", 20 * MiB, pytorch_cache_segment=True),
+            group("cuMemAlloc_v2", "device", 64 * MiB)]))
+        self.assertAllPass(self.run_checks(tc.verify_oom, "default", d, oom_truth(msg), "t"))
+        # The figure before the request (139 GiB) is not what is compared.
+        d2 = os.path.join(self.tmp, "oom-free")
+        write_report(d2, report(leaks, "oom", oom=dict(oom, device_free_bytes=139 * GiB)))
+        res = self.run_checks(tc.verify_oom, "default", d2, oom_truth(msg), "t")
+        self.assertEqual(sorted(n for n, (s, _) in res.items() if s == "FAIL"), ["t device free", "t holders"])
+
+    def test_parse_oom_free(self):
+        self.assertEqual(cr.parse_oom_free("... of which 139.00 GiB is free. Including")[0], 139 * GiB)
+        self.assertEqual(cr.parse_oom_free("Free (according to CUDA): 31.12 MiB\n")[0], int(round(31.12 * MiB)))
+        self.assertIsNone(cr.parse_oom_free("CUDA error: out of memory"))
+
+    def test_expandable(self):
+        truth = oom_truth("")
+        seg = cr.round_up(truth["nbytes"], 2 * MiB)
+        msg = "CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 ... of which 139.00 GiB is free." % (seg / GiB)
+        # The segment held 22 MiB; PyTorch mapped about all free memory for
+        # the request in 20 MiB pages before the driver refused one.
+        mapped = 139 * GiB - 100 * MiB
+        oom = {"api": "cuMemCreate", "requested_bytes": 20 * MiB, "device_free_bytes": 100 * MiB,
+               "python_stack": [pframe("oom", tc.SRC, tline("OOM request"))]}
+        leaks = [group("cuMemCreate", "physical", 22 * MiB + mapped, 3 + mapped // (20 * MiB), pytorch_cache_segment=True),
+                 group("cuMemAddressReserve", "reservation", 157 * GiB, pytorch_cache_segment=True)]
+        d = os.path.join(self.tmp, "oom-expandable")
+        write_report(d, report(leaks, "oom", oom=oom))
+        self.assertAllPass(self.run_checks(tc.verify_oom, "expandable", d, oom_truth(msg), "t"))
+        d2 = os.path.join(self.tmp, "oom-expandable-2")
+        write_report(d2, report(leaks[1:], "oom", oom=dict(oom, api="cuMemAlloc_v2", requested_bytes=seg)))
+        res = self.run_checks(tc.verify_oom, "expandable", d2, oom_truth(msg), "t")
+        self.assertEqual(sorted(n for n, (s, _) in res.items() if s == "FAIL"),
+                         ["t api", "t device free", "t holders", "t request vs tensor"])
+
     def test_no_error_no_report(self):
         d = os.path.join(self.tmp, "none")
         write_report(d, report([], "exit"))
         truth = dict(oom_truth(None), raised=False)
         res = self.run_checks(cr.guarded("t")(tc.verify_oom), "default", d, truth, "t")
         self.assertEqual((res["t OutOfMemoryError"][0], res["t oom dumps"][0], res["t"][0]), ("FAIL", "FAIL", "FAIL"))
+
+
+class Untouched(Base):
+    # libc.so.6 stands for the library: preloading it changes nothing.
+    LIB = "libc.so.6"
+
+    def _fails(self, res):
+        return sorted(n for n, (s, _) in res.items() if s == "FAIL")
+
+    def test_same_behaviour_passes(self):
+        cmd = ["sh", "-c", "echo out; echo err >&2; exit 7"]
+        self.assertAllPass(self.run_checks(ut.compare, self.LIB, "t", cmd))
+
+    def test_changed_output_status_or_files_fail(self):
+        cmd = ["sh", "-c", 'echo "$LD_PRELOAD"; [ -z "$LD_PRELOAD" ] || { echo x >&2; exit 9; }']
+        self.assertEqual(self._fails(self.run_checks(ut.compare, self.LIB, "t", cmd)),
+                         ["t status", "t stderr", "t stdout"])
+        cmd = ["sh", "-c", '[ -z "$CUDALEAK_DIR" ] || echo "{}" >"$CUDALEAK_DIR/cudaleak.x.json"']
+        self.assertEqual(self._fails(self.run_checks(ut.compare, self.LIB, "t", cmd)), ["t files"])
+
+    def test_cuda_program_may_report_but_not_leak(self):
+        quiet = ["sh", "-c", '[ -z "$CUDALEAK_DIR" ] || { echo \'{"leaks": []}\' >"$CUDALEAK_DIR/r.json"; '
+                 'echo "cudaleak: no leaks" >&2; }']
+        self.assertAllPass(self.run_checks(ut.compare, self.LIB, "t", quiet, True))
+        leaky = ["sh", "-c", '[ -z "$CUDALEAK_DIR" ] || echo \'{"leaks": [{"bytes": 4}]}\' >"$CUDALEAK_DIR/r.json"']
+        self.assertEqual(self._fails(self.run_checks(ut.compare, self.LIB, "t", leaky, True)), ["t files"])
+
+
+class ProcAddr(Base):
+    def test_table_rows_cover_the_versions_the_runtime_asks_for(self):
+        rows = pa.table_rows()
+        self.assertIn(("cuIpcOpenMemHandle", "cuIpcOpenMemHandle", 4010, 0), rows)
+        self.assertIn(("cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", 11000, 0), rows)
+        self.assertIn(("cuMemAllocAsync_ptsz", "cuMemAllocAsync", 11020, pa.PER_THREAD_STREAM), rows)
+        self.assertGreater(len(rows), 60)
+
+    def _answers(self):
+        qs = [("cuMemAlloc", 3020, 0, True), ("cuIpcOpenMemHandle", 4010, 0, True),
+              ("cuGreenCtxCreate", 12040, 0, True), ("cuMemsetD8", 13000, 0, False)]
+        plain = {("cuMemAlloc", 3020, 0): (0, 0, "libcuda.so.1", "cuMemAlloc_v2"),
+                 ("cuIpcOpenMemHandle", 4010, 0): (0, 0, "libcuda.so.1", "cuIpcOpenMemHandle"),
+                 ("cuGreenCtxCreate", 12040, 0): (500, 1, "-", "-"),  # an older driver lacks it
+                 ("cuMemsetD8", 13000, 0): (0, 0, "libcuda.so.1", "cuMemsetD8_v2")}
+        return qs, plain
+
+    def test_hooks_pass(self):
+        qs, plain = self._answers()
+        under = {k: ((0, 0, "libcudaleak.so", v[3]) if k[0] != "cuMemsetD8" and v[0] == 0 else v) for k, v in plain.items()}
+        self.assertAllPass(self.run_checks(pa.compare, plain, under, qs, "libcudaleak.so"))
+
+    def test_driver_answer_wrong_variant_or_wrapped_other_fail(self):
+        qs, plain = self._answers()
+        under = dict(plain)
+        under[("cuIpcOpenMemHandle", 4010, 0)] = (0, 0, "libcudaleak.so", "cuIpcOpenMemHandle_v2")
+        under[("cuMemsetD8", 13000, 0)] = (0, 0, "libcudaleak.so", "cuMemsetD8_v2")
+        res = self.run_checks(pa.compare, plain, under, qs, "libcudaleak.so")
+        self.assertEqual(sorted(n for n, (s, _) in res.items() if s == "FAIL"),
+                         ["procaddr hooks", "procaddr others", "procaddr variants"])
+        res = self.run_checks(pa.compare, plain, {}, qs, "libcudaleak.so")
+        self.assertEqual(res["procaddr probe"][0], "FAIL")
+
+
+class TorchRanks(Base):
+    def _run(self, leaky, status, reports, truths):
+        d = os.path.join(self.tmp, "ranks")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        truth = os.path.join(self.tmp, "ranks.truth.json")
+        for t in truths:
+            cr.write_truth(t, "%s.rank%d" % (truth, t["rank"]))
+        with open(truth + ".status", "w") as f:
+            f.write("%d\n" % status)
+        for r in reports:
+            write_report(d, r)
+        return self.run_checks(tc.verify_ranks, leaky, d, truth, "t")
+
+    def test_leaky_and_clean(self):
+        line = tline("LEAK rank")
+        truths = [{"rank": r, "pid": 100 + r, "kept": r + 1, "nbytes": [MiB] * (r + 1)} for r in (0, 1)]
+        reports = [report([group("cudaMallocAsync", "device", (r + 1) * MiB, r + 1,
+                                 python=[pframe("ranks", tc.SRC, line)])], pid=100 + r, rank=r) for r in (0, 1)]
+        self.assertAllPass(self._run(True, 23, reports, truths))
+        # The gate passed, torchrun's own process reported, rank 1 lost a block.
+        reports[1]["leaks"][0]["blocks"] = 1
+        res = self._run(True, 0, reports + [report([], pid=99)], truths)
+        self.assertEqual(sorted(n for n, (s, _) in res.items() if s == "FAIL"), ["t exit reports", "t gate", "t rank 1"])
+        clean = [dict(t, kept=0, nbytes=[]) for t in truths]
+        self.assertAllPass(self._run(False, 0, [report([], pid=100 + r, rank=r) for r in (0, 1)], clean))
 
 
 class TorchPeak(Base):

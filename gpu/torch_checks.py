@@ -1,6 +1,7 @@
 """PyTorch under cudaleak (scripts/gpu-validate.sh).
 
     python3 torch_checks.py leak|clean|phases|phases-clean|overhead|nccl|cublas|oom|peak
+    torchrun --nproc-per-node 2 torch_checks.py ranks|ranks-clean
         a workload, run under cudaleak; what it knows without cudaleak (what
         it kept, PyTorch's own counters and messages) is its ground truth,
         written as JSON to $GPU_CHECK_TRUTH
@@ -13,15 +14,18 @@ activations, CHURN phase); the checks find them here, so editing this
 file keeps them right.
 """
 
+import glob
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import check_report as cr  # noqa: E402
-from check_report import MiB, check, fmt_bytes, marker_line  # noqa: E402
+from check_report import GiB, MiB, check, fmt_bytes, marker_line  # noqa: E402
 
 SRC = os.path.abspath(__file__)
 
@@ -155,15 +159,18 @@ def phases(leaky):
 
 
 def overhead():
+    """Milliseconds per training step, after a warm-up; $OVERHEAD_STEPS
+    steps (default 500)."""
+    steps = int(os.environ.get("OVERHEAD_STEPS", "500"))
     opt = setup()
     for _ in range(20):
         train_step(opt, keep=False)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(500):
+    for _ in range(steps):
         train_step(opt, keep=False)
     torch.cuda.synchronize()
-    print("%.3f ms/step" % ((time.perf_counter() - t0) * 1000 / 500))
+    print("%.4f ms/step" % ((time.perf_counter() - t0) * 1000 / steps))
 
 
 def oom():
@@ -176,7 +183,12 @@ def oom():
     torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
-    numel = int(free * 1.5) // 4
+    # Under expandable segments PyTorch reserves address space for about
+    # 1.125 times the GPU's memory and refuses a larger request itself,
+    # with no driver call; free + 8 GiB stays inside it, so PyTorch maps
+    # pages until the driver refuses one.
+    expandable = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").lower()
+    numel = (free + 8 * GiB if expandable else int(free * 1.5)) // 4
     print("free %d of %d bytes before the request; reserved %d allocated %d" % (free, total, reserved, allocated))
     truth = {"free_before": free, "total": total, "reserved_before": reserved, "allocated_before": allocated,
              "nbytes": numel * 4, "raised": False, "message": None}
@@ -224,6 +236,38 @@ def nccl():
     print("nccl all_reduce:", t[0].item())
 
 
+RANK_TENSOR_NUMEL = 1 << 18  # 1 MiB of float32
+
+
+def ranks(leaky):
+    """One rank of `torchrun --nproc-per-node 2` on one GPU (gloo). Rank r
+    keeps r + 1 tensors of 1 MiB when leaky and ends with os._exit(0), so
+    that no interpreter shutdown frees them: a leak at exit the gate must
+    fail. Clean, it keeps none and exits normally. Its truth file is
+    $GPU_CHECK_TRUTH.rank<r>."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.cuda.set_device(0)
+    kept = []
+    for _ in range(rank + 1 if leaky else 0):
+        kept.append(torch.ones(RANK_TENSOR_NUMEL, device="cuda"))  # LEAK rank
+    scratch = torch.ones(RANK_TENSOR_NUMEL, device="cuda") * 2
+    total = torch.tensor([sum(nbytes(t) for t in kept)])
+    dist.all_reduce(total)  # on the CPU: gloo
+    torch.cuda.synchronize()
+    del scratch
+    print("rank %d kept %d tensors; all ranks kept %d bytes" % (rank, len(kept), total.item()))
+    cr.write_truth({"rank": rank, "pid": os.getpid(), "kept": len(kept), "nbytes": [nbytes(t) for t in kept],
+                    "all_ranks_bytes": total.item()},
+                   "%s.rank%d" % (os.environ["GPU_CHECK_TRUTH"], rank))
+    dist.destroy_process_group()
+    if leaky:
+        sys.stdout.flush()
+        os._exit(0)
+
+
 def cublas():
     a = torch.randn(1024, 1024, device="cuda")
     b = a @ a
@@ -235,7 +279,8 @@ def cublas():
 
 # --- Checks (outside the preload) ---------------------------------------------
 
-PRESET_API = {"no-cache": "cudaMalloc", "async": "cudaMallocAsync", "default": "cudaMalloc", "pytorch": "cudaMallocAsync"}
+PRESET_API = {"no-cache": "cudaMalloc", "async": "cudaMallocAsync", "default": "cudaMalloc", "pytorch": "cudaMallocAsync",
+              "expandable": "cuMemCreate"}
 
 
 def _dump(report_dir, trigger, name, want=None):
@@ -336,7 +381,13 @@ def verify_oom(preset, report_dir, truth, name):
     req, n = o["requested_bytes"], truth["nbytes"]
     api = PRESET_API[preset]
     check("%s api" % name, o["api"] == api, "oom.api %s" % o["api"], api)
-    if preset == "default":
+    if preset == "expandable":
+        # The failed driver call is one page of the expandable segment
+        # (2 MiB in the small pool, 20 MiB in the large), not the tensor.
+        check("%s request vs tensor" % name, req in (2 * MiB, LARGE_BUFFER),
+              "requested %d B; tensor %d B" % (req, n),
+              "one expandable-segment page: 2 MiB or 20 MiB")
+    elif preset == "default":
         seg = cr.round_up(n, ROUND_LARGE)
         check("%s request vs tensor" % name, req == seg,
               "requested %d B; tensor %d B rounded up to 2 MiB = %d B" % (req, n, seg),
@@ -344,28 +395,66 @@ def verify_oom(preset, report_dir, truth, name):
     else:
         check("%s request vs tensor" % name, req == n, "requested %d B; tensor %d B" % (req, n),
               "exact (backend:cudaMallocAsync asks for the tensor's bytes)")
-    if truth["raised"]:
+    if truth["raised"] and preset == "expandable":
+        said, prec, which = cr.parse_oom_request(truth["message"])
+        seg = cr.round_up(n, ROUND_LARGE)
+        check("%s message vs tensor" % name, said - prec <= seg <= said + prec,
+              "message %r = %d B; tensor rounded up to 2 MiB %d B (cudaleak saw the page it failed on)"
+              % (which, said, seg), "+-%d B, the message's 2-decimal rounding" % prec)
+    elif truth["raised"]:
         said, prec, which = cr.parse_oom_request(truth["message"])
         check("%s request vs message" % name, said - prec <= req <= said + prec,
               "requested %d B; message %r = %d B" % (req, which, said),
               "+-%d B, the message's 2-decimal rounding (request >= stated - rounding)" % prec)
-    if preset == "default":
-        held = sum(g["bytes"] for g in r.get("leaks", []) if g.get("pytorch_cache_segment"))
+    # Holders: every group live at the failure, suppressed ones too (the
+    # default suppressions hide cuBLAS's workspaces, which PyTorch counts).
+    groups = r.get("leaks", []) + r.get("suppressed", [])
+    if preset == "expandable":
+        # What the segments held before the request, plus the pages mapped
+        # for it before the driver refused one: about all free memory.
+        held = sum(g["bytes"] for g in groups if g.get("pytorch_cache_segment") and g.get("memory") == "physical")
+        want, what = truth["reserved_before"] + truth["free_before"], "memory_reserved() + mem_get_info() free"
+        tol = GiB
+        tol_text = "1 GiB (the driver's own allocations, pages left unmapped)"
+    elif preset == "default":
+        held = sum(g["bytes"] for g in groups if g.get("pytorch_cache_segment"))
         want, what, tol = truth["reserved_before"], "torch.cuda.memory_reserved()", 2 * MiB
         tol_text = "2 MiB (one small-pool segment)"
     else:
-        held = sum(g["bytes"] for g in r.get("leaks", []) if g["api"] == "cudaMallocAsync")
+        held = sum(g["bytes"] for g in groups if g["api"] == "cudaMallocAsync")
         want, what = truth["allocated_before"], "torch.cuda.memory_allocated()"
         tol = max(2 * MiB, want // 100)
         tol_text = "max(2 MiB, 1%%) = %d B" % tol
     check("%s holders" % name, cr.within(held, want, tol),
-          "live at the failure %s (%s groups); %s before the request %s"
-          % (fmt_bytes(held), "PyTorch cache segment" if preset == "default" else api, what, fmt_bytes(want)),
+          "live at the failure %s (%s groups, suppressed ones included); %s before the request %s"
+          % (fmt_bytes(held), api if preset == "pytorch" else "PyTorch cache segment", what, fmt_bytes(want)),
           tol_text)
-    free, want_free = o.get("device_free_bytes"), truth["free_before"]
-    check("%s device free" % name, free is not None and cr.within(free, want_free, 256 * MiB),
-          "oom.device_free_bytes %s; torch.cuda.mem_get_info() before the request %s" % (fmt_bytes(free), fmt_bytes(want_free)),
-          "256 MiB (the driver's own allocations)")
+    # Free memory: the figure PyTorch's message states, read after the
+    # failed call as ours is. Under backend:cudaMallocAsync the driver's
+    # pool has grown into nearly all free memory by then, so the figure
+    # before the request (mem_get_info) is no ground truth for it.
+    free = o.get("device_free_bytes")
+    stated = cr.parse_oom_free(truth.get("message") or "") if truth["raised"] else None
+    if preset == "expandable":
+        # At the refused page the mapped pages hold what was free; PyTorch
+        # unmaps them before its message measures.
+        want_free = truth["free_before"] - (held - truth["reserved_before"])
+        check("%s device free" % name, free is not None and cr.within(free, want_free, 256 * MiB),
+              "oom.device_free_bytes %s; free before the request less the pages mapped for it %s"
+              % (fmt_bytes(free), fmt_bytes(want_free)), "256 MiB")
+    elif stated:
+        want_free, prec = stated
+        tol = 256 * MiB + prec
+        check("%s device free" % name, free is not None and cr.within(free, want_free, tol),
+              "oom.device_free_bytes %s; the message's free memory %s (mem_get_info() before the request %s)"
+              % (fmt_bytes(free), fmt_bytes(want_free), fmt_bytes(truth["free_before"])),
+              "256 MiB (the driver's own allocations, the cache PyTorch freed before retrying) + %d B rounding" % prec)
+    else:
+        want_free = truth["free_before"]
+        check("%s device free" % name, free is not None and cr.within(free, want_free, 256 * MiB),
+              "oom.device_free_bytes %s; torch.cuda.mem_get_info() before the request %s"
+              % (fmt_bytes(free), fmt_bytes(want_free)),
+              "256 MiB (the driver's own allocations)")
     line = marker_line(SRC, "OOM request")
     ok = any(cr.frame_matches(f, "oom", line, SRC) for f in o.get("python_stack") or [])
     check("%s line" % name, ok, "oom.python_stack %s" % " <- ".join(
@@ -395,18 +484,66 @@ def verify_peak(preset, report_dir, truth, name):
           "at least 1")
 
 
+def verify_ranks(leaky, report_dir, truth_path, name):
+    """`cudaleak run --pytorch --fail-on-leak -- torchrun ... ranks`: one
+    exit report per rank and none from torchrun's own process, each rank's
+    leaks exactly the tensors it kept at the marked line, the merge's
+    per-rank totals, and the gate's exit status (written to
+    TRUTH_PATH.status by the script)."""
+    truths = sorted((cr.read_truth(p) for p in glob.glob(truth_path + ".rank*")), key=lambda t: t["rank"])
+    check("%s truths" % name, [t["rank"] for t in truths] == [0, 1], "ranks %s wrote their truth" % [t["rank"] for t in truths],
+          "ranks [0, 1]")
+    with open(truth_path + ".status") as f:
+        status = int(f.read().strip())
+    want = 23 if leaky else 0
+    check("%s gate" % name, status == want, "cudaleak run --fail-on-leak exited %d" % status,
+          "%d (%s)" % (want, "an exit report has leaks" if leaky else "no leaks"))
+    files = cr.report_files(report_dir, "exit")
+    reports = [cr.load_report(f) for f in files]
+    pids = sorted(r["pid"] for r in reports)
+    check("%s exit reports" % name, pids == sorted(t["pid"] for t in truths),
+          "%d exit report(s), pids %s, ranks %s" % (len(reports), pids, sorted(str(r.get("rank")) for r in reports)),
+          "one per rank, none from torchrun itself: pids %s" % sorted(t["pid"] for t in truths))
+    line = marker_line(SRC, "LEAK rank")
+    by_pid = {r["pid"]: r for r in reports}
+    for t in truths:
+        r = by_pid.get(t["pid"])
+        if r is None:
+            check("%s rank %d" % (name, t["rank"]), False, "no exit report for pid %d" % t["pid"], "one")
+            continue
+        gs = cr.groups_at(r, line, file=SRC, function="ranks")
+        blocks, got = cr.total(gs)
+        others = [g for g in r.get("leaks", []) if g not in gs]
+        check("%s rank %d" % (name, t["rank"]),
+              r.get("rank") == t["rank"] and blocks == t["kept"] and got == sum(t["nbytes"]) and not others,
+              "rank field %s; %d block(s) %d B at line %d, %d other group(s) %s" % (
+                  r.get("rank"), blocks, got, line, len(others), [(g["api"], g["bytes"]) for g in others[:3]]),
+              "rank %d: %d block(s) %d B (the tensors it kept), nothing else" % (t["rank"], t["kept"], sum(t["nbytes"])))
+    cli = os.environ.get("CUDALEAK_CLI")
+    if cli:
+        out = subprocess.run([cli, "merge", report_dir, "--format", "json"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, timeout=60)
+        merged = json.loads(out.stdout) if out.returncode == 0 else {}
+        rows = sorted((row.get("rank"), row["leaked_bytes"]) for row in merged.get("ranks", []))
+        want_rows = sorted((t["rank"], sum(t["nbytes"])) for t in truths)
+        check("%s merge" % name, rows == want_rows, "cudaleak merge: (rank, leaked bytes) %s; exit %d" % (rows, out.returncode),
+              "%s" % want_rows)
+
+
 def verify(mode, preset, report_dir, truth_path):
     name = "torch %s %s" % (mode, preset)
 
     @cr.guarded(name)
     def run():
-        truth = cr.read_truth(truth_path)
+        truth = None if mode.startswith("ranks") else cr.read_truth(truth_path)
         if mode in ("leak", "oom", "peak"):
             {"leak": verify_leak, "oom": verify_oom, "peak": verify_peak}[mode](preset, report_dir, truth, name)
         elif mode == "clean":
             verify_clean(report_dir, truth, name)
         elif mode in ("phases", "phases-clean"):
             verify_phases(report_dir, truth, name)
+        elif mode in ("ranks", "ranks-clean"):
+            verify_ranks(mode == "ranks", report_dir, truth_path, name)
         else:
             raise ValueError("no checks for mode %r" % mode)
 
@@ -428,4 +565,6 @@ if __name__ == "__main__":
         "cublas": cublas,
         "oom": oom,
         "peak": peak,
+        "ranks": lambda: ranks(True),
+        "ranks-clean": lambda: ranks(False),
     }[sys.argv[1]]()

@@ -30,8 +30,9 @@
 #
 # Sections, and their budgets on one H100/H200 (typical time in brackets):
 #   default:  env 25 s [15]  sanity 10 s [3]  nvcc 60 s [25]  python 25 s [8]
-#             torch 130 s [70]  oom 80 s [45]  frameworks 70 s [35]
-#             libraries 50 s [25]                       = 450 s, about 4 min typical
+#             torch 130 s [70]  oom 95 s [55]  frameworks 70 s [35]
+#             libraries 50 s [25]  procaddr 15 s [5]  untouched 40 s [25]
+#             ranks 60 s [45]                           = 580 s, about 5 min typical
 #   extras (not in the default; measurements, not checks, except torch-dump):
 #             torch-dump 40 s  overhead 150 s  bench (what is left)
 # Whatever runs, one deadline bounds it: steps start only before
@@ -48,7 +49,7 @@ fi
 ART=$(realpath "$1")
 OUT=$(realpath -m "$2")
 shift 2
-SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries}
+SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cudaleak-gpu.XXXXXX")
 CLI="$ART/cudaleak"
@@ -146,7 +147,7 @@ reports() { timeout "$(cap 30)" "$CLI" report "$@" 2>&1 | head -"${LINES_MAX:-12
 
 # done_: the summary and the exit status.
 done_() {
-    find "$WORK" \( -name 'cudaleak.*.json' -size -2M \) -o -name '*.truth.json' -o -name planted.txt \
+    find "$WORK" \( -name 'cudaleak.*.json' -size -8M \) -o -name '*.truth.json' -o -name planted.txt \
         -o -name sanitizer.txt | tar czf "$OUT/reports.tar.gz" -T - 2>/dev/null
     local total failed
     total=$(grep -c '^CHECK ' "$CHECKS")
@@ -292,21 +293,26 @@ torch)
     done
     ;;
 oom)
-    # 80 s: four runs of 8-15 s. Issue 21: a real PyTorch out-of-memory
-    # error and the peak of a step, under the default caching allocator and
-    # under --pytorch. Ground truth: the OutOfMemoryError message,
+    # 95 s: five runs of 8-15 s. A real PyTorch out-of-memory error and the
+    # peak of a step, under the default caching allocator and under
+    # --pytorch; the error also with expandable segments. Ground truth: the OutOfMemoryError message,
     # torch.cuda.memory_reserved/memory_allocated/mem_get_info before the
     # request, max_memory_allocated/max_memory_reserved after the step.
     d=$WORK/oom
     mkdir -p "$d"
-    for preset in default pytorch; do
+    for preset in default pytorch expandable; do
         flags=()
+        conf=()
         [ "$preset" = pytorch ] && flags=(--pytorch)
+        [ "$preset" = expandable ] && conf=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
         say "PyTorch out of memory ($preset)"
-        step "oom $preset" 60 env GPU_CHECK_TRUTH="$d/oom-$preset.truth.json" \
+        step "oom $preset" 60 env "${conf[@]}" GPU_CHECK_TRUTH="$d/oom-$preset.truth.json" \
             "$CLI" run "${flags[@]}" --dir "$d/oom-$preset" -- python3 "$TORCH" oom
         for f in "$d/oom-$preset"/*.oom.json; do LINES_MAX=25 reports --top 5 "$f"; done
         checks "oom $preset" python3 "$TORCH" verify oom "$preset" "$d/oom-$preset" "$d/oom-$preset.truth.json"
+        # Expandable segments: the out-of-memory path only (the peak of
+        # the caching allocator is measured under the default).
+        [ "$preset" = expandable ] && continue
         say "PyTorch peak of a training step ($preset)"
         step "peak $preset" 60 env GPU_CHECK_TRUTH="$d/peak-$preset.truth.json" \
             "$CLI" run "${flags[@]}" --dir "$d/peak-$preset" -- python3 "$TORCH" peak
@@ -346,6 +352,46 @@ for g in r["leaks"]:
     print("           top: %s" % " <- ".join(funcs))'
     done
     ;;
+procaddr)
+    # 15 s. Ground truth: what the driver's own cuGetProcAddress_v2 hands
+    # out for each name and version of the hook table, asked by
+    # gpu/procaddr_probe.c without the library.
+    say "cuGetProcAddress_v2: the library's hooks for every hooked entry point"
+    d=$WORK/procaddr
+    mkdir -p "$d"
+    if step build 30 gcc -O2 -o "$d/probe" "$ROOT/gpu/procaddr_probe.c" -ldl; then
+        checks procaddr python3 "$ROOT/gpu/procaddr_checks.py" "$ART/libcudaleak.so" "$d/probe"
+    fi
+    ;;
+untouched)
+    # 40 s. Programs that allocate no GPU memory: the same exit status,
+    # output and files with and without the library (gpu/untouched_checks.py;
+    # the ground truth is the plain run).
+    say "programs that allocate no GPU memory, with and without the library"
+    UT=$ROOT/gpu/untouched_checks.py
+    checks shell python3 "$UT" "$ART/libcudaleak.so" shell -- bash -c 'echo out; echo err >&2; ls / >/dev/null; exit 7'
+    checks python python3 "$UT" "$ART/libcudaleak.so" python -- python3 -c 'import json, sys; print(json.dumps(sys.argv)); sys.exit(3)'
+    checks nvidia-smi python3 "$UT" "$ART/libcudaleak.so" nvidia-smi -- nvidia-smi -L
+    checks "import torch" python3 "$UT" "$ART/libcudaleak.so" "import torch" -- \
+        python3 -c 'import torch; print(torch.__version__, torch.cuda.is_initialized())'
+    checks "torch query" python3 "$UT" "$ART/libcudaleak.so" "torch query" --cuda -- \
+        python3 -c 'import torch; print(torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_device_name(0))'
+    ;;
+ranks)
+    # 60 s: two runs of torchrun with 2 ranks on one GPU (gloo), 15-25 s
+    # each. Ground truth: what each rank kept (its truth file), the gate's
+    # exit status (23 with a leak at exit, else 0).
+    d=$WORK/ranks
+    mkdir -p "$d"
+    for v in ranks ranks-clean; do
+        say "torchrun, 2 ranks on one GPU (gloo), cudaleak run --pytorch --fail-on-leak: $v"
+        step "$v" 90 bash -c '"${@:2}"; echo $? >"$1"' _ "$d/$v.truth.json.status" \
+            env GPU_CHECK_TRUTH="$d/$v.truth.json" "$CLI" run --pytorch --fail-on-leak --dir "$d/$v" -- \
+            python3 -m torch.distributed.run --standalone --nproc-per-node 2 "$TORCH" "$v"
+        LINES_MAX=30 reports "$d/$v"
+        checks "$v" python3 "$TORCH" verify "$v" pytorch "$d/$v" "$d/$v.truth.json"
+    done
+    ;;
 torch-dump)
     # 40 s (extra): the no-cache leak run again, with its checks.
     d=$WORK/torch-dump
@@ -356,25 +402,13 @@ torch-dump)
     checks "leak no-cache" python3 "$TORCH" verify leak no-cache "$d/leak" "$d/leak.truth.json"
     ;;
 overhead)
-    # 150 s (extra): 6 configurations x 3 runs of about 8 s; a measurement.
-    say "overhead of a training step (MLP 512-512-10, batch 128), median of 3"
-    for cfg in none cudaleak cudaleak-nocache none-nocache none-async cudaleak-async; do
-        times=()
-        for i in 1 2 3; do
-            (($(left) < 15)) && break
-            case $cfg in
-                none) t=$(timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
-                none-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
-                cudaleak) t=$(CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
-                cudaleak-nocache) t=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
-                # what `cudaleak run --pytorch` sets (issue 21)
-                none-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
-                cudaleak-async) t=$(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync CUDALEAK_DIR=$WORK CUDALEAK_SUMMARY=0 LD_PRELOAD=$ART/libcudaleak.so timeout "$(cap 60)" python3 "$TORCH" overhead) ;;
-            esac
-            times+=("${t%% *}")
-        done
-        printf '%-18s %s ms/step (runs: %s)\n' "$cfg" "$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)" "${times[*]}"
-    done
+    # 150 s (extra): a measurement, not a check. The configurations in
+    # turn, round after round (gpu/step_overhead.py): OVERHEAD_ROUNDS
+    # (default 5), OVERHEAD_STEPS steps a run (default 500),
+    # OVERHEAD_CONFIGS (default none cudaleak none-async cudaleak-async;
+    # also none-nocache cudaleak-nocache).
+    say "overhead of a training step (MLP 512-512-10, batch 128), configurations interleaved"
+    step overhead 600 python3 "$ROOT/gpu/step_overhead.py" "$ART/libcudaleak.so" "$(left)" ${OVERHEAD_CONFIGS:-}
     ;;
 bench)
     # Extra: whatever the deadline leaves (alone: up to 450 s).
@@ -383,7 +417,7 @@ bench)
     step bench 540 python3 "$ROOT/scripts/bench.py" --runs 3 --threads 1,2,4,8,16
     ;;
 *)
-    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries torch-dump overhead bench"
+    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks torch-dump overhead bench"
     ;;
 esac
 (($(failures) > before)) && FAILED_SECTIONS+=" $s"

@@ -684,8 +684,16 @@ pub fn oom_lines(r: &Report, report_path: Option<&str>) -> String {
     } else {
         String::new()
     };
-    // What holds the memory, suppressed or not: the three largest.
-    let mut shown: Vec<&Group> = r.leaks.iter().chain(&r.suppressed).collect();
+    // What holds the memory, suppressed or not: the three largest. Only
+    // kinds counted in "holds" are listed: PyTorch's expandable segments
+    // reserve address space of more than the GPU's memory, which would
+    // otherwise head the list and hide the pages that filled the GPU.
+    let mut shown: Vec<&Group> = r
+        .leaks
+        .iter()
+        .chain(&r.suppressed)
+        .filter(|g| g.kind().counts_in_live_bytes())
+        .collect();
     shown.sort_by_key(|g| std::cmp::Reverse(g.bytes));
     shown.truncate(3);
     let _ = write!(
@@ -1435,6 +1443,24 @@ mod tests {
             lines.contains("cudaMalloc (device memory) at alloc exp.py:5 < load_weights exp.py:9"),
             "{lines}"
         );
+
+        // Expandable segments, as seen on an H200: a reservation larger
+        // than the GPU is no holder; the pages mapped for the request are.
+        let mut reservation = holder("reserve", 40, 157 << 30);
+        reservation.api = "cuMemAddressReserve".into();
+        reservation.memory = MemoryKind::Reservation;
+        let mut pages = holder("step", 20, 139 << 30);
+        pages.api = "cuMemCreate".into();
+        pages.memory = MemoryKind::Physical;
+        r.leaks = vec![reservation, pages, holder("load_weights", 9, 2)];
+        let lines = oom_lines(&r, None);
+        let listed: Vec<&str> = lines.lines().skip(1).collect();
+        assert_eq!(listed.len(), 2, "{lines}");
+        assert!(
+            listed[0].contains("139.0 GiB in 1 block: cuMemCreate (physical memory)"),
+            "{lines}"
+        );
+        assert!(!lines.contains("cuMemAddressReserve"), "{lines}");
     }
 
     /// The out-of-memory lines and the peak section escape what comes
