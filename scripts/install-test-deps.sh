@@ -10,7 +10,9 @@
 #   frames at dump time (tests/reports.rs);
 # - gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user, for
 #   scripts/aarch64-check.sh (the aarch64 build, its unit tests and
-#   planted-leak programs under qemu-aarch64; docs/platforms.md).
+#   planted-leak programs under qemu-aarch64; docs/platforms.md);
+# - prometheus and prometheus-node-exporter, which scrape and query the
+#   metrics files (tests/metrics.rs).
 # Tests that need one of these are #[ignore]d with the reason in a plain
 # `cargo test`; scripts/test.sh runs them, and there a missing tool fails
 # them (issue 23).
@@ -34,6 +36,13 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
 fi
 if ! command -v qemu-aarch64 >/dev/null 2>&1; then
     missing="$missing qemu-user"
+fi
+# Prometheus and node_exporter scrape the metrics files (tests/metrics.rs).
+if ! command -v prometheus >/dev/null 2>&1; then
+    missing="$missing prometheus"
+fi
+if ! command -v prometheus-node-exporter >/dev/null 2>&1; then
+    missing="$missing prometheus-node-exporter"
 fi
 if [ -n "$missing" ]; then
     SUDO=""

@@ -194,6 +194,13 @@ came before the timeout."
     Env,
     /// Print the path of libcudaleak.so, for LD_PRELOAD=$(cudaleak lib) COMMAND
     Lib,
+    /// Remove the metrics files (CUDALEAK_METRICS_DIR) of this host's processes that are gone: what a
+    /// process killed before its last write left behind
+    #[command(after_help = "Exit status: 0; 2 when DIR cannot be read.")]
+    MetricsClean {
+        /// The metrics directory
+        dir: PathBuf,
+    },
 }
 
 /// The command: parses the arguments and runs the subcommand.
@@ -229,6 +236,7 @@ pub fn main() -> ExitCode {
         Command::Demo { dir } => cli::demo::demo(dir),
         Command::Env => cli::env(),
         Command::Lib => cli::lib(),
+        Command::MetricsClean { dir } => cli::metrics_clean(&dir),
     };
     match result {
         Ok(code) => ExitCode::from(code),

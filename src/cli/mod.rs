@@ -130,6 +130,37 @@ pub fn lib() -> CliResult {
     Ok(0)
 }
 
+/// `cudaleak metrics-clean DIR`: this host's metrics files whose process
+/// is gone, removed, one line each.
+pub fn metrics_clean(dir: &std::path::Path) -> CliResult {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{}: not a directory", dir.display()));
+    }
+    let host = cudaleak_core::base::hostname();
+    let stale = cudaleak_core::metrics::stale_files(dir, &host, |pid| {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) == 0 };
+        alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    });
+    for p in &stale {
+        match std::fs::remove_file(p) {
+            Ok(()) => println!(
+                "removed {}",
+                cudaleak_core::report::render::escape(&p.display().to_string())
+            ),
+            Err(e) => eprintln!(
+                "cudaleak: cannot remove {}: {e}",
+                cudaleak_core::report::render::escape(&p.display().to_string())
+            ),
+        }
+    }
+    Ok(0)
+}
+
 pub fn env() -> CliResult {
     for f in cudaleak_core::config::FLAGS {
         println!("{:<30} default: {}\n    {}", f.name, f.default, f.help);

@@ -303,7 +303,12 @@ pub fn run_command(mut cmd: Command, deadline: Duration) -> (ExitStatus, String,
 
 /// `program` under the library (without it when `preload` is false), its
 /// reports (and working directory) in a fresh directory.
-fn traced_command(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> (Command, TempDir) {
+pub fn traced_command(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    preload: bool,
+) -> (Command, TempDir) {
     let dir = TempDir::new(program.file_name().unwrap().to_str().unwrap());
     let emulator = emulator();
     let mut cmd = match &emulator {

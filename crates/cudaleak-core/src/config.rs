@@ -175,6 +175,22 @@ flags! {
         default "none (stderr)", warning "stderr",
         parse path,
         help "file the library's warnings and summaries are appended to instead of stderr (created mode 0600 if missing)";
+    CUDALEAK_METRICS_DIR => metrics_dir: Option<PathBuf> = None,
+        default "none (off)", warning "none (off)",
+        parse path,
+        help "directory for a Prometheus textfile per process (cudaleak.HOST[.rRANK].PID.prom), rewritten every CUDALEAK_METRICS_INTERVAL, for node_exporter's textfile collector";
+    CUDALEAK_METRICS_INTERVAL => metrics_interval: Duration = Duration::from_secs(5),
+        default "5",
+        parse metrics_interval,
+        help "seconds between rewrites of the metrics file, 0.1 to 3600";
+    CUDALEAK_METRICS_TOP => metrics_top: usize = 10,
+        default "10",
+        parse number(0..=1000, "expected a count, 0 to 1000"),
+        help "call sites in the metrics file (those holding the most live bytes)";
+    CUDALEAK_JOB => job: Option<String> = None,
+        default "none (TORCHELASTIC_RUN_ID, else SLURM_JOB_ID)", warning "none",
+        parse |v| if v.is_empty() { Err("empty".into()) } else { Ok(Some(v.to_string())) },
+        help "the job label of the metrics; without it, torchrun's TORCHELASTIC_RUN_ID or SLURM's SLURM_JOB_ID";
     CUDALEAK_SUMMARY => summary: bool = true,
         default "1",
         parse boolean,
@@ -398,6 +414,13 @@ fn interval(v: &str) -> Result<Option<Duration>, Bad<Option<Duration>>> {
     }
 }
 
+fn metrics_interval(v: &str) -> Result<Duration, Bad<Duration>> {
+    match v.trim().parse::<f64>() {
+        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => Err("expected seconds, 0.1 to 3600".into()),
+    }
+}
+
 fn unwinder(v: &str) -> Result<Unwinder, Bad<Unwinder>> {
     match v.trim() {
         "fast" => Ok(Unwinder::Fast),
@@ -546,6 +569,10 @@ mod tests {
             ("CUDALEAK_TRACE", "1048577", "(expected a count of events, 0 to 1048576); using the default, 0"),
             ("CUDALEAK_REPORT_MODE", "0700", "(expected octal permission bits with the owner's 0600, no execute bits); using the default, 0600"),
             ("CUDALEAK_LOG", "", "(empty); using the default, stderr"),
+            ("CUDALEAK_METRICS_DIR", "", "(empty); using the default, none (off)"),
+            ("CUDALEAK_METRICS_INTERVAL", "0", "(expected seconds, 0.1 to 3600); using the default, 5"),
+            ("CUDALEAK_METRICS_TOP", "1001", "(expected a count, 0 to 1000); using the default, 10"),
+            ("CUDALEAK_JOB", "", "(empty); using the default, none"),
             ("CUDALEAK_SUMMARY", "no way", "(expected 0 or 1); using the default, 1"),
         ];
         for (name, value, tail) in cases {
@@ -627,7 +654,15 @@ mod tests {
     #[test]
     fn the_default_words_read_as_the_default_value() {
         for f in FLAGS {
-            if [var::CUDALEAK_DIR, var::CUDALEAK_SUPPRESSIONS, var::CUDALEAK_LOG].contains(&f.name) {
+            if [
+                var::CUDALEAK_DIR,
+                var::CUDALEAK_SUPPRESSIONS,
+                var::CUDALEAK_LOG,
+                var::CUDALEAK_METRICS_DIR,
+                var::CUDALEAK_JOB,
+            ]
+            .contains(&f.name)
+            {
                 continue;
             }
             let word = first_word(f.default);

@@ -112,6 +112,7 @@ pub fn instance_token(start_ms: i64) -> String {
 fn write_temp(
     dir: &Path,
     name: &str,
+    mode: u32,
     fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<PathBuf> {
     let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
@@ -119,7 +120,7 @@ fn write_temp(
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(FILE_MODE.load(std::sync::atomic::Ordering::Relaxed))
+        .mode(mode)
         .open(&tmp)?;
     let mut out = io::BufWriter::with_capacity(1 << 16, f);
     let result = fill(&mut out)
@@ -148,7 +149,12 @@ pub fn write_report_file(
     name: &str,
     fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<PathBuf> {
-    let tmp = write_temp(dir, name, fill)?;
+    let tmp = write_temp(
+        dir,
+        name,
+        FILE_MODE.load(std::sync::atomic::Ordering::Relaxed),
+        fill,
+    )?;
     let stem = name.strip_suffix(".json").unwrap_or(name);
     let mut final_path = dir.join(name);
     let mut linked = std::fs::hard_link(&tmp, &final_path);
@@ -235,8 +241,19 @@ fn process_exists(pid: i32) -> bool {
 /// Replaces `dir/name` atomically (temporary file, then rename): for the
 /// timeline, which is one growing file per process.
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    replace_file_with_mode(
+        dir,
+        name,
+        bytes,
+        FILE_MODE.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
+/// [`replace_file`] with the new file's permission bits: the metrics
+/// file, which a collector running as another user reads.
+pub fn replace_file_with_mode(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<PathBuf> {
     let final_path = dir.join(name);
-    let tmp = write_temp(dir, name, &mut |w| w.write_all(bytes))?;
+    let tmp = write_temp(dir, name, mode, &mut |w| w.write_all(bytes))?;
     std::fs::rename(&tmp, &final_path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;

@@ -88,6 +88,11 @@ pub struct RunArgs {
     /// Write the budgets' verdict as JUnit XML to FILE: one test case per process and budget
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Write each process's figures (live and peak bytes, the call sites holding the most) as a
+    /// Prometheus textfile in DIR, refreshed every CUDALEAK_METRICS_INTERVAL seconds (default 5), for
+    /// node_exporter's textfile collector; each file is removed when its process ends
+    #[arg(long, value_name = "DIR")]
+    metrics_dir: Option<PathBuf>,
     /// The command to run
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -351,6 +356,10 @@ pub fn run(a: RunArgs) -> CliResult {
     // user's own CUDALEAK_TIMELINE (0 to turn it off, or a period) wins.
     if std::env::var_os(var::CUDALEAK_TIMELINE).is_none() {
         cmd.env(var::CUDALEAK_TIMELINE, "1");
+    }
+    if let Some(d) = &a.metrics_dir {
+        let d = std::path::absolute(d).map_err(|e| format!("--metrics-dir {}: {e}", d.display()))?;
+        cmd.env(var::CUDALEAK_METRICS_DIR, d);
     }
     if a.no_python {
         cmd.env(var::CUDALEAK_PYTHON, "0");

@@ -112,13 +112,7 @@ fn command_line() -> Vec<String> {
 }
 
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buffer and its length.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    cudaleak_core::base::hostname()
 }
 
 pub fn meta_for(req: &Request, sequence: u64) -> DumpMeta {
@@ -237,6 +231,23 @@ fn oom_request(assembler: &mut Assembler, p: &oom::Pending) -> OomRequest {
         device_total_bytes: p.device_total,
         failed_calls: oom::failed_calls(p.serial),
         timestamp_ms: p.timestamp_ms,
+    }
+}
+
+impl DumpState {
+    /// `f` with an assembler over the process's symbols, whose growth
+    /// tracking is thrown away: for naming call sites outside a dump (the
+    /// metrics file).
+    pub fn with_assembler<R>(&mut self, f: impl FnOnce(&mut Assembler) -> R) -> R {
+        let mut scratch = GrowthTracker::default();
+        let mut assembler = Assembler {
+            depot: &tracker::DEPOT,
+            codes: &python::CODES,
+            symbols: &mut self.symbols,
+            suppressions: suppressions(),
+            growth: &mut scratch,
+        };
+        f(&mut assembler)
     }
 }
 

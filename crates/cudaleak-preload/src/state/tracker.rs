@@ -116,6 +116,11 @@ pub fn sampler_sources() -> crate::state::sampler::Sources<'static> {
     }
 }
 
+/// Allocation calls that failed so far.
+pub fn failed_allocations() -> u64 {
+    FAILED_ALLOCATIONS.load(Ordering::Relaxed)
+}
+
 pub fn note_internal_error() {
     INTERNAL_ERRORS.fetch_add(1, Ordering::Relaxed);
 }

@@ -182,6 +182,9 @@ fn dumper_rounds() {
         {
             wait = wait.min(next_sample);
         }
+        if let Ok(Some(next_write)) = std::panic::catch_unwind(crate::process::metrics::tick) {
+            wait = wait.min(next_write);
+        }
         if let Some(due) = next_interval {
             wait = wait.min(due.saturating_duration_since(Instant::now()));
         }

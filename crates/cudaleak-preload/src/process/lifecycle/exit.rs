@@ -257,6 +257,14 @@ fn write_exit_report(
     };
     let config = settings::config();
     let leaked = !outcome.report.leaks.is_empty();
+    let leaked_bytes = outcome
+        .report
+        .leaks
+        .iter()
+        .filter(|g| g.kind().counts_in_live_bytes())
+        .map(|g| g.bytes)
+        .sum();
+    let _ = std::panic::catch_unwind(|| crate::process::metrics::last_write(leaked_bytes));
     // An incomplete report says so, leaks or none (its first lines).
     if (leaked || outcome.report.incomplete_shards > 0) && config.summary {
         let path = outcome.path.as_deref().map(Path::to_string_lossy);

@@ -84,6 +84,7 @@ pub fn init() {
     }
     cudaleak_core::writer::set_file_mode(config.report_mode);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    crate::process::metrics::configure(config, &cwd, env_var);
     let dir = match &config.dir {
         Some(d) if d.is_absolute() => d.clone(),
         Some(d) => cwd.join(d),

@@ -1,0 +1,210 @@
+//! The metrics file (`CUDALEAK_METRICS_DIR`): the dumper thread rewrites
+//! `cudaleak.<host>[.r<rank>].<pid>.prom` every `CUDALEAK_METRICS_INTERVAL`
+//! from the per-call-site counters the hooks keep anyway
+//! ([`tracker::SITES`]), so the allocation path pays nothing for it. The
+//! exit report's figures are written last, and the file is removed: a
+//! file whose process is gone is one that was killed (`cudaleak
+//! metrics-clean` removes those). What the text says is
+//! [`cudaleak_core::metrics`]'s.
+
+use crate::base::settings;
+use crate::process::dump;
+use crate::state::{live_bytes, oom, tracker};
+use cudaleak_core::base::lock::FutexMutex;
+use cudaleak_core::config::Config;
+use cudaleak_core::metrics::{self, Labels, Sample};
+use cudaleak_core::record::TraceId;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// World-readable: node_exporter, which reads the files, runs as a user
+/// of its own. Who may read them is decided by the directory's
+/// permissions, which the user chose.
+const FILE_MODE: u32 = 0o644;
+
+/// Traces symbolized per write, as candidates for the top sites: the
+/// sites are picked among the traces holding the most (several traces can
+/// be one site).
+const CANDIDATES_PER_SITE: usize = 4;
+
+struct Writer {
+    dir: PathBuf,
+    labels: Labels,
+    /// where the directory stands: unchecked, usable, or warned about
+    dir_ok: Option<bool>,
+    next: Instant,
+    /// the file this process wrote, to remove at exit
+    written: Option<PathBuf>,
+}
+
+static WRITER: FutexMutex<Option<Writer>> = FutexMutex::new(None);
+const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
+
+fn env_number(env: &impl Fn(&str) -> Option<String>, names: &[&str]) -> Option<i64> {
+    names.iter().find_map(|n| env(n)?.trim().parse().ok())
+}
+
+/// At load: where the file goes (made absolute: the program may change its
+/// directory later) and the labels the environment gives.
+pub fn configure(config: &Config, cwd: &Path, env: impl Fn(&str) -> Option<String>) {
+    let Some(dir) = &config.metrics_dir else { return };
+    let labels = Labels {
+        job: config
+            .job
+            .clone()
+            .or_else(|| env("TORCHELASTIC_RUN_ID"))
+            .or_else(|| env("SLURM_JOB_ID"))
+            .filter(|j| !j.is_empty()),
+        rank: settings::rank(),
+        local_rank: env_number(
+            &env,
+            &["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"],
+        ),
+        host: dump::hostname(),
+        pid: 0,
+    };
+    *WRITER.lock() = Some(Writer {
+        dir: cwd.join(dir),
+        labels,
+        dir_ok: None,
+        next: Instant::now(),
+        written: None,
+    });
+}
+
+fn this_pid() -> i64 {
+    // SAFETY: getpid takes no argument, cannot fail and touches no memory.
+    i64::from(unsafe { libc::getpid() })
+}
+
+/// The figures now: totals from the site counters, the top sites
+/// symbolized as reports name them.
+fn sample(labels: &Labels, leaked_bytes: Option<u64>) -> Sample {
+    let limit = tracker::DEPOT.len();
+    let mut live: Vec<(TraceId, u64, u64)> = Vec::new();
+    tracker::SITES.for_each_live(limit, |t, bytes, blocks| live.push((t, bytes, blocks)));
+    let peak = live_bytes::peak();
+    let mut at_peak = std::collections::HashMap::new();
+    tracker::SITES.for_each_at_peak(limit, peak, |t, bytes, _| {
+        at_peak.insert(t.0, bytes);
+    });
+    let (live_bytes_now, live_blocks) = live.iter().fold((0u64, 0u64), |(b, n), &(_, bytes, blocks)| {
+        (b + bytes, n + blocks)
+    });
+    let top = settings::config().metrics_top;
+    // Candidates: the traces holding the most now, and those that held
+    // the most at the peak.
+    live.sort_by_key(|e| std::cmp::Reverse(e.1));
+    let mut candidates: Vec<u32> = live
+        .iter()
+        .take(top * CANDIDATES_PER_SITE)
+        .map(|e| e.0 .0)
+        .collect();
+    let mut by_peak: Vec<(u32, u64)> = at_peak.iter().map(|(&t, &b)| (t, b)).collect();
+    by_peak.sort_by_key(|e| std::cmp::Reverse(e.1));
+    candidates.extend(by_peak.iter().take(top).map(|e| e.0));
+    candidates.sort_unstable();
+    candidates.dedup();
+    let live_of: std::collections::HashMap<u32, (u64, u64)> = live
+        .iter()
+        .map(|&(t, bytes, blocks)| (t.0, (bytes, blocks)))
+        .collect();
+    let groups = if top == 0 {
+        Vec::new()
+    } else {
+        dump::with_state(Some(LOCK_TIMEOUT), |state| {
+            let mut out = Vec::new();
+            state.with_assembler(|asm| {
+                for &t in &candidates {
+                    if let Some(g) = asm.site_group(TraceId(t)) {
+                        let (bytes, blocks) = live_of.get(&t).copied().unwrap_or((0, 0));
+                        out.push((g, bytes, blocks, at_peak.get(&t).copied().unwrap_or(0)));
+                    }
+                }
+            });
+            out
+        })
+        .unwrap_or_default()
+    };
+    Sample {
+        labels: Labels {
+            pid: this_pid(),
+            ..labels.clone()
+        },
+        live_bytes: live_bytes_now,
+        live_blocks,
+        peak_bytes: peak,
+        failed_allocations: tracker::failed_allocations(),
+        oom_events: oom::events().len() as u64,
+        leaked_bytes,
+        sites: metrics::top_sites(groups, top),
+    }
+}
+
+fn write(w: &mut Writer, leaked_bytes: Option<u64>) {
+    if w.dir_ok.is_none() {
+        let ok = cudaleak_core::writer::prepare_dir(&w.dir);
+        if let Err(e) = &ok {
+            settings::warn(&format!(
+                "cudaleak: cannot write metrics into {}: {e}; CUDALEAK_METRICS_DIR is ignored",
+                w.dir.display()
+            ));
+        }
+        w.dir_ok = Some(ok.is_ok());
+    }
+    if w.dir_ok != Some(true) {
+        return;
+    }
+    let s = sample(&w.labels, leaked_bytes);
+    let name = metrics::file_name(&s.labels.host, s.labels.rank, s.labels.pid);
+    if let Ok(path) = cudaleak_core::writer::replace_file_with_mode(
+        &w.dir,
+        &name,
+        metrics::render(&s).as_bytes(),
+        FILE_MODE,
+    ) {
+        w.written = Some(path);
+    }
+}
+
+/// On the dumper thread: writes the file when it is due; returns how long
+/// until the next write (None when metrics are off).
+pub fn tick() -> Option<Duration> {
+    let mut guard = WRITER.lock_for(LOCK_TIMEOUT)?;
+    let w = guard.as_mut()?;
+    let every = settings::config().metrics_interval;
+    if !tracker::saw_allocation_call() {
+        return Some(every);
+    }
+    let now = Instant::now();
+    if now >= w.next {
+        // A fork child writes its own file: the parent's is not its own.
+        if w.written.as_ref().is_some_and(|p| {
+            metrics::pid_of(
+                &p.file_name().unwrap_or_default().to_string_lossy(),
+                &w.labels.host,
+            ) != Some(this_pid())
+        }) {
+            w.written = None;
+        }
+        write(w, None);
+        w.next = now + every;
+    }
+    Some(w.next.saturating_duration_since(Instant::now()))
+}
+
+/// After the exit report: the last figures, with what it lists as leaked,
+/// then the file goes (a process that ends leaves none behind).
+pub fn last_write(leaked_bytes: u64) {
+    let Some(mut guard) = WRITER.lock_for(LOCK_TIMEOUT) else {
+        return;
+    };
+    let Some(w) = guard.as_mut() else { return };
+    if !tracker::saw_allocation_call() {
+        return;
+    }
+    write(w, Some(leaked_bytes));
+    if let Some(p) = w.written.take() {
+        let _ = std::fs::remove_file(p);
+    }
+}
