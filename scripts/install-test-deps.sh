@@ -11,8 +11,8 @@
 # - gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user, for
 #   scripts/aarch64-check.sh (the aarch64 build, its unit tests and
 #   planted-leak programs under qemu-aarch64; docs/platforms.md);
-# - prometheus and prometheus-node-exporter, which scrape and query the
-#   metrics files (tests/metrics.rs).
+# - prometheus, prometheus-node-exporter and prometheus-pushgateway, which
+#   serve, scrape and query the metrics (tests/metrics.rs).
 # Tests that need one of these are #[ignore]d with the reason in a plain
 # `cargo test`; scripts/test.sh runs them, and there a missing tool fails
 # them (issue 23).
@@ -43,6 +43,9 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 if ! command -v prometheus-node-exporter >/dev/null 2>&1; then
     missing="$missing prometheus-node-exporter"
+fi
+if ! command -v prometheus-pushgateway >/dev/null 2>&1; then
+    missing="$missing prometheus-pushgateway"
 fi
 if [ -n "$missing" ]; then
     SUDO=""

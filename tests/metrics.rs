@@ -402,6 +402,45 @@ fn tool(name: &str) -> PathBuf {
     )
 }
 
+/// Prometheus scraping 127.0.0.1:`target` every second, with
+/// `honor_labels` (the job's own `job` label kept), its data in `dir`;
+/// returns once it is ready, with its port.
+fn start_prometheus(dir: &Path, target: u16) -> (Server, u16) {
+    let port = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    honor_labels: true\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        ),
+    )
+    .unwrap();
+    let server = Server(
+        std::process::Command::new(tool("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_ready(port, "Prometheus");
+    (server, port)
+}
+
+fn wait_ready(port: u16, what: &str) {
+    let start = Instant::now();
+    while http_get(port, "/-/ready").map(|r| r.0) != Some(200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{what} did not get ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `query` over Prometheus's HTTP API: each result's labels and value.
 fn query(port: u16, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
     let enc: String = query
@@ -440,12 +479,11 @@ fn query(port: u16, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 #[test]
 #[ignore = "needs prometheus and prometheus-node-exporter (Debian); scripts/test.sh runs it (--ignored)"]
 fn prometheus_scrapes_both_ranks_through_node_exporter() {
-    let prometheus = tool("prometheus");
     let node_exporter = tool("prometheus-node-exporter");
     let dir = TempDir::new("metrics-prometheus");
     let metrics = dir.path().join("textfiles");
     std::fs::create_dir_all(&metrics).unwrap();
-    let (np, pp) = (free_port(), free_port());
+    let np = free_port();
     let _node = Server(
         std::process::Command::new(node_exporter)
             .args([
@@ -459,36 +497,7 @@ fn prometheus_scrapes_both_ranks_through_node_exporter() {
             .spawn()
             .unwrap(),
     );
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    honor_labels: true\n    \
-             static_configs:\n      - targets: ['127.0.0.1:{np}']\n"
-        ),
-    )
-    .unwrap();
-    let _prom = Server(
-        std::process::Command::new(prometheus)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{pp}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let start = Instant::now();
-    while http_get(pp, "/-/ready").map(|r| r.0) != Some(200) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "Prometheus did not get ready"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (_prom, pp) = start_prometheus(dir.path(), np);
     let mdir = metrics.to_str().unwrap();
     let mut ranks: Vec<Grower> = ["0", "1"]
         .iter()
@@ -548,4 +557,114 @@ fn prometheus_scrapes_both_ranks_through_node_exporter() {
     for g in ranks.drain(..) {
         assert!(g.finish().success());
     }
+}
+
+fn run_pushing(dir: &Path, url: &str, command: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "--fail-on-leak",
+        "--dir",
+        "reports",
+        "--pushgateway",
+        url,
+        "--",
+    ];
+    args.extend_from_slice(command);
+    let mut cmd = cli_command(&args, dir);
+    cmd.env("CUDALEAK_JOB", "ci-7");
+    cmd.output().unwrap()
+}
+
+/// A CI run's final figures reach the Pushgateway, grouped by job, and
+/// Prometheus scraping it returns the planted leak's bytes; the gate's
+/// verdict is the leak's (23), not the push's.
+#[test]
+#[ignore = "needs prometheus and prometheus-pushgateway (Debian); scripts/test.sh runs it (--ignored)"]
+fn the_pushgateway_receives_the_final_figures() {
+    let dir = TempDir::new("metrics-push");
+    let gp = free_port();
+    let _gateway = Server(
+        std::process::Command::new(tool("prometheus-pushgateway"))
+            .arg(format!("--web.listen-address=127.0.0.1:{gp}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_ready(gp, "the Pushgateway");
+    let prog = program("metrics");
+    let out = run_pushing(
+        dir.path(),
+        &format!("http://127.0.0.1:{gp}"),
+        &[prog.to_str().unwrap(), "grow", "2", "10"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(23),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("could not push"));
+    let (_, body) = http_get(gp, "/metrics").unwrap();
+    let ours: String = body
+        .lines()
+        .filter(|l| l.starts_with("cudaleak_"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let pushed = parse(&ours);
+    let leaked: Vec<&Series> = pushed
+        .iter()
+        .filter(|s| s.name == "cudaleak_leaked_bytes")
+        .collect();
+    assert_eq!(leaked.len(), 1, "{body}");
+    assert_eq!(leaked[0].value, MIB);
+    assert_eq!(leaked[0].labels["job"], "ci-7");
+    let site = pushed
+        .iter()
+        .find(|s| s.name == "cudaleak_site_live_bytes")
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(site.labels["site"].contains(STEADY), "{site:?}");
+    assert_eq!(site.value, MIB);
+    // Prometheus scraping the Pushgateway has the figure too.
+    let (_prom, pp) = start_prometheus(dir.path(), gp);
+    let start = Instant::now();
+    loop {
+        let r = query(pp, "cudaleak_leaked_bytes{job=\"ci-7\"}");
+        if let Some((_, v)) = r.first() {
+            assert_eq!(*v, MIB);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "Prometheus never had cudaleak_leaked_bytes"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A Pushgateway nobody listens at: one warning for the run's two
+/// processes, and the exit status stays the gate's.
+#[test]
+fn an_unreachable_pushgateway_warns_once() {
+    let dir = TempDir::new("metrics-push-down");
+    let prog = program("metrics");
+    let p = prog.to_str().unwrap();
+    let twice = format!("{p} grow 1 1 && {p} grow 1 1");
+    let out = run_pushing(
+        dir.path(),
+        &format!("http://127.0.0.1:{}", free_port()),
+        &["sh", "-c", &twice],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(23), "{stderr}");
+    assert_eq!(
+        stderr.matches("could not push to the Pushgateway").count(),
+        1,
+        "{stderr}"
+    );
+    let bad = cli_command(&["run", "--pushgateway", "https://gw", "--", "true"], dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("https is not supported"));
 }

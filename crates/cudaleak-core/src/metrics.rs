@@ -13,7 +13,7 @@
 
 use crate::budget::site_key;
 use crate::report::render::{label_groups, picture_frames};
-use crate::report::{Group, MergedFrame};
+use crate::report::{Group, MergedFrame, Report};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -121,6 +121,80 @@ pub fn top_sites(groups: Vec<(Group, u64, u64, u64)>, n: usize) -> Vec<Site> {
             peak_bytes: *peak,
         })
         .collect()
+}
+
+/// A process's final figures from its exit report, for a Pushgateway
+/// (`cudaleak run --pushgateway`): its totals, the unsuppressed leaks as
+/// `leaked_bytes`, and as sites the `top` leaked groups with their bytes
+/// at the peak.
+pub fn sample_of_report(r: &Report, job: Option<String>, top: usize) -> Sample {
+    let mut groups: Vec<(Group, u64, u64, u64)> = r
+        .leaks
+        .iter()
+        .map(|g| (g.clone(), g.bytes, g.blocks, 0))
+        .collect();
+    let leaked_keys: std::collections::HashSet<String> = groups.iter().map(|g| key(&g.0)).collect();
+    if let Some(p) = &r.peak {
+        groups.extend(
+            p.groups
+                .iter()
+                .filter(|g| leaked_keys.contains(&key(g)))
+                .map(|g| (g.clone(), 0, 0, g.bytes)),
+        );
+    }
+    Sample {
+        labels: Labels {
+            job,
+            rank: r.rank,
+            local_rank: None,
+            host: r.hostname.clone().unwrap_or_else(|| "unknown".into()),
+            pid: r.pid,
+        },
+        live_bytes: r.totals.live_bytes,
+        live_blocks: r.totals.live_blocks,
+        peak_bytes: r.totals.peak_bytes,
+        failed_allocations: r.totals.failed_allocations,
+        oom_events: r.oom_events.len() as u64,
+        leaked_bytes: Some(
+            r.leaks
+                .iter()
+                .filter(|g| g.kind().counts_in_live_bytes())
+                .map(|g| g.bytes)
+                .sum(),
+        ),
+        sites: top_sites(groups, top),
+    }
+}
+
+/// URL-safe base64 without padding, as the Pushgateway reads a grouping
+/// key's value after `@base64` (any value then fits in a path segment).
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (u32::from(b) << (16 - 8 * i)));
+        for i in 0..=chunk.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// The Pushgateway path of a process's group: by job and rank, or by job
+/// and `instance` (`HOST:PID`) when it has no rank; a PUT there replaces
+/// what the same process of an earlier run pushed.
+pub fn push_path(job: &str, rank: Option<i64>, host: &str, pid: i64) -> String {
+    let job = format!("/metrics/job@base64/{}", base64url(job.as_bytes()));
+    match rank {
+        Some(r) => format!("{job}/rank/{r}"),
+        None => format!(
+            "{job}/instance@base64/{}",
+            base64url(format!("{host}:{pid}").as_bytes())
+        ),
+    }
 }
 
 /// A label value as the text format wants it: backslash, double quote
@@ -407,6 +481,21 @@ mod tests {
             site_id(&group("cudaMalloc", "a", 2))
         );
         assert_eq!(site_id(&group("cudaMalloc", "a", 1)).len(), 12);
+    }
+
+    #[test]
+    fn push_paths_encode_any_value() {
+        assert_eq!(base64url(b"job-42"), "am9iLTQy");
+        assert_eq!(base64url(b"a/b"), "YS9i");
+        assert_eq!(base64url(b"ab"), "YWI");
+        assert_eq!(
+            push_path("job-42", Some(1), "h", 7),
+            "/metrics/job@base64/am9iLTQy/rank/1"
+        );
+        assert_eq!(
+            push_path("a/b", None, "h", 7),
+            "/metrics/job@base64/YS9i/instance@base64/aDo3"
+        );
     }
 
     #[test]

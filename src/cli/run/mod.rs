@@ -6,6 +6,7 @@
 //! 1. the listening side of the run channel: `channel`
 //! 2. the processes COMMAND leaves behind: `descendants`
 //! 3. the summary and the gate's verdict: `verdict`
+//! 4. the final figures to a Pushgateway: `push`
 
 use super::{find_library, CliResult};
 use cudaleak_core::base::safe_read;
@@ -93,6 +94,11 @@ pub struct RunArgs {
     /// node_exporter's textfile collector; each file is removed when its process ends
     #[arg(long, value_name = "DIR")]
     metrics_dir: Option<PathBuf>,
+    /// After COMMAND, push each process's final figures (the metrics of --metrics-dir, with its leaked
+    /// bytes) to the Prometheus Pushgateway at URL (http://HOST[:PORT]), grouped by job and rank; a push
+    /// that fails gives one warning and never changes the exit status
+    #[arg(long, value_name = "URL")]
+    pushgateway: Option<String>,
     /// The command to run
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -171,6 +177,7 @@ macro_rules! note {
 
 mod channel;
 mod descendants;
+mod push;
 mod verdict;
 
 /// Whether `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
@@ -293,6 +300,7 @@ pub fn run(a: RunArgs) -> CliResult {
         a.summary_md.clone(),
         a.junit.clone(),
     )?;
+    let pushgateway = a.pushgateway.as_deref().map(push::parse_url).transpose()?;
     let made = missing_directories(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
@@ -459,6 +467,10 @@ pub fn run(a: RunArgs) -> CliResult {
         if std::fs::remove_dir(d).is_err() {
             break;
         }
+    }
+    if let Some(t) = &pushgateway {
+        let top = cudaleak_core::config::Config::from_env(|n| std::env::var(n).ok(), |_| {}).metrics_top;
+        push::push(t, &outcome.finals, top);
     }
     let mut budget_failed = false;
     if budgets.any() {
