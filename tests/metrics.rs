@@ -405,14 +405,16 @@ fn tool(name: &str) -> PathBuf {
 /// Prometheus scraping 127.0.0.1:`target` every second, with
 /// `honor_labels` (the job's own `job` label kept), its data in `dir`;
 /// returns once it is ready, with its port.
-fn start_prometheus(dir: &Path, target: u16) -> (Server, u16) {
+fn start_prometheus(dir: &Path, targets: &[u16]) -> (Server, u16) {
     let port = free_port();
+    let targets: Vec<String> = targets.iter().map(|t| format!("'127.0.0.1:{t}'")).collect();
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    honor_labels: true\n    \
-             static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+             static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
         ),
     )
     .unwrap();
@@ -441,15 +443,37 @@ fn wait_ready(port: u16, what: &str) {
     }
 }
 
-/// `query` over Prometheus's HTTP API: each result's labels and value.
-fn query(port: u16, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let enc: String = query
-        .bytes()
+fn url_encode(s: &str) -> String {
+    s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
             b => format!("%{b:02X}"),
         })
-        .collect();
+        .collect()
+}
+
+/// How many series `query` has over the last `seconds`, step 1 s, as a
+/// dashboard's time series panel asks.
+fn range_series(port: u16, query: &str, seconds: u64) -> usize {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let path = format!(
+        "/api/v1/query_range?query={}&start={}&end={now}&step=1",
+        url_encode(query),
+        now - seconds
+    );
+    let Some((200, body)) = http_get(port, &path) else {
+        return 0;
+    };
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"].as_array().map_or(0, |a| a.len())
+}
+
+/// `query` over Prometheus's HTTP API: each result's labels and value.
+fn query(port: u16, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let enc = url_encode(query);
     let Some((200, body)) = http_get(port, &format!("/api/v1/query?query={enc}")) else {
         return Vec::new();
     };
@@ -497,7 +521,7 @@ fn prometheus_scrapes_both_ranks_through_node_exporter() {
             .spawn()
             .unwrap(),
     );
-    let (_prom, pp) = start_prometheus(dir.path(), np);
+    let (_prom, pp) = start_prometheus(dir.path(), &[np]);
     let mdir = metrics.to_str().unwrap();
     let mut ranks: Vec<Grower> = ["0", "1"]
         .iter()
@@ -626,7 +650,7 @@ fn the_pushgateway_receives_the_final_figures() {
     assert!(site.labels["site"].contains(STEADY), "{site:?}");
     assert_eq!(site.value, MIB);
     // Prometheus scraping the Pushgateway has the figure too.
-    let (_prom, pp) = start_prometheus(dir.path(), gp);
+    let (_prom, pp) = start_prometheus(dir.path(), &[gp]);
     let start = Instant::now();
     loop {
         let r = query(pp, "cudaleak_leaked_bytes{job=\"ci-7\"}");
@@ -667,4 +691,97 @@ fn an_unreachable_pushgateway_warns_once() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("https is not supported"));
+}
+
+/// The Grafana dashboard (dashboards/grafana-cudaleak.json): every query
+/// of every panel, and its job variable's, returns data from Prometheus
+/// after a two-rank run that published its metrics files through
+/// node_exporter and pushed its final figures to a Pushgateway.
+#[test]
+#[ignore = "needs prometheus, prometheus-node-exporter and prometheus-pushgateway (Debian); scripts/test.sh runs it (--ignored)"]
+fn every_dashboard_query_returns_data() {
+    let text = std::fs::read_to_string(repo().join("dashboards/grafana-cudaleak.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut exprs = Vec::new();
+    for p in dashboard["panels"].as_array().unwrap() {
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
+        for t in targets {
+            exprs.push((
+                p["title"].as_str().unwrap().to_string(),
+                t["expr"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    assert!(exprs.len() >= 7);
+    let dir = TempDir::new("metrics-dashboard");
+    let textfiles = dir.path().join("textfiles");
+    std::fs::create_dir_all(&textfiles).unwrap();
+    let (np, gp) = (free_port(), free_port());
+    let _node = Server(
+        std::process::Command::new(tool("prometheus-node-exporter"))
+            .args([
+                "--collector.disable-defaults",
+                "--collector.textfile",
+                &format!("--collector.textfile.directory={}", textfiles.display()),
+                &format!("--web.listen-address=127.0.0.1:{np}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let _gateway = Server(
+        std::process::Command::new(tool("prometheus-pushgateway"))
+            .arg(format!("--web.listen-address=127.0.0.1:{gp}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_ready(gp, "the Pushgateway");
+    let (_prom, pp) = start_prometheus(dir.path(), &[np, gp]);
+    let started = Instant::now();
+    let prog = program("metrics");
+    let p = prog.to_str().unwrap();
+    let ranks = format!("RANK=0 {p} grow 12 300 & RANK=1 {p} grow 12 300 & wait");
+    let mut cmd = cli_command(
+        &[
+            "run",
+            "--dir",
+            "reports",
+            "--metrics-dir",
+            textfiles.to_str().unwrap(),
+            "--pushgateway",
+            &format!("http://127.0.0.1:{gp}"),
+            "--",
+            "sh",
+            "-c",
+            &ranks,
+        ],
+        dir.path(),
+    );
+    cmd.env("CUDALEAK_JOB", "dash")
+        .env("CUDALEAK_METRICS_INTERVAL", "0.2");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let start = Instant::now();
+    loop {
+        // The job variable's values (Grafana's label_values()).
+        let jobs = http_get(pp, "/api/v1/label/job/values?match[]=cudaleak_live_bytes").map(|r| r.1);
+        let window = started.elapsed().as_secs() + 5;
+        let empty: Vec<&(String, String)> = exprs
+            .iter()
+            .filter(|(_, e)| range_series(pp, &e.replace("$job", "dash"), window) == 0)
+            .collect();
+        let job_found = jobs.as_deref().is_some_and(|b| b.contains("\"dash\""));
+        if empty.is_empty() && job_found {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "queries without data: {empty:?}; the job variable's values: {jobs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
