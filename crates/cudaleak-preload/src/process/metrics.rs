@@ -35,6 +35,10 @@ struct Writer {
     next: Instant,
     /// the file this process wrote, to remove at exit
     written: Option<PathBuf>,
+    /// the process whose last write is done: the dumper thread goes on
+    /// for a moment after the exit report, and must not write the file
+    /// again
+    ended_pid: i64,
 }
 
 static WRITER: FutexMutex<Option<Writer>> = FutexMutex::new(None);
@@ -69,6 +73,7 @@ pub fn configure(config: &Config, cwd: &Path, env: impl Fn(&str) -> Option<Strin
         dir_ok: None,
         next: Instant::now(),
         written: None,
+        ended_pid: 0,
     });
 }
 
@@ -173,7 +178,7 @@ pub fn tick() -> Option<Duration> {
     let mut guard = WRITER.lock_for(LOCK_TIMEOUT)?;
     let w = guard.as_mut()?;
     let every = settings::config().metrics_interval;
-    if !tracker::saw_allocation_call() {
+    if !tracker::saw_allocation_call() || w.ended_pid == this_pid() {
         return Some(every);
     }
     let now = Instant::now();
@@ -200,9 +205,10 @@ pub fn last_write(leaked_bytes: u64) {
         return;
     };
     let Some(w) = guard.as_mut() else { return };
-    if !tracker::saw_allocation_call() {
+    if !tracker::saw_allocation_call() || w.ended_pid == this_pid() {
         return;
     }
+    w.ended_pid = this_pid();
     write(w, Some(leaked_bytes));
     if let Some(p) = w.written.take() {
         let _ = std::fs::remove_file(p);
