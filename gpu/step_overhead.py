@@ -40,9 +40,12 @@ def env_of(cfg, library, report_dir):
 
 
 def one_run(cfg, library, report_dir, timeout):
-    p = subprocess.run([sys.executable, os.path.join(HERE, "torch_checks.py"), "overhead"],
-                       env=env_of(cfg, library, report_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       timeout=timeout)
+    try:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "torch_checks.py"), "overhead"],
+                           env=env_of(cfg, library, report_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
     out = p.stdout.decode().split()
     return float(out[0]) if p.returncode == 0 and out else None
 
@@ -55,7 +58,8 @@ def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    library, seconds = argv[0], float(argv[1])
+    # The script's step limit is 600 s: the summary must come before it.
+    library, seconds = argv[0], min(float(argv[1]), 580.0)
     configs = argv[2:] or list(DEFAULT)
     rounds = int(os.environ.get("OVERHEAD_ROUNDS", "5"))
     deadline = time.monotonic() + seconds
@@ -64,7 +68,10 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="cudaleak-overhead.") as d:
         for r in range(rounds):
             got = {}
-            for c in configs:
+            # Each round starts with another configuration, so that none
+            # always runs first (a cold machine) or right after another.
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            for c in order:
                 left = deadline - time.monotonic()
                 if left < 15:
                     break
@@ -73,7 +80,7 @@ def main(argv):
                     got[c] = t
                     times[c].append(t)
             per_round.append(got)
-            print("round %d: %s" % (r + 1, "  ".join("%s %.4f" % (c, t) for c, t in got.items())), flush=True)
+            print("round %d: %s" % (r + 1, "  ".join("%s %.4f" % (c, got[c]) for c in configs if c in got)), flush=True)
             if len(got) < len(configs):
                 break
     steps = os.environ.get("OVERHEAD_STEPS", "500")

@@ -173,22 +173,24 @@ fn two_ranks_publish_their_sites_while_they_run() {
             ("LOCAL_RANK", rank),
             ("TORCHELASTIC_RUN_ID", "job-42"),
         ];
-        ranks.push(Grower::start(&["grow", "8", "300", "wait"], &env));
+        ranks.push(Grower::start(&["grow", "8", "20", "pause", "wait"], &env));
     }
+    // Halfway, each rank waits until its file has said so.
     for g in &mut ranks {
-        g.wait_line("step 2");
+        g.wait_line("paused");
     }
     let pids: Vec<u32> = ranks.iter().map(|g| g.child.id()).collect();
     let early: Vec<f64> = pids
         .iter()
         .map(|&p| {
             let s = read_when(&metrics, p, |s| {
-                value(s, "cudaleak_site_live_bytes", Some(GROWING)).is_some()
+                value(s, "cudaleak_site_live_bytes", Some(GROWING)) == Some(4.0 * MIB)
             });
             value(&s, "cudaleak_site_live_bytes", Some(GROWING)).unwrap()
         })
         .collect();
     for g in &mut ranks {
+        g.go_on();
         g.wait_line("step 8");
     }
     for (i, &pid) in pids.iter().enumerate() {
@@ -293,11 +295,14 @@ fn run_metrics_dir_publishes_the_files() {
             program("metrics").to_str().unwrap(),
             "grow",
             "6",
-            "300",
+            "10",
+            "pause",
         ],
         dir.path(),
     );
+    // The program stays halfway until the file has been seen.
     cmd.env("CUDALEAK_METRICS_INTERVAL", "0.2")
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut child = cmd.spawn().unwrap();
@@ -307,6 +312,7 @@ fn run_metrics_dir_publishes_the_files() {
         seen = prom_files(&metrics).into_iter().next();
         std::thread::sleep(Duration::from_millis(50));
     }
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let seen = seen.expect("no metrics file during the run");
     assert!(seen
         .file_name()
@@ -707,10 +713,32 @@ fn every_dashboard_query_returns_data() {
         let targets = p["targets"].as_array().unwrap();
         assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
         for t in targets {
-            exprs.push((
-                p["title"].as_str().unwrap().to_string(),
-                t["expr"].as_str().unwrap().to_string(),
-            ));
+            let expr = t["expr"].as_str().unwrap().to_string();
+            // A legend names labels as {{label}}, each one the query keeps:
+            // one its `by (...)` lists, or any when it aggregates none away.
+            let legend = t["legendFormat"].as_str().unwrap_or("");
+            let mut rest = legend;
+            while let Some(i) = rest.find('{') {
+                let inner = &rest[i..];
+                assert!(inner.starts_with("{{"), "a lone brace in legend {legend:?}");
+                let end = inner
+                    .find("}}")
+                    .unwrap_or_else(|| panic!("unclosed braces in legend {legend:?}"));
+                let label = &inner[2..end];
+                assert!(
+                    label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                    "{legend:?}"
+                );
+                if let Some(by) = expr.split("by (").nth(1) {
+                    let kept = by.split(')').next().unwrap();
+                    assert!(
+                        kept.split(',').any(|l| l.trim() == label),
+                        "{legend:?} names {label}, lost by {expr}"
+                    );
+                }
+                rest = &inner[end + 2..];
+            }
+            exprs.push((p["title"].as_str().unwrap().to_string(), expr));
         }
     }
     assert!(exprs.len() >= 7);

@@ -133,7 +133,7 @@ pub fn lib() -> CliResult {
 /// `cudaleak metrics-clean DIR`: this host's metrics files whose process
 /// is gone, removed, one line each.
 pub fn metrics_clean(dir: &std::path::Path) -> CliResult {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !meta.is_dir() {
         return Err(format!("{}: not a directory", dir.display()));
     }
@@ -145,7 +145,8 @@ pub fn metrics_clean(dir: &std::path::Path) -> CliResult {
         // SAFETY: signal 0 only asks whether the process exists.
         let alive = unsafe { libc::kill(pid, 0) == 0 };
         alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    });
+    })
+    .map_err(|e| format!("{}: {e}", dir.display()))?;
     for p in &stale {
         match std::fs::remove_file(p) {
             Ok(()) => println!(

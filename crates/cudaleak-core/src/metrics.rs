@@ -21,11 +21,22 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Labels {
     /// `CUDALEAK_JOB`, else `TORCHELASTIC_RUN_ID`, else `SLURM_JOB_ID`
+    /// ([`job_of`])
     pub job: Option<String>,
     pub rank: Option<i64>,
     pub local_rank: Option<i64>,
     pub host: String,
     pub pid: i64,
+}
+
+/// The job label from the environment: `CUDALEAK_JOB`, else torchrun's
+/// `TORCHELASTIC_RUN_ID` (but for `none`, its default without
+/// `--rdzv-id`, which every such job shares), else SLURM's `SLURM_JOB_ID`.
+pub fn job_of(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let given = |name: &str| env(name).filter(|v| !v.is_empty());
+    given("CUDALEAK_JOB")
+        .or_else(|| given("TORCHELASTIC_RUN_ID").filter(|v| v != "none"))
+        .or_else(|| given("SLURM_JOB_ID"))
 }
 
 /// One call site's figures.
@@ -349,11 +360,8 @@ pub fn pid_of(name: &str, host: &str) -> Option<i64> {
 /// The metrics files in `dir` of `host` whose process is gone
 /// (`is_alive(pid)` false): what a process killed without its last write
 /// left.
-pub fn stale_files(dir: &Path, host: &str, is_alive: impl Fn(i64) -> bool) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<PathBuf> = entries
+pub fn stale_files(dir: &Path, host: &str, is_alive: impl Fn(i64) -> bool) -> std::io::Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)?
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter_map(|e| {
@@ -363,7 +371,7 @@ pub fn stale_files(dir: &Path, host: &str, is_alive: impl Fn(i64) -> bool) -> Ve
         })
         .collect();
     out.sort();
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -521,8 +529,9 @@ mod tests {
         ] {
             std::fs::write(dir.join(n), "x").unwrap();
         }
-        let stale = stale_files(&dir, "n", |pid| pid == 10);
+        let stale = stale_files(&dir, "n", |pid| pid == 10).unwrap();
         assert_eq!(stale, vec![dir.join("cudaleak.n.r1.11.prom")]);
+        assert!(stale_files(&dir.join("missing"), "n", |_| true).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

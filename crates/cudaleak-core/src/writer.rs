@@ -108,11 +108,13 @@ pub fn instance_token(start_ms: i64) -> String {
 /// Writes a fresh temporary file beside `dir/name` (`O_CREAT|O_EXCL|
 /// O_NOFOLLOW`) with `fill`, flushed and `fsync`ed so that the name it is
 /// linked to never holds a partial report after a crash; returns its path,
-/// and removes it on error.
+/// and removes it on error. `shared` (the metrics file): its bits are set
+/// to `mode` on the open file whatever the umask, and it is not synced.
 fn write_temp(
     dir: &Path,
     name: &str,
     mode: u32,
+    shared: bool,
     fill: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<PathBuf> {
     let tmp = dir.join(format!(".{name}.{:08x}.tmp", random_u32()));
@@ -122,10 +124,16 @@ fn write_temp(
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(mode)
         .open(&tmp)?;
+    let chmod = if shared {
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+    } else {
+        Ok(())
+    };
     let mut out = io::BufWriter::with_capacity(1 << 16, f);
-    let result = fill(&mut out)
+    let result = chmod
+        .and_then(|_| fill(&mut out))
         .and_then(|_| out.flush())
-        .and_then(|_| out.get_ref().sync_all());
+        .and_then(|_| if shared { Ok(()) } else { out.get_ref().sync_all() });
     drop(out);
     match result {
         Ok(()) => Ok(tmp),
@@ -153,6 +161,7 @@ pub fn write_report_file(
         dir,
         name,
         FILE_MODE.load(std::sync::atomic::Ordering::Relaxed),
+        false,
         fill,
     )?;
     let stem = name.strip_suffix(".json").unwrap_or(name);
@@ -241,19 +250,27 @@ fn process_exists(pid: i32) -> bool {
 /// Replaces `dir/name` atomically (temporary file, then rename): for the
 /// timeline, which is one growing file per process.
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
-    replace_file_with_mode(
+    replace(
         dir,
         name,
         bytes,
         FILE_MODE.load(std::sync::atomic::Ordering::Relaxed),
+        false,
     )
 }
 
-/// [`replace_file`] with the new file's permission bits: the metrics
-/// file, which a collector running as another user reads.
+/// [`replace_file`] for the metrics file, which a collector running as
+/// another user reads: its bits are `mode` whatever the umask (0644 under
+/// an HPC site's umask 077 would be 0600), and it is not synced to disk:
+/// it is rewritten every few seconds and removed at exit, and a sync would
+/// cost the library's thread a disk flush each time.
 pub fn replace_file_with_mode(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<PathBuf> {
+    replace(dir, name, bytes, mode, true)
+}
+
+fn replace(dir: &Path, name: &str, bytes: &[u8], mode: u32, shared: bool) -> io::Result<PathBuf> {
     let final_path = dir.join(name);
-    let tmp = write_temp(dir, name, mode, &mut |w| w.write_all(bytes))?;
+    let tmp = write_temp(dir, name, mode, shared, &mut |w| w.write_all(bytes))?;
     std::fs::rename(&tmp, &final_path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;

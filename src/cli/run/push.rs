@@ -25,24 +25,42 @@ pub(super) struct Target {
 
 /// Checks `--pushgateway` before the command runs: a bad URL is bad input.
 pub(super) fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("--pushgateway {url:?}: expected http://HOST[:PORT][/PATH] (https is not supported)")
-    })?;
-    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-            h,
-            p.parse::<u16>()
-                .map_err(|_| format!("--pushgateway {url:?}: bad port {p:?}"))?,
-        ),
-        _ => (authority, 9091),
+    let bad = |why: &str| format!("--pushgateway {url:?}: {why}");
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| bad("expected http://HOST[:PORT][/PATH] (https is not supported)"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    // An IPv6 address is written in brackets ([::1]:9091).
+    let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
+        let (host, after) = inner
+            .split_once(']')
+            .ok_or_else(|| bad("no ']' after the IPv6 address"))?;
+        match after {
+            "" => (host, None),
+            p => (
+                host,
+                Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?),
+            ),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
     };
-    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("--pushgateway {url:?}: no host"));
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|_| bad(&format!("bad port {p:?}")))?,
+        None => 9091,
+    };
+    if host.is_empty()
+        || host.contains(':') != authority.starts_with('[')
+        || host.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad("no host"));
     }
     let prefix = path.trim_end_matches('/');
     Ok(Target {
-        host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+        host: host.to_string(),
         port,
         prefix: if prefix.is_empty() {
             String::new()
@@ -52,35 +70,60 @@ pub(super) fn parse_url(url: &str) -> Result<Target, String> {
     })
 }
 
-/// The job label of the pushed figures: `CUDALEAK_JOB`, else torchrun's or
-/// SLURM's id for the job as `run` sees them, else `cudaleak`.
-fn job() -> String {
-    ["CUDALEAK_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-        .unwrap_or_else(|| "cudaleak".into())
+impl Target {
+    /// The Host header's value: an IPv6 address in brackets again.
+    fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
 }
 
-fn put(t: &Target, path: &str, body: &[u8]) -> Result<(), String> {
-    let addr = (t.host.as_str(), t.port)
+/// The job label of the pushed figures: as the library takes it from the
+/// environment (`run`'s here), else `cudaleak`.
+fn job() -> String {
+    cudaleak_core::metrics::job_of(|n| std::env::var(n).ok()).unwrap_or_else(|| "cudaleak".into())
+}
+
+/// Why a push failed: nobody to talk to (the others are not tried), or an
+/// answer that was not a success.
+enum PushError {
+    Unreachable(String),
+    Refused(String),
+}
+
+fn put(t: &Target, path: &str, body: &[u8]) -> Result<(), PushError> {
+    let addrs: Vec<_> = (t.host.as_str(), t.port)
         .to_socket_addrs()
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or("no address")?;
-    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(TIMEOUT)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(TIMEOUT)).map_err(|e| e.to_string())?;
+        .map_err(|e| PushError::Unreachable(e.to_string()))?
+        .collect();
+    let mut last = String::from("no address");
+    let mut stream = None;
+    for addr in &addrs {
+        match TcpStream::connect_timeout(addr, TIMEOUT) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    let mut s = stream.ok_or(PushError::Unreachable(last))?;
+    let refused = |e: std::io::Error| PushError::Refused(e.to_string());
+    s.set_read_timeout(Some(TIMEOUT)).map_err(refused)?;
+    s.set_write_timeout(Some(TIMEOUT)).map_err(refused)?;
     let head = format!(
-        "PUT {}{path} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: text/plain; version=0.0.4\r\n\
+        "PUT {}{path} HTTP/1.1\r\nHost: {}\r\nContent-Type: text/plain; version=0.0.4\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
         t.prefix,
-        t.host,
-        t.port,
+        t.authority(),
         body.len()
     );
     s.write_all(head.as_bytes())
         .and_then(|_| s.write_all(body))
-        .map_err(|e| e.to_string())?;
+        .map_err(refused)?;
     let mut answer = Vec::new();
     let _ = s.take(64 * 1024).read_to_end(&mut answer);
     let status = String::from_utf8_lossy(&answer);
@@ -89,11 +132,13 @@ fn put(t: &Target, path: &str, body: &[u8]) -> Result<(), String> {
         Ok(())
     } else {
         let line = status.lines().next().unwrap_or("no answer");
-        Err(format!("answered {line:?}"))
+        Err(PushError::Refused(format!("answered {line:?}")))
     }
 }
 
-/// Pushes each final report's figures; returns how many were pushed.
+/// Pushes each final report's figures; returns how many were pushed. A
+/// gateway nobody answers at is given up on after the first try, so that
+/// a job of many ranks does not wait for each.
 pub(super) fn push(t: &Target, finals: &[Report], top: usize) -> usize {
     let job = job();
     let mut pushed = 0;
@@ -101,18 +146,24 @@ pub(super) fn push(t: &Target, finals: &[Report], top: usize) -> usize {
     for r in finals {
         let sample = sample_of_report(r, Some(job.clone()), top);
         let path = push_path(&job, r.rank, &sample.labels.host, r.pid);
-        match put(t, &path, render(&sample).as_bytes()) {
-            Ok(()) => pushed += 1,
-            Err(e) if !warned => {
-                warned = true;
-                eprintln!(
-                    "cudaleak: could not push to the Pushgateway at {}:{}: {}; the figures are in the reports",
-                    escape(&t.host),
-                    t.port,
-                    escape(&e)
-                );
+        let (why, give_up) = match put(t, &path, render(&sample).as_bytes()) {
+            Ok(()) => {
+                pushed += 1;
+                continue;
             }
-            Err(_) => {}
+            Err(PushError::Unreachable(e)) => (e, true),
+            Err(PushError::Refused(e)) => (e, false),
+        };
+        if !warned {
+            warned = true;
+            eprintln!(
+                "cudaleak: could not push to the Pushgateway at {}: {}; the figures are in the reports",
+                escape(&t.authority()),
+                escape(&why)
+            );
+        }
+        if give_up {
+            break;
         }
     }
     pushed
@@ -135,7 +186,14 @@ mod tests {
             ("127.0.0.1", 9091, "")
         );
         let t = parse_url("http://[::1]:8080").unwrap();
-        assert_eq!((t.host.as_str(), t.port), ("::1", 8080));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.authority().as_str()),
+            ("::1", 8080, "[::1]:8080")
+        );
+        let t = parse_url("http://[::1]").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 9091));
+        assert!(parse_url("http://::1").is_err());
+        assert!(parse_url("http://[::1").is_err());
         assert!(parse_url("https://gw:9091").is_err());
         assert!(parse_url("http://gw:port").is_err());
         assert!(parse_url("http://:9091").is_err());

@@ -53,12 +53,7 @@ fn env_number(env: &impl Fn(&str) -> Option<String>, names: &[&str]) -> Option<i
 pub fn configure(config: &Config, cwd: &Path, env: impl Fn(&str) -> Option<String>) {
     let Some(dir) = &config.metrics_dir else { return };
     let labels = Labels {
-        job: config
-            .job
-            .clone()
-            .or_else(|| env("TORCHELASTIC_RUN_ID"))
-            .or_else(|| env("SLURM_JOB_ID"))
-            .filter(|j| !j.is_empty()),
+        job: config.job.clone().or_else(|| metrics::job_of(&env)),
         rank: settings::rank(),
         local_rank: env_number(
             &env,
@@ -85,6 +80,13 @@ fn this_pid() -> i64 {
 /// The figures now: totals from the site counters, the top sites
 /// symbolized as reports name them.
 fn sample(labels: &Labels, leaked_bytes: Option<u64>) -> Sample {
+    // The rank as reports name it now: a launcher may set it after load
+    // (it is read again at the first allocation call).
+    let labels = Labels {
+        rank: settings::rank(),
+        pid: this_pid(),
+        ..labels.clone()
+    };
     let limit = tracker::DEPOT.len();
     let mut live: Vec<(TraceId, u64, u64)> = Vec::new();
     tracker::SITES.for_each_live(limit, |t, bytes, blocks| live.push((t, bytes, blocks)));
@@ -132,10 +134,7 @@ fn sample(labels: &Labels, leaked_bytes: Option<u64>) -> Sample {
         .unwrap_or_default()
     };
     Sample {
-        labels: Labels {
-            pid: this_pid(),
-            ..labels.clone()
-        },
+        labels,
         live_bytes: live_bytes_now,
         live_blocks,
         peak_bytes: peak,
@@ -162,6 +161,10 @@ fn write(w: &mut Writer, leaked_bytes: Option<u64>) {
     }
     let s = sample(&w.labels, leaked_bytes);
     let name = metrics::file_name(&s.labels.host, s.labels.rank, s.labels.pid);
+    // A file of this process under another name (its rank came later) goes.
+    if let Some(old) = w.written.take_if(|p| p.file_name().is_none_or(|n| *n != *name)) {
+        let _ = std::fs::remove_file(old);
+    }
     if let Ok(path) = cudaleak_core::writer::replace_file_with_mode(
         &w.dir,
         &name,
@@ -170,6 +173,17 @@ fn write(w: &mut Writer, leaked_bytes: Option<u64>) {
     ) {
         w.written = Some(path);
     }
+}
+
+/// Forgets a file written under another pid: a fork child's copy of the
+/// state names its parent's, which is not the child's to replace or
+/// remove.
+fn forget_others(w: &mut Writer) {
+    let host = w.labels.host.clone();
+    let me = this_pid();
+    w.written.take_if(|p| {
+        metrics::pid_of(&p.file_name().unwrap_or_default().to_string_lossy(), &host) != Some(me)
+    });
 }
 
 /// On the dumper thread: writes the file when it is due; returns how long
@@ -183,15 +197,7 @@ pub fn tick() -> Option<Duration> {
     }
     let now = Instant::now();
     if now >= w.next {
-        // A fork child writes its own file: the parent's is not its own.
-        if w.written.as_ref().is_some_and(|p| {
-            metrics::pid_of(
-                &p.file_name().unwrap_or_default().to_string_lossy(),
-                &w.labels.host,
-            ) != Some(this_pid())
-        }) {
-            w.written = None;
-        }
+        forget_others(w);
         write(w, None);
         w.next = now + every;
     }
@@ -209,8 +215,51 @@ pub fn last_write(leaked_bytes: u64) {
         return;
     }
     w.ended_pid = this_pid();
+    forget_others(w);
     write(w, Some(leaked_bytes));
     if let Some(p) = w.written.take() {
         let _ = std::fs::remove_file(p);
+    }
+}
+
+/// After an `exec` that failed: the old image's last write removed the
+/// file; the process goes on, and so does its file.
+pub fn resume() {
+    if let Some(mut guard) = WRITER.lock_for(LOCK_TIMEOUT) {
+        if let Some(w) = guard.as_mut() {
+            w.ended_pid = 0;
+            w.next = Instant::now();
+        }
+    }
+}
+
+/// `pthread_atfork` prepare: a write in progress finishes first (its lock
+/// is taken before the dump state's, in the writer's order).
+pub fn lock_for_fork() {
+    WRITER.raw_lock();
+}
+
+/// `pthread_atfork` parent.
+///
+/// # Safety
+/// The calling thread took the lock in [`lock_for_fork`].
+pub unsafe fn unlock_after_fork() {
+    // SAFETY: the caller's contract.
+    unsafe { WRITER.raw_unlock() };
+}
+
+/// `pthread_atfork` child: the child writes a file of its own, from now.
+///
+/// # Safety
+/// Single-threaded child; the prepare handler took the lock.
+pub unsafe fn reset_in_child_and_unlock() {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if let Some(w) = WRITER.get_unchecked().as_mut() {
+            w.written = None;
+            w.ended_pid = 0;
+            w.next = Instant::now();
+        }
+        WRITER.raw_unlock();
     }
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 /// the write (render under the lock, sync and link after, bookkeeping
 /// under the lock again); not done yet: the wait is one report's fsync.
 pub(super) extern "C" fn fork_prepare() {
+    crate::process::metrics::lock_for_fork();
     dump::DUMP_STATE.raw_lock();
     crate::state::oom::lock_for_fork();
     tracker::lock_all_for_fork();
@@ -29,6 +30,7 @@ pub(super) extern "C" fn fork_parent() {
         tracker::unlock_all_after_fork();
         crate::state::oom::unlock_after_fork();
         dump::DUMP_STATE.raw_unlock();
+        crate::process::metrics::unlock_after_fork();
     }
 }
 
@@ -41,6 +43,7 @@ pub(super) extern "C" fn fork_child() {
             state.reset_for_child();
         }
         dump::DUMP_STATE.raw_unlock();
+        crate::process::metrics::reset_in_child_and_unlock();
         PID.store(libc::getpid(), Ordering::Release);
     }
     crate::hooks::dlsym_override::reset_after_fork();

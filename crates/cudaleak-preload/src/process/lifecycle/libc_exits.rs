@@ -349,6 +349,7 @@ fn after_failed_exec(reported: bool) {
             ACTIVITY_AT_FAILED_EXEC.store(tracker::activity(), Ordering::Release);
             EXIT_REPORT.move_from(ExitReport::Done, ExitReport::AfterFailedExec);
             dump::reporting_resumes();
+            crate::process::metrics::resume();
             crate::process::run_marker::on_first_allocation_call(report_dir, instance, warn);
         });
     }
