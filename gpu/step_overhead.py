@@ -84,7 +84,8 @@ def main(argv):
             if len(got) < len(configs):
                 break
     steps = os.environ.get("OVERHEAD_STEPS", "500")
-    print("ms per step (%s steps a run), median [min, max] over %d round(s):" % (steps, len(per_round)))
+    print("ms per step (%s model, %s steps a run), median [min, max] over %d round(s):"
+          % (os.environ.get("OVERHEAD_MODEL", "small"), steps, len(per_round)))
     for c in configs:
         ts = times[c]
         if ts:

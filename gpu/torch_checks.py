@@ -158,17 +158,40 @@ def phases(leaky):
     })
 
 
+def large_step(opt, x):
+    loss = model(x).square().mean()
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    opt.step()
+
+
 def overhead():
     """Milliseconds per training step, after a warm-up; $OVERHEAD_STEPS
-    steps (default 500)."""
+    steps (default 500). $OVERHEAD_MODEL: `small` (default: the MLP
+    512-512-10 on a batch of 128, about 1 ms a step, small tensors: the
+    library's worst case) or `large` (8 Linear 4096x4096 layers on a batch
+    of 4096: milliseconds of GPU work per allocation, as a real step has)."""
+    global model
     steps = int(os.environ.get("OVERHEAD_STEPS", "500"))
-    opt = setup()
+    if os.environ.get("OVERHEAD_MODEL", "small") == "large":
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(4096, 4096, device="cuda")
+
+        def one():
+            large_step(opt, x)
+    else:
+        opt = setup()
+
+        def one():
+            train_step(opt, keep=False)
     for _ in range(20):
-        train_step(opt, keep=False)
+        one()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
-        train_step(opt, keep=False)
+        one()
     torch.cuda.synchronize()
     print("%.4f ms/step" % ((time.perf_counter() - t0) * 1000 / steps))
 

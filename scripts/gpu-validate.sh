@@ -405,6 +405,8 @@ overhead)
     # 150 s (extra): a measurement, not a check. The configurations in
     # turn, round after round (gpu/step_overhead.py): OVERHEAD_ROUNDS
     # (default 5), OVERHEAD_STEPS steps a run (default 500),
+    # OVERHEAD_MODEL (small: a 1 ms MLP step, the worst case; large: 8
+    # Linear 4096 layers, a step of real size),
     # OVERHEAD_CONFIGS (default none cudaleak none-async cudaleak-async;
     # also none-nocache cudaleak-nocache).
     say "overhead of a training step (MLP 512-512-10, batch 128), configurations interleaved"
