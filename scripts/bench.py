@@ -481,17 +481,31 @@ SHAPE_LAYERS = 16     # layers of an inference request
 KEEP_RULE = 0.05      # issue 37: keep a mechanism that saves >= 5% of the overhead
 
 
-def shape_libs(args):
-    """[(name, path)]: every --variant, or the one library measured."""
+def shape_variants(args):
+    """[(name, path, extra environment)]: every --variant, or the one
+    library measured. A variant is NAME=PATH, then VAR=VALUE settings for
+    it after commas (metrics=target/release/libcudaleak.so,CUDALEAK_METRICS_DIR=/tmp/m)."""
     if not args.variant:
-        return [("cudaleak", LIB)]
+        return [("cudaleak", LIB, {})]
     out = []
     for v in args.variant:
-        name, _, path = v.partition("=")
+        name, _, rest = v.partition("=")
+        path, *settings = rest.split(",")
         if not path or not os.path.exists(path):
             sys.exit("--variant %s: no library at %r" % (v, path))
-        out.append((name, os.path.abspath(path)))
+        extra = {}
+        for s in settings:
+            k, eq, val = s.partition("=")
+            if not eq or not k:
+                sys.exit("--variant %s: %r is not VAR=VALUE" % (v, s))
+            extra[k] = val
+        out.append((name, os.path.abspath(path), extra))
     return out
+
+
+def shape_libs(args):
+    """[(name, path)] of [`shape_variants`]."""
+    return [(n, p) for n, p, _ in shape_variants(args)]
 
 
 def shape_env(work, reports, iters):
@@ -504,8 +518,8 @@ def shape_configs(args, env, reports, python=False):
     """name -> (prefix, env). A prefix may hold "{i}", replaced by the
     process's index (the 8-process shape: one heaptrack file each)."""
     out = {"no library": (None, env)}
-    for name, path in shape_libs(args):
-        out[name] = (None, dict(env, LD_PRELOAD=path))
+    for name, path, extra in shape_variants(args):
+        out[name] = (None, dict(env, LD_PRELOAD=path, **extra))
     if args.no_tools:
         print("  heaptrack, memray: not run (--no-tools)")
         return out
@@ -877,8 +891,9 @@ def main():
                                        "ratios", "shapes"] + list(SHAPES),
                     help="run one section only; \"shapes\": every real shape of issue 37 (train, train-py, "
                     "xfree, ranks, async, cache), which run only when named")
-    ap.add_argument("--variant", action="append", metavar="NAME=PATH",
-                    help="real shapes: a libcudaleak.so to measure, by name; repeat it. The first is the "
+    ap.add_argument("--variant", action="append", metavar="NAME=PATH[,VAR=VALUE...]",
+                    help="real shapes: a libcudaleak.so to measure, by name, with settings of its own "
+                    "(base=lib.so,CUDALEAK_METRICS_DIR=/tmp/m); repeat it. The first is the "
                     "reference the others' overhead is compared with (e.g. base=...). Default: --lib as "
                     "\"cudaleak\"")
     ap.add_argument("--rounds", type=int, default=7, help="real shapes: interleaved rounds (default 7)")
