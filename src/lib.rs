@@ -182,6 +182,25 @@ came before the timeout."
         #[arg(long, default_value_t = 30.0)]
         timeout: f64,
     },
+    /// A running process's GPU memory by call site, refreshed every second (without PID: the processes
+    /// of this user that run under cudaleak)
+    #[command(
+        after_help = "Exit status: 0 when the view was shown (or the processes listed); 2 when the process \
+does not exist, is another user's, does not run the library, or published no view before the timeout."
+    )]
+    Top {
+        /// Process id of a process running under the library
+        pid: Option<i32>,
+        /// Print one view and exit (the changes are over the last second)
+        #[arg(long)]
+        once: bool,
+        /// With --once: text or json
+        #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+        format: String,
+        /// Seconds to wait for a view
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+    },
     /// Run a leaking demo program on the bundled simulated CUDA driver
     #[command(after_help = "Exit status: 0 when the demo ran; 2 when it could not be set up.")]
     Demo {
@@ -237,6 +256,12 @@ pub fn main() -> ExitCode {
         Command::Env => cli::env(),
         Command::Lib => cli::lib(),
         Command::MetricsClean { dir } => cli::metrics_clean(&dir),
+        Command::Top {
+            pid,
+            once,
+            format,
+            timeout,
+        } => cli::top::top(pid, once, format == "json", timeout),
     };
     match result {
         Ok(code) => ExitCode::from(code),

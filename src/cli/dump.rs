@@ -26,7 +26,7 @@ fn environ_var(pid: i32, name: &str) -> Option<String> {
 
 /// The report directory of `pid`: its CUDALEAK_DIR, relative ones taken
 /// from its working directory (as the library does at start).
-fn process_report_dir(pid: i32) -> Result<PathBuf, String> {
+pub fn process_report_dir(pid: i32) -> Result<PathBuf, String> {
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
         .map_err(|e| format!("cannot read the working directory of process {pid}: {e} (pass --dir)"))?;
     let dir = environ_var(pid, var::CUDALEAK_DIR).filter(|d| !d.is_empty());
@@ -73,7 +73,7 @@ fn wait_for(timeout: f64) -> Result<Duration, String> {
 
 /// The uid that owns process `pid`; a clear error when there is no such
 /// process.
-fn process_owner(pid: i32) -> Result<u32, String> {
+pub fn process_owner(pid: i32) -> Result<u32, String> {
     if pid <= 0 {
         return Err(format!("no process {pid}: a process id is a positive number"));
     }
@@ -87,7 +87,7 @@ fn process_owner(pid: i32) -> Result<u32, String> {
 /// Whether `pid` runs the library. The process exists (checked before):
 /// when its maps cannot be read, say so and why, instead of "no process 1:
 /// Permission denied".
-fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
+pub fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| {
         // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
         let me = unsafe { libc::geteuid() };
@@ -251,6 +251,14 @@ pub enum Requested {
 /// `fs::write` followed a planted symlink there and truncated the victim
 /// file, which aims at root when root runs `dump` on a user's process.
 pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, String> {
+    request_file(dir, &cudaleak_core::report::dump_request_name(pid), owner)
+}
+
+/// Creates the request file `name` in the report directory `dir` of a
+/// process of uid `owner` (a dump's, a live view's), after checking the
+/// directory: ours or the process's user's, not writable by anyone without
+/// the sticky bit; never through a link.
+pub fn request_file(dir: &Path, name: &str, owner: u32) -> Result<Requested, String> {
     let shown = || dir.display().to_string();
     let cdir =
         CString::new(dir.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL in the path", shown()))?;
@@ -286,7 +294,8 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
             mode & 0o7777
         ));
     }
-    let name = CString::new(cudaleak_core::report::dump_request_name(pid)).map_err(|e| e.to_string())?;
+    let request = dir.join(name);
+    let name = CString::new(name).map_err(|e| e.to_string())?;
     // SAFETY: valid descriptor and C string.
     let fd = unsafe {
         libc::openat(
@@ -302,7 +311,6 @@ pub fn request_dump(dir: &Path, pid: i32, owner: u32) -> Result<Requested, Strin
         return Ok(Requested::Created);
     }
     let err = std::io::Error::last_os_error();
-    let request = dir.join(cudaleak_core::report::dump_request_name(pid));
     if err.raw_os_error() == Some(libc::EEXIST) {
         // Pending if it is a plain file; never anything a link points to.
         if std::fs::symlink_metadata(&request).is_ok_and(|m| m.file_type().is_file()) {

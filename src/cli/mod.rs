@@ -9,6 +9,7 @@ pub mod html;
 pub mod reports;
 pub mod run;
 pub mod svg;
+pub mod top;
 
 use std::path::{Path, PathBuf};
 

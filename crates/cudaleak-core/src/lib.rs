@@ -17,7 +17,7 @@
 //! 3. the report model and its readings: `report`
 //! 4. names and lines for addresses, memory over time: `symbolize`, `timeline`
 //! 5. from a snapshot to a report: `assemble`
-//! 6. the flags, report files, the gate's channel, views across reports, memory budgets, metrics: `config`, `writer`, `run_channel`, `combine`, `budget`, `metrics`
+//! 6. the flags, report files, the gate's channel, views across reports, memory budgets, metrics, the live view: `config`, `writer`, `run_channel`, `combine`, `budget`, `metrics`, `live_view`
 //!
 //! `scripts/check-floors.py` (run by CI) reads that list, and the list in
 //! each folder's `mod.rs`: a module left out, or a use that reaches a
@@ -45,13 +45,15 @@
 //!   `run_channel`: what processes tell `cudaleak run`; `combine`: merges,
 //!   diffs and ranks across reports; `budget`: peaks against a ceiling or
 //!   a stored run, and the verdict as CI systems read it; `metrics`: a
-//!   process's figures in Prometheus's text format.
+//!   process's figures in Prometheus's text format; `live_view`: what
+//!   `cudaleak top` reads of a running process.
 
 pub mod assemble;
 pub mod base;
 pub mod budget;
 pub mod combine;
 pub mod config;
+pub mod live_view;
 pub mod metrics;
 pub mod record;
 pub mod report;

@@ -100,7 +100,7 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn command_line() -> Vec<String> {
+pub fn command_line() -> Vec<String> {
     std::fs::read("/proc/self/cmdline")
         .map(|raw| {
             raw.split(|b| *b == 0)

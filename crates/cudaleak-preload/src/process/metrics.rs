@@ -79,7 +79,9 @@ fn this_pid() -> i64 {
 
 /// The figures now: totals from the site counters, the top sites
 /// symbolized as reports name them.
-fn sample(labels: &Labels, leaked_bytes: Option<u64>) -> Sample {
+/// The figures now with the `top` call sites holding the most (also the
+/// live view's, `live_view.rs`).
+pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample {
     // The rank as reports name it now: a launcher may set it after load
     // (it is read again at the first allocation call).
     let labels = Labels {
@@ -98,7 +100,6 @@ fn sample(labels: &Labels, leaked_bytes: Option<u64>) -> Sample {
     let (live_bytes_now, live_blocks) = live.iter().fold((0u64, 0u64), |(b, n), &(_, bytes, blocks)| {
         (b + bytes, n + blocks)
     });
-    let top = settings::config().metrics_top;
     // Candidates: the traces holding the most now, and those that held
     // the most at the peak.
     live.sort_by_key(|e| std::cmp::Reverse(e.1));
@@ -159,7 +160,7 @@ fn write(w: &mut Writer, leaked_bytes: Option<u64>) {
     if w.dir_ok != Some(true) {
         return;
     }
-    let s = sample(&w.labels, leaked_bytes);
+    let s = sample(&w.labels, leaked_bytes, settings::config().metrics_top);
     let name = metrics::file_name(&s.labels.host, s.labels.rank, s.labels.pid);
     // A file of this process under another name (its rank came later) goes.
     if let Some(old) = w.written.take_if(|p| p.file_name().is_none_or(|n| *n != *name)) {

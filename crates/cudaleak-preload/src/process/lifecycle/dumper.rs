@@ -185,6 +185,11 @@ fn dumper_rounds() {
         if let Ok(Some(next_write)) = std::panic::catch_unwind(crate::process::metrics::tick) {
             wait = wait.min(next_write);
         }
+        if let Ok(Some(next_view)) =
+            std::panic::catch_unwind(|| crate::process::live_view::tick(is_our_request))
+        {
+            wait = wait.min(next_view);
+        }
         if let Some(due) = next_interval {
             wait = wait.min(due.saturating_duration_since(Instant::now()));
         }

@@ -265,6 +265,7 @@ fn write_exit_report(
         .map(|g| g.bytes)
         .sum();
     let _ = std::panic::catch_unwind(|| crate::process::metrics::last_write(leaked_bytes));
+    let _ = std::panic::catch_unwind(crate::process::live_view::last_publish);
     // An incomplete report says so, leaks or none (its first lines).
     if (leaked || outcome.report.incomplete_shards > 0) && config.summary {
         let path = outcome.path.as_deref().map(Path::to_string_lossy);

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 /// the write (render under the lock, sync and link after, bookkeeping
 /// under the lock again); not done yet: the wait is one report's fsync.
 pub(super) extern "C" fn fork_prepare() {
+    crate::process::live_view::lock_for_fork();
     crate::process::metrics::lock_for_fork();
     dump::DUMP_STATE.raw_lock();
     crate::state::oom::lock_for_fork();
@@ -31,6 +32,7 @@ pub(super) extern "C" fn fork_parent() {
         crate::state::oom::unlock_after_fork();
         dump::DUMP_STATE.raw_unlock();
         crate::process::metrics::unlock_after_fork();
+        crate::process::live_view::unlock_after_fork();
     }
 }
 
@@ -44,6 +46,7 @@ pub(super) extern "C" fn fork_child() {
         }
         dump::DUMP_STATE.raw_unlock();
         crate::process::metrics::reset_in_child_and_unlock();
+        crate::process::live_view::reset_in_child_and_unlock();
         PID.store(libc::getpid(), Ordering::Release);
     }
     crate::hooks::dlsym_override::reset_after_fork();

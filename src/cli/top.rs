@@ -1,0 +1,165 @@
+//! `cudaleak top [PID]`: a running process's GPU memory by call site, as
+//! the library publishes it while asked (`live_view.rs` of the core and of
+//! the preload crate). The request is a file in the process's report
+//! directory, renewed every second while viewing; the view is read from
+//! the library's directory inside it. Reading never pauses the program or
+//! makes it write a report.
+//!
+//! `--once` prints one view (the second publish after the request, whose
+//! changes are over the last second) as text or JSON; without it the view
+//! is redrawn every second until Ctrl-C. Without a PID, the processes of
+//! this user that run the library are listed.
+
+use super::dump::{check_runs_library, process_owner, process_report_dir, request_file};
+use super::CliResult;
+use cudaleak_core::base::safe_read;
+use cudaleak_core::live_view::{view_file_name, view_request_name, LiveView, VIEW_DIR};
+use cudaleak_core::report::render::escape;
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The largest view file read (50 call sites are a few KiB).
+const MAX_VIEW_BYTES: u64 = 1 << 20;
+
+/// Processes of this user with the library loaded: (pid, command).
+fn watched_processes() -> Vec<(i32, String)> {
+    // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if e.metadata().map_or(true, |m| m.uid() != me) || pid == std::process::id() as i32 {
+            continue;
+        }
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if maps.contains("libcudaleak.so") {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            out.push((pid, cmd.join(" ")));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read_view(path: &Path) -> Option<LiveView> {
+    let bytes = safe_read::read_regular_file(path, MAX_VIEW_BYTES).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Waits for a view published at or after `since_ms` with at least
+/// `sequence` publishes, renewing the request every second; a process
+/// that is gone ends the wait with its last view, if any.
+fn wait_view(
+    dir: &Path,
+    view: &Path,
+    pid: i32,
+    owner: u32,
+    since_ms: i64,
+    sequence: u64,
+    timeout: Duration,
+) -> Result<LiveView, String> {
+    let start = Instant::now();
+    let mut renewed = Instant::now();
+    loop {
+        if let Some(v) = read_view(view) {
+            if v.exited || (v.timestamp_ms >= since_ms && v.sequence >= sequence) {
+                return Ok(v);
+            }
+        }
+        if std::fs::metadata(format!("/proc/{pid}")).is_err() {
+            return read_view(view)
+                .ok_or_else(|| format!("process {pid} exited before its view was published"));
+        }
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "no view of process {pid} within {} s (has it made a CUDA allocation call yet?)",
+                timeout.as_secs()
+            ));
+        }
+        if renewed.elapsed() >= Duration::from_secs(1) {
+            request_file(dir, &view_request_name(pid), owner)?;
+            renewed = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64) -> CliResult {
+    let Some(pid) = pid else {
+        let found = watched_processes();
+        if found.is_empty() {
+            println!("no process of this user runs under cudaleak");
+        }
+        for (pid, cmd) in found {
+            println!("{pid:>8}  {}", escape(&cmd));
+        }
+        return Ok(0);
+    };
+    if !(timeout.is_finite() && timeout > 0.0) {
+        return Err("--timeout: expected seconds, more than 0".into());
+    }
+    let timeout = Duration::from_secs_f64(timeout.min(3600.0));
+    let owner = process_owner(pid)?;
+    check_runs_library(pid, owner)?;
+    let dir = process_report_dir(pid)?;
+    let view: PathBuf = dir.join(VIEW_DIR).join(view_file_name(pid));
+    let since = now_ms();
+    request_file(&dir, &view_request_name(pid), owner)?;
+    let first = wait_view(&dir, &view, pid, owner, since, 2, timeout)?;
+    if once {
+        let out = if json {
+            serde_json::to_string_pretty(&first).map_err(|e| e.to_string())? + "\n"
+        } else {
+            first.text()
+        };
+        let _ = std::io::stdout().write_all(out.as_bytes());
+        if first.exited {
+            let _ = std::fs::remove_file(&view);
+        }
+        return Ok(0);
+    }
+    let tty = std::io::stdout().is_terminal();
+    let mut shown = first;
+    loop {
+        let mut out = String::new();
+        if tty {
+            out.push_str("\x1b[H\x1b[2J");
+        }
+        out.push_str(&shown.text());
+        if std::io::stdout()
+            .write_all(out.as_bytes())
+            .and_then(|_| std::io::stdout().flush())
+            .is_err()
+        {
+            return Ok(0);
+        }
+        if shown.exited {
+            let _ = std::fs::remove_file(&view);
+            return Ok(0);
+        }
+        shown = wait_view(
+            &dir,
+            &view,
+            pid,
+            owner,
+            shown.timestamp_ms + 1,
+            shown.sequence + 1,
+            timeout,
+        )?;
+    }
+}
