@@ -84,7 +84,17 @@ pub fn tick(is_request: impl Fn(&Path) -> bool) -> Option<Duration> {
     let now = crate::process::dump::now_ms();
     if asked {
         match guard.as_mut().filter(|v| v.pid == pid) {
-            Some(v) => v.until_ms = now + VIEW_LEASE_MS,
+            Some(v) if v.until_ms > now => v.until_ms = now + VIEW_LEASE_MS,
+            // A lease that had lapsed: a new viewing, whose changes start
+            // from its own first publish.
+            Some(v) => {
+                *v = Viewing {
+                    pid,
+                    until_ms: now + VIEW_LEASE_MS,
+                    next: Instant::now(),
+                    previous: None,
+                }
+            }
             None => {
                 *guard = Some(Viewing {
                     pid,
