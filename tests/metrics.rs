@@ -7,9 +7,9 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -84,48 +84,9 @@ fn value(series: &[Series], name: &str, site: Option<&str>) -> Option<f64> {
         .map(|s| s.value)
 }
 
-struct Grower {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    _reports: TempDir,
-}
-
-impl Grower {
-    fn start(args: &[&str], env: &[(&str, &str)]) -> Grower {
-        let (mut cmd, dir) = traced_command(&program("metrics"), args, env, true);
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        Grower {
-            child,
-            out,
-            _reports: dir,
-        }
-    }
-
-    fn wait_line(&mut self, want: &str) {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(self.out.read_line(&mut line).unwrap() > 0, "no '{want}' line");
-            if line.trim() == want {
-                return;
-            }
-        }
-    }
-
-    fn go_on(&mut self) {
-        self.child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    }
-
-    fn finish(mut self) -> std::process::ExitStatus {
-        self.child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-        self.child.wait().unwrap()
-    }
+/// tests/c/metrics.c, paced through its stdin.
+fn grower(args: &[&str], env: &[(&str, &str)]) -> PipedProgram {
+    PipedProgram::start(&program("metrics"), args, env)
 }
 
 /// The file of `pid` in `dir` once it says what `ready` accepts (the
@@ -173,7 +134,7 @@ fn two_ranks_publish_their_sites_while_they_run() {
             ("LOCAL_RANK", rank),
             ("TORCHELASTIC_RUN_ID", "job-42"),
         ];
-        ranks.push(Grower::start(&["grow", "8", "20", "pause", "wait"], &env));
+        ranks.push(grower(&["grow", "8", "20", "pause", "wait"], &env));
     }
     // Halfway, each rank waits until its file has said so.
     for g in &mut ranks {
@@ -264,7 +225,7 @@ fn many_call_sites_stay_bounded() {
         ("CUDALEAK_METRICS_INTERVAL", "0.2"),
         ("CUDALEAK_METRICS_TOP", "10"),
     ];
-    let mut g = Grower::start(&["many", "10000", "wait"], &env);
+    let mut g = grower(&["many", "10000", "wait"], &env);
     g.wait_line("many done");
     let pid = g.child.id();
     let s = read_when(&metrics, pid, |s| {
@@ -408,11 +369,45 @@ fn tool(name: &str) -> PathBuf {
     )
 }
 
+/// `program ARGS` on a free loopback port (`--web.listen-address`), its
+/// output dropped: (the server, its port).
+fn serve(program: &str, args: &[String]) -> (Server, u16) {
+    let port = free_port();
+    let server = Server(
+        std::process::Command::new(tool(program))
+            .args(args)
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    (server, port)
+}
+
+/// node_exporter serving the textfiles of `dir`, and nothing else.
+fn start_node_exporter(dir: &Path) -> (Server, u16) {
+    serve(
+        "prometheus-node-exporter",
+        &[
+            "--collector.disable-defaults".into(),
+            "--collector.textfile".into(),
+            format!("--collector.textfile.directory={}", dir.display()),
+        ],
+    )
+}
+
+/// A Pushgateway, once it is ready.
+fn start_pushgateway() -> (Server, u16) {
+    let (server, port) = serve("prometheus-pushgateway", &[]);
+    wait_ready(port, "the Pushgateway");
+    (server, port)
+}
+
 /// Prometheus scraping 127.0.0.1:`target` every second, with
 /// `honor_labels` (the job's own `job` label kept), its data in `dir`;
 /// returns once it is ready, with its port.
 fn start_prometheus(dir: &Path, targets: &[u16]) -> (Server, u16) {
-    let port = free_port();
     let targets: Vec<String> = targets.iter().map(|t| format!("'127.0.0.1:{t}'")).collect();
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -424,15 +419,12 @@ fn start_prometheus(dir: &Path, targets: &[u16]) -> (Server, u16) {
         ),
     )
     .unwrap();
-    let server = Server(
-        std::process::Command::new(tool("prometheus"))
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let (server, port) = serve(
+        "prometheus",
+        &[
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+        ],
     );
     wait_ready(port, "Prometheus");
     (server, port)
@@ -509,27 +501,13 @@ fn query(port: u16, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 #[test]
 #[ignore = "needs prometheus and prometheus-node-exporter (Debian); scripts/test.sh runs it (--ignored)"]
 fn prometheus_scrapes_both_ranks_through_node_exporter() {
-    let node_exporter = tool("prometheus-node-exporter");
     let dir = TempDir::new("metrics-prometheus");
     let metrics = dir.path().join("textfiles");
     std::fs::create_dir_all(&metrics).unwrap();
-    let np = free_port();
-    let _node = Server(
-        std::process::Command::new(node_exporter)
-            .args([
-                "--collector.disable-defaults",
-                "--collector.textfile",
-                &format!("--collector.textfile.directory={}", metrics.display()),
-                &format!("--web.listen-address=127.0.0.1:{np}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_node, np) = start_node_exporter(&metrics);
     let (_prom, pp) = start_prometheus(dir.path(), &[np]);
     let mdir = metrics.to_str().unwrap();
-    let mut ranks: Vec<Grower> = ["0", "1"]
+    let mut ranks: Vec<PipedProgram> = ["0", "1"]
         .iter()
         .map(|rank| {
             let env = [
@@ -538,7 +516,7 @@ fn prometheus_scrapes_both_ranks_through_node_exporter() {
                 ("RANK", *rank),
                 ("CUDALEAK_JOB", "prom-test"),
             ];
-            Grower::start(&["grow", "8", "100", "pause", "wait"], &env)
+            grower(&["grow", "8", "100", "pause", "wait"], &env)
         })
         .collect();
     for g in &mut ranks {
@@ -612,16 +590,7 @@ fn run_pushing(dir: &Path, url: &str, command: &[&str]) -> std::process::Output 
 #[ignore = "needs prometheus and prometheus-pushgateway (Debian); scripts/test.sh runs it (--ignored)"]
 fn the_pushgateway_receives_the_final_figures() {
     let dir = TempDir::new("metrics-push");
-    let gp = free_port();
-    let _gateway = Server(
-        std::process::Command::new(tool("prometheus-pushgateway"))
-            .arg(format!("--web.listen-address=127.0.0.1:{gp}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_ready(gp, "the Pushgateway");
+    let (_gateway, gp) = start_pushgateway();
     let prog = program("metrics");
     let out = run_pushing(
         dir.path(),
@@ -745,29 +714,8 @@ fn every_dashboard_query_returns_data() {
     let dir = TempDir::new("metrics-dashboard");
     let textfiles = dir.path().join("textfiles");
     std::fs::create_dir_all(&textfiles).unwrap();
-    let (np, gp) = (free_port(), free_port());
-    let _node = Server(
-        std::process::Command::new(tool("prometheus-node-exporter"))
-            .args([
-                "--collector.disable-defaults",
-                "--collector.textfile",
-                &format!("--collector.textfile.directory={}", textfiles.display()),
-                &format!("--web.listen-address=127.0.0.1:{np}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let _gateway = Server(
-        std::process::Command::new(tool("prometheus-pushgateway"))
-            .arg(format!("--web.listen-address=127.0.0.1:{gp}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_ready(gp, "the Pushgateway");
+    let (_node, np) = start_node_exporter(&textfiles);
+    let (_gateway, gp) = start_pushgateway();
     let (_prom, pp) = start_prometheus(dir.path(), &[np, gp]);
     let started = Instant::now();
     let prog = program("metrics");

@@ -4,58 +4,21 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use support::*;
 
-struct Program {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    dir: TempDir,
+/// tests/c/metrics.c, paced through its stdin.
+fn start(args: &[&str]) -> PipedProgram {
+    PipedProgram::start(&program("metrics"), args, &[])
 }
 
-impl Program {
-    fn start(args: &[&str]) -> Program {
-        let (mut cmd, dir) = traced_command(&program("metrics"), args, &[], true);
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        Program { child, out, dir }
-    }
-
-    fn wait_line(&mut self, want: &str) {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(self.out.read_line(&mut line).unwrap() > 0, "no '{want}' line");
-            if line.trim() == want {
-                return;
-            }
-        }
-    }
-
-    fn go_on(&mut self) {
-        self.child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    }
-
-    fn top(&self, args: &[&str]) -> std::process::Output {
-        let pid = self.child.id().to_string();
-        let mut all = vec!["top", pid.as_str()];
-        all.extend_from_slice(args);
-        cli_command(&all, self.dir.path()).output().unwrap()
-    }
-}
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `cudaleak top PID ARGS` of `p`, from its report directory.
+fn top(p: &PipedProgram, args: &[&str]) -> std::process::Output {
+    let pid = p.child.id().to_string();
+    let mut all = vec!["top", pid.as_str()];
+    all.extend_from_slice(args);
+    cli_command(&all, p.dir.path()).output().unwrap()
 }
 
 fn site<'a>(view: &'a serde_json::Value, function: &str) -> &'a serde_json::Value {
@@ -79,9 +42,9 @@ const MIB: u64 = 1 << 20;
 /// one with none, each labelled as reports label it.
 #[test]
 fn once_shows_the_growing_site_growing() {
-    let mut p = Program::start(&["grow", "100", "50", "wait"]);
+    let mut p = start(&["grow", "100", "50", "wait"]);
     p.wait_line("step 2");
-    let out = p.top(&["--once", "--format", "json"]);
+    let out = top(&p, &["--once", "--format", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(view["pid"], p.child.id());
@@ -98,7 +61,7 @@ fn once_shows_the_growing_site_growing() {
         format!("cudaMalloc (device memory) at growing_site metrics.c:{line}")
     );
     // The text view says the same.
-    let text = p.top(&["--once"]);
+    let text = top(&p, &["--once"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains("call site") && text.contains("at steady_site metrics.c:"),
@@ -112,9 +75,9 @@ fn once_shows_the_growing_site_growing() {
 /// report's, site by site.
 #[test]
 fn the_view_agrees_with_a_live_report() {
-    let mut p = Program::start(&["grow", "8", "10", "pause", "wait"]);
+    let mut p = start(&["grow", "8", "10", "pause", "wait"]);
     p.wait_line("paused");
-    let out = p.top(&["--once", "--format", "json"]);
+    let out = top(&p, &["--once", "--format", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let pid = p.child.id().to_string();
@@ -141,7 +104,7 @@ fn the_view_agrees_with_a_live_report() {
 /// state; the viewer then ends too.
 #[test]
 fn a_process_that_exits_while_viewed_is_shown_exited() {
-    let mut p = Program::start(&["grow", "4", "10", "pause"]);
+    let mut p = start(&["grow", "4", "10", "pause"]);
     p.wait_line("paused");
     let pid = p.child.id().to_string();
     let viewer = cli_command(&["top", &pid], p.dir.path())

@@ -692,3 +692,59 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// A test program under the library with its stdin and stdout piped, for
+/// programs that wait on stdin (tests/c/metrics.c's `pause` and `wait`):
+/// the test reads its lines and lets it go on when it has seen what it
+/// waits for, so that nothing depends on timing. Killed when dropped.
+pub struct PipedProgram {
+    pub child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    pub dir: TempDir,
+}
+
+impl PipedProgram {
+    pub fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> PipedProgram {
+        let (mut cmd, dir) = traced_command(program, args, env, true);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        PipedProgram { child, out, dir }
+    }
+
+    /// Reads lines until one is `want`.
+    pub fn wait_line(&mut self, want: &str) {
+        use std::io::BufRead;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(self.out.read_line(&mut line).unwrap() > 0, "no '{want}' line");
+            if line.trim() == want {
+                return;
+            }
+        }
+    }
+
+    /// One line on its stdin: the program goes on.
+    pub fn go_on(&mut self) {
+        use std::io::Write;
+        self.child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    }
+
+    /// Lets it go on a last time and waits for its exit.
+    pub fn finish(mut self) -> ExitStatus {
+        self.go_on();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for PipedProgram {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
