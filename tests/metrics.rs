@@ -214,6 +214,53 @@ fn two_ranks_publish_their_sites_while_they_run() {
     );
 }
 
+/// The series of `name` whose `device` label is `device`.
+fn on_device(series: &[Series], name: &str, device: &str) -> Option<f64> {
+    series
+        .iter()
+        .find(|s| s.name == name && s.labels.get("device").is_some_and(|d| d == device))
+        .map(|s| s.value)
+}
+
+/// Memory on two devices and pinned host memory: live bytes and blocks
+/// by device, a device that holds nothing any more kept at 0, and the
+/// peak the process's.
+#[test]
+fn live_memory_is_published_by_device() {
+    let dir = TempDir::new("metrics-devices");
+    let metrics = dir.path().join("metrics");
+    let env = [
+        ("CUDALEAK_METRICS_DIR", metrics.to_str().unwrap()),
+        ("CUDALEAK_METRICS_INTERVAL", "0.2"),
+        ("SIMCUDA_DEVICES", "2"),
+    ];
+    let mut g = grower(&["devices"], &env);
+    g.wait_line("devices held");
+    let pid = g.child.id();
+    let s = read_when(&metrics, pid, |s| {
+        on_device(s, "cudaleak_live_bytes", "host") == Some(3.0 * MIB)
+    });
+    assert_eq!(on_device(&s, "cudaleak_live_bytes", "0"), Some(MIB));
+    assert_eq!(on_device(&s, "cudaleak_live_bytes", "1"), Some(2.0 * MIB));
+    assert_eq!(on_device(&s, "cudaleak_live_blocks", "1"), Some(1.0));
+    let live: Vec<&Series> = s.iter().filter(|x| x.name == "cudaleak_live_bytes").collect();
+    assert_eq!(live.len(), 3, "{live:?}");
+    assert_eq!(value(&s, "cudaleak_peak_bytes", None), Some(6.0 * MIB));
+    assert!(
+        s.iter().filter(|x| x.name == "cudaleak_peak_bytes").all(|x| !x.labels.contains_key("device")),
+        "{s:?}"
+    );
+    g.go_on();
+    g.wait_line("freed");
+    let s = read_when(&metrics, pid, |s| {
+        on_device(s, "cudaleak_live_bytes", "1") == Some(0.0)
+    });
+    assert_eq!(on_device(&s, "cudaleak_live_blocks", "1"), Some(0.0));
+    assert_eq!(on_device(&s, "cudaleak_live_bytes", "0"), Some(MIB));
+    g.go_on();
+    assert!(g.finish().success());
+}
+
 /// Ten thousand call sites: the file names only the top N, and stays
 /// small.
 #[test]

@@ -10,7 +10,12 @@
  *                           stdin
  *   metrics many N          N distinct call sites (N <= 16384), 256 bytes
  *                           each, then "many done"; leaks them all
- *   metrics wait            after either, with "wait" as the last argument,
+ *   metrics devices         1 MiB on device 0, 2 MiB on device 1 and 3 MiB of
+ *                           pinned host memory, then "devices held"; after a
+ *                           line on stdin frees device 1's, prints "freed",
+ *                           and after another line exits, leaking the rest
+ *                           (SIMCUDA_DEVICES=2)
+ *   metrics wait            after grow or many, with "wait" as the last argument,
  *                           it waits for a line on stdin before exiting
  */
 #include "common.h"
@@ -88,6 +93,28 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
-    fprintf(stderr, "usage: metrics grow STEPS MS [wait] | metrics many N [wait]\n");
+    if (argc >= 2 && !strcmp(argv[1], "devices")) {
+        CUcontext c0, c1;
+        CUdeviceptr d0, d1;
+        void *h;
+        char line[16];
+        CHECK(cuInit(0));
+        CHECK(cuDevicePrimaryCtxRetain(&c0, 0));
+        CHECK(cuDevicePrimaryCtxRetain(&c1, 1));
+        CHECK(cuCtxSetCurrent(c0));
+        CHECK(cuMemAlloc_v2(&d0, 1 << 20));
+        CHECK(cuCtxSetCurrent(c1));
+        CHECK(cuMemAlloc_v2(&d1, 2 << 20));
+        CHECK(cuMemAllocHost_v2(&h, 3 << 20));
+        printf("devices held\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 4;
+        CHECK(cuMemFree_v2(d1));
+        printf("freed\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 4;
+        return 0;
+    }
+    fprintf(stderr, "usage: metrics grow STEPS MS [wait] | metrics many N [wait] | metrics devices\n");
     return 2;
 }

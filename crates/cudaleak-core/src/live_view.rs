@@ -8,7 +8,7 @@
 //! ([`VIEW_DIR`]).
 
 use crate::base::units::size;
-use crate::metrics::Sample;
+use crate::metrics::{DeviceLive, Sample};
 use crate::report::render::escape;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -45,6 +45,9 @@ pub struct ViewSite {
     pub peak_bytes: u64,
     /// live bytes now less at the previous publish (0 at the first)
     pub change_bytes: i64,
+    /// its stack as the text report shows it, a frame a line
+    #[serde(default)]
+    pub stack: Vec<String>,
 }
 
 /// What one publish says.
@@ -63,6 +66,9 @@ pub struct LiveView {
     pub peak_bytes: u64,
     pub failed_allocations: u64,
     pub oom_events: u64,
+    /// what each device the process has held memory on holds now
+    #[serde(default)]
+    pub devices: Vec<DeviceLive>,
     pub sites: Vec<ViewSite>,
 }
 
@@ -91,6 +97,7 @@ impl LiveView {
             peak_bytes: now.peak_bytes,
             failed_allocations: now.failed_allocations,
             oom_events: now.oom_events,
+            devices: now.devices.clone(),
             sites: now
                 .sites
                 .iter()
@@ -105,6 +112,7 @@ impl LiveView {
                     } else {
                         0
                     },
+                    stack: s.stack.clone(),
                 })
                 .collect(),
         }
@@ -178,6 +186,7 @@ mod tests {
                     live_bytes: grow,
                     live_blocks: 1,
                     peak_bytes: grow,
+                    stack: vec!["in grow t.py:3 [python]".into()],
                 },
                 Site {
                     label: "cudaMalloc (device memory) at steady t.py:4\u{1b}[2J".into(),
@@ -185,6 +194,7 @@ mod tests {
                     live_bytes: 5,
                     live_blocks: 1,
                     peak_bytes: 5,
+                    stack: Vec::new(),
                 },
             ],
             ..Default::default()

@@ -12,7 +12,7 @@
 //! [`crate::budget::site_key`] and the frames' lines).
 
 use crate::budget::site_key;
-use crate::report::render::{label_groups, picture_frames};
+use crate::report::render::{display_frames, label_groups, picture_frames};
 use crate::report::{Group, MergedFrame, Report};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -51,6 +51,19 @@ pub struct Site {
     pub live_blocks: u64,
     /// its bytes when the process's peak was reached
     pub peak_bytes: u64,
+    /// its stack as the reports' text shows it, a frame a line, the
+    /// innermost first (the live view opens it; the file leaves it out)
+    pub stack: Vec<String>,
+}
+
+/// What a process holds on one device, read from its live blocks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceLive {
+    /// the device's ordinal; `host` for pinned host memory, which no GPU
+    /// holds; `unknown` for memory whose device was not known
+    pub device: String,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
 }
 
 /// What one write of the file says.
@@ -65,6 +78,9 @@ pub struct Sample {
     /// unsuppressed leaked bytes of the exit report; only in the last write
     pub leaked_bytes: Option<u64>,
     pub sites: Vec<Site>,
+    /// what each device holds, every device held on so far (0 when it
+    /// holds nothing now); empty where not known (a report's figures)
+    pub devices: Vec<DeviceLive>,
 }
 
 /// What makes two groups one call site here: the budgets' key (API,
@@ -130,8 +146,15 @@ pub fn top_sites(groups: Vec<(Group, u64, u64, u64)>, n: usize) -> Vec<Site> {
             live_bytes: *live,
             live_blocks: *blocks,
             peak_bytes: *peak,
+            stack: stack_lines(g),
         })
         .collect()
+}
+
+/// The frames a site's stack shows, as the text report shows them
+/// (noise left out, Python as a traceback), at most 64 native lines.
+fn stack_lines(g: &Group) -> Vec<String> {
+    display_frames(g, 64).into_iter().map(|l| l.trim_start().to_string()).collect()
 }
 
 /// A process's final figures from its exit report, for a Pushgateway
@@ -174,6 +197,7 @@ pub fn sample_of_report(r: &Report, job: Option<String>, top: usize) -> Sample {
                 .sum(),
         ),
         sites: top_sites(groups, top),
+        devices: Vec::new(),
     }
 }
 
@@ -254,22 +278,33 @@ pub fn render(s: &Sample) -> String {
         }
     };
     let one = |v: u64| vec![(String::new(), v)];
+    // By device where the devices are known; a report's figures (pushed
+    // at exit) have only the process's totals.
+    let by_device = |f: fn(&DeviceLive) -> u64, total: u64| -> Vec<(String, u64)> {
+        if s.devices.is_empty() {
+            return one(total);
+        }
+        s.devices
+            .iter()
+            .map(|d| (format!(",device=\"{}\"", label_value(&d.device)), f(d)))
+            .collect()
+    };
     metric(
         "cudaleak_live_bytes",
         "gauge",
-        "GPU memory the process holds now (device, host, managed and physical allocations), in bytes.",
-        &one(s.live_bytes),
+        "GPU memory the process holds now on the device (device, managed and physical allocations; pinned host memory as device \"host\"), in bytes.",
+        &by_device(|d| d.live_bytes, s.live_bytes),
     );
     metric(
         "cudaleak_live_blocks",
         "gauge",
-        "Blocks the process holds now.",
-        &one(s.live_blocks),
+        "Blocks the process holds now on the device.",
+        &by_device(|d| d.live_blocks, s.live_blocks),
     );
     metric(
         "cudaleak_peak_bytes",
         "gauge",
-        "The most the process has held at once, in bytes.",
+        "The most the process has held at once, all its devices together, in bytes.",
         &one(s.peak_bytes),
     );
     metric(
@@ -417,6 +452,7 @@ mod tests {
                 ],
                 10,
             ),
+            devices: Vec::new(),
         }
     }
 
@@ -450,6 +486,44 @@ mod tests {
         last.leaked_bytes = Some(7);
         assert!(render(&last).contains(&format!("cudaleak_leaked_bytes{{{common}}} 7\n")));
         // Every line is a comment or `name{labels} value`.
+        for l in text.lines() {
+            assert!(
+                l.starts_with("# ") || l.split_once("} ").is_some_and(|(_, v)| v.parse::<u64>().is_ok()),
+                "{l}"
+            );
+        }
+        // The stacks are the view's, not the file's.
+        assert_eq!(last.sites[0].stack, vec!["#0 in grow /job/train.py:20 [python]"]);
+        assert!(!text.contains("[python]"), "{text}");
+    }
+
+    #[test]
+    fn live_memory_by_device_when_the_devices_are_known() {
+        let mut s = sample();
+        s.devices = vec![
+            DeviceLive {
+                device: "0".into(),
+                live_bytes: 1 << 20,
+                live_blocks: 1,
+            },
+            DeviceLive {
+                device: "host".into(),
+                live_bytes: 2 << 20,
+                live_blocks: 2,
+            },
+        ];
+        let text = render(&s);
+        let common = r#"job="run-7",rank="1",local_rank="1",host="node\"3\n",pid="4242""#;
+        for line in [
+            format!("cudaleak_live_bytes{{{common},device=\"0\"}} 1048576\n"),
+            format!("cudaleak_live_bytes{{{common},device=\"host\"}} 2097152\n"),
+            format!("cudaleak_live_blocks{{{common},device=\"host\"}} 2\n"),
+            // The peak is the process's, over its devices together.
+            format!("cudaleak_peak_bytes{{{common}}} 5242880\n"),
+        ] {
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert!(!text.contains(&format!("cudaleak_live_bytes{{{common}}}")), "{text}");
         for l in text.lines() {
             assert!(
                 l.starts_with("# ") || l.split_once("} ").is_some_and(|(_, v)| v.parse::<u64>().is_ok()),

@@ -12,7 +12,8 @@ use crate::process::dump;
 use crate::state::{live_bytes, oom, tracker};
 use cudaleak_core::base::lock::FutexMutex;
 use cudaleak_core::config::Config;
-use cudaleak_core::metrics::{self, Labels, Sample};
+use cudaleak_core::metrics::{self, DeviceLive, Labels, Sample};
+use std::sync::atomic::{AtomicU64, Ordering};
 use cudaleak_core::record::TraceId;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -77,10 +78,68 @@ fn this_pid() -> i64 {
     i64::from(unsafe { libc::getpid() })
 }
 
-/// The figures now: totals from the site counters, the top sites
-/// symbolized as reports name them.
+/// Devices held on so far, a bit each ([`device_bit`]): a device keeps
+/// its series, at 0, once it holds nothing, so that a graph of it falls
+/// to zero instead of ending.
+static DEVICES_SEEN: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+
+/// The bit of a [`tracker::live_by_device`] key: 0 unknown, 1 to 256 a
+/// device, 257 host memory.
+fn device_bit(key: u16) -> usize {
+    if key == tracker::HOST {
+        257
+    } else {
+        usize::from(key.min(256))
+    }
+}
+
+fn device_name(bit: usize) -> String {
+    match bit {
+        0 => "unknown".into(),
+        257 => "host".into(),
+        d => (d - 1).to_string(),
+    }
+}
+
+/// The last reading by device, used again when the live map could not be
+/// read in time (a thread holding a shard's lock): a series must not
+/// lose its device label for one write.
+static LAST_BY_DEVICE: FutexMutex<Vec<DeviceLive>> = FutexMutex::new(Vec::new());
+
+/// What each device held on so far holds now.
+fn devices_now() -> Vec<DeviceLive> {
+    let Some(by) = tracker::live_by_device(LOCK_TIMEOUT) else {
+        return LAST_BY_DEVICE.lock_for(LOCK_TIMEOUT).map(|l| l.clone()).unwrap_or_default();
+    };
+    for &(key, _, _) in &by {
+        let bit = device_bit(key);
+        DEVICES_SEEN[bit / 64].fetch_or(1 << (bit % 64), Ordering::Relaxed);
+    }
+    let mut out = Vec::new();
+    for bit in 0..DEVICES_SEEN.len() * 64 {
+        if DEVICES_SEEN[bit / 64].load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
+            continue;
+        }
+        let (bytes, blocks) = by
+            .iter()
+            .find(|e| device_bit(e.0) == bit)
+            .map_or((0, 0), |e| (e.1, e.2));
+        out.push(DeviceLive {
+            device: device_name(bit),
+            live_bytes: bytes,
+            live_blocks: blocks,
+        });
+    }
+    if let Some(mut last) = LAST_BY_DEVICE.lock_for(LOCK_TIMEOUT) {
+        last.clone_from(&out);
+    }
+    out
+}
+
 /// The figures now with the `top` call sites holding the most (also the
-/// live view's, `live_view.rs`).
+/// live view's, `live_view.rs`): totals from the site counters, the top
+/// sites symbolized as reports name them, the devices from the live
+/// blocks.
 pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample {
     // The rank as reports name it now: a launcher may set it after load
     // (it is read again at the first allocation call).
@@ -143,6 +202,7 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
         oom_events: oom::events().len() as u64,
         leaked_bytes,
         sites: metrics::top_sites(groups, top),
+        devices: devices_now(),
     }
 }
 
@@ -262,5 +322,14 @@ pub unsafe fn reset_in_child_and_unlock() {
             w.next = Instant::now();
         }
         WRITER.raw_unlock();
+    }
+    // The child's devices are those it allocates on.
+    for word in &DEVICES_SEEN {
+        word.store(0, Ordering::Relaxed);
+    }
+    // Free: it is taken only inside the writer's or the view's lock, both
+    // held by the prepare handlers.
+    if let Some(mut last) = LAST_BY_DEVICE.try_lock() {
+        last.clear();
     }
 }

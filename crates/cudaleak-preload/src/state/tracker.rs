@@ -833,6 +833,51 @@ pub fn snapshot(read: &Read) -> Option<Snapshot> {
     Some(snap)
 }
 
+/// Where live memory is: (device + 1, or 0 when not known; [`HOST`] for
+/// pinned host memory), with its bytes and blocks, for the kinds counted
+/// in live bytes. One pass over the live blocks, each shard under its own
+/// lock for as long as it takes to add its blocks up; nothing is added to
+/// an allocation. None when a lock stayed held past `timeout`.
+pub fn live_by_device(timeout: Duration) -> Option<Vec<(u16, u64, u64)>> {
+    let caller = me();
+    let mut by: Vec<(u16, u64, u64)> = Vec::new();
+    let mut add = |b: &Block| {
+        if !b.kind().counts_in_live_bytes() {
+            return;
+        }
+        let key = match (b.kind(), b.device()) {
+            (MemoryKind::Host, _) => HOST,
+            (_, Some(d)) => d.min(255) as u16 + 1,
+            (_, None) => 0,
+        };
+        match by.iter_mut().find(|e| e.0 == key) {
+            Some(e) => {
+                e.1 += b.size();
+                e.2 += 1;
+            }
+            None => by.push((key, b.size(), 1)),
+        }
+    };
+    for map in [&LIVE, &HANDLES] {
+        let skipped = map.for_each_shard(caller.tid, None, Some(timeout), &|| false, |it, _| {
+            for (_, b) in it {
+                add(&b);
+            }
+        })?;
+        if skipped > 0 {
+            return None;
+        }
+    }
+    for (_, b) in TORN_DOWN.lock_for(timeout)?.iter() {
+        add(b);
+    }
+    by.sort_unstable();
+    Some(by)
+}
+
+/// [`live_by_device`]'s key of pinned host memory.
+pub const HOST: u16 = u16::MAX;
+
 /// Every allocation and release call recorded so far, failed ones
 /// included: equal counts, nothing happened in between (an `exec` tried
 /// again after a failed one writes a new report only if it did).
