@@ -12,7 +12,9 @@
 #   scripts/aarch64-check.sh (the aarch64 build, its unit tests and
 #   planted-leak programs under qemu-aarch64; docs/platforms.md);
 # - prometheus, prometheus-node-exporter and prometheus-pushgateway, which
-#   serve, scrape and query the metrics (tests/metrics.rs).
+#   serve, scrape and query the metrics (tests/metrics.rs);
+# - tmux, the real terminal that drives `cudaleak top`'s interactive view
+#   (tests/top.rs).
 # Tests that need one of these are #[ignore]d with the reason in a plain
 # `cargo test`; scripts/test.sh runs them, and there a missing tool fails
 # them (issue 23).
@@ -46,6 +48,10 @@ if ! command -v prometheus-node-exporter >/dev/null 2>&1; then
 fi
 if ! command -v prometheus-pushgateway >/dev/null 2>&1; then
     missing="$missing prometheus-pushgateway"
+fi
+# A terminal for the interactive view (tests/top.rs).
+if ! command -v tmux >/dev/null 2>&1; then
+    missing="$missing tmux"
 fi
 if [ -n "$missing" ]; then
     SUDO=""

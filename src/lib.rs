@@ -129,7 +129,7 @@ process wrote no final report, else 23 (with --fail-on-leak) for leaks, else 25 
 its budget. 2 on bad input (an unreadable suppressions file or baseline, a bad size, no library found, a \
 command that cannot be run)."
     )]
-    Run(cli::run::RunArgs),
+    Run(Box<cli::run::RunArgs>),
     /// Render reports (files or directories), or a timeline (*.timeline.json); several processes are merged
     #[command(after_help = EXIT_0_2)]
     Report {
@@ -183,7 +183,8 @@ came before the timeout."
         timeout: f64,
     },
     /// A running process's GPU memory by call site, refreshed every second (without PID: the processes
-    /// of this user that run under cudaleak)
+    /// of this user that run under cudaleak). In a terminal: q quits, arrows select a call site, Enter
+    /// opens its stack, s or 1-6 sort, r reverses, d writes a live report now
     #[command(
         after_help = "Exit status: 0 when the view was shown (or the processes listed); 2 when the process \
 does not exist, is another user's, does not run the library, or published no view before the timeout."
@@ -200,6 +201,9 @@ does not exist, is another user's, does not run the library, or published no vie
         /// Seconds to wait for a view
         #[arg(long, default_value_t = 10.0)]
         timeout: f64,
+        /// Seconds between reads of the view (the library publishes once a second)
+        #[arg(long, default_value_t = 1.0)]
+        refresh: f64,
     },
     /// Run a leaking demo program on the bundled simulated CUDA driver
     #[command(after_help = "Exit status: 0 when the demo ran; 2 when it could not be set up.")]
@@ -235,7 +239,7 @@ pub fn main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     let result = match args.command {
-        Command::Run(a) => cli::run::run(a),
+        Command::Run(a) => cli::run::run(*a),
         Command::Report { paths, view } => cli::reports::report(&paths, &view),
         Command::Diff {
             old,
@@ -261,7 +265,8 @@ pub fn main() -> ExitCode {
             once,
             format,
             timeout,
-        } => cli::top::top(pid, once, format == "json", timeout),
+            refresh,
+        } => cli::top::top(pid, once, format == "json", timeout, refresh),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -247,7 +247,9 @@ fn live_memory_is_published_by_device() {
     assert_eq!(live.len(), 3, "{live:?}");
     assert_eq!(value(&s, "cudaleak_peak_bytes", None), Some(6.0 * MIB));
     assert!(
-        s.iter().filter(|x| x.name == "cudaleak_peak_bytes").all(|x| !x.labels.contains_key("device")),
+        s.iter()
+            .filter(|x| x.name == "cudaleak_peak_bytes")
+            .all(|x| !x.labels.contains_key("device")),
         "{s:?}"
     );
     g.go_on();

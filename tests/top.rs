@@ -150,3 +150,386 @@ fn a_process_without_the_library_is_refused() {
         .unwrap();
     assert_eq!(none.status.code(), Some(2));
 }
+
+/// tests/python/top_grow.py under the library, paced through its stdin.
+fn start_python(args: &[&str]) -> PipedProgram {
+    let runtime = sim_dir().join("libcudart.so.12").display().to_string();
+    let script = repo().join("tests/python/top_grow.py").display().to_string();
+    let pythonpath = repo().join("tests/python").display().to_string();
+    let python = std::env::var("CUDALEAK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut all = vec![script.as_str()];
+    all.extend_from_slice(args);
+    PipedProgram::start(
+        std::path::Path::new(&python),
+        &all,
+        &[
+            ("SIMCUDA_RUNTIME", runtime.as_str()),
+            ("PYTHONPATH", pythonpath.as_str()),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+        ],
+    )
+}
+
+/// The Python program's site whose label names `function` at its line.
+fn python_site<'a>(view: &'a serde_json::Value, function: &str, marker: &str) -> &'a serde_json::Value {
+    let at = format!(
+        "{function} top_grow.py:{}",
+        line_of("tests/python/top_grow.py", marker)
+    );
+    view["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"].as_str().unwrap().contains(&at))
+        .unwrap_or_else(|| panic!("no site at {at} in {view}"))
+}
+
+/// A Python program: the growing line shows a positive change and the
+/// steady one none, by their Python lines; held still, the view's bytes
+/// are a live report's, site by site.
+#[test]
+fn a_python_program_by_its_lines() {
+    let mut p = start_python(&["40", "50", "pause", "wait"]);
+    p.wait_line("step 3");
+    let out = top(&p, &["--once", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let growing = python_site(&view, "growing", "SITE growing");
+    assert!(growing["change_bytes"].as_i64().unwrap() > 0, "{view}");
+    let steady = python_site(&view, "steady", "SITE steady");
+    assert_eq!(steady["change_bytes"], 0, "{view}");
+    assert_eq!(steady["live_bytes"].as_u64(), Some(MIB));
+    let stack: Vec<&str> = steady["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        stack
+            .iter()
+            .any(|l| l.contains("in steady") && l.contains("top_grow.py")),
+        "{stack:?}"
+    );
+    p.wait_line("paused");
+    let out = top(&p, &["--once", "--format", "json"]);
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pid = p.child.id().to_string();
+    let dump = cli_command(&["dump", &pid, "--timeout", "20"], p.dir.path())
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    let r = &reports_in(p.dir.path())[0];
+    assert_eq!(view["live_bytes"].as_u64(), Some(r.totals.live_bytes));
+    assert_eq!(
+        python_site(&view, "growing", "SITE growing")["live_bytes"].as_u64(),
+        Some(20 * MIB)
+    );
+    assert_eq!(r.totals.live_bytes, 21 * MIB);
+    p.go_on();
+}
+
+/// A tmux server of its own, for one test.
+struct Tmux {
+    socket: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl Tmux {
+    fn start(command: &str, cwd: &std::path::Path) -> Tmux {
+        let dir = TempDir::new("tmux");
+        let t = Tmux {
+            socket: dir.path().join("socket"),
+            _dir: dir,
+        };
+        let cwd = cwd.display().to_string();
+        t.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "v",
+            "-x",
+            "160",
+            "-y",
+            "40",
+            "-c",
+            &cwd,
+            command,
+        ]);
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("tmux: {e} (scripts/install-test-deps.sh installs it)"));
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "v"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", "v"])
+    }
+
+    /// The screen once `ready` holds of it.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if ready(&s) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no {what} on the screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// The line of `screen` that contains `what`, by number.
+fn row_of(screen: &str, what: &str) -> usize {
+    screen
+        .lines()
+        .position(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no {what} in\n{screen}"))
+}
+
+/// Whether the terminal is back as it was: `stty -a` printed after the
+/// view shows canonical input and echo again.
+fn terminal_restored(screen: &str) -> bool {
+    let words: Vec<&str> = screen.split_whitespace().collect();
+    words.contains(&"icanon") && words.contains(&"echo") && !words.contains(&"-icanon")
+}
+
+/// The interactive view in a real terminal: header, table, sorting, a
+/// site's stack, a report written on request, a process killed while
+/// viewed, and the terminal restored by `q` and by Ctrl-C.
+#[test]
+#[ignore = "needs tmux (scripts/install-test-deps.sh); scripts/test.sh runs it (--ignored)"]
+fn the_interactive_view_in_a_terminal() {
+    let mut p = start(&["grow", "250", "100", "wait"]);
+    p.wait_line("step 2");
+    let pid = p.child.id().to_string();
+    let cli = cli().display().to_string();
+    let shell = format!("{cli} top {pid}; echo \"top exited $?\"; stty -a; exec sleep 60");
+    let t = Tmux::start(&shell, p.dir.path());
+    let s = t.wait_for("the table", |s| {
+        s.contains("at growing_site metrics.c:") && s.contains("at steady_site metrics.c:")
+    });
+    assert!(s.contains(&format!("cudaleak top: pid {pid} ")), "{s}");
+    assert!(s.contains("out-of-memory events, 0 failed calls"), "{s}");
+    assert!(s.contains("GPU 0: "), "{s}");
+    assert!(
+        s.contains("1:live ▼") && s.contains("history") && s.contains("4:since attach"),
+        "{s}"
+    );
+    // Largest first: the growing site above the steady MiB.
+    assert!(
+        row_of(&s, "at growing_site") < row_of(&s, "at steady_site"),
+        "{s}"
+    );
+    // By call site, A to Z, then Z to A.
+    t.keys(&["6"]);
+    let s = t.wait_for("the sort by call site", |s| s.contains("6:call site ▼"));
+    assert!(
+        row_of(&s, "at growing_site") < row_of(&s, "at steady_site"),
+        "{s}"
+    );
+    t.keys(&["r"]);
+    let s = t.wait_for("the reversed sort", |s| s.contains("6:call site ▲"));
+    assert!(
+        row_of(&s, "at steady_site") < row_of(&s, "at growing_site"),
+        "{s}"
+    );
+    // Back to live bytes; the first row's stack, then closed.
+    t.keys(&["r", "1", "Enter"]);
+    let growing = line_of("tests/c/metrics.c", "SITE growing");
+    let s = t.wait_for("the stack", |s| s.contains("stack of site"));
+    assert!(
+        s.contains("in growing_site ") && s.contains(&format!("metrics.c:{growing}")),
+        "{s}"
+    );
+    assert!(s.contains(" in main "), "{s}");
+    t.keys(&["Escape"]);
+    t.wait_for("the stack closed", |s| !s.contains("stack of site"));
+    // A live report on request.
+    t.keys(&["d"]);
+    t.wait_for("the request's status", |s| {
+        s.contains(&format!("asked process {pid} for a live report"))
+    });
+    let start = Instant::now();
+    while reports_in(p.dir.path()).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no report written on request"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second viewer, left with Ctrl-C.
+    t.run(&[
+        "new-window",
+        "-t",
+        "v",
+        &format!("{cli} top {pid}; echo \"second exited $?\"; stty -a; exec sleep 60"),
+    ]);
+    t.wait_for("the second view", |s| s.contains("at growing_site"));
+    t.keys(&["C-c"]);
+    let s = t.wait_for("the second viewer's end", |s| {
+        s.contains("second exited 0") && s.contains("baud")
+    });
+    assert!(terminal_restored(&s), "{s}");
+    t.run(&["kill-window", "-t", "v:1"]);
+    // Killed while viewed: its last state, marked; its view file removed.
+    let view = p
+        .dir
+        .path()
+        .join(".cudaleak-view")
+        .join(format!("view.{pid}.json"));
+    assert!(view.exists());
+    // SAFETY: kill with a pid and a signal number.
+    unsafe { libc::kill(p.child.id() as i32, libc::SIGKILL) };
+    let _ = p.child.wait();
+    let s = t.wait_for("the killed process", |s| {
+        s.contains("process ended without a last view: killed?")
+    });
+    assert!(s.contains("at growing_site"), "its last state stays: {s}");
+    assert!(!view.exists(), "the view of a killed process is removed");
+    t.keys(&["q"]);
+    let s = t.wait_for("the viewer's end", |s| {
+        s.contains("top exited 0") && s.contains("baud")
+    });
+    assert!(terminal_restored(&s), "{s}");
+    assert_eq!(
+        t.run(&["display-message", "-p", "-t", "v", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
+}
+
+/// `cudaleak run --watch`: the view of every process of the run in the
+/// terminal, the command's output in the log it names, the summary once
+/// the view is left; Ctrl-C interrupts the command as a terminal would.
+#[test]
+#[ignore = "needs tmux (scripts/install-test-deps.sh); scripts/test.sh runs it (--ignored)"]
+fn run_watch_shows_every_process_of_the_run() {
+    let dir = TempDir::new("watch");
+    let reports = dir.path().join("reports");
+    let metrics = program("metrics").display().to_string();
+    let run = format!(
+        "env LD_LIBRARY_PATH={} {} run --watch --dir {}",
+        sim_dir().display(),
+        cli().display(),
+        reports.display()
+    );
+    let shell = format!(
+        "{run} -- sh -c '{metrics} grow 40 100 & {metrics} grow 40 100; wait'; echo \"run exited $?\"; stty -a; exec sleep 60"
+    );
+    let t = Tmux::start(&shell, dir.path());
+    // The processes listed: the shell and its two programs.
+    let listed = |s: &str| -> usize {
+        s.lines().find(|l| l.starts_with("processes: ")).map_or(0, |l| {
+            l.split_whitespace()
+                .filter(|w| {
+                    !w.trim_matches(['[', ']']).is_empty()
+                        && w.trim_matches(['[', ']']).chars().all(|c| c.is_ascii_digit())
+                })
+                .count()
+        })
+    };
+    let s = t.wait_for("both programs", |s| {
+        s.contains("at growing_site") && listed(s) == 3
+    });
+    assert!(s.contains("COMMAND: sh -c"), "{s}");
+    assert!(s.contains("its output: "), "{s}");
+    // The shell that started them published nothing: a program is shown.
+    let current = |s: &str| -> String {
+        let l = s
+            .lines()
+            .find(|l| l.starts_with("processes: "))
+            .unwrap()
+            .to_string();
+        l.split('[')
+            .nth(1)
+            .unwrap()
+            .split([']', ' '])
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let first = current(&s);
+    assert!(
+        s.contains(&format!("cudaleak top: pid {first} ")) && s.contains("metrics grow 40 100"),
+        "{s}"
+    );
+    t.keys(&["Tab"]);
+    let s = t.wait_for("the next process", |s| current(s) != first);
+    assert_ne!(current(&s), first);
+    let s = t.wait_for("the command's end", |s| {
+        s.contains("the command has exited: q shows the summary")
+    });
+    let log = std::fs::read_dir(&reports)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("cudaleak-watch.")
+        })
+        .expect("the command's log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("step 40\n").count(), 2, "{text}");
+    assert!(
+        !s.contains("step 40"),
+        "the command's output stays out of the view: {s}"
+    );
+    t.keys(&["q"]);
+    let s = t.wait_for("the run's end", |s| {
+        s.contains("run exited 0") && s.contains("baud")
+    });
+    assert!(s.contains("2 processes reported"), "{s}");
+    assert!(s.contains("the command's output is in"), "{s}");
+    assert!(terminal_restored(&s), "{s}");
+
+    // Ctrl-C: SIGINT to the command, whose end the view shows; its status
+    // is the run's.
+    let shell =
+        format!("{run} -- {metrics} grow 200 100; echo \"second run exited $?\"; stty -a; exec sleep 60");
+    t.run(&["new-window", "-t", "v", &shell]);
+    t.wait_for("the program", |s| s.contains("at growing_site"));
+    t.keys(&["C-c"]);
+    t.wait_for("the interrupted command", |s| {
+        s.contains("the command has exited")
+    });
+    t.keys(&["q"]);
+    let s = t.wait_for("the second run's end", |s| {
+        s.contains("second run exited 130") && s.contains("baud")
+    });
+    assert!(terminal_restored(&s), "{s}");
+}

@@ -16,7 +16,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn environ_var(pid: i32, name: &str) -> Option<String> {
+/// `name` in the environment `pid` started with (a value to parse, never
+/// a directory to trust).
+pub fn environ_var(pid: i32, name: &str) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     raw.split(|b| *b == 0).find_map(|kv| {
         let kv = String::from_utf8_lossy(kv);

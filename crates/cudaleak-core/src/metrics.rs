@@ -154,7 +154,10 @@ pub fn top_sites(groups: Vec<(Group, u64, u64, u64)>, n: usize) -> Vec<Site> {
 /// The frames a site's stack shows, as the text report shows them
 /// (noise left out, Python as a traceback), at most 64 native lines.
 fn stack_lines(g: &Group) -> Vec<String> {
-    display_frames(g, 64).into_iter().map(|l| l.trim_start().to_string()).collect()
+    display_frames(g, 64)
+        .into_iter()
+        .map(|l| l.trim_start().to_string())
+        .collect()
 }
 
 /// A process's final figures from its exit report, for a Pushgateway
@@ -523,7 +526,10 @@ mod tests {
         ] {
             assert!(text.contains(&line), "{line} in {text}");
         }
-        assert!(!text.contains(&format!("cudaleak_live_bytes{{{common}}}")), "{text}");
+        assert!(
+            !text.contains(&format!("cudaleak_live_bytes{{{common}}}")),
+            "{text}"
+        );
         for l in text.lines() {
             assert!(
                 l.starts_with("# ") || l.split_once("} ").is_some_and(|(_, v)| v.parse::<u64>().is_ok()),

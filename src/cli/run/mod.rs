@@ -16,6 +16,7 @@ use cudaleak_core::report::suppress::Suppressions;
 use cudaleak_core::report::RUN_ID_ENV;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -99,6 +100,13 @@ pub struct RunArgs {
     /// that fails gives one warning and never changes the exit status
     #[arg(long, value_name = "URL")]
     pushgateway: Option<String>,
+    /// Show the live view of the run's processes (cudaleak top) in this terminal while COMMAND runs;
+    /// COMMAND's output goes to cudaleak-watch.<run>.log in the report directory, its stdin is /dev/null
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: seconds between reads of the view (0.2 to 60)
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, requires = "watch")]
+    refresh: f64,
     /// The command to run
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -245,6 +253,80 @@ fn start_dump_signal_thread(dir: PathBuf, run_id: String, dump_signal: Option<li
 /// reports and markers carry it, and the summary selects by it, never by
 /// timestamp (two jobs sharing a directory read each other's reports, so
 /// a clean job exited 23 beside a leaky one: issue 15).
+fn wait_child(child: &mut std::process::Child) -> Result<std::process::ExitStatus, String> {
+    loop {
+        match child.wait() {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("waiting for the command: {e}")),
+        }
+    }
+}
+
+/// `--watch`'s log of COMMAND's output, made new in the report directory
+/// (never through a link, never an existing file).
+fn watch_log(dir: &Path, run_id: &str) -> Result<(std::fs::File, PathBuf), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(format!("cudaleak-watch.{run_id}.log"));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    Ok((file, path))
+}
+
+/// `--watch`: the live view of the run's processes in this terminal while
+/// COMMAND runs (its output in `log`), until the user leaves it; then the
+/// command's status, waited for as without the view. A view that cannot
+/// start or fails is one warning: the run and its verdict go on.
+fn watch(
+    mut child: std::process::Child,
+    log: &Path,
+    command: &[OsString],
+    refresh: Duration,
+) -> Result<std::process::ExitStatus, String> {
+    let root = child.id() as i32;
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiter = {
+        let ended = ended.clone();
+        std::thread::Builder::new()
+            .name("cudaleak-run-wait".into())
+            .spawn(move || {
+                let status = wait_child(&mut child);
+                ended.store(true, Ordering::Release);
+                status
+            })
+            .map_err(|e| format!("cannot wait for the command: {e}"))?
+    };
+    let shown: Vec<String> = command.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let scope = super::top::Scope::Run {
+        root,
+        processes: Box::new(|| descendants::alive().into_iter().map(|d| d.pid).collect()),
+        ended: ended.clone(),
+        note: format!("COMMAND: {}; its output: {}", shown.join(" "), log.display()),
+    };
+    if let Err(e) = super::top::interactive(scope, refresh) {
+        eprintln!("cudaleak: --watch: {}", escape(&e));
+    }
+    if !ended.load(Ordering::Acquire) {
+        eprintln!(
+            "cudaleak: the view is closed; the command still runs, its output going to {}",
+            escape(&log.display().to_string())
+        );
+    }
+    let status = waiter
+        .join()
+        .map_err(|_| "waiting for the command: the waiting thread failed".to_string())??;
+    eprintln!(
+        "cudaleak: the command's output is in {}",
+        escape(&log.display().to_string())
+    );
+    Ok(status)
+}
+
 fn new_run_id() -> String {
     let mut r = [0u8; 8];
     // SAFETY: getrandom fills the buffer it is given.
@@ -301,6 +383,10 @@ pub fn run(a: RunArgs) -> CliResult {
         a.junit.clone(),
     )?;
     let pushgateway = a.pushgateway.as_deref().map(push::parse_url).transpose()?;
+    let refresh = super::top::parse_refresh(a.refresh)?;
+    if a.watch && !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        return Err("--watch needs a terminal (stdin and stdout)".into());
+    }
     let made = missing_directories(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create report directory {}: {e}", dir.display()))?;
@@ -393,6 +479,14 @@ pub fn run(a: RunArgs) -> CliResult {
     }
     let run_id = new_run_id();
     cmd.env(RUN_ID_ENV, &run_id);
+    let log = if a.watch {
+        let (file, path) = watch_log(&dir, &run_id)?;
+        let out = file.try_clone().map_err(|e| format!("{}: {e}", path.display()))?;
+        cmd.stdin(std::process::Stdio::null()).stdout(out).stderr(file);
+        Some(path)
+    } else {
+        None
+    };
     let mut channel = channel::RunChannel::open();
     match channel.as_ref().map(channel::RunChannel::env) {
         Some((var, value)) => {
@@ -413,12 +507,10 @@ pub fn run(a: RunArgs) -> CliResult {
     descendants::reap_orphans_while(child.id() as i32, command_runs.clone());
     start_dump_signal_thread(dir.clone(), run_id.clone(), dump_signal);
     install_forwarding();
-    let status = loop {
-        match child.wait() {
-            Ok(s) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("waiting for the command: {e}")),
-        }
+    let command_pid = child.id() as i32;
+    let status = match &log {
+        Some(log) => watch(child, log, &a.command, refresh)?,
+        None => wait_child(&mut child)?,
     };
     command_runs.store(false, Ordering::Release);
     let code: u8 = match (status.code(), status.signal()) {
@@ -447,7 +539,7 @@ pub fn run(a: RunArgs) -> CliResult {
         }
     }
     let ended = verdict::Ended {
-        pid: child.id() as i32,
+        pid: command_pid,
         signal: status.signal(),
     };
     let outcome = verdict::summarize(

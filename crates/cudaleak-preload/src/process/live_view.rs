@@ -5,7 +5,9 @@
 //! metrics file: nothing is added to an allocation, the program is not
 //! paused and no report is written. A request lasts [`VIEW_LEASE_MS`]; a
 //! viewer renews it. At exit a view still asked for gets one last publish
-//! marked `exited`, and stays for the viewer, which removes it.
+//! marked `exited`, and stays for the viewer, which removes it. The view
+//! of a process killed outright stays until a viewer sees it gone, or
+//! until the first publish of any viewing in the same directory.
 
 use crate::base::settings;
 use crate::process::metrics;
@@ -48,10 +50,36 @@ fn view_dir(report_dir: &Path) -> Option<PathBuf> {
     (m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0).then_some(dir)
 }
 
+/// Removes the views of processes that are gone (killed before their last
+/// publish, which a viewer that was not watching never saw end).
+fn remove_views_of_the_dead(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| {
+            n.strip_prefix("view.")?
+                .strip_suffix(".json")?
+                .parse::<i32>()
+                .ok()
+        }) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only asks whether the pid exists.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 fn publish(v: &mut Viewing, exited: bool) {
     let Some(dir) = settings::report_dir().and_then(|d| view_dir(&d)) else {
         return;
     };
+    if v.previous.is_none() {
+        remove_views_of_the_dead(&dir);
+    }
     let labels = Labels {
         pid: i64::from(v.pid),
         ..Default::default()

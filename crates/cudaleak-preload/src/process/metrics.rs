@@ -13,9 +13,9 @@ use crate::state::{live_bytes, oom, tracker};
 use cudaleak_core::base::lock::FutexMutex;
 use cudaleak_core::config::Config;
 use cudaleak_core::metrics::{self, DeviceLive, Labels, Sample};
-use std::sync::atomic::{AtomicU64, Ordering};
 use cudaleak_core::record::TraceId;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// World-readable: node_exporter, which reads the files, runs as a user
@@ -109,7 +109,10 @@ static LAST_BY_DEVICE: FutexMutex<Vec<DeviceLive>> = FutexMutex::new(Vec::new())
 /// What each device held on so far holds now.
 fn devices_now() -> Vec<DeviceLive> {
     let Some(by) = tracker::live_by_device(LOCK_TIMEOUT) else {
-        return LAST_BY_DEVICE.lock_for(LOCK_TIMEOUT).map(|l| l.clone()).unwrap_or_default();
+        return LAST_BY_DEVICE
+            .lock_for(LOCK_TIMEOUT)
+            .map(|l| l.clone())
+            .unwrap_or_default();
     };
     for &(key, _, _) in &by {
         let bit = device_bit(key);

@@ -6,9 +6,20 @@
 //! makes it write a report.
 //!
 //! `--once` prints one view (the second publish after the request, whose
-//! changes are over the last second) as text or JSON; without it the view
-//! is redrawn every second until Ctrl-C. Without a PID, the processes of
-//! this user that run the library are listed.
+//! changes are over the last second) as text or JSON; without it, in a
+//! terminal, the interactive view runs until `q` (`interactive`), and
+//! elsewhere (a pipe) the text is printed every second. Without a PID,
+//! the processes of this user that run the library are listed.
+//!
+//! 1. the driver's free and total memory, through NVML: `nvml`
+//! 2. what the view shows and what keys do, without a terminal: `screen`
+//! 3. the terminal's loop: `interactive`
+
+mod interactive;
+mod nvml;
+mod screen;
+
+pub use interactive::{interactive, Scope};
 
 use super::dump::{check_runs_library, process_owner, process_report_dir, request_file};
 use super::CliResult;
@@ -55,6 +66,73 @@ fn read_view(path: &Path) -> Option<LiveView> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// Whether `pid` still runs (not gone, not a zombie waiting to be reaped).
+fn watched_process(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+/// A process being viewed: where its request and view files are, and the
+/// last publish read.
+struct Target {
+    pid: i32,
+    owner: u32,
+    dir: PathBuf,
+    view: PathBuf,
+    renewed: Option<Instant>,
+    last: (u64, i64),
+}
+
+impl Target {
+    /// Checks that `pid` may be viewed (this user's, or root viewing;
+    /// runs the library) and asks for its view.
+    fn open(pid: i32) -> Result<Target, String> {
+        let owner = process_owner(pid)?;
+        check_runs_library(pid, owner)?;
+        let dir = process_report_dir(pid)?;
+        let view = dir.join(VIEW_DIR).join(view_file_name(pid));
+        let mut t = Target {
+            pid,
+            owner,
+            dir,
+            view,
+            renewed: None,
+            last: (0, 0),
+        };
+        t.renew()?;
+        Ok(t)
+    }
+
+    /// Renews the request, once a second at most.
+    fn renew(&mut self) -> Result<(), String> {
+        if self.renewed.is_none_or(|r| r.elapsed() >= Duration::from_secs(1)) {
+            request_file(&self.dir, &view_request_name(self.pid), self.owner)?;
+            self.renewed = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// A publish newer than the last one read, if there is one; renews the
+    /// request while the process runs.
+    fn poll(&mut self) -> Option<LiveView> {
+        if watched_process(self.pid) {
+            let _ = self.renew();
+        }
+        let v = read_view(&self.view)?;
+        let key = (v.sequence, v.timestamp_ms);
+        if key == self.last && !v.exited {
+            return None;
+        }
+        self.last = key;
+        Some(v)
+    }
+}
+
 /// Waits for a view published at or after `since_ms` with at least
 /// `sequence` publishes, renewing the request every second; a process
 /// that is gone ends the wait with its last view, if any.
@@ -93,13 +171,21 @@ fn wait_view(
     }
 }
 
+/// `--refresh`: seconds between reads of the view, 0.2 to 60.
+pub fn parse_refresh(s: f64) -> Result<Duration, String> {
+    if !(s.is_finite() && (0.2..=60.0).contains(&s)) {
+        return Err("--refresh: expected seconds, from 0.2 to 60".into());
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64) -> CliResult {
+pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64, refresh: f64) -> CliResult {
     let Some(pid) = pid else {
         let found = watched_processes();
         if found.is_empty() {
@@ -114,6 +200,10 @@ pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64) -> CliResult 
         return Err("--timeout: expected seconds, more than 0".into());
     }
     let timeout = Duration::from_secs_f64(timeout.min(3600.0));
+    let refresh = parse_refresh(refresh)?;
+    if !once && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
+        return interactive(Scope::One(pid), refresh);
+    }
     let owner = process_owner(pid)?;
     check_runs_library(pid, owner)?;
     let dir = process_report_dir(pid)?;
@@ -133,14 +223,11 @@ pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64) -> CliResult 
         }
         return Ok(0);
     }
-    let tty = std::io::stdout().is_terminal();
+    // Not a terminal: the text, each publish.
     let mut shown = first;
     loop {
-        let mut out = String::new();
-        if tty {
-            out.push_str("\x1b[H\x1b[2J");
-        }
-        out.push_str(&shown.text());
+        let mut out = shown.text();
+        out.push('\n');
         if std::io::stdout()
             .write_all(out.as_bytes())
             .and_then(|_| std::io::stdout().flush())
