@@ -200,6 +200,30 @@ fn dump_of_an_unreadable_process_says_it_exists_and_why() {
 }
 
 #[test]
+#[ignore = "needs root (the viewer runs as uid 65534); scripts/test.sh runs it as root (--ignored)"]
+fn top_of_another_users_process_is_refused_with_one_line() {
+    assert!(is_root(), "this test needs root");
+    let mut p = PipedProgram::start(&program("metrics"), &["grow", "100", "50", "wait"], &[]);
+    p.wait_line("step 1");
+    let pid = p.child.id().to_string();
+    let d = TempDir::new("top-foreign");
+    let mut cmd = cli_command(&["top", &pid, "--once"], d.path());
+    cmd.uid(65534).gid(65534);
+    let (status, stdout, stderr) = run_command(cmd, DEADLINE);
+    one_error_line(
+        status,
+        &stderr,
+        &format!("cannot read process {pid}: /proc/{pid}/maps: Permission denied (os error 13) (it runs as uid 0, this command as uid 65534; run cudaleak as the same user or as root)"),
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(!p
+        .dir
+        .path()
+        .join(format!(".cudaleak-view-request.{pid}"))
+        .exists());
+}
+
+#[test]
 fn dump_timeout_inf_waits_and_nan_is_refused() {
     let d = TempDir::new("dump-timeout");
     let (status, _, stderr) = cudaleak(&["dump", "1", "--timeout", "nan"], d.path());

@@ -94,7 +94,7 @@ pub fn check_runs_library(pid: i32, owner: u32) -> Result<(), String> {
         // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
         let me = unsafe { libc::geteuid() };
         format!(
-            "cannot read process {pid}: /proc/{pid}/maps: {e} (it runs as uid {owner}, this command as uid {me}; run cudaleak dump as the same user or as root)"
+            "cannot read process {pid}: /proc/{pid}/maps: {e} (it runs as uid {owner}, this command as uid {me}; run cudaleak as the same user or as root)"
         )
     })?;
     if maps.contains("libcudaleak.so") || runs_our_build(&maps) {
