@@ -34,6 +34,11 @@ from datetime import date
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "target", "release", "libcudaleak.so")
+CLI = os.path.join(ROOT, "target", "release", "cudaleak")
+# A --variant setting that is not the program's: each run of that variant
+# is watched by `cudaleak top PID` (its text mode, output discarded), so
+# that the library publishes its live view once a second throughout.
+VIEWED = "BENCH_VIEWED"
 CPU_TIME = False  # --cpu-time
 
 
@@ -534,15 +539,30 @@ def shape_configs(args, env, reports, python=False):
 
 
 def shape_run(prefix, env, argv, i=0):
-    """Starts one run; returns its Popen."""
+    """Starts one run; returns its Popen (with the viewer of a variant
+    that has BENCH_VIEWED=1 as `.viewer`)."""
     cmd = [a.replace("{i}", str(i)) for a in (prefix or [])] + argv
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.viewer = None
+    if env.get(VIEWED) == "1":
+        proc.viewer = subprocess.Popen([CLI, "top", str(proc.pid), "--timeout", "60"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc
 
 
 def shape_result(proc):
     """(CPU ns per unit: the program's last number, pairs, units, in-call
     ns per pair or None)."""
     out, err = proc.communicate()
+    if getattr(proc, "viewer", None) is not None:
+        try:
+            proc.viewer.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.viewer.kill()
+            proc.viewer.wait()
+        # 0: it saw the program's views to its end.
+        if proc.viewer.returncode != 0:
+            raise RuntimeError("the viewer of %s failed (%d)" % (" ".join(proc.args), proc.viewer.returncode))
     if proc.returncode != 0:
         raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(proc.args), proc.returncode, out[-2000:],
                                                       err[-2000:]))
@@ -894,8 +914,8 @@ def main():
     ap.add_argument("--variant", action="append", metavar="NAME=PATH[,VAR=VALUE...]",
                     help="real shapes: a libcudaleak.so to measure, by name, with settings of its own "
                     "(base=lib.so,CUDALEAK_METRICS_DIR=/tmp/m); repeat it. The first is the "
-                    "reference the others' overhead is compared with (e.g. base=...). Default: --lib as "
-                    "\"cudaleak\"")
+                    "reference the others' overhead is compared with (e.g. base=...). BENCH_VIEWED=1 among the "
+                    "settings has each run watched by `cudaleak top PID`. Default: --lib as \"cudaleak\"")
     ap.add_argument("--rounds", type=int, default=7, help="real shapes: interleaved rounds (default 7)")
     ap.add_argument("--steps", type=int, default=200, help="real shapes: training steps a run")
     ap.add_argument("--xfree-pairs", type=int, default=200_000, help="real shapes: pairs a cross-thread run")

@@ -319,11 +319,38 @@ fn row_of(screen: &str, what: &str) -> usize {
         .unwrap_or_else(|| panic!("no {what} in\n{screen}"))
 }
 
+/// The processes whose parent is `parent`.
+fn children_of(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}
+
 /// Whether the terminal is back as it was: `stty -a` printed after the
 /// view shows canonical input and echo again.
 fn terminal_restored(screen: &str) -> bool {
     let words: Vec<&str> = screen.split_whitespace().collect();
     words.contains(&"icanon") && words.contains(&"echo") && !words.contains(&"-icanon")
+}
+
+/// tests/c/fake_nvml.c as libnvidia-ml.so.1: the directory to put first
+/// on the viewer's LD_LIBRARY_PATH.
+fn fake_nvml_dir() -> std::path::PathBuf {
+    let lib = build(
+        "libnvidia-ml.so.1",
+        &["tests/c/fake_nvml.c"],
+        &["-shared", "-fPIC"],
+    );
+    lib.parent().unwrap().to_path_buf()
 }
 
 /// The interactive view in a real terminal: header, table, sorting, a
@@ -332,10 +359,19 @@ fn terminal_restored(screen: &str) -> bool {
 #[test]
 #[ignore = "needs tmux (scripts/install-test-deps.sh); scripts/test.sh runs it (--ignored)"]
 fn the_interactive_view_in_a_terminal() {
-    let mut p = start(&["grow", "250", "100", "wait"]);
+    // The process's CUDA device 0 is the machine's device 1.
+    let mut p = PipedProgram::start(
+        &program("metrics"),
+        &["grow", "250", "100", "wait"],
+        &[("CUDA_VISIBLE_DEVICES", "GPU-fake-1")],
+    );
     p.wait_line("step 2");
     let pid = p.child.id().to_string();
-    let cli = cli().display().to_string();
+    let cli = format!(
+        "env LD_LIBRARY_PATH={} {}",
+        fake_nvml_dir().display(),
+        cli().display()
+    );
     let shell = format!("{cli} top {pid}; echo \"top exited $?\"; stty -a; exec sleep 60");
     let t = Tmux::start(&shell, p.dir.path());
     let s = t.wait_for("the table", |s| {
@@ -343,7 +379,12 @@ fn the_interactive_view_in_a_terminal() {
     });
     assert!(s.contains(&format!("cudaleak top: pid {pid} ")), "{s}");
     assert!(s.contains("out-of-memory events, 0 failed calls"), "{s}");
-    assert!(s.contains("GPU 0: "), "{s}");
+    // What the device holds, and the driver's figures of the device its
+    // CUDA_VISIBLE_DEVICES names (through NVML).
+    assert!(
+        s.contains("GPU 0: ") && s.contains(", driver: 60.0 GiB free of 80.0 GiB"),
+        "{s}"
+    );
     assert!(
         s.contains("1:live ▼") && s.contains("history") && s.contains("4:since attach"),
         "{s}"
@@ -403,7 +444,29 @@ fn the_interactive_view_in_a_terminal() {
         s.contains("second exited 0") && s.contains("baud")
     });
     assert!(terminal_restored(&s), "{s}");
-    t.run(&["kill-window", "-t", "v:1"]);
+    t.run(&["kill-window", "-t", "v"]);
+    // A third, ended by SIGTERM.
+    t.run(&[
+        "new-window",
+        "-t",
+        "v",
+        &format!("{cli} top {pid}; echo \"third exited $?\"; stty -a; exec sleep 60"),
+    ]);
+    t.wait_for("the third view", |s| s.contains("at growing_site"));
+    let shell: i32 = t
+        .run(&["display-message", "-p", "-t", "v", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .unwrap();
+    let viewer = children_of(shell);
+    assert_eq!(viewer.len(), 1, "{viewer:?}");
+    // SAFETY: kill with a pid and a signal number.
+    unsafe { libc::kill(viewer[0], libc::SIGTERM) };
+    let s = t.wait_for("the third viewer's end", |s| {
+        s.contains("third exited 0") && s.contains("baud")
+    });
+    assert!(terminal_restored(&s), "{s}");
+    t.run(&["kill-window", "-t", "v"]);
     // Killed while viewed: its last state, marked; its view file removed.
     let view = p
         .dir
@@ -515,6 +578,18 @@ fn run_watch_shows_every_process_of_the_run() {
     });
     assert!(s.contains("2 processes reported"), "{s}");
     assert!(s.contains("the command's output is in"), "{s}");
+    // The shell never allocated, so never took its request: withdrawn.
+    let left: Vec<_> = std::fs::read_dir(&reports)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".cudaleak-view-request.")
+        })
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "requests left behind: {left:?}");
     assert!(terminal_restored(&s), "{s}");
 
     // Ctrl-C: SIGINT to the command, whose end the view shows; its status

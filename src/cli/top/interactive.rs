@@ -36,6 +36,17 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// The viewer's pending requests withdrawn, however the loop ends.
+struct Withdraw(Vec<Target>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.withdraw();
+        }
+    }
+}
+
 /// The terminal back as it was, however the loop ends.
 struct Restore;
 
@@ -103,8 +114,13 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
     }
     let mut terminal = ratatui::try_init().map_err(|e| format!("cannot use the terminal: {e}"))?;
     let _restore = Restore;
+    let mut targets = Withdraw(targets);
+    let targets = &mut targets.0;
     let mut next_read = Instant::now();
     let mut interrupted = false;
+    // Drawn when something changed: the viewer shares the machine with
+    // the job it watches.
+    let mut dirty = true;
     loop {
         if STOP.load(Ordering::Relaxed) {
             return Ok(0);
@@ -121,7 +137,7 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                 }
                 screen.watch(&targets.iter().map(|t| t.pid).collect::<Vec<_>>());
             }
-            for t in &mut targets {
+            for t in targets.iter_mut() {
                 let Some(w) = screen.watched.iter_mut().find(|w| w.pid == t.pid) else {
                     continue;
                 };
@@ -142,6 +158,7 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                         }
                     }
                     let _ = std::fs::remove_file(&t.view);
+                    t.withdraw();
                     w.gone = true;
                 }
             }
@@ -153,13 +170,18 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                 }
             }
             next_read = Instant::now() + refresh;
+            dirty = true;
         }
-        terminal
-            .draw(|f| screen.draw(f))
-            .map_err(|e| format!("cannot draw the view: {e}"))?;
+        if dirty {
+            terminal
+                .draw(|f| screen.draw(f))
+                .map_err(|e| format!("cannot draw the view: {e}"))?;
+            dirty = false;
+        }
         if !event::poll(Duration::from_millis(100)).map_err(|e| format!("reading the terminal: {e}"))? {
             continue;
         }
+        dirty = true;
         let Event::Key(key) = event::read().map_err(|e| format!("reading the terminal: {e}"))? else {
             continue;
         };

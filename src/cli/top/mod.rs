@@ -117,6 +117,15 @@ impl Target {
         Ok(())
     }
 
+    /// Removes a request of ours still pending (a process that ended, or
+    /// never allocated and so never took it): a plain file only.
+    fn withdraw(&self) {
+        let request = self.dir.join(view_request_name(self.pid));
+        if std::fs::symlink_metadata(&request).is_ok_and(|m| m.file_type().is_file()) {
+            let _ = std::fs::remove_file(request);
+        }
+    }
+
     /// A publish newer than the last one read, if there is one; renews the
     /// request while the process runs.
     fn poll(&mut self) -> Option<LiveView> {
@@ -147,13 +156,26 @@ fn wait_view(
 ) -> Result<LiveView, String> {
     let start = Instant::now();
     let mut renewed = Instant::now();
+    // The file is read again only once it was replaced: the viewer shares
+    // the machine with the job it watches.
+    let mut seen: Option<(u64, i64, i64)> = None;
     loop {
-        if let Some(v) = read_view(view) {
-            if v.exited || (v.timestamp_ms >= since_ms && v.sequence >= sequence) {
-                return Ok(v);
+        let stamp = std::fs::metadata(view)
+            .ok()
+            .map(|m| (m.ino(), m.mtime(), m.mtime_nsec()));
+        if stamp.is_some() && stamp != seen {
+            seen = stamp;
+            if let Some(v) = read_view(view) {
+                if v.exited || (v.timestamp_ms >= since_ms && v.sequence >= sequence) {
+                    return Ok(v);
+                }
             }
         }
         if std::fs::metadata(format!("/proc/{pid}")).is_err() {
+            let request = dir.join(view_request_name(pid));
+            if std::fs::symlink_metadata(&request).is_ok_and(|m| m.file_type().is_file()) {
+                let _ = std::fs::remove_file(request);
+            }
             return read_view(view)
                 .ok_or_else(|| format!("process {pid} exited before its view was published"));
         }
@@ -167,7 +189,7 @@ fn wait_view(
             request_file(dir, &view_request_name(pid), owner)?;
             renewed = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
