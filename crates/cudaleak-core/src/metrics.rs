@@ -109,44 +109,74 @@ pub fn site_id(g: &Group) -> String {
     format!("{:012x}", h >> 16)
 }
 
+/// What a call site's figures need of its symbolized group, computed once
+/// per trace: its key, id and stack lines never change, and a writer that
+/// runs every second keeps them instead of building them again.
+#[derive(Clone, Debug)]
+pub struct SiteInfo {
+    pub group: Group,
+    key: String,
+    site_id: String,
+    stack: Vec<String>,
+}
+
+impl SiteInfo {
+    pub fn of(group: Group) -> SiteInfo {
+        SiteInfo {
+            key: key(&group),
+            site_id: site_id(&group),
+            stack: stack_lines(&group),
+            group,
+        }
+    }
+}
+
 /// The `n` sites with the most live bytes among `groups` (each with its
 /// live bytes, live blocks and bytes at the peak, symbolized as in a
 /// report), labelled among themselves. Groups whose key is the same (two
 /// stacks that symbolize alike) are added together first.
 pub fn top_sites(groups: Vec<(Group, u64, u64, u64)>, n: usize) -> Vec<Site> {
-    let mut by_key: Vec<(String, Group, u64, u64, u64)> = Vec::new();
-    let mut index = std::collections::HashMap::new();
-    for (g, live, blocks, peak) in groups {
-        let key = key(&g);
-        match index.get(&key) {
+    let infos: Vec<(SiteInfo, u64, u64, u64)> = groups
+        .into_iter()
+        .map(|(g, live, blocks, peak)| (SiteInfo::of(g), live, blocks, peak))
+        .collect();
+    top_sites_of(infos.iter().map(|(i, l, b, p)| (i, *l, *b, *p)).collect(), n)
+}
+
+/// [`top_sites`] of sites whose [`SiteInfo`] is already known.
+pub fn top_sites_of(sites: Vec<(&SiteInfo, u64, u64, u64)>, n: usize) -> Vec<Site> {
+    let mut by_key: Vec<(&SiteInfo, u64, u64, u64)> = Vec::new();
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (info, live, blocks, peak) in sites {
+        match index.get(info.key.as_str()) {
             Some(&i) => {
-                let e: &mut (String, Group, u64, u64, u64) = &mut by_key[i];
-                e.2 += live;
-                e.3 += blocks;
-                e.4 += peak;
+                let e = &mut by_key[i];
+                e.1 += live;
+                e.2 += blocks;
+                e.3 += peak;
             }
             None => {
-                index.insert(key.clone(), by_key.len());
-                by_key.push((key, g, live, blocks, peak));
+                index.insert(info.key.as_str(), by_key.len());
+                by_key.push((info, live, blocks, peak));
             }
         }
     }
     // Most live bytes first, then most at the peak; the key breaks ties so
     // that the same figures give the same file.
-    by_key.sort_by(|a, b| b.2.cmp(&a.2).then(b.4.cmp(&a.4)).then(a.0.cmp(&b.0)));
+    by_key.sort_by(|a, b| b.1.cmp(&a.1).then(b.3.cmp(&a.3)).then(a.0.key.cmp(&b.0.key)));
     by_key.truncate(n);
-    let groups: Vec<&Group> = by_key.iter().map(|e| &e.1).collect();
+    let groups: Vec<&Group> = by_key.iter().map(|e| &e.0.group).collect();
     let labels = label_groups(&groups);
     by_key
         .iter()
         .zip(labels)
-        .map(|((_, g, live, blocks, peak), label)| Site {
+        .map(|((info, live, blocks, peak), label)| Site {
             label: label.to_string(),
-            site_id: site_id(g),
+            site_id: info.site_id.clone(),
             live_bytes: *live,
             live_blocks: *blocks,
             peak_bytes: *peak,
-            stack: stack_lines(g),
+            stack: info.stack.clone(),
         })
         .collect()
 }

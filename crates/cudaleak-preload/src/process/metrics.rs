@@ -12,7 +12,7 @@ use crate::process::dump;
 use crate::state::{live_bytes, oom, tracker};
 use cudaleak_core::base::lock::FutexMutex;
 use cudaleak_core::config::Config;
-use cudaleak_core::metrics::{self, DeviceLive, Labels, Sample};
+use cudaleak_core::metrics::{self, DeviceLive, Labels, Sample, SiteInfo};
 use cudaleak_core::record::TraceId;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +77,15 @@ fn this_pid() -> i64 {
     // SAFETY: getpid takes no argument, cannot fail and touches no memory.
     i64::from(unsafe { libc::getpid() })
 }
+
+/// Each trace's symbolized site, kept from one write (or publish) to the
+/// next: a trace's frames never change. Taken only inside the writer's or
+/// the view's lock, both held across a fork.
+static SITE_INFO: FutexMutex<std::collections::BTreeMap<u32, SiteInfo>> =
+    FutexMutex::new(std::collections::BTreeMap::new());
+
+/// Traces [`SITE_INFO`] keeps at most.
+const SITE_INFO_MAX: usize = 4096;
 
 /// Devices held on so far, a bit each ([`device_bit`]): a device keeps
 /// its series, at 0, once it holds nothing, so that a graph of it falls
@@ -179,16 +188,26 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
         .iter()
         .map(|&(t, bytes, blocks)| (t.0, (bytes, blocks)))
         .collect();
-    let groups = if top == 0 {
+    // Traces symbolized before are taken from the cache; the others are
+    // symbolized under the dump state's lock, once.
+    let mut cache = SITE_INFO.lock_for(LOCK_TIMEOUT);
+    let missing: Vec<u32> = match &cache {
+        Some(c) => candidates
+            .iter()
+            .copied()
+            .filter(|t| !c.contains_key(t))
+            .collect(),
+        None => candidates.clone(),
+    };
+    let fresh: Vec<(u32, SiteInfo)> = if top == 0 || missing.is_empty() {
         Vec::new()
     } else {
         dump::with_state(Some(LOCK_TIMEOUT), |state| {
             let mut out = Vec::new();
             state.with_assembler(|asm| {
-                for &t in &candidates {
+                for &t in &missing {
                     if let Some(g) = asm.site_group(TraceId(t)) {
-                        let (bytes, blocks) = live_of.get(&t).copied().unwrap_or((0, 0));
-                        out.push((g, bytes, blocks, at_peak.get(&t).copied().unwrap_or(0)));
+                        out.push((t, SiteInfo::of(g)));
                     }
                 }
             });
@@ -196,6 +215,35 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
         })
         .unwrap_or_default()
     };
+    let mut uncached = Vec::new();
+    if let Some(c) = cache.as_mut() {
+        // Bounded: a program with ever new call sites starts it afresh.
+        if c.len() + fresh.len() > SITE_INFO_MAX {
+            c.clear();
+        }
+        c.extend(fresh);
+    } else {
+        uncached = fresh;
+    }
+    let figures = |t: u32| {
+        let (bytes, blocks) = live_of.get(&t).copied().unwrap_or((0, 0));
+        (bytes, blocks, at_peak.get(&t).copied().unwrap_or(0))
+    };
+    let mut sites: Vec<(&SiteInfo, u64, u64, u64)> = Vec::new();
+    if top > 0 {
+        for &t in &candidates {
+            let info = cache
+                .as_ref()
+                .and_then(|c| c.get(&t))
+                .or_else(|| uncached.iter().find(|e| e.0 == t).map(|e| &e.1));
+            if let Some(info) = info {
+                let (bytes, blocks, peak_bytes) = figures(t);
+                sites.push((info, bytes, blocks, peak_bytes));
+            }
+        }
+    }
+    let sites = metrics::top_sites_of(sites, top);
+    drop(cache);
     Sample {
         labels,
         live_bytes: live_bytes_now,
@@ -204,7 +252,7 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
         failed_allocations: tracker::failed_allocations(),
         oom_events: oom::events().len() as u64,
         leaked_bytes,
-        sites: metrics::top_sites(groups, top),
+        sites,
         devices: devices_now(),
     }
 }
