@@ -28,6 +28,7 @@ import cupy_jax_checks as fw  # noqa: E402
 import torch_checks as tc  # noqa: E402
 import untouched_checks as ut  # noqa: E402
 import procaddr_checks as pa  # noqa: E402
+import live_checks as lc  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -647,6 +648,56 @@ class Untouched(Base):
         self.assertAllPass(self.run_checks(ut.compare, self.LIB, "t", quiet, True))
         leaky = ["sh", "-c", '[ -z "$CUDALEAK_DIR" ] || echo \'{"leaks": [{"bytes": 4}]}\' >"$CUDALEAK_DIR/r.json"']
         self.assertEqual(self._fails(self.run_checks(ut.compare, self.LIB, "t", leaky, True)), ["t files"])
+
+
+class Live(Base):
+    MiB = 1 << 20
+
+    def _files(self, view_bytes=None, free=70 << 30, prom_bytes=None, growing=128 << 20):
+        steady, grow = cr.marker_line(lc.HERE, "LIVE steady"), cr.marker_line(lc.HERE, "LIVE growing")
+        allocated = 192 * self.MiB
+        truth = {"pid": 1, "memory_allocated": allocated, "free": 70 << 30, "total": 80 << 30,
+                 "steady_line": steady, "growing_line": grow}
+        view = {"live_bytes": allocated if view_bytes is None else view_bytes,
+                "sites": [{"label": "cudaMalloc (device memory) at grow live_checks.py:%d" % grow, "live_bytes": growing},
+                          {"label": "cudaMalloc (device memory) at steady live_checks.py:%d" % steady,
+                           "live_bytes": 64 * self.MiB}],
+                "driver_memory": [{"device": "0", "free_bytes": free, "total_bytes": 80 << 30}]}
+        prom = ('cudaleak_live_bytes{job="j",host="h",pid="1",device="0"} %d\n'
+                % (allocated if prom_bytes is None else prom_bytes))
+        paths = []
+        for name, data in (("truth.json", json.dumps(truth)), ("view.json", json.dumps(view)), ("m.prom", prom)):
+            paths.append(os.path.join(self.tmp, name))
+            with open(paths[-1], "w") as f:
+                f.write(data)
+        return paths
+
+    def _fails(self, res):
+        return sorted(n for n, (s, _) in res.items() if s == "FAIL")
+
+    def test_agreeing_figures_pass(self):
+        self.assertAllPass(self.run_checks(lc.verify, *self._files()))
+
+    def test_each_disagreement_fails_its_check(self):
+        self.assertEqual(self._fails(self.run_checks(lc.verify, *self._files(view_bytes=1))), ["live view bytes"])
+        del cr._failed[:]
+        self.assertEqual(self._fails(self.run_checks(lc.verify, *self._files(growing=1))), ["live view sites"])
+        del cr._failed[:]
+        self.assertEqual(self._fails(self.run_checks(lc.verify, *self._files(free=60 << 30))),
+                         ["live view driver free"])
+        del cr._failed[:]
+        self.assertEqual(self._fails(self.run_checks(lc.verify, *self._files(prom_bytes=2))),
+                         ["live metrics device bytes"])
+
+    def test_no_nvml_fails_the_driver_checks(self):
+        paths = self._files()
+        with open(paths[1]) as f:
+            view = json.load(f)
+        view["driver_memory"] = {"unknown": "no NVML"}
+        with open(paths[1], "w") as f:
+            json.dump(view, f)
+        self.assertEqual(self._fails(self.run_checks(lc.verify, *paths)),
+                         ["live view driver free", "live view driver total"])
 
 
 class ProcAddr(Base):

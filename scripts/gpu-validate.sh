@@ -32,7 +32,7 @@
 #   default:  env 25 s [15]  sanity 10 s [3]  nvcc 60 s [25]  python 25 s [8]
 #             torch 130 s [70]  oom 95 s [55]  frameworks 70 s [35]
 #             libraries 50 s [25]  procaddr 15 s [5]  untouched 40 s [25]
-#             ranks 60 s [45]                           = 580 s, about 5 min typical
+#             ranks 60 s [45]  live 40 s [20]           = 620 s, about 5 min typical
 #   extras (not in the default; measurements, not checks, except torch-dump):
 #             torch-dump 40 s  overhead 150 s  bench (what is left)
 # Whatever runs, one deadline bounds it: steps start only before
@@ -49,7 +49,7 @@ fi
 ART=$(realpath "$1")
 OUT=$(realpath -m "$2")
 shift 2
-SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks}
+SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks live}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cudaleak-gpu.XXXXXX")
 CLI="$ART/cudaleak"
@@ -392,6 +392,28 @@ ranks)
         checks "$v" python3 "$TORCH" verify "$v" pytorch "$d/$v" "$d/$v.truth.json"
     done
     ;;
+live)
+    # 40 s: `cudaleak top PID --once` and the metrics file while a PyTorch
+    # program (no cache) holds still, against memory_allocated() and the
+    # driver's mem_get_info() (gpu/live_checks.py).
+    d=$WORK/live
+    mkdir -p "$d/metrics"
+    say "live view and metrics by device, PyTorch without its cache"
+    env CUDALEAK_METRICS_DIR="$d/metrics" CUDALEAK_METRICS_INTERVAL=0.5 GPU_CHECK_TRUTH="$d/truth.json" \
+        LIVE_GO="$d/go" timeout -k 5 "$(cap 90)" "$CLI" run --pytorch-no-cache --dir "$d/reports" -- \
+        python3 "$ROOT/gpu/live_checks.py" run >"$d/run.log" 2>&1 &
+    runner=$!
+    step "program ready" 60 bash -c 'until [ -s "$1" ]; do kill -0 "$2" 2>/dev/null || exit 1; sleep 0.2; done' _ "$d/truth.json" "$runner"
+    pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$d/truth.json" 2>/dev/null)
+    # Two metrics writes after the truth was taken.
+    sleep 1.5
+    step "top --once" 30 bash -c '"$1" top "$2" --once --format json >"$3"' _ "$CLI" "${pid:-0}" "$d/view.json"
+    cp "$d"/metrics/*.prom "$d/metrics.prom" 2>/dev/null
+    touch "$d/go"
+    wait "$runner"
+    tail -5 "$d/run.log"
+    checks "live" python3 "$ROOT/gpu/live_checks.py" verify "$d/truth.json" "$d/view.json" "$d/metrics.prom"
+    ;;
 torch-dump)
     # 40 s (extra): the no-cache leak run again, with its checks.
     d=$WORK/torch-dump
@@ -419,7 +441,7 @@ bench)
     step bench 540 python3 "$ROOT/scripts/bench.py" --runs 3 --threads 1,2,4,8,16
     ;;
 *)
-    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks torch-dump overhead bench"
+    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks live torch-dump overhead bench"
     ;;
 esac
 (($(failures) > before)) && FAILED_SECTIONS+=" $s"

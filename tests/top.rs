@@ -60,6 +60,14 @@ fn once_shows_the_growing_site_growing() {
         growing["label"].as_str().unwrap(),
         format!("cudaMalloc (device memory) at growing_site metrics.c:{line}")
     );
+    // No NVML on the simulated machine: said so, in JSON and text.
+    assert!(
+        view["driver_memory"]["unknown"]
+            .as_str()
+            .unwrap()
+            .contains("NVML"),
+        "{view}"
+    );
     // The text view says the same.
     let text = top(&p, &["--once"]);
     let text = String::from_utf8_lossy(&text.stdout);
@@ -374,6 +382,29 @@ fn the_interactive_view_in_a_terminal() {
     );
     let shell = format!("{cli} top {pid}; echo \"top exited $?\"; stty -a; exec sleep 60");
     let t = Tmux::start(&shell, p.dir.path());
+    // One view for scripts, with the driver's figures.
+    let once = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cli} top {pid} --once --format json"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&once.stdout).unwrap();
+    assert_eq!(
+        v["driver_memory"],
+        serde_json::json!([{"device": "0", "free_bytes": 60u64 << 30, "total_bytes": 80u64 << 30}]),
+        "{v}"
+    );
+    let once = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cli} top {pid} --once"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&once.stdout);
+    assert!(
+        text.lines().nth(2).unwrap().contains("GPU 0: ")
+            && text.contains("driver: 60.0 GiB free of 80.0 GiB"),
+        "{text}"
+    );
     let s = t.wait_for("the table", |s| {
         s.contains("at growing_site metrics.c:") && s.contains("at steady_site metrics.c:")
     });

@@ -4,10 +4,10 @@
 //! restored on every way out: `q`, an error, a panic (ratatui's hook), and
 //! SIGTERM or SIGHUP (a flag the loop reads).
 
-use super::nvml::{visible_device, Nvml};
+use super::nvml::{of_process, Nvml};
 use super::screen::{Action, Screen};
 use super::{read_view, watched_process, Target};
-use crate::cli::dump::{environ_var, request_dump, Requested};
+use crate::cli::dump::{request_dump, Requested};
 use crate::cli::CliResult;
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,28 +65,6 @@ fn running_library(mut pids: Vec<i32>) -> Vec<i32> {
         std::fs::read_to_string(format!("/proc/{p}/maps")).is_ok_and(|m| m.contains("libcudaleak.so"))
     });
     pids
-}
-
-/// The driver's memory of the devices the current process's view names.
-fn device_memory(
-    screen: &Screen,
-    nvml: &Result<Nvml, String>,
-) -> Result<Vec<(u32, super::nvml::DeviceMemory)>, String> {
-    let nvml = nvml.as_ref().map_err(Clone::clone)?;
-    let Some(w) = screen.current() else {
-        return Ok(Vec::new());
-    };
-    let visible = environ_var(w.pid, "CUDA_VISIBLE_DEVICES");
-    let mut out = Vec::new();
-    for d in w.view.iter().flat_map(|v| &v.devices) {
-        let Ok(ordinal) = d.device.parse::<u32>() else {
-            continue;
-        };
-        if let Some(m) = visible_device(visible.as_deref(), ordinal).and_then(|n| nvml.memory(&n)) {
-            out.push((ordinal, m));
-        }
-    }
-    Ok(out)
 }
 
 /// Runs the view until `q`.
@@ -163,7 +141,10 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                 }
             }
             screen.prefer_viewed();
-            screen.devices = device_memory(&screen, &nvml);
+            screen.devices = match screen.current() {
+                Some(w) => of_process(w.pid, w.view.as_ref(), &nvml),
+                None => Ok(Vec::new()),
+            };
             if let Scope::Run { ended, .. } = &scope {
                 if ended.load(Ordering::Acquire) {
                     screen.status = "the command has exited: q shows the summary".into();

@@ -234,10 +234,27 @@ pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64, refresh: f64)
     request_file(&dir, &view_request_name(pid), owner)?;
     let first = wait_view(&dir, &view, pid, owner, since, 2, timeout)?;
     if once {
+        let driver = nvml::of_process(pid, Some(&first), &nvml::Nvml::load());
         let out = if json {
-            serde_json::to_string_pretty(&first).map_err(|e| e.to_string())? + "\n"
+            let mut v = serde_json::to_value(&first).map_err(|e| e.to_string())?;
+            v["driver_memory"] = match &driver {
+                Ok(known) => serde_json::Value::Array(
+                    known
+                        .iter()
+                        .map(|(d, m)| serde_json::json!({"device": d.to_string(), "free_bytes": m.free, "total_bytes": m.total}))
+                        .collect(),
+                ),
+                Err(why) => serde_json::json!({ "unknown": why }),
+            };
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n"
         } else {
-            first.text()
+            let mut text = first.text();
+            if let Some(line) = screen::device_line(&first, &driver) {
+                // After the header's two lines.
+                let at = text.match_indices('\n').nth(1).map_or(text.len(), |(i, _)| i + 1);
+                text.insert_str(at, &format!("{line}\n"));
+            }
+            text
         };
         let _ = std::io::stdout().write_all(out.as_bytes());
         if first.exited {

@@ -5,6 +5,8 @@
 //! thread. NVML numbers devices as the machine does, CUDA as the process
 //! sees them: the process's `CUDA_VISIBLE_DEVICES` maps one to the other.
 
+use crate::cli::dump::environ_var;
+use cudaleak_core::live_view::LiveView;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 /// One device's memory as the driver counts it.
@@ -111,6 +113,27 @@ impl Nvml {
             total: m.total,
         })
     }
+}
+
+/// The driver's memory of the devices `view` of process `pid` names, by
+/// CUDA ordinal, or why it is not known.
+pub fn of_process(
+    pid: i32,
+    view: Option<&LiveView>,
+    nvml: &Result<Nvml, String>,
+) -> Result<Vec<(u32, DeviceMemory)>, String> {
+    let nvml = nvml.as_ref().map_err(Clone::clone)?;
+    let visible = environ_var(pid, "CUDA_VISIBLE_DEVICES");
+    let mut out = Vec::new();
+    for d in view.iter().flat_map(|v| &v.devices) {
+        let Ok(ordinal) = d.device.parse::<u32>() else {
+            continue;
+        };
+        if let Some(m) = visible_device(visible.as_deref(), ordinal).and_then(|n| nvml.memory(&n)) {
+            out.push((ordinal, m));
+        }
+    }
+    Ok(out)
 }
 
 /// The machine's name of CUDA ordinal `ordinal` in a process whose

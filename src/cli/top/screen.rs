@@ -324,27 +324,8 @@ impl Screen {
                 v.oom_events,
                 v.failed_allocations
             )));
-            let mut devices = Vec::new();
-            for d in &v.devices {
-                let driver = match (&self.devices, d.device.parse::<u32>()) {
-                    (Ok(known), Ok(ordinal)) => match known.iter().find(|k| k.0 == ordinal) {
-                        Some((_, m)) => format!(", driver: {} free of {}", size(m.free), size(m.total)),
-                        None => String::new(),
-                    },
-                    _ => String::new(),
-                };
-                let name = match d.device.as_str() {
-                    "host" => "pinned host".to_string(),
-                    "unknown" => "device unknown".to_string(),
-                    n => format!("GPU {n}"),
-                };
-                devices.push(format!("{name}: {}{driver}", size(d.live_bytes)));
-            }
-            if let Err(why) = &self.devices {
-                devices.push(format!("driver's free and total memory not known ({why})"));
-            }
-            if !devices.is_empty() {
-                lines.push(Line::from(escape(&devices.join(" | ")).into_owned()));
+            if let Some(line) = device_line(v, &self.devices) {
+                lines.push(Line::from(line));
             }
         }
         if self.watched.len() > 1 {
@@ -454,6 +435,31 @@ impl Screen {
             }
         }
     }
+}
+
+/// What `v`'s process holds on each device, with the driver's free and
+/// total memory of each where known (`driver`), one line (escaped).
+pub fn device_line(v: &LiveView, driver: &Result<Vec<(u32, DeviceMemory)>, String>) -> Option<String> {
+    let mut devices = Vec::new();
+    for d in &v.devices {
+        let figures = match (driver, d.device.parse::<u32>()) {
+            (Ok(known), Ok(ordinal)) => match known.iter().find(|k| k.0 == ordinal) {
+                Some((_, m)) => format!(", driver: {} free of {}", size(m.free), size(m.total)),
+                None => String::new(),
+            },
+            _ => String::new(),
+        };
+        let name = match d.device.as_str() {
+            "host" => "pinned host".to_string(),
+            "unknown" => "device unknown".to_string(),
+            n => format!("GPU {n}"),
+        };
+        devices.push(format!("{name}: {}{figures}", size(d.live_bytes)));
+    }
+    if let Err(why) = driver {
+        devices.push(format!("driver's free and total memory not known ({why})"));
+    }
+    (!devices.is_empty()).then(|| escape(&devices.join(" | ")).into_owned())
 }
 
 /// A rectangle of `pw`% by `ph`% in the middle of `r`.
