@@ -31,7 +31,7 @@ pub struct ThreadState {
     pub in_driver_hook: Cell<bool>,
     /// The runtime hook running on this thread (`events::HookCx`), if any.
     pub runtime_call: Cell<*const ()>,
-    /// (context, slot) last seen on this thread (`state/tracker.rs`).
+    /// (context, slot) last seen on this thread (`state/tracker/contexts.rs`).
     pub last_context: Cell<(u64, u8)>,
     /// This thread's stack, [low, high); (0, 0) until first needed
     /// (`unwind.rs`).
@@ -52,7 +52,7 @@ pub struct ThreadState {
     /// none yet (`hooks/resolve/scope.rs`)
     pub last_caller: Cell<(usize, usize)>,
     /// This thread's kernel id, once asked (0: not yet): the live map's
-    /// shard locks name their holder by it (`state/tracker.rs`).
+    /// shard locks name their holder by it (`state/tracker/`).
     pub tid: Cell<u32>,
     /// This thread's change to the live maps, as far as it got: what a
     /// report takes over should the thread never run again
