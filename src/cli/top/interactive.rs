@@ -124,7 +124,7 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                 }
                 if let Some(v) = t.poll() {
                     if v.exited {
-                        let _ = std::fs::remove_file(&t.view);
+                        t.remove_view();
                     }
                     w.received(v);
                 } else if !watched_process(t.pid) {
@@ -135,7 +135,7 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                             w.received(v);
                         }
                     }
-                    let _ = std::fs::remove_file(&t.view);
+                    t.remove_view();
                     t.withdraw();
                     w.gone = true;
                 }

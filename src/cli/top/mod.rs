@@ -66,6 +66,29 @@ fn read_view(path: &Path) -> Option<LiveView> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// Removes a file the viewer of a process of uid `owner` leaves in its
+/// report directory `dir`, which that process's environment named: a
+/// request (`name` directly in `dir`) or a view (`name` in [`VIEW_DIR`],
+/// only when that is a directory, not a link, of that user or of ours);
+/// a plain file only.
+fn remove_left(dir: &Path, name: &str, owner: u32) {
+    let dir = if name.starts_with("view.") {
+        let d = dir.join(VIEW_DIR);
+        // SAFETY: geteuid takes no argument, cannot fail and touches no memory.
+        let me = unsafe { libc::geteuid() };
+        if !std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir() && (m.uid() == owner || m.uid() == me)) {
+            return;
+        }
+        d
+    } else {
+        dir.to_path_buf()
+    };
+    let path = dir.join(name);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// Whether `pid` still runs (not gone, not a zombie waiting to be reaped).
 fn watched_process(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -120,10 +143,12 @@ impl Target {
     /// Removes a request of ours still pending (a process that ended, or
     /// never allocated and so never took it): a plain file only.
     fn withdraw(&self) {
-        let request = self.dir.join(view_request_name(self.pid));
-        if std::fs::symlink_metadata(&request).is_ok_and(|m| m.file_type().is_file()) {
-            let _ = std::fs::remove_file(request);
-        }
+        remove_left(&self.dir, &view_request_name(self.pid), self.owner);
+    }
+
+    /// Removes the view of an ended process.
+    fn remove_view(&self) {
+        remove_left(&self.dir, &view_file_name(self.pid), self.owner);
     }
 
     /// A publish newer than the last one read, if there is one; renews the
@@ -172,10 +197,7 @@ fn wait_view(
             }
         }
         if std::fs::metadata(format!("/proc/{pid}")).is_err() {
-            let request = dir.join(view_request_name(pid));
-            if std::fs::symlink_metadata(&request).is_ok_and(|m| m.file_type().is_file()) {
-                let _ = std::fs::remove_file(request);
-            }
+            remove_left(dir, &view_request_name(pid), owner);
             return read_view(view)
                 .ok_or_else(|| format!("process {pid} exited before its view was published"));
         }
@@ -258,7 +280,7 @@ pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64, refresh: f64)
         };
         let _ = std::io::stdout().write_all(out.as_bytes());
         if first.exited {
-            let _ = std::fs::remove_file(&view);
+            remove_left(&dir, &view_file_name(pid), owner);
         }
         return Ok(0);
     }
@@ -275,7 +297,7 @@ pub fn top(pid: Option<i32>, once: bool, json: bool, timeout: f64, refresh: f64)
             return Ok(0);
         }
         if shown.exited {
-            let _ = std::fs::remove_file(&view);
+            remove_left(&dir, &view_file_name(pid), owner);
             return Ok(0);
         }
         shown = wait_view(
