@@ -558,8 +558,12 @@ fn run_watch_shows_every_process_of_the_run() {
     let s = t.wait_for("both programs", |s| {
         s.contains("at growing_site") && listed(s) == 3
     });
-    assert!(s.contains("COMMAND: sh -c"), "{s}");
-    assert!(s.contains("its output: "), "{s}");
+    assert!(s.lines().any(|l| l.starts_with("COMMAND: sh -c")), "{s}");
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with(&format!("its output: {}/cudaleak-watch.", reports.display()))),
+        "{s}"
+    );
     // The shell that started them published nothing: a program is shown.
     let current = |s: &str| -> String {
         let l = s

@@ -306,7 +306,7 @@ fn watch(
         root,
         processes: Box::new(|| descendants::alive().into_iter().map(|d| d.pid).collect()),
         ended: ended.clone(),
-        note: format!("COMMAND: {}; its output: {}", shown.join(" "), log.display()),
+        note: format!("its output: {}\nCOMMAND: {}", log.display(), shown.join(" ")),
     };
     if let Err(e) = super::top::interactive(scope, refresh) {
         eprintln!("cudaleak: --watch: {}", escape(&e));

@@ -129,8 +129,8 @@ pub struct Screen {
     pub stack_open: bool,
     /// one line for what the last action did
     pub status: String,
-    /// a line the caller adds under the header (`run --watch`: the
-    /// command and where its output goes)
+    /// lines the caller adds under the header (`run --watch`: where the
+    /// command's output goes, and the command)
     pub note: Option<String>,
     /// the driver's free and total memory of each device ordinal of the
     /// current process, or why not known
@@ -348,7 +348,7 @@ impl Screen {
                 .collect();
             lines.push(Line::from(format!("processes: {}  (Tab: next)", list.join(" "))));
         }
-        if let Some(n) = &self.note {
+        for n in self.note.iter().flat_map(|n| n.lines()) {
             lines.push(Line::from(escape(n).into_owned()));
         }
         lines
