@@ -249,10 +249,7 @@ fn start_dump_signal_thread(dir: PathBuf, run_id: String, dump_signal: Option<li
     }
 }
 
-/// A fresh id for this run, passed to every process as CUDALEAK_RUN_ID:
-/// reports and markers carry it, and the summary selects by it, never by
-/// timestamp (two jobs sharing a directory read each other's reports, so
-/// a clean job exited 23 beside a leaky one: issue 15).
+/// The command's status, waited for through interruptions.
 fn wait_child(child: &mut std::process::Child) -> Result<std::process::ExitStatus, String> {
     loop {
         match child.wait() {
@@ -327,6 +324,10 @@ fn watch(
     Ok(status)
 }
 
+/// A fresh id for this run, passed to every process as CUDALEAK_RUN_ID:
+/// reports and markers carry it, and the summary selects by it, never by
+/// timestamp (two jobs sharing a directory read each other's reports, so
+/// a clean job exited 23 beside a leaky one: issue 15).
 fn new_run_id() -> String {
     let mut r = [0u8; 8];
     // SAFETY: getrandom fills the buffer it is given.
