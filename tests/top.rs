@@ -498,6 +498,34 @@ fn the_interactive_view_in_a_terminal() {
     });
     assert!(terminal_restored(&s), "{s}");
     t.run(&["kill-window", "-t", "v"]);
+    // A fourth, whose terminal goes away: it ends, rather than wait for a
+    // key that cannot come.
+    t.run(&[
+        "new-window",
+        "-t",
+        "v",
+        &format!("{cli} top {pid}; exec sleep 60"),
+    ]);
+    t.wait_for("the fourth view", |s| s.contains("at growing_site"));
+    let shell: i32 = t
+        .run(&["display-message", "-p", "-t", "v", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .unwrap();
+    let viewer = children_of(shell);
+    assert_eq!(viewer.len(), 1, "{viewer:?}");
+    t.run(&["kill-window", "-t", "v"]);
+    let start = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{}/stat", viewer[0])).is_ok_and(|s| {
+        !s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the viewer of a closed terminal still runs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Killed while viewed: its last state, marked; its view file removed.
     let view = p
         .dir

@@ -36,6 +36,33 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// Waits up to `ms` for input on the terminal: true when bytes wait to be
+/// read. A terminal that has gone (its window closed, the connection
+/// dropped) is an error: its input is then readable with nothing to read,
+/// and crossterm's own wait would read that end of input for ever.
+fn wait_input(ms: i32) -> Result<bool, String> {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    let n = unsafe { libc::poll(&mut fd, 1, ms) };
+    if n <= 0 {
+        return Ok(false);
+    }
+    if fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        return Err("the terminal went away".into());
+    }
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int, ours.
+    let rc = unsafe { libc::ioctl(0, libc::FIONREAD, &mut waiting) };
+    if rc != 0 || waiting == 0 {
+        return Err("the terminal went away".into());
+    }
+    Ok(true)
+}
+
 /// The viewer's pending requests withdrawn, however the loop ends.
 struct Withdraw(Vec<Target>);
 
@@ -159,7 +186,12 @@ pub fn interactive(scope: Scope, refresh: Duration) -> CliResult {
                 .map_err(|e| format!("cannot draw the view: {e}"))?;
             dirty = false;
         }
-        if !event::poll(Duration::from_millis(100)).map_err(|e| format!("reading the terminal: {e}"))? {
+        let reading = |e: std::io::Error| format!("reading the terminal: {e}");
+        // Events crossterm has read already first; then the terminal,
+        // watched here rather than by crossterm (see wait_input).
+        let ready = event::poll(Duration::ZERO).map_err(reading)?
+            || (wait_input(100)? && event::poll(Duration::ZERO).map_err(reading)?);
+        if !ready {
             continue;
         }
         dirty = true;
