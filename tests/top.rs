@@ -292,6 +292,21 @@ impl Tmux {
         self.run(&["capture-pane", "-p", "-t", "v"])
     }
 
+    /// A new window running `command`, a viewer, once its view shows;
+    /// the viewer's pid (the window's shell's one child).
+    fn viewer_window(&self, command: &str) -> i32 {
+        self.run(&["new-window", "-t", "v", command]);
+        self.wait_for("the new window's view", |s| s.contains("at growing_site"));
+        let shell: i32 = self
+            .run(&["display-message", "-p", "-t", "v", "#{pane_pid}"])
+            .trim()
+            .parse()
+            .unwrap();
+        let viewer = children_of(shell);
+        assert_eq!(viewer.len(), 1, "{viewer:?}");
+        viewer[0]
+    }
+
     /// The screen once `ready` holds of it.
     fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
@@ -463,13 +478,9 @@ fn the_interactive_view_in_a_terminal() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // A second viewer, left with Ctrl-C.
-    t.run(&[
-        "new-window",
-        "-t",
-        "v",
-        &format!("{cli} top {pid}; echo \"second exited $?\"; stty -a; exec sleep 60"),
-    ]);
-    t.wait_for("the second view", |s| s.contains("at growing_site"));
+    t.viewer_window(&format!(
+        "{cli} top {pid}; echo \"second exited $?\"; stty -a; exec sleep 60"
+    ));
     t.keys(&["C-c"]);
     let s = t.wait_for("the second viewer's end", |s| {
         s.contains("second exited 0") && s.contains("baud")
@@ -477,22 +488,11 @@ fn the_interactive_view_in_a_terminal() {
     assert!(terminal_restored(&s), "{s}");
     t.run(&["kill-window", "-t", "v"]);
     // A third, ended by SIGTERM.
-    t.run(&[
-        "new-window",
-        "-t",
-        "v",
-        &format!("{cli} top {pid}; echo \"third exited $?\"; stty -a; exec sleep 60"),
-    ]);
-    t.wait_for("the third view", |s| s.contains("at growing_site"));
-    let shell: i32 = t
-        .run(&["display-message", "-p", "-t", "v", "#{pane_pid}"])
-        .trim()
-        .parse()
-        .unwrap();
-    let viewer = children_of(shell);
-    assert_eq!(viewer.len(), 1, "{viewer:?}");
+    let viewer = t.viewer_window(&format!(
+        "{cli} top {pid}; echo \"third exited $?\"; stty -a; exec sleep 60"
+    ));
     // SAFETY: kill with a pid and a signal number.
-    unsafe { libc::kill(viewer[0], libc::SIGTERM) };
+    unsafe { libc::kill(viewer, libc::SIGTERM) };
     let s = t.wait_for("the third viewer's end", |s| {
         s.contains("third exited 0") && s.contains("baud")
     });
@@ -500,23 +500,10 @@ fn the_interactive_view_in_a_terminal() {
     t.run(&["kill-window", "-t", "v"]);
     // A fourth, whose terminal goes away: it ends, rather than wait for a
     // key that cannot come.
-    t.run(&[
-        "new-window",
-        "-t",
-        "v",
-        &format!("{cli} top {pid}; exec sleep 60"),
-    ]);
-    t.wait_for("the fourth view", |s| s.contains("at growing_site"));
-    let shell: i32 = t
-        .run(&["display-message", "-p", "-t", "v", "#{pane_pid}"])
-        .trim()
-        .parse()
-        .unwrap();
-    let viewer = children_of(shell);
-    assert_eq!(viewer.len(), 1, "{viewer:?}");
+    let viewer = t.viewer_window(&format!("{cli} top {pid}; exec sleep 60"));
     t.run(&["kill-window", "-t", "v"]);
     let start = Instant::now();
-    while std::fs::read_to_string(format!("/proc/{}/stat", viewer[0])).is_ok_and(|s| {
+    while std::fs::read_to_string(format!("/proc/{viewer}/stat")).is_ok_and(|s| {
         !s.rsplit_once(')')
             .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
     }) {
