@@ -15,7 +15,13 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TRACES = [("12", "cudart-12.9-lookups.txt"), ("13", "cudart-13.2-lookups.txt")]
+# The simulated runtime replays "12" as libcudart.so.12 and "13" as
+# libcudart.so.13; tests/c/entry_versions.c checks every request of all.
+TRACES = [
+    ("12", "cudart-12.9-lookups.txt"),
+    ("13", "cudart-13.2-lookups.txt"),
+    ("13_5", "cudart-13.5-lookups.txt"),
+]
 HEADER = ROOT / "sim" / "cudart_lookups.h"
 LINE = re.compile(r"^(cu[A-Za-z0-9_]+) ver=(\d+) flags=(\d+)$")
 

@@ -1,5 +1,5 @@
 //! CUDA as NVIDIA's own runtime and driver ask for it: every
-//! `cuGetProcAddress` request of the real libcudart 12.9 and 13.2, the v1
+//! `cuGetProcAddress` request of the real libcudart 12.9, 13.2 and 13.5, the v1
 //! entry points they reach (the CUDA 7.0 primary-context calls, the CUDA 4.1
 //! IPC call), the 32-bit entry points of CUDA < 3.2, and the allocation
 //! kinds added with them, each with exact reports.
@@ -28,7 +28,11 @@ fn the_runtime_lookup_table_is_generated_from_the_traces() {
 fn the_traces_are_the_shared_ones() {
     let shared = repo().join("../shared/data");
     assert!(shared.is_dir(), "no ../shared/data beside this checkout");
-    for name in ["cudart-12.9-lookups.txt", "cudart-13.2-lookups.txt"] {
+    for name in [
+        "cudart-12.9-lookups.txt",
+        "cudart-13.2-lookups.txt",
+        "cudart-13.5-lookups.txt",
+    ] {
         let ours = std::fs::read_to_string(repo().join("sim/traces").join(name)).unwrap();
         let theirs = std::fs::read_to_string(shared.join(name)).unwrap();
         assert_eq!(
@@ -128,13 +132,14 @@ fn every_request_of_the_real_runtimes_gets_the_hook_exactly_for_hooked_variants(
         };
         assert!(out.status.success(), "traced: {traced}\n{}", out.stdout);
         let last = out.stdout.lines().last().unwrap_or_default();
-        // 418 + 473 requests of the traces and 4 x 2 per entry point
+        // 418 + 473 + 480 requests of the traces, the empty name, and 4 x 2
+        // per entry point
         let checked: usize = last
             .strip_prefix("checked ")
             .and_then(|s| s.split(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{}", out.stdout));
-        assert!(checked > 418 + 473 + 8 * 80, "{last}");
+        assert!(checked > 418 + 473 + 480 + 1 + 8 * 80, "{last}");
         assert!(last.ends_with("mismatches 0"), "{}", out.stdout);
         assert!(out.stderr.is_empty(), "{}", out.stderr);
     }

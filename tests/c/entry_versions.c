@@ -1,8 +1,10 @@
 /*
- * cuGetProcAddress at the versions NVIDIA's runtimes ask for (issue 22).
+ * cuGetProcAddress at the versions NVIDIA's runtimes ask for.
  *
- *   entry_versions                  every request of the real libcudart 12.9
- *                                   and 13.2 (sim/cudart_lookups.h), and every
+ *   entry_versions                  every request of the real libcudart 12.9,
+ *                                   13.2 and 13.5 (sim/cudart_lookups.h), the
+ *                                   empty name at version 0 that each runtime
+ *                                   asks for first, and every
  *                                   version boundary of the simulated driver's
  *                                   entry points (sim/driver_entry_points.h),
  *                                   at flags 0 and 2: the answer is the driver's
@@ -49,9 +51,22 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    /* Every runtime's first request (left out of the traces): the empty
+     * name at version 0, answered "not found" with the driver's status. */
+    {
+        void *got = (void *)1;
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+        CUresult r = cuGetProcAddress_v2("", &got, 0, 0, &status);
+        checked++;
+        if (r != CUDA_ERROR_NOT_FOUND || got || status != CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) {
+            mismatches++;
+            printf("mismatch: the empty name at 0: result %d, %p, status %d\n", r, got, (int)status);
+        }
+    }
 #define REQUEST(name, version, flags) check(name, version, flags);
     SIMCUDART_LOOKUPS_12(REQUEST)
     SIMCUDART_LOOKUPS_13(REQUEST)
+    SIMCUDART_LOOKUPS_13_5(REQUEST)
 #define BOUNDARY(sym, name, version, per_thread, ...)             \
     for (unsigned long long f = 0; f <= 2; f += 2) {                \
         check(#name, version - 10, f);                              \
