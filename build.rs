@@ -81,6 +81,7 @@ fn main() {
         "-o",
         &p("libcudart.so.12"),
         &src("runtime.c"),
+        &src("runtime_stubs.c"),
         "-ldl",
         "-lpthread",
     ]);
@@ -114,6 +115,8 @@ fn main() {
         "driver_entry_points.h",
         "runtime.c",
         "cudart_lookups.h",
+        "runtime_stubs.c",
+        "cudart_exports.h",
         "demo.c",
         "libcudart.so.12.map",
         "include/cuda.h",

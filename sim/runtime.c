@@ -63,6 +63,7 @@ static struct {
     CUresult (*Init)(unsigned int);
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*DevicePrimaryCtxReset)(CUdevice);
+    CUresult (*DeviceGetCount)(int *);
     CUresult (*CtxGetCurrent)(CUcontext *);
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
@@ -71,6 +72,7 @@ static struct {
     CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
     CUresult (*MemAllocAsync_ptsz)(CUdeviceptr *, size_t, CUstream);
     CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+    CUresult (*MemAllocFromPoolAsync_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     CUresult (*MemHostAlloc)(void **, size_t, unsigned int);
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
@@ -130,6 +132,7 @@ static void load_driver(void) {
     }
     GET(EntryPoint, "cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT);
     GET(Init, "cuInit", 2000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(DeviceGetCount, "cuDeviceGetCount", 2000, CU_GET_PROC_ADDRESS_DEFAULT);
     GET(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, CU_GET_PROC_ADDRESS_DEFAULT);
     GET(DevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 7000, CU_GET_PROC_ADDRESS_DEFAULT);
     /* Optional: a driver built with SIMCUDA_NO_CTX_QUERIES lacks it, as
@@ -142,6 +145,8 @@ static void load_driver(void) {
     GET(MemAllocAsync, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_DEFAULT);
     GET(MemAllocAsync_ptsz, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     GET(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(MemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     /* NVIDIA's runtime does not ask for cuMemAllocHost: pinned memory comes
      * from cuMemHostAlloc. */
     GET(MemHostAlloc, "cuMemHostAlloc", 2020, CU_GET_PROC_ADDRESS_DEFAULT);
@@ -250,6 +255,16 @@ cudaError_t cudaMallocFromPoolAsync(void **devPtr, size_t size, cudaMemPool_t po
     if (!devPtr) return cudaErrorInvalidValue;
     return to_runtime_error(drv.MemAllocFromPoolAsync((CUdeviceptr *)devPtr, size,
                                                       (CUmemoryPool)pool, stream));
+}
+
+/* The per-thread default-stream variant NVIDIA's runtime exports (nvcc's
+ * --default-stream per-thread maps cudaMallocFromPoolAsync to it). */
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **devPtr, size_t size, cudaMemPool_t pool,
+                                         cudaStream_t stream) {
+    INIT_OR_RETURN();
+    if (!devPtr) return cudaErrorInvalidValue;
+    return to_runtime_error(drv.MemAllocFromPoolAsync_ptsz((CUdeviceptr *)devPtr, size,
+                                                           (CUmemoryPool)pool, stream));
 }
 
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
@@ -366,6 +381,69 @@ cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray) {
 }
 
 cudaError_t cudaDeviceReset(void) {
+    INIT_OR_RETURN();
+    pthread_mutex_lock(&ctx_lock);
+    __atomic_store_n(&primary_ctx, NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ctx_lock);
+    return to_runtime_error(drv.DevicePrimaryCtxReset(0));
+}
+
+/* What the simulation can answer of the rest of NVIDIA's exports (the
+ * others are runtime_stubs.c's: cudaErrorNotSupported). */
+cudaError_t cudaDriverGetVersion(int *version) {
+    if (!version) return cudaErrorInvalidValue;
+    *version = 12040; /* the simulated driver's cuDriverGetVersion */
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *version) {
+    if (!version) return cudaErrorInvalidValue;
+    *version = SIMCUDART_TRACE == 13 ? 13020 : CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    if (!count) return cudaErrorInvalidValue;
+    *count = 0;
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.DeviceGetCount(count));
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    if (!device) return cudaErrorInvalidValue;
+    INIT_OR_RETURN();
+    *device = 0;
+    return cudaSuccess;
+}
+
+/* This runtime allocates on device 0's primary context only. */
+cudaError_t cudaSetDevice(int device) {
+    INIT_OR_RETURN();
+    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+
+const char *cudaGetErrorName(cudaError_t error) {
+    return error == cudaSuccess ? "cudaSuccess" : "cudaErrorSimulated";
+}
+
+const char *cudaGetErrorString(cudaError_t error) {
+    return error == cudaSuccess ? "no error" : "error (simulated CUDA runtime)";
+}
+
+struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
+                                                   enum cudaChannelFormatKind f) {
+    struct cudaChannelFormatDesc d = {x, y, z, w, f};
+    return d;
+}
+
+/* Deprecated since CUDA 4.0, still exported: the same reset as
+ * cudaDeviceReset, which reaches the library only at the driver (no runtime
+ * hook has this name). */
+cudaError_t cudaThreadExit(void) {
     INIT_OR_RETURN();
     pthread_mutex_lock(&ctx_lock);
     __atomic_store_n(&primary_ctx, NULL, __ATOMIC_RELEASE);

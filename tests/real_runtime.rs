@@ -158,3 +158,105 @@ fn python_loading_nvidias_runtime_with_ctypes_gets_its_codes_unchanged() {
     let outcomes = same_codes(&python3(), &[script.to_str().unwrap(), so.to_str().unwrap()]);
     counted_failures(&outcomes);
 }
+
+/// The names in sim/traces/cudart-12.9-exports.txt: every function
+/// NVIDIA's libcudart.so.12 exports.
+fn nvidia_exports() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("sim/traces/cudart-12.9-exports.txt")).unwrap();
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// The functions `lib` defines and exports, without their versions.
+fn defined_functions(lib: &Path) -> Vec<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib)
+        .output()
+        .expect("nm");
+    assert!(out.status.success());
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(kind, "T" | "W").then(|| name.split('@').next().unwrap_or(name).to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn the_simulated_runtime_exports_every_function_nvidias_does() {
+    // A program built against NVIDIA's runtime and run with `cudaleak run
+    // --simulated` finds this runtime first: a function missing here
+    // killed it with "undefined symbol" (status 127).
+    let ours = defined_functions(&sim_dir().join("libcudart.so.12"));
+    let missing: Vec<String> = nvidia_exports()
+        .into_iter()
+        .filter(|n| ours.binary_search(n).is_err())
+        .collect();
+    assert!(missing.is_empty(), "not exported by the simulated runtime: {missing:?}");
+    assert!(ours.len() >= 435, "{}", ours.len());
+}
+
+#[test]
+#[ignore = "needs the nvidia-cuda-runtime-cu12 wheel; scripts/test.sh runs it (--ignored)"]
+fn the_list_of_nvidias_exports_is_the_wheel_s() {
+    let lib = required(
+        wheel_lib(),
+        "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
+    );
+    assert_eq!(
+        defined_functions(&lib.join("libcudart.so.12")),
+        nvidia_exports(),
+        "sim/traces/cudart-12.9-exports.txt differs from the wheel's exports"
+    );
+}
+
+#[test]
+#[ignore = "needs the nvidia-cuda-runtime-cu12 wheel; scripts/test.sh runs it (--ignored)"]
+fn a_program_built_against_nvidias_runtime_runs_on_the_simulated_one() {
+    let lib = required(
+        wheel_lib(),
+        "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
+    );
+    let exe = build(
+        "real_runtime",
+        &["tests/c/real_runtime.c"],
+        &[
+            &lib.join("libcudart.so.12").display().to_string(),
+            &format!("-Wl,-rpath,{}", lib.display()),
+        ],
+    );
+    let dir = TempDir::new("simulated-over-nvidia");
+    let mut cmd = Command::new(cli());
+    cmd.args(["run", "--simulated", "--fail-on-leak", "--dir"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(&exe)
+        .env_remove("LD_PRELOAD")
+        .env_remove("LD_LIBRARY_PATH");
+    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(60));
+    // cudaDeviceSynchronize, which the simulated runtime did not have,
+    // is called after cudaMallocAsync.
+    assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "cudaGetDeviceCount=0",
+            "cudaMalloc=0",
+            "cudaMallocAsync=0",
+            "cudaMallocHost=0"
+        ],
+        "{stderr}"
+    );
+    let reports = reports_in(dir.path());
+    assert_eq!(reports.len(), 1, "{stderr}");
+    assert_eq!((reports[0].totals.allocations, reports[0].totals.frees), (3, 3));
+}
