@@ -89,6 +89,7 @@ const EXPORTS: &[&str] = &[
     "cudaMallocAsync",
     "cudaMallocAsync_ptsz",
     "cudaMallocFromPoolAsync",
+    "cudaMallocFromPoolAsync_ptsz",
     "cudaMallocHost",
     "cudaHostAlloc",
     "cudaMallocManaged",

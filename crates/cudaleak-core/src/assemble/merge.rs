@@ -24,6 +24,10 @@ pub(super) const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
         "cudaMallocFromPoolAsync",
         &["cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"],
     ),
+    (
+        "cudaMallocFromPoolAsync_ptsz",
+        &["cuMemAllocFromPoolAsync_ptsz", "cuMemAllocFromPoolAsync"],
+    ),
     ("cudaHostRegister", &["cuMemHostRegister_v2", "cuMemHostRegister"]),
     (
         "cudaIpcOpenMemHandle",

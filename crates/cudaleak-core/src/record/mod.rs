@@ -191,6 +191,7 @@ api_list! {
     cuMemHostRegister_v2,
     cudaHostRegister,
     cuMemPoolImportFromShareableHandle,
+    cudaMallocFromPoolAsync_ptsz,
 }
 
 impl Api {

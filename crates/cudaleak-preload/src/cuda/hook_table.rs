@@ -296,6 +296,10 @@ macro_rules! for_each_cuda_hook {
                                                stream: CUstream) -> cudaError_t
                 => RuntimeAlloc::new(Api::cudaMallocFromPoolAsync, Device, RUNTIME_MALLOC_FROM_POOL,
                                      ptr.cast(), RtSize::Bytes(size));
+            Runtime fn cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: CUmemoryPool,
+                                                    stream: CUstream) -> cudaError_t
+                => RuntimeAlloc::new(Api::cudaMallocFromPoolAsync_ptsz, Device, RUNTIME_MALLOC_FROM_POOL,
+                                     ptr.cast(), RtSize::Bytes(size));
             Runtime fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> cudaError_t
                 => RuntimeAlloc::new(Api::cudaMallocHost, Host, RUNTIME_MALLOC_HOST, ptr.cast(),
                                      RtSize::Bytes(size));
