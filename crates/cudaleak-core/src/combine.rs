@@ -48,6 +48,8 @@ fn merge_groups(lists: impl Iterator<Item = Group>) -> Vec<Group> {
             Some(m) => {
                 m.blocks = m.blocks.saturating_add(g.blocks);
                 m.bytes = m.bytes.saturating_add(g.bytes);
+                m.torn_down_blocks = m.torn_down_blocks.saturating_add(g.torn_down_blocks);
+                m.torn_down_bytes = m.torn_down_bytes.saturating_add(g.torn_down_bytes);
                 if let (Some(a), Some(b)) = (m.blocks_delta.as_mut(), g.blocks_delta) {
                     *a = a.saturating_add(b);
                 }
@@ -120,6 +122,8 @@ fn add_totals(a: &mut Totals, b: &Totals) {
     add(&mut a.invalid_frees, b.invalid_frees);
     add(&mut a.stacks_dropped, b.stacks_dropped);
     add(&mut a.stacks_skipped_nested, b.stacks_skipped_nested);
+    add(&mut a.torn_down_blocks, b.torn_down_blocks);
+    add(&mut a.torn_down_bytes, b.torn_down_bytes);
     for (k, v) in &b.by_memory {
         let e: &mut KindTotals = a.by_memory.entry(*k).or_default();
         add(&mut e.blocks, v.blocks);
@@ -340,6 +344,8 @@ pub fn rank_view(reports: &[(PathBuf, Report)]) -> RankView {
                     Group {
                         blocks: 0,
                         bytes: 0,
+                        torn_down_blocks: 0,
+                        torn_down_bytes: 0,
                         examples: vec![],
                         ..g.clone()
                     },
@@ -348,6 +354,8 @@ pub fn rank_view(reports: &[(PathBuf, Report)]) -> RankView {
             });
             add(&mut e.0.blocks, g.blocks);
             add(&mut e.0.bytes, g.bytes);
+            add(&mut e.0.torn_down_blocks, g.torn_down_blocks);
+            add(&mut e.0.torn_down_bytes, g.torn_down_bytes);
             if !e.1.contains(&label) {
                 e.1.push(label.clone());
             }

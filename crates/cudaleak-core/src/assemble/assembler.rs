@@ -279,7 +279,7 @@ impl Assembler<'_> {
         }
         let mut examples: HashMap<TraceId, Vec<BlockExample>> =
             members.iter().flatten().map(|t| (t.id, Vec::new())).collect();
-        for &(addr, b) in &snap.blocks {
+        for &(addr, b) in snap.blocks.iter().chain(&snap.torn_down) {
             if let Some(e) = examples.get_mut(&b.trace) {
                 if e.len() < EXAMPLES_PER_GROUP {
                     e.push(BlockExample {
@@ -293,7 +293,10 @@ impl Assembler<'_> {
         let mut out = HashMap::with_capacity(wanted.len());
         for (s, traces) in members.into_iter().enumerate() {
             let mut group: Option<Group> = None;
+            let (mut torn_down_blocks, mut torn_down_bytes) = (0u64, 0u64);
             for t in traces {
+                torn_down_blocks += t.torn_down_blocks;
+                torn_down_bytes = torn_down_bytes.saturating_add(t.torn_down_bytes);
                 let acc = Acc {
                     blocks: t.blocks,
                     bytes: t.bytes,
@@ -305,7 +308,9 @@ impl Assembler<'_> {
                     None => group = Some(g),
                 }
             }
-            if let Some(g) = group {
+            if let Some(mut g) = group {
+                g.torn_down_blocks = torn_down_blocks;
+                g.torn_down_bytes = torn_down_bytes;
                 out.insert(wanted[s], g);
             }
         }
@@ -325,13 +330,15 @@ impl Assembler<'_> {
     pub fn assemble_at_most(&mut self, snap: &Snapshot, meta: DumpMeta, max_groups: usize) -> Report {
         // By call site, hashed by one mix of the id (SipHash here was a
         // tenth of a 1M-stack exit report; issue 24).
-        let mut per_trace: HashMap<TraceId, (u64, u64), AddrHash> = HashMap::default();
+        // (blocks, bytes, of them torn down: blocks, bytes)
+        let mut per_trace: HashMap<TraceId, [u64; 4], AddrHash> = HashMap::default();
         let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();
         let mut live_bytes = 0u64;
+        let (mut torn_down_blocks, mut torn_down_bytes) = (0u64, 0u64);
         for &(_, b) in &snap.blocks {
             let counts = per_trace.entry(b.trace).or_default();
-            counts.0 += 1;
-            counts.1 = counts.1.saturating_add(b.size());
+            counts[0] += 1;
+            counts[1] = counts[1].saturating_add(b.size());
             let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
             if kind.counts_in_live_bytes() {
                 live_bytes = live_bytes.saturating_add(b.size());
@@ -340,13 +347,29 @@ impl Assembler<'_> {
             k.blocks += 1;
             k.bytes = k.bytes.saturating_add(b.size());
         }
+        // Leaks the device no longer holds: in their groups, apart in the
+        // totals.
+        for &(_, b) in &snap.torn_down {
+            let counts = per_trace.entry(b.trace).or_default();
+            counts[0] += 1;
+            counts[1] = counts[1].saturating_add(b.size());
+            counts[2] += 1;
+            counts[3] = counts[3].saturating_add(b.size());
+            torn_down_blocks += 1;
+            let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
+            if kind.counts_in_live_bytes() {
+                torn_down_bytes = torn_down_bytes.saturating_add(b.size());
+            }
+        }
         let mut traces: Vec<TraceCount> = per_trace
             .into_iter()
-            .map(|(id, (blocks, bytes))| TraceCount {
+            .map(|(id, [blocks, bytes, torn_blocks, torn_bytes])| TraceCount {
                 id,
                 group: 0,
                 blocks,
                 bytes,
+                torn_down_blocks: torn_blocks,
+                torn_down_bytes: torn_bytes,
             })
             .collect();
         traces.sort_unstable_by_key(|t| t.id);
@@ -466,7 +489,15 @@ impl Assembler<'_> {
                             .get(t.id)
                             .is_none_or(|tr| tr.kind.counts_in_live_bytes())
                     })
-                    .map(|t| TraceCount { group: 0, ..*t })
+                    .map(|t| TraceCount {
+                        group: 0,
+                        blocks: t.blocks - t.torn_down_blocks,
+                        bytes: t.bytes.saturating_sub(t.torn_down_bytes),
+                        torn_down_blocks: 0,
+                        torn_down_bytes: 0,
+                        ..*t
+                    })
+                    .filter(|t| t.blocks > 0)
                     .collect();
                 (here, meta.timestamp_ms)
             } else {
@@ -478,6 +509,8 @@ impl Assembler<'_> {
                         group: 0,
                         blocks,
                         bytes,
+                        torn_down_blocks: 0,
+                        torn_down_bytes: 0,
                     })
                     .collect();
                 (
@@ -521,6 +554,8 @@ impl Assembler<'_> {
                 stacks_dropped: self.depot.dropped(),
                 stacks_skipped_nested: snap.stacks_skipped_nested,
                 groups_left_out,
+                torn_down_blocks,
+                torn_down_bytes,
             },
             leaks,
             growth,

@@ -121,6 +121,9 @@ pub(super) struct TraceCount {
     pub(super) group: u32,
     pub(super) blocks: u64,
     pub(super) bytes: u64,
+    /// of `blocks` and `bytes`, those whose context was destroyed
+    pub(super) torn_down_blocks: u64,
+    pub(super) torn_down_bytes: u64,
 }
 
 /// The frame that `render::top_frame_label` names a group by (the sort's

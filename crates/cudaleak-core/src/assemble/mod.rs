@@ -61,6 +61,9 @@ pub struct DumpMeta {
 #[derive(Default)]
 pub struct Snapshot {
     pub blocks: Vec<(u64, Block)>,
+    /// blocks still live when their context was destroyed: leaks the
+    /// device no longer holds (see `Group::torn_down_blocks`)
+    pub torn_down: Vec<(u64, Block)>,
     pub allocations: u64,
     pub frees: u64,
     pub failed_allocations: u64,

@@ -77,6 +77,16 @@ pub struct Totals {
     /// smallest ones)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups_left_out: Option<LeftOut>,
+    /// extension: blocks still live when their context was destroyed,
+    /// reported as leaks (each group's `torn_down_blocks`) but no longer
+    /// held by the device, so not in `live_blocks`, `live_bytes`,
+    /// `by_memory` or the peak
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub torn_down_blocks: u64,
+    /// extension: their bytes of memory (reserved address space not
+    /// counted, as in `live_bytes`)
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub torn_down_bytes: u64,
 }
 
 /// extension: what a list of groups left out past its cap.
@@ -187,6 +197,15 @@ pub struct Group {
     /// holds many tensors or none, not one tensor
     #[serde(default, skip_serializing_if = "is_false")]
     pub pytorch_cache_segment: bool,
+    /// extension: how many of `blocks` (and of `bytes`) were still live
+    /// when their context was destroyed (a device reset, the last release
+    /// of a primary context, `cuCtxDestroy`). They stay leaks, but the
+    /// device no longer holds them: they are not in `totals.live_bytes`,
+    /// the peak, the timeline or an out-of-memory report's holders.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub torn_down_blocks: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub torn_down_bytes: u64,
 }
 
 /// extension: one native stack of a group, with what it allocated.
@@ -600,6 +619,8 @@ impl Group {
             trend: None,
             raw_stacks: Vec::new(),
             pytorch_cache_segment: false,
+            torn_down_blocks: 0,
+            torn_down_bytes: 0,
         }
     }
 

@@ -212,10 +212,13 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
     let (device_free, device_total) = device_memory(thread, device);
     with_episode(serial, |e| e.device_free = device_free);
     let trace = trace();
-    let Some(snapshot) = tracker::snapshot(&tracker::Read::plain()) else {
+    let Some(mut snapshot) = tracker::snapshot(&tracker::Read::plain()) else {
         set_state(serial, ReportState::None);
         return;
     };
+    // The holders are what the device holds: blocks of a context destroyed
+    // earlier (a device reset) are leaks, but no longer on the device.
+    snapshot.torn_down = Vec::new();
     PENDING.lock().push(Pending {
         serial,
         due_mono_ms: now + EPISODE_MS,

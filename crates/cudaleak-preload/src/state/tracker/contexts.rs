@@ -191,6 +191,19 @@ fn teardown_slots(matches: impl Fn(u8) -> bool) {
     TEARDOWNS_MOVING.fetch_add(1, Ordering::AcqRel);
     let moved = LIVE.drain_where(me(), |b| b.context_slot() != 0 && matches(b.context_slot()));
     if !moved.is_empty() {
+        // The device no longer holds them: out of the live bytes, the call
+        // sites' counts (the peak, the timeline, the metrics) and the
+        // event trace, as a free takes them out; kept as leaks.
+        for (addr, b) in &moved {
+            crate::state::event_ring::record(
+                crate::state::event_ring::Action::Free,
+                *addr,
+                b.size(),
+                b.trace,
+                b.device(),
+            );
+            sub_bytes(b);
+        }
         TORN_DOWN.lock().extend(moved);
     }
     TEARDOWNS_MOVING.fetch_sub(1, Ordering::AcqRel);

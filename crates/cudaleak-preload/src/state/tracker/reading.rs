@@ -79,7 +79,7 @@ pub fn snapshot(read: &Read) -> Option<Snapshot> {
         None => Some(TORN_DOWN.lock()),
     };
     match torn_down {
-        Some(t) => snap.blocks.extend(t.iter().copied()),
+        Some(t) => snap.torn_down.extend(t.iter().copied()),
         None => incomplete += 1,
     }
     snap.allocations = counts.inserted;
@@ -129,9 +129,7 @@ pub fn live_by_device(timeout: Duration) -> Option<Vec<(u16, u64, u64)>> {
             return None;
         }
     }
-    for (_, b) in TORN_DOWN.lock_for(timeout)?.iter() {
-        add(b);
-    }
+    // Blocks of a destroyed context are leaks the device no longer holds.
     by.sort_unstable();
     Some(by)
 }
@@ -173,21 +171,21 @@ fn peak_sites(peak: u64) -> PeakSites {
     }
 }
 
-/// Live blocks allocated at or after checkpoint epoch `epoch`.
-pub fn blocks_since(epoch: u32) -> Vec<(u64, Block)> {
-    let mut out = Vec::new();
+/// Blocks allocated at or after checkpoint epoch `epoch` and not freed:
+/// those live, and those whose context was destroyed since (leaks too).
+pub fn blocks_since(epoch: u32) -> (Vec<(u64, Block)>, Vec<(u64, Block)>) {
+    let mut live = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
         let _ = map.for_each_shard(me().tid, None, None, &|| false, |it, _| {
-            out.extend(it.filter(|(_, b)| b.epoch() >= epoch))
+            live.extend(it.filter(|(_, b)| b.epoch() >= epoch))
         });
     }
-    out.extend(
-        TORN_DOWN
-            .lock()
-            .iter()
-            .filter(|(_, b)| b.epoch() >= epoch)
-            .copied(),
-    );
-    out
+    let torn_down = TORN_DOWN
+        .lock()
+        .iter()
+        .filter(|(_, b)| b.epoch() >= epoch)
+        .copied()
+        .collect();
+    (live, torn_down)
 }
