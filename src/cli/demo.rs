@@ -305,7 +305,7 @@ impl Drop for SimulatedDriver {
 mod tests {
     use super::*;
 
-    /// Issue 23: another user renames the demo's directory and puts their
+    /// Another user renames the demo's directory and puts their
     /// own in its place. Files are still created in, and the program run
     /// from, the directory `mkdtemp` made.
     #[test]

@@ -48,7 +48,7 @@ pub(super) const FATAL_DUMP_WAIT: Duration = Duration::from_secs(10);
 /// The longest such a wait lasts while the dumper thread works: a large
 /// exit report (a million call sites took 3.6 s) plus a live dump in
 /// progress can pass [`FATAL_DUMP_WAIT`], and giving up then lost the
-/// report (review of issue 23's `_exit` hand-off).
+/// report.
 pub(super) const FATAL_DUMP_MAX: Duration = Duration::from_secs(600);
 
 pub(super) fn wake_dumper() {

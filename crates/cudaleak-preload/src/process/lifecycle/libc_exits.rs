@@ -310,7 +310,7 @@ pub extern "C" fn raise(sig: c_int) -> c_int {
 /// The old image's report, before an exec replaces it: the exit report
 /// (`trigger: "exit"`, `reason: "exec"`, no `exit_status`). The new image
 /// loads the library afresh and reports its own blocks (leaks of
-/// an image that called exec were never reported; issue 11). Only a
+/// an image that called exec were never reported before this). Only a
 /// process that made CUDA allocation calls writes one; a vfork child
 /// (another pid) does not touch our state.
 ///
