@@ -1,5 +1,5 @@
 /*
- * cuGetProcAddress at the versions NVIDIA's runtimes ask for (issue 22).
+ * cuGetProcAddress at the versions NVIDIA's runtimes ask for.
  *
  *   entry_versions                  every request of the real libcudart 12.9
  *                                   and 13.2 (sim/cudart_lookups.h), and every
