@@ -82,7 +82,8 @@ impl HeldDir {
         // Still the directory mkdtemp made: ours, 0700.
         // SAFETY: fstat into local storage.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        // SAFETY: fstat writes `st`, a local `stat`, about `held.fd`, a
+        // descriptor `held` owns and keeps open.
         let ok = unsafe { libc::fstat(held.fd.as_raw_fd(), &mut st) } == 0
             && st.st_uid == unsafe { libc::geteuid() }
             && st.st_mode & 0o7777 == 0o700;

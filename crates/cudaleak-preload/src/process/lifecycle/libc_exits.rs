@@ -245,7 +245,9 @@ fn errno_kept(f: impl FnOnce()) {
     // touches it.
     let errno = unsafe { *libc::__errno_location() };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    // SAFETY: the same thread's errno, as above.
+    // SAFETY: `__errno_location` returns the calling thread's own errno,
+    // an aligned `int` valid for the thread's life, which no other thread
+    // writes.
     unsafe { *libc::__errno_location() = errno };
 }
 
