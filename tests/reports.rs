@@ -85,7 +85,7 @@ fn runs_sharing_a_directory_are_kept_apart() {
     let dir = d.path().join("shared");
     run_leak_n(d.path(), &dir, "1", "0"); // 100 bytes
                                           // The second run must be stamped later: wait for the clock to pass
-                                          // the first report's millisecond (not a guessed sleep, which can fail).
+                                          // the first report's millisecond (never a guessed sleep).
     let first = reports_in(&dir)[0].timestamp_ms;
     while now_ms() <= first {
         std::thread::yield_now();
