@@ -15,8 +15,8 @@
  *                                             stacks, then times a cudaMalloc that
  *                                             fails for lack of memory (1 PiB):
  *                                             microseconds the failing thread
- *                                             waited (issue 21: the snapshot of
- *                                             an out-of-memory report); a line
+ *                                             waited (for the snapshot of an
+ *                                             out-of-memory report); a line
  *                                             before it gives a second failure's
  *                                             (counted in the first's report)
  *   pairs fresh N DEPTH                       ns per pair, each pair from a call
@@ -27,19 +27,19 @@
  *                                             3 s while another thread sends
  *                                             SIGUSR1 every 250 ms (11 live dumps):
  *                                             prints the pairs over 1 ms, then the
- *                                             longest pair in ms (issue 24: what a
- *                                             live dump costs a thread that
+ *                                             longest pair in ms (what a live
+ *                                             dump costs a thread that
  *                                             allocates alone)
  *   pairs leaks N DEPTH                       N blocks leaked from N distinct
  *                                             stacks (N = 1: one leak), then exits;
  *                                             prints the CLOCK_REALTIME of the end
  *                                             of main in ns: what follows until
  *                                             the process is gone is the exit
- *                                             report's time (issue 24)
+ *                                             report's time
  *
  * BENCH_CPU_TIME=1 times one thread by its CPU time; BENCH_CPU_TIME=process
  * times any number of threads by the process's CPU time, printed per pair
- * per thread: the cost of sharing (issue 24: 2 threads vs 1).
+ * per thread: the cost of sharing (2 threads vs 1).
  * BENCH_HELD_BYTES=N: the main thread allocates one block of N bytes and
  * keeps it before the pairs, as a program holds its memory while it
  * allocates more (the peak is then far above one pair's block).

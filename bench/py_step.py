@@ -1,4 +1,4 @@
-"""Benchmark: a training step from Python (issue 37), through ctypes over
+"""Benchmark: a training step from Python, a real shape, through ctypes over
 the simulated runtime, as bench/step.c's `train` shape: 2 GiB of weights
 held (4 blocks of 512 MiB); a forward pass on the main thread allocates one
 activation per op (4 KiB .. 2 MiB); a backward pass on a second, lasting

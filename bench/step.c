@@ -1,5 +1,6 @@
 /*
- * Benchmark program: real shapes (issue 37), on the simulated runtime.
+ * Benchmark program: real shapes, on the simulated runtime (docs/decisions.md,
+ * "The keep rule: a mechanism stays only if it saves 5 % on a real shape").
  * Each shape does the program's own work between its calls (a busy loop
  * of BENCH_WORK_ITERS iterations per op, calibrated to 10 µs by
  * `step calibrate` once, outside the measured runs, so that every run and

@@ -197,7 +197,7 @@ def overhead():
 
 
 def oom():
-    """A real out-of-memory error (issue 21): weights kept, a request of
+    """A real out-of-memory error: weights kept, a request of
     1.5 times the free memory. PyTorch frees its cache and retries before
     it raises; the oom report shows what was live before that. Exit 0 when
     the error came, 1 when it did not."""
@@ -226,7 +226,7 @@ def oom():
 
 
 def peak():
-    """The peak of a training step with large activations (issue 21): the
+    """The peak of a training step with large activations: the
     live dump's peak against PyTorch's own max_memory_allocated and
     max_memory_reserved."""
     global model

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cudaleak on aarch64 (GH200, GB200: Grace CPUs), on an x86-64 machine,
-# without the hardware (issue 27). docs/platforms.md says what this checks
+# without the hardware (docs/decisions.md, "aarch64 is built and tested
+# under emulation"). docs/platforms.md says what this checks
 # and what it cannot.
 #
 # 1. Builds the workspace for aarch64-unknown-linux-gnu with the

@@ -13,7 +13,8 @@ All programs run on the simulated driver with SIMCUDA_BACKING=malloc: each
 cudaMalloc is one malloc, so heaptrack and memray (which track malloc)
 record exactly one allocation per pair, as cudaleak does.
 
-Real shapes (issue 37; bench/step.c, bench/py_step.py) run only when named,
+Real shapes (bench/step.c, bench/py_step.py; docs/decisions.md, "The keep
+rule: a mechanism stays only if it saves 5 % on a real shape") run only when named,
 each library given by name, the first the reference of the others:
 
     python3 scripts/bench.py --only shapes|train|train-py|xfree|ranks|async|cache \
@@ -58,8 +59,9 @@ def build(work):
     sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN", "-o",
         os.path.join(work, "libcudart.so.12"), os.path.join(sim, "runtime.c"), "-ldl", "-lpthread"])
     # The same driver without cuCtxGetCurrent/cuCtxGetDevice, as an old or
-    # partial driver may be (issue 11): the library must not pay a failed
-    # lookup per call on it.
+    # partial driver may be: the library must not pay a failed lookup per
+    # call on it (docs/decisions.md, "A driver without context queries pays
+    # no failed lookup per call").
     os.makedirs(os.path.join(work, "no-ctx-queries"), exist_ok=True)
     sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-DSIMCUDA_NO_CTX_QUERIES", "-Wl,-soname,libcuda.so.1", "-o",
         os.path.join(work, "no-ctx-queries", "libcuda.so.1"), os.path.join(sim, "driver.c"), "-lpthread"])
@@ -145,12 +147,12 @@ def compare_baseline(work, reports, pairs, args):
         base = med["baseline"]
         for name, v in med.items():
             row("alloc/free pair, %s: %s" % (label, name), "%.1f" % v, "ns",
-                "" if name == "baseline" else "%+.1f ns vs baseline (goal <= +5: the peak's counters, issue 21)" % (v - base))
+                "" if name == "baseline" else "%+.1f ns vs baseline (goal <= +5: the peak's counters)" % (v - base))
 
 
 def old_driver(work, reports, pairs, args):
     """Per-pair overhead on a driver without cuCtxGetCurrent/cuCtxGetDevice
-    against the full driver's: goal within 1.5x (issue 11)."""
+    against the full driver's: goal within 1.5x."""
     full = base_env(work, reports)
     old = dict(full, LD_LIBRARY_PATH=os.path.join(work, "no-ctx-queries") + ":" + work)
     med = side_by_side({
@@ -172,7 +174,7 @@ def old_driver(work, reports, pairs, args):
 
 def oom_delay(work, reports, pairs, args):
     """How long a failing cudaMalloc keeps its thread when it takes the
-    snapshot of an out-of-memory report (issue 21), by live blocks (over
+    snapshot of an out-of-memory report, by live blocks (over
     1024 stacks); with CUDALEAK_OOM_REPORTS=0 (no snapshot) and without
     the library for comparison."""
     env = base_env(work, reports)
@@ -188,7 +190,9 @@ def oom_delay(work, reports, pairs, args):
                 "the snapshot" if name == "cudaleak" else "")
 
 
-# ---- issue 24: instructions per pair, fresh stacks, threads, exit reports ----
+# ---- instructions per pair, fresh stacks, threads, exit reports ----------
+# Each row names its goal: docs/decisions.md, "Overhead goals against
+# heaptrack and memray".
 
 def collected_instructions(env, argv):
     """Instructions the program (and the library in it) executed, counted
@@ -247,8 +251,8 @@ def instructions(work, reports, pairs, args):
 
 
 def with_heaptrack(configs, reports, env):
-    """Adds heaptrack, run the same way, to a side-by-side set (issue 24:
-    every benchmark against heaptrack in the same run)."""
+    """Adds heaptrack, run the same way, to a side-by-side set (every
+    benchmark against heaptrack in the same run)."""
     if have("heaptrack"):
         configs["heaptrack"] = (["heaptrack", "-o", os.path.join(reports, "heaptrack")], env)
     return configs
@@ -378,7 +382,7 @@ def exit_reports(work, reports, pairs, args):
 
 
 def trace_ring(work, reports, pairs, args):
-    """The allocation-event ring (CUDALEAK_TRACE, issue 26): what a pair
+    """The allocation-event ring (CUDALEAK_TRACE): what a pair
     (two events) costs with the ring off (the default: one load and an
     untaken branch per hook) and on, in ns and, under callgrind, in
     instructions (30,000 - 10,000 pairs, divided by 20,000)."""
@@ -410,7 +414,7 @@ def trace_ring(work, reports, pairs, args):
 def ratios(work, reports, pairs, args):
     """The pair's cost against heaptrack (C callers: one stack at 20 and 60
     frames, 1024 stacks in turn) and memray --native (a Python caller),
-    side by side: the ratios of issue 24's goals."""
+    side by side: the ratios of the overhead goals."""
     heaptrack, memray = have("heaptrack"), have_memray()
     for depth in (20, 60):
         med = side_by_side(configs_native(work, reports, heaptrack),
@@ -422,7 +426,7 @@ def ratios(work, reports, pairs, args):
         if heaptrack:
             ratio = (med["cudaleak, stacks"] - base) / (med["heaptrack"] - base)
             row("overhead ratio cudaleak / heaptrack, %d frames" % depth, "%.2f" % ratio, "",
-                "goal <= 0.12 (issue 24, one stack)")
+                "goal <= 0.12 (one stack)")
 
     # The same pair from 1024 different call stacks in turn (30 frames):
     # no two consecutive captures alike, so no replay (unwind.rs).
@@ -433,7 +437,7 @@ def ratios(work, reports, pairs, args):
             "" if name == "no library" else "+%.0f ns" % (v - base))
     if heaptrack:
         ratio = (med["cudaleak, stacks"] - base) / (med["heaptrack"] - base)
-        row("overhead ratio cudaleak / heaptrack, 1024 stacks in turn", "%.2f" % ratio, "", "goal <= 0.20 (issue 24)")
+        row("overhead ratio cudaleak / heaptrack, 1024 stacks in turn", "%.2f" % ratio, "", "goal <= 0.20")
 
     # Python caller, 20 frames deep, through ctypes.
     env = base_env(work, reports)
@@ -461,10 +465,10 @@ def ratios(work, reports, pairs, args):
     row("Python stack capture, 20 frames (with - without)", "%.0f" % py_cost, "ns", "goal <= 500")
     if memray:
         ratio = (med["cudaleak, native + Python stacks"] - base) / (med["memray --native"] - base)
-        row("overhead ratio cudaleak / memray --native", "%.2f" % ratio, "", "goal <= 0.20 (issue 24)")
+        row("overhead ratio cudaleak / memray --native", "%.2f" % ratio, "", "goal <= 0.20")
 
 
-# ---- issue 37: real shapes, and what each mechanism pays on them ----
+# ---- real shapes, and what each mechanism pays on them ----
 #
 # Shapes of real programs (bench/step.c, bench/py_step.py), each without
 # the library, with every library of --variant (or --lib), and beside
@@ -483,7 +487,7 @@ SHAPE_DEPTH = 20      # native frames of the C shapes
 SHAPE_PY_DEPTH = 30   # Python frames of the Python training step
 SHAPE_OPS = 64        # ops of a training (or caching-allocator) step
 SHAPE_LAYERS = 16     # layers of an inference request
-KEEP_RULE = 0.05      # issue 37: keep a mechanism that saves >= 5% of the overhead
+KEEP_RULE = 0.05      # keep a mechanism that saves >= 5% of the overhead
 
 
 def shape_variants(args):
@@ -715,7 +719,8 @@ def shape_table(title, smp, instr, unit, args, note=""):
 
 def shape_verdicts():
     """Each variant against the reference, shape by shape. The keep rule
-    (issue 37): a mechanism stays where turning it off costs >= 5% more
+    (docs/decisions.md, "The keep rule: a mechanism stays only if it saves
+    5 % on a real shape"): a mechanism stays where turning it off costs >= 5% more
     overhead on a real shape, in instructions, or in CPU time over 7+
     interleaved rounds whose spreads are under 5%."""
     if not SHAPE_VERDICTS:
@@ -909,7 +914,7 @@ def main():
     ap.add_argument("--exit-leaks", type=int, default=1_000_000, help="leaks of the large exit report")
     ap.add_argument("--only", choices=["old-driver", "oom", "instructions", "fresh", "threads", "exit", "trace",
                                        "ratios", "shapes"] + list(SHAPES),
-                    help="run one section only; \"shapes\": every real shape of issue 37 (train, train-py, "
+                    help="run one section only; \"shapes\": every real shape (train, train-py, "
                     "xfree, ranks, async, cache), which run only when named")
     ap.add_argument("--variant", action="append", metavar="NAME=PATH[,VAR=VALUE...]",
                     help="real shapes: a libcudaleak.so to measure, by name, with settings of its own "
@@ -946,7 +951,7 @@ def main():
     pairs = os.path.join(work, "pairs")
 
     if args.only == "shapes" or args.only in SHAPES:
-        print("cudaleak benchmarks, real shapes (issue 37), %s, %s, %d CPUs, %d interleaved rounds each" % (
+        print("cudaleak benchmarks, real shapes, %s, %s, %d CPUs, %d interleaved rounds each" % (
             date.today().isoformat(), platform.processor() or platform.machine(), os.cpu_count(), args.rounds))
         print("GLIBC_TUNABLES=%s, SIMCUDA_BACKING=threaded; libraries: %s" % (
             SHAPE_TUNABLES, ", ".join("%s=%s" % v for v in shape_libs(args))))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the `file:name` anchors of docs/architecture.md (issue 27): each
+"""Checks the `file:name` anchors of docs/architecture.md: each
 file must exist, and each name must be defined in it (a fn, struct, enum,
 trait, macro, static or const of that name). Exits 1 naming each anchor
 that no longer holds, so the walk-through cannot drift from the code.

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when a crate's modules do not form floors (issue 16).
+"""Fails when a crate's modules do not form floors (docs/decisions.md,
+"Modules form floors, and the floors are the folders").
 
 usage: scripts/check-floors.py [CRATE_SRC_DIR ...]
        (default: crates/*/src and src/ under the repository root)
@@ -24,8 +25,8 @@ Two checks, at every level:
    module that is a folder lists the floors of its own modules the same
    way, in its mod.rs (or NAME.rs), and is checked the same way; in a
    crate that declares floors, every folder module of two modules or more
-   must (issue 27: the floors are the folders, and each folder says how
-   its files stand).
+   must (the floors are the folders, and each folder says how its files
+   stand).
 
 Names a macro receives as tokens and pastes elsewhere (a table of items
 handed to a macro) are not uses of the module holding the table; a crate

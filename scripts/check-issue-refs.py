@@ -4,12 +4,14 @@
 usage: scripts/check-issue-refs.py [--list]
 
 A comment or a page that says "issue 23" sends its reader to a tracker
-they cannot open: the reason belongs in the text itself, or in
-docs/decisions.md. The tree still holds such citations; this check keeps
-new ones out. It counts the lines that cite an issue ("issue 23",
-"issues 12 and 15") in the files git tracks, code and pages apart, and
+they cannot open: the reason belongs in the text itself, or, for a
+decision worth keeping, in docs/decisions.md with a pointer to its
+heading. The tree still holds a few such citations; this check keeps new
+ones out. It counts the lines that cite an issue ("issue 23", "Issue 23",
+"issues 12 and 15", or "issue" at the end of a line and its number at
+the start of the next) in the files git tracks, code and pages apart, and
 fails when either count is above its ceiling below. Lower a ceiling when
-you remove citations (the check says by how much), never raise it.
+you remove citations (the check says so), never raise it.
 
 --list prints every citing line.
 """
@@ -17,13 +19,18 @@ import re
 import subprocess
 import sys
 
-CITE = re.compile(r"\bissues? [0-9]+")
+CITE = re.compile(r"\bissues? [0-9]+", re.IGNORECASE)
+# "issue" ending a line, its number opening the next (after comment marks).
+CITE_END = re.compile(r"\bissues?\s*\(?$", re.IGNORECASE)
+CITE_NEXT = re.compile(r"""^[\s/#*!"']*[0-9]""")
 CODE = re.compile(r"(\.(rs|py|sh|js|c|h|cu|html|css|toml)|^\.ci/run)$")
 # Data the tests compare with, kept as captured.
 DATA = ("tests/snapshots/", "tests/data/", "sim/traces/")
 
-# Ceilings: the citations left on 2026-11-28.
-CEILING = {"code": 111, "pages": 40}
+# Ceilings: the citations left on 2026-11-28 (all in files being edited
+# elsewhere at the time: CONTRACT.md, sim/, and the preload crate's
+# capture/ and state/, the core's report/render.rs and assemble/tests.rs).
+CEILING = {"code": 15, "pages": 12}
 
 
 def main():
@@ -38,9 +45,11 @@ def main():
             continue
         try:
             with open(f"{root}/{f}", encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
-                    if CITE.search(line):
-                        found[kind].append(f"{f}:{n}: {line.strip()}")
+                text = fh.read().split("\n")
+            for n, line in enumerate(text, 1):
+                wrapped = n < len(text) and CITE_END.search(line) and CITE_NEXT.match(text[n])
+                if CITE.search(line) or wrapped:
+                    found[kind].append(f"{f}:{n}: {line.strip()}")
         except (OSError, UnicodeDecodeError):
             continue
     if "--list" in sys.argv:

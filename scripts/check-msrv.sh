@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The rust-version that Cargo.toml promises is true (issue 27): the whole
+# The rust-version that Cargo.toml promises is true: the whole
 # workspace, tests included, type-checks with exactly that toolchain, and
 # the messages that tell users which Rust to install name the same one.
 #

@@ -3,7 +3,9 @@
 # tables it shares with the command (the units of parse_size and
 # format_size, the noise frames), from the Rust tables themselves
 # (cudaleak_core::base::units, cudaleak_core::report::render). tests/python.rs renders
-# the same text and fails when the file differs (issue 27).
+# the same text and fails when the file differs, so the two cannot drift
+# (docs/decisions.md, "The Python module's tables are generated from the
+# Rust ones").
 #
 #     scripts/gen-python-tables.sh
 set -eu

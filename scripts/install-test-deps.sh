@@ -17,7 +17,7 @@
 #   (tests/top.rs).
 # Tests that need one of these are #[ignore]d with the reason in a plain
 # `cargo test`; scripts/test.sh runs them, and there a missing tool fails
-# them (issue 23).
+# them (docs/decisions.md, "A test can fail, or it is not a test").
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 missing=""

@@ -43,7 +43,8 @@ export PATH="$PWD/$venv/bin:$PATH"
 cargo build --release --workspace
 cargo test --release --workspace "$@"
 # The tests that need a tool are #[ignore]d (`cargo test` reports them as
-# ignored, never as passed: issue 23); here they run, and a missing tool
+# ignored, never as passed: docs/decisions.md, "A test can fail, or it is
+# not a test"); here they run, and a missing tool
 # fails them. ../shared exists only beside the lead's checkout, and root is
 # needed to act as another user: without them, one line says what did not run.
 ignored=(--test html --test exports --test real_runtime --test python --test reports --test budgets --test metrics --test top)

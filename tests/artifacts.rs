@@ -51,8 +51,8 @@ const EXPORTS: &[&str] = &[
     "cuMemImportFromShareableHandle",
     "cuMemPoolCreate",
     "cuMemPoolDestroy",
-    // driver, issue 22: the variants cuGetProcAddress hands out by version
-    // (v1 entry points included) and the allocation kinds added then
+    // driver: the variants cuGetProcAddress hands out by version (v1
+    // entry points included) and the allocation kinds hooked with them
     "cuMemAlloc",
     "cuMemAllocPitch",
     "cuMemAllocHost",
@@ -187,7 +187,7 @@ fn the_cli_does_not_interpose_on_itself() {
 /// Every key and value of `shared` is in `ours` unchanged; ours may only
 /// add object keys (schema extensions), and triggers at the end of the
 /// list of triggers (the shared contract: "wherever else the project adds
-/// triggers (see the schema's list)"; issue 21 added "oom").
+/// triggers (see the schema's list)"; the project adds "oom").
 fn assert_superset(shared: &Value, ours: &Value, path: &str) {
     match (shared, ours) {
         (Value::Array(a), Value::Array(b)) if path == "/properties/trigger/enum" => {

@@ -426,7 +426,7 @@ fn default_suppressions_cover_library_one_time_allocations_and_can_be_turned_off
     assert!(r.suppressed.is_empty());
 }
 
-/// Issue 22: a run in which nothing was reported leaves no report
+/// A run in which nothing was reported leaves no report
 /// directory it made itself behind; one that existed stays, and so does
 /// one that holds reports.
 #[test]

@@ -1,8 +1,8 @@
-//! Issue 15 (and issue 12's CLI defects), the command-line side: files the
+//! Reports never lost and jobs never killed, the command-line side: files the
 //! CLI creates or reads that someone else can plant, the CI gate failing
 //! closed and keeping concurrent runs apart, SIGUSR1 sent to `cudaleak run`,
 //! sums that overflowed, control characters from reports, and EPIPE. Each
-//! test reproduces the issue's case.
+//! test reproduces a case that once went wrong.
 
 mod support;
 

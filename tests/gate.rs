@@ -1,4 +1,4 @@
-//! Issue 23: the gate that no directory and no other user can open. A
+//! The gate that no directory and no other user can open. A
 //! leaking job must fail `cudaleak run --fail-on-leak` whatever happens to
 //! its report directory, and another user must not be able to plant a
 //! clean report for it.
@@ -26,8 +26,8 @@ fn leak_n() -> String {
 fn a_process_whose_marker_and_report_both_fail_fails_the_gate() {
     // A file size limit of 0 stands in for a directory that became full
     // after `run` checked it: neither the marker's line nor the report
-    // fits (EFBIG, as ENOSPC would be). Before issue 23 the gate said "no
-    // process made a CUDA allocation" and exited 0.
+    // fits (EFBIG, as ENOSPC would be). The gate once said "no process
+    // made a CUDA allocation" and exited 0 here.
     let d = TempDir::new("gate-nothing-fits");
     let reports = d.path().join("reports");
     let r = reports.display().to_string();

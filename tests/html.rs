@@ -9,7 +9,7 @@
 //! The tests that need Chromium are `#[ignore]`d, with the reason:
 //! `cargo test` reports them as ignored, never as passed. scripts/test.sh
 //! runs them (`--ignored`), and there a missing Chromium fails them
-//! (scripts/install-test-deps.sh installs it; issue 23).
+//! (scripts/install-test-deps.sh installs it).
 
 mod support;
 
@@ -679,7 +679,7 @@ fn report_file(dir: &Path, trigger: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("no {trigger} report in {}", dir.display()))
 }
 
-/// Issue 21: the page of an `oom` report shows the failed request first
+/// The page of an `oom` report shows the failed request first
 /// (API, size, free/total, its stack), marks the out-of-memory moment and
 /// the peak on the timeline, and draws the peak's flame graph beside the
 /// leaks'. The exit report's page marks the same moment.
@@ -790,7 +790,7 @@ fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
     assert_eq!(tags(&r.dom, "class=\"process-peak\"").len(), 1);
 }
 
-/// Issue 21: a PyTorch cache segment is labelled as such in the table
+/// A PyTorch cache segment is labelled as such in the table
 /// and the flame graph, with the text report's hint about `--pytorch`.
 #[test]
 #[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
@@ -981,7 +981,7 @@ fn is_machinery(name: &str) -> bool {
     cudaleak_core::report::render::is_noise(&f)
 }
 
-/// Issue 26: the page of a Python program with 60 leaking call sites,
+/// The page of a Python program with 60 leaking call sites,
 /// 3,600 allocations and 2,445 leaked blocks stays readable. The legend's
 /// figures are the table's, the sites that grow late and the peak's are
 /// drawn (not lost to "other"), no two labels meet, no interpreter frame
@@ -1202,7 +1202,7 @@ fn a_page_of_sixty_call_sites_stays_readable() {
     );
 }
 
-/// Issue 26: a report whose timeline has no per-site series (written
+/// A report whose timeline has no per-site series (written
 /// before they were kept) draws its sites from the samples' largest 8
 /// only, and the legend says that such a series is partial.
 #[test]

@@ -600,7 +600,7 @@ type Frames = Vec<(String, i64)>;
 
 /// Stacks from many call paths in turn, each spliced by the fast unwinder
 /// from the one before (its frames up to the first that changed, a walk,
-/// then the rest of the last walk where the two meet; issue 24), are the
+/// then the rest of the last walk where the two meet), are the
 /// stacks libgcc's unwinder gives: with and without frame pointers, and at
 /// -O0, where every frame's rule is its frame pointer (a splice then
 /// carries rbp across the place where the walks meet).

@@ -331,7 +331,7 @@ fn the_checkpoint_api_from_c() {
     assert_eq!(got, [(300, want_lines[0]), (400, want_lines[1])]);
 }
 
-/// Issue 23, finding 3: `_exit` from a signal handler that interrupted
+/// `_exit` from a signal handler that interrupted
 /// malloc. The report was written inside the handler, which took glibc's
 /// malloc lock the interrupted call held: the process hung. Several runs,
 /// since a signal lands inside malloc in most but not all of them.

@@ -328,7 +328,7 @@ fn a_runtime_unloaded_and_loaded_again_is_called_and_attributed_anew() {
 
 #[test]
 fn a_global_runtime_loaded_after_a_private_one_answers_a_new_lookup() {
-    // Issue 24: the adopted private function answers after one compare
+    // The adopted private function answers after one compare
     // until the program looks a runtime name up again; that lookup must
     // reach the global copy loaded since (status 18 if it did not).
     let program = build(

@@ -393,7 +393,7 @@ fn a_thread_with_a_16_kib_stack_can_call_cuda_malloc() {
     }
 }
 
-/// Issue 23, finding 6: the first allocation call named the dumper thread
+/// The first allocation call named the dumper thread
 /// from the caller's stack (`pthread_setname_np` formats a /proc path with
 /// sprintf): about 2.2 KB more than needed. The thread first takes 5300
 /// bytes of its 16 KiB stack (the library's first call crashed from 5100

@@ -85,7 +85,7 @@ fn runs_sharing_a_directory_are_kept_apart() {
     let dir = d.path().join("shared");
     run_leak_n(d.path(), &dir, "1", "0"); // 100 bytes
                                           // The second run must be stamped later: wait for the clock to pass
-                                          // the first report's millisecond (not a guessed sleep: issue 23).
+                                          // the first report's millisecond (never a guessed sleep).
     let first = reports_in(&dir)[0].timestamp_ms;
     while now_ms() <= first {
         std::thread::yield_now();
@@ -621,7 +621,7 @@ fn libc_debug_file() -> Option<PathBuf> {
 #[test]
 #[ignore = "needs libc6-dbg (libc's debug file); scripts/test.sh runs it (cargo test --test reports -- --ignored)"]
 fn start_up_frames_are_named_from_symbols_and_folded_away() {
-    // Issue 24: naming `__libc_start_call_main` from libc's DWARF cost a
+    // Naming `__libc_start_call_main` from libc's DWARF cost a
     // one-leak exit 60 ms. It is named from the debug file's symbol table
     // instead (no line), so the text report still folds it away by name.
     required(libc_debug_file(), "libc6-dbg (apt-get install libc6-dbg)");

@@ -1,4 +1,4 @@
-//! The sampled timeline (`CUDALEAK_TIMELINE`, issue 13): per-call-site
+//! The sampled timeline (`CUDALEAK_TIMELINE`): per-call-site
 //! counters read by the dumper thread, carried by every report. The demo
 //! program (sim/demo.c) holds 64 MiB of weights, 4 MiB of pinned memory
 //! and a 1 MiB scratch buffer more at each of its three steps.

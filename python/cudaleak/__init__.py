@@ -224,7 +224,7 @@ def _is_user(frame):
 # Native machinery left out of the text, as `cudaleak report` does without
 # --full-stacks (CONTRACT.md, "Noise"): program start, the interpreter's own
 # frames, foreign-call machinery (libffi, ctypes). The lists are the
-# command's own (_tables.py is generated from them, issue 27).
+# command's own (_tables.py is generated from them, so the two agree).
 def _is_noise(frame):
     name = frame.get("function") or ""
     if name.startswith(NOISE_PREFIXES):

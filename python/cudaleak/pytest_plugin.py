@@ -58,7 +58,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     # --cuda-leaks asks to check every test: without the library nothing
-    # would be, and the run passed silently (issue 23). A marker alone only
+    # would be, and the run would pass silently. A marker alone only
     # warns, per test.
     limit = config.getoption("--cuda-peak-limit")
     if limit is not None:
@@ -169,8 +169,8 @@ def _leak_checked_call(item):
 def _raise_at_leak_site(leak, item):
     """Raises `leak` from the user's line that allocated the memory: pytest
     then shows that line as the failing one and cuts away its own, pluggy's
-    and this plugin's frames (issue 12: the failure began with _pytest and
-    pluggy internals). The one frame shown is compiled with the user's file
+    and this plugin's frames (otherwise the failure begins with _pytest's
+    and pluggy's internals). The one frame shown is compiled with the user's file
     name and line, so pytest prints the real source line there."""
     __tracebackhide__ = True
     leaks = leak.report.get("leaks", [])

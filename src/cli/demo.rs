@@ -82,7 +82,8 @@ impl HeldDir {
         // Still the directory mkdtemp made: ours, 0700.
         // SAFETY: fstat into local storage.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        // SAFETY: fstat writes `st`, a local `stat`, about `held.fd`, a
+        // descriptor `held` owns and keeps open.
         let ok = unsafe { libc::fstat(held.fd.as_raw_fd(), &mut st) } == 0
             && st.st_uid == unsafe { libc::geteuid() }
             && st.st_mode & 0o7777 == 0o700;
@@ -305,7 +306,7 @@ impl Drop for SimulatedDriver {
 mod tests {
     use super::*;
 
-    /// Issue 23: another user renames the demo's directory and puts their
+    /// Another user renames the demo's directory and puts their
     /// own in its place. Files are still created in, and the program run
     /// from, the directory `mkdtemp` made.
     #[test]

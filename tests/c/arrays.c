@@ -1,6 +1,5 @@
 /*
- * Planted leaks of CUDA arrays through every API that makes one (issue 11,
- * "Allocation kinds still unseen"), a clean create/destroy of each, and a
+ * Planted leaks of CUDA arrays through every API that makes one, a clean create/destroy of each, and a
  * bad release of each kind of handle.
  *
  *   arrays leak    leaks one array per API (sizes in tests/loading.rs)

@@ -1,6 +1,6 @@
 /*
  * A Python extension module that links libcudart: Python imports it with
- * RTLD_LOCAL, so its runtime is in its own scope only (issue 11).
+ * RTLD_LOCAL, so its runtime is in its own scope only.
  * cuda_ext.leak() leaks one block and returns 0, or the failing step.
  */
 #define PY_SSIZE_T_CLEAN

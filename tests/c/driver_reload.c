@@ -2,7 +2,7 @@
  * Loads the driver privately, allocates through it, unloads it, reserves
  * where it was and loads it again elsewhere, and allocates again: every
  * cached pointer into the first copy must be forgotten, or the second
- * round's call jumps into unmapped memory (issue 11).
+ * round's call jumps into unmapped memory.
  *
  *   driver_reload
  */

@@ -46,8 +46,8 @@ void via_entry_point_by_version(void) {
     CUdeviceptr p; CHECK(((alloc_async_fn)f)(&p, 666, 0)); /* LEAK cudaGetDriverEntryPointByVersion */
 }
 
-/* Before CUDA 3.2, "cuMemAlloc" is the 32-bit v1 entry point (hooked too,
- * issue 22): a lookup at 3010 must never get the 64-bit cuMemAlloc_v2 or
+/* Before CUDA 3.2, "cuMemAlloc" is the 32-bit v1 entry point (hooked
+ * too): a lookup at 3010 must never get the 64-bit cuMemAlloc_v2 or
  * its hook, whose ABI differs. */
 void old_versions_pass_through(void) {
     void *f, *v2;

@@ -1,5 +1,5 @@
 /*
- * Issue 23, finding 3: `_exit` called from a signal handler while the
+ * `_exit` called from a signal handler while the
  * interrupted thread is inside malloc. Leaks one 4096-byte block, then has
  * SIGALRM fire every millisecond while the main thread mallocs and frees
  * in a loop; the handler's first run calls _exit(7). Writing the report

@@ -3,7 +3,7 @@
  * call from that same stack must get a trace of its own, not the one
  * interned before the failure: the trace reuse of a repeated stack once
  * keyed on "the native frames were replayed", which a failed call's
- * capture made true for the wrong trace (issue 24).
+ * capture made true for the wrong trace.
  */
 #include "common.h"
 

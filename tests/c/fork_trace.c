@@ -1,7 +1,7 @@
 /*
  * fork_trace: the parent leaks 222 bytes, then forks; the child leaks 111
  * bytes of its own and exits. Under CUDALEAK_TRACE the child's
- * allocation_trace holds the child's event only (issue 26).
+ * allocation_trace holds the child's event only.
  */
 #include "common.h"
 

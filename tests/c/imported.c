@@ -1,6 +1,6 @@
 /*
- * Planted leaks of memory opened from another process and of memory pools
- * (issue 11, "Allocation kinds still unseen"). The simulated driver lets a
+ * Planted leaks of memory opened from another process and of memory
+ * pools. The simulated driver lets a
  * process open its own IPC and shareable handles, standing in for a peer.
  *
  *   imported leak    an IPC mapping never closed, an imported handle never

@@ -1,6 +1,6 @@
 /*
- * Planted leaks of the allocation kinds issue 22 added, each leaked, used
- * cleanly, or released wrongly:
+ * Planted leaks of the allocation kinds hooked with the driver's versioned
+ * entry points, each leaked, used cleanly, or released wrongly:
  *
  *   kinds MODE retain     a VMM handle retained by address and released
  *                         once more (NCCL, PyTorch's expandable segments):

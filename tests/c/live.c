@@ -7,8 +7,9 @@
  *             every phase, one grows in phases 1-2 only, one is allocated
  *             once, and churn leaves nothing.
  *   trickle   leaks one block, then waits for the next interval dump to
- *             appear, seven times (issue 23: it slept 50 ms between
- *             blocks and counted on about seven dumps in 1.5 s).
+ *             appear, seven times (not a sleep of 50 ms between blocks
+ *             counting on about seven dumps in 1.5 s: that could fail
+ *             on a loaded machine).
  *   exit_now  leaks one block, then _exit(7).
  *   wait      leaks one block, prints "ready", then waits for a signal.
  *   storm     4 threads × 20000 alloc/free pairs, each leaking one block,

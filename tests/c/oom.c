@@ -1,4 +1,4 @@
-/* Running out of device memory on the simulated driver (issue 21), which
+/* Running out of device memory on the simulated driver, which
  * the tests give SIMCUDA_DEVICE_BYTES = 64 MiB.
  *
  *   oom [SECS]  weights (32 MiB, kept) and a cache of 4 x 6 MiB; a request

@@ -2,7 +2,7 @@
  * Leaks one block from each of many call paths, visited in an order that
  * changes the innermost level, the outermost, several apart and the depth
  * between one allocation and the next: the fast unwinder splices each
- * stack from the last one (issue 24) and must give what libgcc's gives.
+ * stack from the last one and must give what libgcc's gives.
  * Levels 0 (outermost) to 4 go through route_a or route_b by one bit of
  * the path; bit 5 adds route_big, with a larger frame, above level 2. The
  * block of path p has (p + 1) * 16 bytes: a group per path.

@@ -1,7 +1,7 @@
 /*
  * A plugin that links libcudart and is loaded privately (dlopen with
  * RTLD_LOCAL, ctypes.CDLL, a Python extension module): its libcudart is in
- * its own scope only, not the global one (issue 11). Built twice, against
+ * its own scope only, not the global one. Built twice, against
  * libcudart.so.12 and against a second runtime copy libcudart.so.13, with
  * PLUGIN_BYTES telling the two leaks apart.
  *

@@ -1,6 +1,6 @@
 /*
  * Reports that must not be lost, signals that must not kill, limits that
- * must hold (issue 15). Modes (argv[1]):
+ * must hold. Modes (argv[1]):
  *   exec_parent   leaks one block, then execv()s itself as exec_child.
  *   exec_child    leaks two blocks (the new image's own).
  *   execv_path    leaks one block, then tries execv() once per entry of a

@@ -1,5 +1,5 @@
 /*
- * A private runtime copy first, a global one later (issue 24): the program
+ * A private runtime copy first, a global one later: the program
  * loads libcudart.so.13 with RTLD_LOCAL and calls its cudaMalloc (the hook
  * answers with the adopted private function), then loads libcudart.so.12
  * with RTLD_GLOBAL and looks cudaMalloc up with RTLD_DEFAULT. Without us

@@ -2,7 +2,7 @@
  * Loads a runtime copy privately, allocates through it, unloads it, loads
  * it again (another object first, and a reservation where it was, so it
  * lands elsewhere) and allocates again: no call may jump into the unloaded copy, and the second copy's
- * calls are attributed (issue 11, "Objects that come and go").
+ * calls are attributed.
  *
  *   runtime_reload RUNTIME FILLER
  */

@@ -1,5 +1,5 @@
 /*
- * Issue 23, finding 8: a program that closes fd 2 and reopens it on a data
+ * A program that closes fd 2 and reopens it on a data
  * file (argv[1]), then leaks one 512-byte block and exits. The library's
  * summary must not land in the data file.
  */

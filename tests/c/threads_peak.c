@@ -1,5 +1,5 @@
 /*
- * 4 threads race at the process's peak (issue 21): each allocates 1000
+ * 4 threads race at the process's peak: each allocates 1000
  * blocks of 16 KiB from its own call site, then frees them at once, while
  * the others are still allocating or already freeing. One block of 4 KiB
  * is kept at the end.

@@ -1,6 +1,6 @@
 /*
- * The driver's entry points as NVIDIA's runtime reaches them: by version
- * (issue 22). Linked with the simulated runtime statically (nvcc's default,
+ * The driver's entry points as NVIDIA's runtime reaches them: by
+ * version. Linked with the simulated runtime statically (nvcc's default,
  * CuPy 14's), so no runtime hook sees its calls, and with libcuda.
  *
  *   versioned reset    cudaDeviceReset reaches the CUDA 7.0

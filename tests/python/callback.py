@@ -2,7 +2,7 @@
 qsort through ctypes, and qsort calls a Python comparator, which
 allocates. The stack holds two eval-loop invocations with C frames (qsort,
 libffi's closure) between them; the native walk stops at the outer one
-(issue 24) and the report must still put each invocation's Python frames
+and the report must still put each invocation's Python frames
 in its place.
 
     python3 callback.py

@@ -1,6 +1,6 @@
 """Ctrl-C: a SIGINT that ends the program as an uncaught KeyboardInterrupt,
 the usual end of a training run. CPython then re-raises SIGINT with the
-default action after finalization, which skips every destructor (issue 15).
+default action after finalization, which skips every destructor.
 """
 
 import os

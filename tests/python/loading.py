@@ -1,5 +1,5 @@
-"""Loads a shared object that links libcudart the ways Python programs do
-(issue 11): ctypes.CDLL(path) in its default mode (RTLD_LOCAL), and an
+"""Loads a shared object that links libcudart the ways Python programs do:
+ctypes.CDLL(path) in its default mode (RTLD_LOCAL), and an
 extension module through import (RTLD_LOCAL too).
 
     loading.py ctypes PLUGIN.so

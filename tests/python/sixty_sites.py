@@ -1,4 +1,4 @@
-"""A training-like Python program with 60 leaking call sites (issue 26):
+"""A training-like Python program with 60 leaking call sites:
 3,600 allocations through the simulated runtime by ctypes, 2,445 blocks
 leaked, as users' programs are. The HTML page of its report must stay
 readable: the timeline follows the sites that matter, interpreter frames

@@ -67,8 +67,7 @@ pub fn sim_link_args() -> [String; 2] {
 /// cargo's runners are), e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
 /// With it, CUDALEAK_TEST_CC builds the programs, CUDALEAK_TEST_LIBRARY and
 /// CUDALEAK_TEST_SIM_DIR are that architecture's, and the loader's
-/// variables go to the emulated program only (scripts/aarch64-check.sh,
-/// issue 27).
+/// variables go to the emulated program only (scripts/aarch64-check.sh).
 pub fn emulator() -> Option<Vec<String>> {
     let words: Vec<String> = std::env::var("CUDALEAK_TEST_EMULATOR")
         .ok()?
@@ -508,7 +507,7 @@ fn schema_validator(schema: &Value, path: &Path) -> jsonschema::Validator {
 /// The shared contract lets the project add triggers to the schema's list
 /// ("wherever else the project adds triggers (see the schema's list)"):
 /// the shared schema is checked with its list of triggers extended by the
-/// project's (issue 21 added "oom"), every other field as it is.
+/// project's ("oom"), every other field as it is.
 fn with_project_triggers(mut shared: Value, ours: &Value) -> Value {
     let ours = ours["properties"]["trigger"]["enum"].as_array().unwrap();
     let list = shared["properties"]["trigger"]["enum"].as_array_mut().unwrap();

@@ -1,5 +1,6 @@
-//! Benchmark for docs/performance.md (a measurement, not a test: it was
-//! an ignored test that asserted nothing, issue 23): the heap a dump of
+//! Benchmark for docs/performance.md (a measurement, not a test: as an
+//! ignored test it asserted nothing and never ran; docs/decisions.md, "A
+//! test can fail, or it is not a test"): the heap a dump of
 //! many distinct leaked stacks needs beyond what the process already holds.
 //!
 //! `cargo bench -p cudaleak-core --bench dump_memory`

@@ -82,8 +82,8 @@ struct Bytes {
 }
 
 /// What an allocation and its release of 256 bytes cost the byte counts
-/// without the per-call-site counters (the library before issue 21, when
-/// the timeline was off): a locked add each, a compare with the peak.
+/// without the per-call-site counters (the library before every report
+/// carried the peak, with the timeline off): a locked add each, a compare with the peak.
 #[divan::bench]
 fn bytes_pair_without_sites(bencher: divan::Bencher) {
     let b = Bytes {
@@ -100,9 +100,10 @@ fn bytes_pair_without_sites(bencher: divan::Bencher) {
 }
 
 /// The same with the call site's counters and the peak's lazy snapshot
-/// (`site_counters.rs`), as `tracker::add_bytes`/`sub_bytes` do them since
-/// issue 21: the difference from the benchmark above is what the peak
-/// costs an alloc/free pair (budget: 5 ns).
+/// (`site_counters.rs`), as `tracker::add_bytes`/`sub_bytes` do them: the
+/// difference from the benchmark above is what the peak costs an
+/// alloc/free pair (budget: 5 ns; docs/decisions.md, "Every report carries
+/// the peak, for about 5 ns a pair").
 #[divan::bench]
 fn bytes_pair_with_sites(bencher: divan::Bencher) {
     let b = Bytes {

@@ -497,7 +497,8 @@ mod tests {
 
     #[test]
     fn diff_lists_shrinking_groups_by_size() {
-        // Issue 23: -1 MiB came before -32 MiB (sorted by signed value).
+        // Shrinking groups are listed by how much they shrank: -32 MiB
+        // before -1 MiB (a sort by signed value put -1 MiB first).
         let old = report(
             1,
             None,

@@ -79,7 +79,8 @@ pub fn prepare_dir(dir: &Path) -> io::Result<()> {
 
 /// Permission bits of the files [`write_report_file`] and
 /// [`replace_file`] create: the owner's only unless the process asked for
-/// more (`CUDALEAK_REPORT_MODE`, issue 23).
+/// more (`CUDALEAK_REPORT_MODE`): a report names the program's files and
+/// functions, which other users need not read.
 static FILE_MODE: std::sync::atomic::AtomicU32 =
     std::sync::atomic::AtomicU32::new(crate::config::DEFAULT_REPORT_MODE);
 

@@ -46,8 +46,8 @@
   function round(v) { return String(Number(v.toPrecision(12))); }
 
   // Round steps (1, 2, 2.5, 5 x 10^k) in one unit, so that every tick
-  // reads as a round number in the unit shown (issue 26: ticks fell on
-  // 19.8 / 39.5 / 59.3 MiB).
+  // reads as a round number in the unit shown (not 19.8 / 39.5 /
+  // 59.3 MiB).
   function niceStep(raw, allowQuarter) {
     var p = Math.pow(10, Math.floor(Math.log10(raw)));
     var steps = allowQuarter ? [1, 2, 2.5, 5, 10] : [1, 2, 5, 10];
@@ -78,7 +78,7 @@
     return "+" + s.toFixed(d) + " s";
   }
 
-  // Labels of a picture never overlap (issue 26): each takes the first of
+  // Labels of a picture never overlap: each takes the first of
   // its candidate places that meets no label placed before it (and no
   // fixed obstacle); one with no free place is hidden, its text left to
   // the tooltip.
@@ -182,7 +182,7 @@
     document.getElementById("summary").textContent = data.summary;
   }
 
-  // --- the failed request of an oom report, first (issue 21) ---------------
+  // --- the failed request of an oom report, first ------------------------
   function oom(data) {
     var o = data.oom;
     if (!o) return;
@@ -339,7 +339,7 @@
       g.addEventListener("mouseleave", hideTip);
       svg.appendChild(g);
     });
-    // out-of-memory moments (issue 21)
+    // out-of-memory moments
     (t.ooms || []).forEach(function (o) {
       var x = X(o.t_ms);
       var g = sv("g", { "class": "oom-marker", "data-t-ms": o.t_ms, "data-bytes": o.requested_bytes });
@@ -637,8 +637,8 @@
           } else {
             td.textContent = v === null || v === undefined ? "" : c.fmt ? c.fmt(v, r) : String(v);
           }
-          // Reserved memory of PyTorch's caching allocator, not a tensor
-          // (issue 21): labelled as the text report labels it.
+          // Reserved memory of PyTorch's caching allocator, not a tensor:
+          // labelled as the text report labels it.
           if (c.key === "site" && r.pytorch_cache_segment) {
             td.appendChild(document.createTextNode(" "));
             td.appendChild(el("span", { "class": "badge cache-segment", title: data.pytorch_note }, "PyTorch cache segment"));

@@ -1,5 +1,5 @@
 // The label of a flame graph's box, shared by the HTML page and the SVG
-// (issue 26: boxes were cut to "lay\u2026" and "..oc").
+// (not cut blindly, as boxes once were to "lay\u2026" and "..oc").
 // The most telling part of a name that fits `chars`: the whole name,
 // then without its place (" [file:line]", as the SVG's Python frames
 // carry it), then without its parameters, then the function without its

@@ -494,7 +494,7 @@ mod tests {
         g
     }
 
-    /// Issue 26: of 30 steady sites and one that starts late and grows,
+    /// Of 30 steady sites and one that starts late and grows,
     /// the late one is drawn (largest at the end and fastest growing), and
     /// so is the one that was largest at the peak though gone at the end.
     #[test]

@@ -129,7 +129,8 @@ impl RunChannel {
                     });
                     if stopping && !heard {
                         for (fd, _, _) in open.drain(..) {
-                            // SAFETY: as above.
+                            // SAFETY: closing a descriptor of our own that
+                            // `drain` takes out of `open`, so once.
                             unsafe { libc::close(fd) };
                         }
                         return;

@@ -129,7 +129,7 @@ const FORWARDED: [libc::c_int; 6] = [
 
 /// Signals that ask for something rather than stop the command: sent on
 /// only to a child that catches them (a bash wrapper dies of SIGUSR1, rc
-/// 138, and left the real worker running orphaned: issue 15).
+/// 138, and would leave the real worker running orphaned).
 fn is_request_signal(sig: libc::c_int) -> bool {
     sig == libc::SIGUSR1 || sig == libc::SIGUSR2
 }
@@ -327,7 +327,8 @@ fn watch(
 /// A fresh id for this run, passed to every process as CUDALEAK_RUN_ID:
 /// reports and markers carry it, and the summary selects by it, never by
 /// timestamp (two jobs sharing a directory read each other's reports, so
-/// a clean job exited 23 beside a leaky one: issue 15).
+/// a clean job exited 23 beside a leaky one; docs/decisions.md, "The
+/// gate fails closed").
 fn new_run_id() -> String {
     let mut r = [0u8; 8];
     // SAFETY: getrandom fills the buffer it is given.

@@ -329,7 +329,8 @@ impl Assembler<'_> {
     /// made.
     pub fn assemble_at_most(&mut self, snap: &Snapshot, meta: DumpMeta, max_groups: usize) -> Report {
         // By call site, hashed by one mix of the id (SipHash here was a
-        // tenth of a 1M-stack exit report; issue 24).
+        // tenth of a 1M-stack exit report; docs/decisions.md, "Hash maps
+        // keyed by one multiply-mix, not SipHash").
         // (blocks, bytes, of them torn down: blocks, bytes)
         let mut per_trace: HashMap<TraceId, [u64; 4], AddrHash> = HashMap::default();
         let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();

@@ -8,7 +8,8 @@ use std::hash::{BuildHasher, Hasher};
 /// 256- or 512-byte aligned, so the low bits carry nothing; the murmur3
 /// finalizer spreads every input bit. The live map, the depot, the frame
 /// table, grouping and the timeline key their maps with it (SipHash over
-/// a million keys was a tenth of a large exit report; issue 24).
+/// a million keys was a tenth of a large exit report; docs/decisions.md,
+/// "Hash maps keyed by one multiply-mix, not SipHash").
 #[derive(Clone, Copy, Default)]
 pub struct AddrHash;
 

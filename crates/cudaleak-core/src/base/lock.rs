@@ -18,7 +18,7 @@
 //! 5. An unlock that finds no waiters (1) stores 0 with a plain store, not
 //!    the `xchg` Drepper's unlock uses. A locked instruction costs about
 //!    9 ns on the hot path of every allocation and release (two unlocks a
-//!    pair: 91 -> 82 ns per runtime pair, issue 24). The price is a race:
+//!    pair: 91 -> 82 ns per runtime pair). The price is a race:
 //!    a waiter that turns 1 into 2 between the unlock's load and its store
 //!    goes to sleep and nobody wakes it, since the store put back 0, not 2.
 //!    So a waiter never sleeps longer than [`WAIT_SLICE`] before it looks

@@ -55,13 +55,14 @@ pub fn size_delta(delta: i64) -> String {
 
 /// The units [`size`] steps through above 1 KiB, each 1024 times the one
 /// before. The Python module's `format_size` uses them too, from its
-/// generated copy (python/cudaleak/_tables.py, issue 27).
+/// generated copy (python/cudaleak/_tables.py; docs/decisions.md, "The
+/// Python module's tables are generated from the Rust ones").
 pub const BINARY_UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
 
 /// The units [`parse_size`] takes (lower case) and the bytes of each: binary
 /// ones for "k" and "KiB", decimal ones for "kB". The Python module's
 /// `parse_size` takes the same, from its generated copy
-/// (python/cudaleak/_tables.py, issue 27).
+/// (python/cudaleak/_tables.py).
 pub const SIZE_UNITS: &[(&str, u64)] = &[
     ("", 1),
     ("b", 1),

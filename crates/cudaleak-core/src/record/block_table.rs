@@ -84,7 +84,10 @@ pub struct BlockTable {
 // the live map calls under its shard lock (or, for reads of a stopped
 // thread's shard, while that thread never runs again).
 unsafe impl Send for BlockTable {}
-// SAFETY: as above.
+// SAFETY: shared references reach the buffer only through the table's
+// methods, which the live map calls under its shard lock (or on a stopped
+// thread's shard, whose thread never runs again): no two threads touch it
+// at once.
 unsafe impl Sync for BlockTable {}
 
 impl Default for BlockTable {

@@ -206,9 +206,13 @@ impl Depot {
         // never freed.
         let mut p = unsafe { (*table).bucket(hash).load(Ordering::Acquire) };
         while !p.is_null() {
-            // SAFETY: as above.
+            // SAFETY: `p` is non-null: a bucket's head (stored with Release,
+            // loaded with Acquire) or the `next` of such a link, set before
+            // it was published; links are never freed.
             let link = unsafe { &*p };
-            // SAFETY: as above.
+            // SAFETY: a link's node is made and set before the link is
+            // published (the bucket's Release store, read with Acquire),
+            // and nodes are never freed.
             let n = unsafe { &*link.node };
             if n.matches(hash, key) {
                 return Some(n.id);
@@ -239,7 +243,8 @@ impl Depot {
             table = Box::into_raw(Box::new(grown));
             self.table.store(table, Ordering::Release);
         }
-        // SAFETY: as above.
+        // SAFETY: non-null here (loaded non-null, or just made from a Box),
+        // and tables are never freed.
         unsafe { &*table }
     }
 
@@ -305,7 +310,8 @@ impl Depot {
         if p.is_null() {
             return None;
         }
-        // SAFETY: as above.
+        // SAFETY: `p` is non-null, was published with Release (read with
+        // Acquire above), and nodes are never freed.
         Some(unsafe { &*p })
     }
 

@@ -174,8 +174,8 @@ api_list! {
     cuIpcOpenMemHandle_v2,
     cuMemImportFromShareableHandle,
     cuMemPoolCreate,
-    // issue 22: the v1 entry points NVIDIA's driver still hands out, and
-    // the allocation kinds added then
+    // the v1 entry points NVIDIA's driver still hands out by version
+    // (cuGetProcAddress), and the allocation kinds hooked with them
     cuMemAlloc,
     cuMemAllocPitch,
     cuMemAllocHost,

@@ -1,6 +1,6 @@
 //! The frames of one dump, each resolved once and stored once.
 //!
-//! Issue 15: a dump of 131,072 distinct leaked stacks of 30 frames peaked
+//! Why: a dump of 131,072 distinct leaked stacks of 30 frames peaked
 //! at 3.5 GiB, because every stack became a `Group` of owned strings (about
 //! 27 KB each) before the cap on written groups applied. The stacks of a
 //! program share their frames: here each distinct return address is

@@ -91,7 +91,7 @@ struct Raw {
 
 /// A set of trace ids as bits by id (ids are dense): every sample asks it
 /// of every live site, and a hashed set of a million dropped sites missed
-/// the cache on each (two thirds of a sample's time; issue 24).
+/// the cache on each (two thirds of a sample's time).
 #[derive(Debug, Default)]
 struct TraceSet {
     bits: Vec<u64>,
@@ -179,7 +179,7 @@ impl SiteHistory {
         }
         // Only the largest few are listed: select them, then sort those
         // (a full sort of a million sites every sample cost a fifth of a
-        // second; issue 24).
+        // second).
         let largest_first = |a: &(TraceId, u64), b: &(TraceId, u64)| b.1.cmp(&a.1).then(a.0 .0.cmp(&b.0 .0));
         let listed = SITES_PER_SAMPLE.max(SITES_AT_PEAK);
         if sites.len() > listed {
@@ -338,7 +338,7 @@ impl SiteHistory {
         // The series of the sites a page can choose from (largest at the
         // end, at the highest sample, fastest growing, largest ever), in a
         // stable order (largest first). Every site's series, as kept here,
-        // made a report of 100k call sites 830 MB (issue 24's scale runs):
+        // made a report of 100k call sites 830 MB (bench.py --only exit):
         // each written series names its site with a whole stack.
         let mut traces: Vec<(&TraceId, &RawSeries)> = self.series.iter().collect();
         traces.sort_by(|a, b| b.1.max.cmp(&a.1.max).then(a.0 .0.cmp(&b.0 .0)));
@@ -537,7 +537,7 @@ mod series_tests {
         g
     }
 
-    /// Issue 26: every site's series is kept, not only each sample's
+    /// Every site's series is kept, not only each sample's
     /// largest 8; a site that grows late is whole, and the series stay in
     /// step with the samples when they are thinned.
     #[test]

@@ -43,8 +43,8 @@ pub fn flush() {
     std::sync::atomic::fence(Ordering::Acquire);
     let len = LEN.load(Ordering::Acquire).min(CAPACITY);
     // Copied out in small pieces: this runs inside the first allocation
-    // call, on the program's stack, which may be a 16 KiB thread's (issue
-    // 23: a 4 KiB buffer here). Lines end where the chunks do; the pieces
+    // call, on the program's stack, which may be a 16 KiB thread's (a
+    // 4 KiB buffer here took a quarter of it). Lines end where the chunks do; the pieces
     // are written one after another.
     let mut chunk = [0u8; 256];
     for start in (0..len).step_by(chunk.len()) {

@@ -203,7 +203,8 @@ pub fn find_module(addr: usize) -> Option<Module> {
 /// `info` is what `dl_iterate_phdr` passes its callback.
 pub unsafe fn load_range(info: &libc::dl_phdr_info) -> Option<(usize, usize)> {
     let base = info.dlpi_addr as usize;
-    // SAFETY: per the contract, `info` comes from `dl_iterate_phdr`, so its
+    // SAFETY: the caller passes what `dl_iterate_phdr` gave its callback
+    // (this function's `# Safety`), so its
     // `dlpi_phnum` program headers at `dlpi_phdr` are mapped (the loader
     // lock is held for the callback's duration).
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };

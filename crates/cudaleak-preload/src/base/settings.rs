@@ -59,7 +59,8 @@ static STDERR_INO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 fn identity(fd: i32) -> Option<(u64, u64)> {
     // SAFETY: fstat into local storage; async-signal-safe.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: `st` is a local `stat` that fstat writes; any `fd` is
+    // allowed (a bad one fails with EBADF); async-signal-safe.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 

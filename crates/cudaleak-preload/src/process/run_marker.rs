@@ -3,7 +3,7 @@
 //!
 //! Why: the gate said "no process made a CUDA allocation" and passed when
 //! the exit report could not be written (a full disk) or was never written
-//! (SIGKILL), issue 15. Under `cudaleak run` (`CUDALEAK_RUN_ID` set), the
+//! (SIGKILL): docs/decisions.md, "The gate fails closed". Under `cudaleak run` (`CUDALEAK_RUN_ID` set), the
 //! first allocation call of each process creates
 //! `.cudaleak-active.<pid>.<instance>` in the report directory
 //! (`O_CREAT|O_EXCL|O_NOFOLLOW`), holding the run id; it is removed once a
@@ -147,7 +147,8 @@ pub fn run_id() -> Option<String> {
 }
 
 fn this_pid() -> i32 {
-    // SAFETY: plain system call; not cached by glibc.
+    // SAFETY: getpid takes no arguments, touches no memory of ours and
+    // cannot fail; not cached by glibc.
     unsafe { libc::getpid() }
 }
 

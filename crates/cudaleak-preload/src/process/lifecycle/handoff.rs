@@ -48,7 +48,7 @@ pub(super) const FATAL_DUMP_WAIT: Duration = Duration::from_secs(10);
 /// The longest such a wait lasts while the dumper thread works: a large
 /// exit report (a million call sites took 3.6 s) plus a live dump in
 /// progress can pass [`FATAL_DUMP_WAIT`], and giving up then lost the
-/// report (review of issue 23's `_exit` hand-off).
+/// report.
 pub(super) const FATAL_DUMP_MAX: Duration = Duration::from_secs(600);
 
 pub(super) fn wake_dumper() {
@@ -127,7 +127,9 @@ pub(super) fn sleep_until(done: impl Fn() -> bool) {
         if done() {
             return;
         }
-        // SAFETY: as above.
+        // SAFETY: sleeping on `step`, a local timespec that outlives the
+        // call, with no remainder pointer. The system call, not libc's
+        // `nanosleep` (a cancellation point), as above.
         unsafe { libc::syscall(libc::SYS_nanosleep, &step as *const libc::timespec, 0usize) };
         idle += 1;
         if round % per_second == per_second - 1 {
@@ -157,13 +159,15 @@ fn thread_cpu_ns(tid: i32) -> Option<u64> {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out pointer.
+    // SAFETY: `ts` is a local timespec that clock_gettime writes; a clock
+    // id of a thread that is gone fails with EINVAL, nothing worse.
     (unsafe { libc::clock_gettime(clock, &mut ts) } == 0)
         .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 pub(super) fn is_our_process() -> bool {
-    // SAFETY: plain system call; not cached by glibc.
+    // SAFETY: getpid takes no arguments, touches no memory of ours and
+    // cannot fail; not cached by glibc.
     unsafe { libc::getpid() == PID.load(Ordering::Acquire) }
 }
 

@@ -245,7 +245,9 @@ fn errno_kept(f: impl FnOnce()) {
     // touches it.
     let errno = unsafe { *libc::__errno_location() };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    // SAFETY: the same thread's errno, as above.
+    // SAFETY: `__errno_location` returns the calling thread's own errno,
+    // an aligned `int` valid for the thread's life, which no other thread
+    // writes.
     unsafe { *libc::__errno_location() = errno };
 }
 
@@ -310,7 +312,7 @@ pub extern "C" fn raise(sig: c_int) -> c_int {
 /// The old image's report, before an exec replaces it: the exit report
 /// (`trigger: "exit"`, `reason: "exec"`, no `exit_status`). The new image
 /// loads the library afresh and reports its own blocks (leaks of
-/// an image that called exec were never reported; issue 11). Only a
+/// an image that called exec were never reported before this). Only a
 /// process that made CUDA allocation calls writes one; a vfork child
 /// (another pid) does not touch our state.
 ///

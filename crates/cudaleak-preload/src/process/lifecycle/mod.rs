@@ -69,7 +69,8 @@ fn env_var(name: &str) -> Option<String> {
 
 /// Library constructor.
 pub fn init() {
-    // SAFETY: plain system call.
+    // SAFETY: getpid takes no arguments, touches no memory of ours and
+    // cannot fail.
     PID.store(unsafe { libc::getpid() }, Ordering::Release);
     libc_exits::resolve_real_functions();
     crate::process::run_marker::read_run_id();

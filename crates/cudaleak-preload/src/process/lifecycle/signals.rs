@@ -106,7 +106,9 @@ extern "C" fn on_dump_signal(sig: c_int, info: *mut libc::siginfo_t, uctx: *mut 
             }
         }
     }
-    // SAFETY: see above.
+    // SAFETY: `__errno_location` returns this thread's own errno, an
+    // aligned `int` valid for the thread's life; restoring it is
+    // async-signal-safe.
     unsafe { *libc::__errno_location() = errno };
 }
 
