@@ -49,7 +49,7 @@ pub struct StackBuffer {
 /// A thread's large buffers, allocated on the heap (zeroed, then the replay
 /// logs set to their empty states), never built on the (small) stack.
 pub struct ThreadBuffers {
-    /// What the last full stack walk read (`unwind.rs`, replay).
+    /// What the last full stack walk read (`unwind/`, replay).
     pub replay: ReplayLog,
     /// What the last Python frame walk saw (`python.rs`, replay).
     pub python_replay: PyReplayLog,
