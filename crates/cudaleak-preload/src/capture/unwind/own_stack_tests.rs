@@ -3,7 +3,7 @@
 
 use super::reference::dwarf_skipping;
 use super::replay::SPLICES;
-use super::replay_log::{Walked, REPLAY_READS, STEP_PENDING};
+use super::replay_log::{WalkLog, REPLAY_READS, STEP_PENDING};
 use super::*;
 
 #[inline(never)]
@@ -224,7 +224,7 @@ fn a_splice_gives_what_a_full_walk_gives() {
         // The log a splice leaves is the one a full walk leaves: each
         // step where it was, with the reads it noted.
         let (a, b) = (&shared.last, &fresh.last);
-        let steps = |w: &Walked| -> Vec<_> {
+        let steps = |w: &WalkLog| -> Vec<_> {
             w.step[..w.steps]
                 .iter()
                 // (rbp where no rule used it may differ: a pending
@@ -244,7 +244,7 @@ fn a_splice_gives_what_a_full_walk_gives() {
                 })
                 .collect()
         };
-        let reads = |w: &Walked| {
+        let reads = |w: &WalkLog| {
             (
                 w.reads[..w.outputs].to_vec(),
                 w.reads[REPLAY_READS - (w.len - w.outputs)..].to_vec(),
@@ -261,7 +261,7 @@ fn a_splice_gives_what_a_full_walk_gives() {
             reads(b),
             "capture {i} (path {bits:#b}): the spliced log's reads"
         );
-        let start = |w: &Walked| (w.start[0], w.start[1], w.fp_used.then_some(w.start[2]));
+        let start = |w: &WalkLog| (w.start[0], w.start[1], w.fp_used.then_some(w.start[2]));
         assert_eq!(
             (a.fp_used, a.capped, start(a)),
             (b.fp_used, b.capped, start(b)),

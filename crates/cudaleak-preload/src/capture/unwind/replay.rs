@@ -2,11 +2,11 @@
 //! when the stack changed in part.
 
 use super::replay_log::{
-    At, Counts, Recorder, Step, Walked, REPLAY_READS, REPLAY_STEPS, STEP_FP_USED, STEP_PENDING,
+    Counts, FrameStart, LoggedStep, Recorder, WalkLog, REPLAY_READS, REPLAY_STEPS, STEP_FP_USED, STEP_PENDING,
 };
 use super::rules::RBP_SAVED;
 use super::stack::read_stack;
-use super::walk::{walk, Alone, Meet};
+use super::walk::{walk, MeetsLastWalk, NothingToMeet};
 use super::EvalStop;
 use std::mem::MaybeUninit;
 
@@ -18,7 +18,7 @@ type Changed = Option<usize>;
 /// Replays the log if the stack is unchanged.
 #[inline(always)]
 pub(super) fn replay(
-    log: &Walked,
+    log: &WalkLog,
     start: [usize; 3],
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
@@ -83,8 +83,8 @@ const MEETING_TRIES: u32 = 3;
 /// it, and every word the last walk read from there on unchanged. From
 /// such a place this walk would read the same words and give the same
 /// frames as the last one did.
-struct Rejoin<'a> {
-    last: &'a Walked,
+struct MeetingSearch<'a> {
+    last: &'a WalkLog,
     /// the last walk's first step not yet passed; where the walks met,
     /// once `met`
     j: usize,
@@ -92,14 +92,14 @@ struct Rejoin<'a> {
     /// whether the rest uses the rbp it has at `j`
     needs_fp: bool,
     /// where this walk stood when it met the last one
-    at: At,
+    at: FrameStart,
     tries: u32,
     bounds: (usize, usize),
 }
 
-impl Meet for Rejoin<'_> {
+impl MeetsLastWalk for MeetingSearch<'_> {
     #[inline(always)]
-    fn meet(&mut self, at: &At, n: usize, room: usize) -> bool {
+    fn meets_last_walk(&mut self, at: &FrameStart, n: usize, room: usize) -> bool {
         if self.tries == 0 {
             return false;
         }
@@ -122,9 +122,9 @@ impl Meet for Rejoin<'_> {
     }
 }
 
-impl Rejoin<'_> {
+impl MeetingSearch<'_> {
     #[inline(never)]
-    fn check_rest(&mut self, at: &At, n: usize, room: usize) -> bool {
+    fn check_rest(&mut self, at: &FrameStart, n: usize, room: usize) -> bool {
         let last = self.last;
         let s = &last.step[self.j];
         let needs_fp = last.needs_fp_at(self.j);
@@ -161,14 +161,14 @@ impl Rejoin<'_> {
 /// A walk that starts from the last walk's log, in place: the frames
 /// before the first step whose words changed are kept, the walk goes on
 /// from there (logged into `scratch`), and where it meets the last walk
-/// again ([`Rejoin`]) the rest is taken. Only the part that changed is
+/// again ([`MeetingSearch`]) the rest is taken. Only the part that changed is
 /// written into `last` (the rest moves when the two parts differ in
 /// size). Returns the frames.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn splice(
-    last: &mut Walked,
-    scratch: &mut Walked,
+    last: &mut WalkLog,
+    scratch: &mut WalkLog,
     start: [usize; 3],
     bounds: (usize, usize),
     own: (usize, usize),
@@ -176,7 +176,7 @@ pub(super) fn splice(
     changed: Changed,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    let mut at = At {
+    let mut at = FrameStart {
         lookup: start[0],
         sp: start[1],
         fp: start[2],
@@ -200,7 +200,7 @@ pub(super) fn splice(
             };
             match fp {
                 Some(fp) => {
-                    at = At {
+                    at = FrameStart {
                         lookup: s.lookup,
                         sp: s.sp,
                         fp,
@@ -228,13 +228,13 @@ pub(super) fn splice(
     let (n, rejoin) = if last.len == 0 {
         // (a log that overflowed, or none yet: nothing to meet)
         let n = if stop.after == 0 {
-            walk::<_, false>(at, bounds, own, stop, out, outputs, &mut rec, &mut Alone)
+            walk::<_, false>(at, bounds, own, stop, out, outputs, &mut rec, &mut NothingToMeet)
         } else {
-            walk::<_, true>(at, bounds, own, stop, out, outputs, &mut rec, &mut Alone)
+            walk::<_, true>(at, bounds, own, stop, out, outputs, &mut rec, &mut NothingToMeet)
         };
         (n, None)
     } else {
-        let mut rejoin = Rejoin {
+        let mut rejoin = MeetingSearch {
             last,
             j: k + 1,
             met: false,
@@ -358,7 +358,7 @@ pub(super) fn splice(
 /// The steps of `last` (from the same start as now) that still hold: those
 /// before the first one whose reads changed, or that used the start's rbp
 /// when it differs. 0 when there is nothing to resume from.
-fn valid_steps(last: &Walked, start: [usize; 3], room: usize, known: Changed) -> usize {
+fn valid_steps(last: &WalkLog, start: [usize; 3], room: usize, known: Changed) -> usize {
     // The first read that changed, among the outputs and the others
     // (known when the replay found it, all others holding).
     // SAFETY: logged from the same stack pointer as now, so between it
@@ -382,7 +382,7 @@ fn valid_steps(last: &Walked, start: [usize; 3], room: usize, known: Changed) ->
     // reads before it (steps are in order, their counts rise; a binary
     // search: a stack of 50 frames cost 400 instructions stepped through).
     let steps = &last.step[..last.steps];
-    let noted = |before: &dyn Fn(&Step) -> bool| steps.partition_point(before).saturating_sub(1);
+    let noted = |before: &dyn Fn(&LoggedStep) -> bool| steps.partition_point(before).saturating_sub(1);
     let mut k = last.steps;
     if bad_output != usize::MAX {
         k = k.min(noted(&|s| s.outputs as usize <= bad_output));

@@ -23,10 +23,10 @@ use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, RBP_SAVED};
 /// `bench/pairs.c mixed`) walks only the frames that differ.
 pub struct ReplayLog {
     /// The last walk's log.
-    pub(super) last: Walked,
+    pub(super) last: WalkLog,
     /// Where a splice logs the frames it walks, before they take the
     /// place of those that changed in `last` (only that part is used).
-    pub(super) scratch: Walked,
+    pub(super) scratch: WalkLog,
     /// Bumped by every walk (full, spliced or not logged), kept by a
     /// replay: the frames of a capture with generation g are those of the
     /// walk that made g. A trace's reuse (`capture.rs`) compares
@@ -38,14 +38,14 @@ pub struct ReplayLog {
 
 impl ReplayLog {
     pub const EMPTY: ReplayLog = ReplayLog {
-        last: Walked::EMPTY,
-        scratch: Walked::EMPTY,
+        last: WalkLog::EMPTY,
+        scratch: WalkLog::EMPTY,
         generation: 0,
     };
 }
 
 /// One walk's log.
-pub(super) struct Walked {
+pub(super) struct WalkLog {
     pub(super) start: [usize; 3],
     /// whether the walk used the start's rbp (a frame-pointer rule before
     /// any saved rbp was restored); when not, rbp may hold anything (a
@@ -71,11 +71,11 @@ pub(super) struct Walked {
     /// steps recorded: where each frame's unwinding started (a splice
     /// resumes and meets walks there)
     pub(super) steps: usize,
-    pub(super) step: [Step; REPLAY_STEPS],
+    pub(super) step: [LoggedStep; REPLAY_STEPS],
 }
 
-impl Walked {
-    const EMPTY: Walked = Walked {
+impl WalkLog {
+    const EMPTY: WalkLog = WalkLog {
         start: [0; 3],
         fp_used: false,
         capped: false,
@@ -85,7 +85,7 @@ impl Walked {
         outputs: 0,
         reads: [(0, 0); REPLAY_READS],
         steps: 0,
-        step: [Step::EMPTY; REPLAY_STEPS],
+        step: [LoggedStep::EMPTY; REPLAY_STEPS],
     };
 
     /// Whether the start's rbp was used before step `k` (`k == steps`: by
@@ -122,7 +122,7 @@ pub(super) const REPLAY_STEPS: usize = REPLAY_READS + 1;
 /// Where the unwinding of one frame starts: the state a walk carries from
 /// frame to frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct At {
+pub(super) struct FrameStart {
     /// the address whose rule is looked up (the start's pc, then each
     /// return address less one)
     pub(super) lookup: usize,
@@ -141,7 +141,7 @@ pub(super) struct At {
 /// A logged step: where it started, its rule, and how many reads the log
 /// held before it.
 #[derive(Clone, Copy)]
-pub(super) struct Step {
+pub(super) struct LoggedStep {
     pub(super) lookup: usize,
     pub(super) sp: usize,
     pub(super) fp: usize,
@@ -152,17 +152,17 @@ pub(super) struct Step {
     pub(super) kind: u8,
     /// `STEP_*`
     pub(super) flags: u8,
-    /// `At::evals` (at most the output's 128 frames)
+    /// `FrameStart::evals` (at most the output's 128 frames)
     pub(super) evals: u8,
 }
 
-/// The step's `At::pending`.
+/// The step's `FrameStart::pending`.
 pub(super) const STEP_PENDING: u8 = 1;
 /// An earlier step used the start's rbp.
 pub(super) const STEP_FP_USED: u8 = 2;
 
-impl Step {
-    const EMPTY: Step = Step {
+impl LoggedStep {
+    const EMPTY: LoggedStep = LoggedStep {
         lookup: 0,
         sp: 0,
         fp: 0,
@@ -177,7 +177,7 @@ impl Step {
 
 /// Reads and steps that a walk records (or not, when the log is full).
 pub(super) struct Recorder<'a> {
-    pub(super) log: &'a mut Walked,
+    pub(super) log: &'a mut WalkLog,
     pub(super) outputs: usize,
     pub(super) others: usize,
     pub(super) steps: usize,
@@ -196,7 +196,7 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    pub(super) fn new(log: &'a mut Walked) -> Self {
+    pub(super) fn new(log: &'a mut WalkLog) -> Self {
         Recorder {
             log,
             outputs: 0,
@@ -221,9 +221,9 @@ impl<'a> Recorder<'a> {
     }
 
     #[inline(always)]
-    pub(super) fn step(&mut self, at: &At, kind: u8) {
+    pub(super) fn step(&mut self, at: &FrameStart, kind: u8) {
         if self.steps < REPLAY_STEPS {
-            self.log.step[self.steps] = Step {
+            self.log.step[self.steps] = LoggedStep {
                 lookup: at.lookup,
                 sp: at.sp,
                 fp: at.fp,
@@ -255,7 +255,7 @@ pub(super) struct Counts {
 impl Counts {
     /// Copies what a splice walked into `scratch`, from where the kept
     /// part ends (`kept`) to `self`, into `last`.
-    pub(super) fn take_walked(self, kept: Counts, scratch: &Walked, last: &mut Walked) {
+    pub(super) fn take_walked(self, kept: Counts, scratch: &WalkLog, last: &mut WalkLog) {
         const R: usize = REPLAY_READS;
         last.step[kept.steps..self.steps].copy_from_slice(&scratch.step[kept.steps..self.steps]);
         last.reads[kept.outputs..self.outputs].copy_from_slice(&scratch.reads[kept.outputs..self.outputs]);

@@ -2,7 +2,7 @@
 //! what it reads.
 
 use super::cache::rule_for;
-use super::replay_log::{At, Recorder};
+use super::replay_log::{FrameStart, Recorder};
 use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, KIND_RSP, RBP_SAVED};
 use super::stack::read_stack;
 use super::{is_own, EvalStop};
@@ -10,39 +10,39 @@ use std::mem::MaybeUninit;
 
 /// Called by a walk where each frame's unwinding starts: true stops the
 /// walk there, to take the rest from the last walk (a splice).
-pub(super) trait Meet {
-    fn meet(&mut self, at: &At, n: usize, room: usize) -> bool;
+pub(super) trait MeetsLastWalk {
+    fn meets_last_walk(&mut self, at: &FrameStart, n: usize, room: usize) -> bool;
 }
 
 /// A plain walk meets nothing.
-pub(super) struct Alone;
+pub(super) struct NothingToMeet;
 
-impl Meet for Alone {
+impl MeetsLastWalk for NothingToMeet {
     #[inline(always)]
-    fn meet(&mut self, _: &At, _: usize, _: usize) -> bool {
+    fn meets_last_walk(&mut self, _: &FrameStart, _: usize, _: usize) -> bool {
         false
     }
 }
 
 /// Walks on from `at` (first: the frame executing the start's pc, exactly,
 /// not a return address), with `n` frames in `out` already. `bounds` is
-/// (the capture's stack pointer, the stack's top). At each frame, `meet`
+/// (the capture's stack pointer, the stack's top). At each frame, `meeting`
 /// may stop the walk, to take the rest from the last one (a splice); with
 /// `EVAL_STOP`, `stop` ends it too.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn walk<M: Meet, const EVAL_STOP: bool>(
-    mut at: At,
+pub(super) fn walk<M: MeetsLastWalk, const EVAL_STOP: bool>(
+    mut at: FrameStart,
     bounds: (usize, usize),
     own: (usize, usize),
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
     mut n: usize,
     rec: &mut Recorder,
-    meet: &mut M,
+    meeting: &mut M,
 ) -> usize {
     while n < out.len() {
-        if meet.meet(&at, n, out.len()) {
+        if meeting.meets_last_walk(&at, n, out.len()) {
             break;
         }
         let rule = rule_for(at.lookup as u64);
