@@ -51,7 +51,7 @@ pub struct StackBuffer {
 pub struct ThreadBuffers {
     /// What the last full stack walk read (`unwind/`, replay).
     pub replay: ReplayLog,
-    /// What the last Python frame walk saw (`python.rs`, replay).
+    /// What the last Python frame walk saw (`python/`, replay).
     pub python_replay: PyReplayLog,
     stacks: [StackBuffer; STACK_SLOTS],
     next_stack: usize,
