@@ -319,8 +319,8 @@ impl Stack {
 /// as many eval-loop frames as the frames have eval-loop invocations (the
 /// report puts each invocation's Python frames in the place of its
 /// eval-loop frame; `merge_stacks`), so the frames below the outermost
-/// one, the interpreter's start-up, are not walked on every capture (issue
-/// 24). No stop when the eval loop is not known. `invocations`: the
+/// one, the interpreter's start-up, are not walked on every capture (most
+/// of a Python stack's native frames, the same every time). No stop when the eval loop is not known. `invocations`: the
 /// captured Python frames' eval-loop invocations, as the Python walk's log
 /// keeps them (a replay counts nothing).
 #[inline]

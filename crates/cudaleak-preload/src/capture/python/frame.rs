@@ -108,7 +108,7 @@ pub(super) fn owner_of<M: FrameModelType>(bytes: usize) -> u8 {
 /// The words of one frame a walk visited, as [`frame_words`] read them.
 /// Its address is not kept: the first is the log's `head`, each later one
 /// the `next` word of the one before, which replay has just checked (one
-/// load less a frame; issue 24). What the walk made of the frame follows
+/// load less a frame). What the walk made of the frame follows
 /// from these words and the code object's facts, checked apart
 /// ([`PyReplayLog`](super::PyReplayLog)).
 #[derive(Clone, Copy)]

@@ -83,7 +83,7 @@ pub(super) fn turn_off(why: String, notice: bool) {
 /// GIL-state getter is asked only when none is attached. Before 3.12 the
 /// attached state is the GIL holder's, ours only when it equals the
 /// GIL-state getter's answer, which is then the same value: so that getter
-/// alone answers (asking both cost a call a capture; issue 24).
+/// alone answers (asking both cost a call a capture).
 ///
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire): `probe` stored the

@@ -130,8 +130,9 @@ thread_local! {
 /// instruction words are not read. A patched frame keeps its flags: they
 /// come from its entry byte, a shim after it and being the outermost, all
 /// checked unchanged. The log is patched in place (a walk rewrites all of
-/// it if the patch fails), and the capture has a new generation (issue
-/// 24: a walk of 22 frames cost 2,200 instructions, 3.11.7).
+/// it if the patch fails), and the capture has a new generation. A patch
+/// instead of a walk, because a walk of 22 frames cost 2,200 instructions
+/// (3.11.7).
 ///
 /// # Safety
 /// As [`walk_frames`](super::walk::walk_frames), after `replay` found the frames before visit

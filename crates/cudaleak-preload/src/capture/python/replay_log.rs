@@ -30,7 +30,7 @@ use cudaleak_core::record::python::PyRawFrame;
 /// object at one address at one time is one object, so one check serves
 /// all the frames that run it. One pass that asked each frame what else to
 /// check (a fate byte per visit) cost 24 instructions a frame where these
-/// cost 15 (3.11, callgrind over bench/py_pairs.py; issue 24).
+/// cost 15 (3.11, callgrind over bench/py_pairs.py).
 ///
 /// When frames changed in place (another line, or another function
 /// called from the same frame), the others are checked so and those
@@ -43,7 +43,7 @@ pub struct PyReplayLog {
     /// Bumped by every full walk (logged or not) and every patched
     /// replay, kept by a replay: a capture's frames are those of the walk
     /// or patch that made its generation, so a trace is reused by
-    /// comparing generations, not frames (`capture.rs`, issue 24).
+    /// comparing generations, one number, not frames (`capture/mod.rs`).
     pub(super) generation: u64,
     /// eval-loop groups of the frames the last capture returned
     /// ([`PyReplayLog::eval_groups`])

@@ -289,8 +289,8 @@ fn recurse(depth: usize, f: &mut dyn FnMut()) {
 /// through 30 frames of this (optimized) test binary, then again
 /// from the warm cache. x86-64 only: elsewhere the fast unwinder is
 /// the reference one, called from another line of the closure, so
-/// the two captures differ in that frame alone (seen on aarch64,
-/// scripts/aarch64-check.sh, issue 27).
+/// the two captures differ in that frame alone (seen on aarch64, under
+/// scripts/aarch64-check.sh).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn fast_matches_the_reference_unwinder() {
