@@ -228,12 +228,17 @@ impl Stack {
         let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
         let (n_native, native_generation) = if depth > 0 {
             let stop = if n_python > 0 {
-                // SAFETY: as above (a shared borrow of the one field).
+                // SAFETY: the thread's own buffers; a shared borrow of the
+                // one field `python_replay` alone, which no live reference
+                // (the Python capture's ended) points into.
                 eval_stop(unsafe { (*std::ptr::addr_of!((*buffers).python_replay)).eval_groups() })
             } else {
                 EvalStop::default()
             };
-            // SAFETY: as above.
+            // SAFETY: the thread's own buffer, not in use by a live capture
+            // (see `Stack`), its arrays MaybeUninit; `native` and `replay`
+            // are borrowed one field at a time, other fields of the same
+            // allocation than any live reference, and captures do not nest.
             unsafe {
                 unwind::capture(
                     &mut (&mut (*buffer).native)[..depth],

@@ -24,7 +24,8 @@ pub(super) unsafe fn guard(l: &PyLayout, code: usize) -> u64 {
     // SAFETY: two pointer fields of the live code object at the checked
     // layout's offsets (the contract).
     let name: usize = unsafe { read(code + l.code_qualname.unwrap_or(l.code_name)) };
-    // SAFETY: as above.
+    // SAFETY: the line-table pointer field of the live code object at the
+    // checked layout's offset (the contract); a plain word.
     let table: usize = unsafe { read(code + l.code_linetable) };
     (name as u64) ^ (table as u64).rotate_left(32)
 }
@@ -38,12 +39,15 @@ unsafe fn read_str(l: &PyLayout, obj: usize) -> Option<String> {
     if !plausible(obj, 8) {
         return None;
     }
-    // SAFETY: `ob_size`-like header field of the live str (the contract).
+    // SAFETY: the length field in the header of `obj`, a live str object
+    // (the contract: plausible, checked above), at the checked layout's
+    // offset; a plain integer.
     let len: isize = unsafe { read(obj + l.unicode_length) };
     if !(0..=(1 << 20)).contains(&len) {
         return None;
     }
-    // SAFETY: the str's `state` bit field, as above.
+    // SAFETY: the `state` bit field in the header of the same live str, at
+    // the checked layout's offset; a plain integer.
     let state: u32 = unsafe { read(obj + l.unicode_state) };
     let kind = (state >> 2) & 7;
     let compact = (state >> 5) & 1 == 1;
@@ -96,7 +100,8 @@ unsafe fn read_bytes(l: &PyLayout, obj: usize) -> Option<Vec<u8>> {
     if !plausible(obj, 8) {
         return None;
     }
-    // SAFETY: `ob_size` of the live bytes object (the contract).
+    // SAFETY: `ob_size` of `obj`, a live bytes object (the contract:
+    // plausible, checked above), at the checked layout's offset.
     let len: isize = unsafe { read(obj + l.bytes_size) };
     if !(0..=(1 << 24)).contains(&len) {
         return None;

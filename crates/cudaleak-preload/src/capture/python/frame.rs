@@ -62,10 +62,12 @@ pub(super) unsafe fn frame_words<M: FrameModelType>(
     // SAFETY: fields of the live `frame` at the checked layout's offsets,
     // per the contract; plain words and bytes (so for the reads below).
     let next: usize = unsafe { read(frame + o.back) };
-    // SAFETY: as above.
+    // SAFETY: the code word of the live `frame` at the checked layout's
+    // offset, per the contract; a plain word.
     let code: usize = unsafe { read(frame + o.code) };
     if M::FRAME_OBJECTS {
-        // SAFETY: as above (`f_lasti`).
+        // SAFETY: `f_lasti` of the live frame object at the checked
+        // layout's offset, per the contract; a plain integer.
         let lasti: i32 = unsafe { read(frame + o.instr) };
         return (next, code, lasti as usize, 0);
     }
@@ -81,15 +83,18 @@ pub(super) unsafe fn frame_words<M: FrameModelType>(
     } else {
         code
     };
-    // SAFETY: as above (`instr_ptr`/`prev_instr`).
+    // SAFETY: `instr_ptr`/`prev_instr` of the live interpreter frame at
+    // the checked layout's offset, per the contract; a plain word.
     let instr: usize = unsafe { read(frame + o.instr) };
     let bytes = if M::IS_311 {
-        // SAFETY: as above: 3.11's `is_entry` and the `owner` byte after
-        // it (asserted of PY311 above).
+        // SAFETY: 3.11's `is_entry` and the `owner` byte after it
+        // (asserted of PY311 above), in the live frame at the checked
+        // layout's offset, per the contract; plain bytes.
         let both: [u8; 2] = unsafe { read(frame + o.bytes) };
         u16::from_le_bytes(both) as usize
     } else {
-        // SAFETY: as above (`owner`).
+        // SAFETY: the `owner` byte of the live frame at the checked
+        // layout's offset, per the contract; a plain byte.
         unsafe { read::<u8>(frame + o.bytes) as usize }
     };
     (next, code, instr, bytes)
@@ -127,7 +132,9 @@ pub(super) struct Visit {
 /// As [`frame_words`].
 #[inline(always)]
 pub(super) unsafe fn frame_unchanged<M: FrameModelType>(o: FrameOffsets, frame: usize, v: &Visit) -> bool {
-    // SAFETY: the contract.
+    // SAFETY: `frame` is a live frame of this thread's chain and `o` the
+    // checked layout's offsets (this function's contract, the same as
+    // `frame_words`').
     let (next, code, instr, bytes) = unsafe { frame_words::<M>(o, frame) };
     // `previous` last: the next frame's loads wait on it anyway.
     code == v.code && instr == v.instr && (M::FRAME_OBJECTS || bytes == v.bytes) && next == v.next

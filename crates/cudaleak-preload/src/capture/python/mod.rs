@@ -9,7 +9,8 @@
 //!    under it; a thread holding it is running us, not Python.
 //! 2. The only calls are two thread-state getters
 //!    (`PyGILState_GetThisThreadState`, the unchecked current-thread-state
-//!    getter) and the finalization check, all plain reads of runtime state that take no lock.
+//!    getter) and the finalization check, all plain reads of runtime state
+//!    that take no lock.
 //!    Symbols are found with `dlsym` at the first capture; libpython is
 //!    never linked, and a process without Python pays one atomic load.
 //! 3. Per-version layouts (`python_layouts.rs`), each checked against the

@@ -95,7 +95,9 @@ pub(super) unsafe fn replay<M: FrameModelType>(
     }
     if M::SINCE_313 {
         for &code in &log.not_code[..log.not_codes] {
-            // SAFETY: as above, a live object (not a code object), whose
+            // SAFETY: the executable word of a frame checked unchanged
+            // above, which the logging walk found plausible: the object a
+            // live frame executes, so live (not a code object), and its
             // `ob_type` is at the layout's offset.
             if unsafe { read::<usize>(code + l.ob_type) } == code_type {
                 return Err(Miss::Other);
@@ -159,13 +161,17 @@ pub(super) unsafe fn patch<M: FrameModelType>(
     let visited = log.visited.min(PY_REPLAY_FRAMES);
     let mut i = from;
     loop {
-        // SAFETY: `at` is the frame of visit `i`: of `from` (the contract),
-        // then the `next` word of the one before, checked.
+        // SAFETY: `at` is the frame of visit `i`: of `from` (this function's
+        // contract: replay found the frames before it unchanged), then the
+        // `next` word of the one before, checked: a live frame of this
+        // thread's frozen chain.
         at = unsafe { patch_visit::<M>(l, code_type, log, i, at) }?;
         i += 1;
         // The frames after it unchanged, as replay checks them.
         while i < visited {
-            // SAFETY: as above.
+            // SAFETY: `at` is the `next` word of the visit before, just
+            // checked or patched: a live frame of this thread's frozen
+            // chain, and `o` the checked layout's offsets.
             if !unsafe { frame_unchanged::<M>(o, at, &log.visits[i]) } {
                 break;
             }
@@ -185,7 +191,10 @@ pub(super) unsafe fn patch<M: FrameModelType>(
     }
     if M::SINCE_313 {
         for &c in &log.not_code[..log.not_codes] {
-            // SAFETY: as in `replay`.
+            // SAFETY: the executable word of a frame checked unchanged or
+            // patched above, found plausible by the walk that logged it:
+            // the object a live frame executes, so live, and its `ob_type`
+            // is at the layout's offset.
             if unsafe { read::<usize>(c + l.ob_type) } == code_type {
                 return None;
             }
@@ -214,7 +223,8 @@ unsafe fn patch_visit<M: FrameModelType>(
     at: usize,
 ) -> Option<usize> {
     let v = log.visits[i];
-    // SAFETY: the contract.
+    // SAFETY: `at` is a live frame of this thread's chain (this function's
+    // contract), read at the offsets of `l`, the checked layout.
     let (next, code, instr, bytes) = unsafe { frame_words::<M>(FrameOffsets::of::<M>(l), at) };
     if next != v.next || (!M::FRAME_OBJECTS && bytes != v.bytes) {
         return None;

@@ -25,7 +25,9 @@ unsafe fn capture_from<M: FrameModelType>(
     head: usize,
     log: &mut PyReplayLog,
 ) -> Got {
-    // SAFETY: the contract.
+    // SAFETY: `head` is 0 or a frame of a live chain laid out as `l` says,
+    // its code objects of type `code_type` (this function's contract, the
+    // same as `capture_within`'s).
     unsafe { capture_within::<M>(l, code_type, head, log, 16) }
 }
 
@@ -42,7 +44,9 @@ unsafe fn capture_within<M: FrameModelType>(
 ) -> Got {
     let mut out = [MaybeUninit::<PyRawFrame>::uninit(); 16];
     let out = &mut out[..out_len];
-    // SAFETY: the contract.
+    // SAFETY: `head` is 0 or a frame of a live chain laid out as `l` says,
+    // its code objects of type `code_type` (this function's contract):
+    // what `walk_frames` reads is there, and the chain ends at 0.
     let n = unsafe { walk_frames::<M>(l, code_type, head, out, log, 0) };
     let frames: Vec<PyRawFrame> = out[..n]
         .iter()
@@ -300,7 +304,8 @@ fn differential<M: FrameModelType>(l: &PyLayout, seed: u64, rounds: usize) -> (u
         for (k, &i) in chain.iter().enumerate() {
             let next = chain.get(k + 1).map_or(0, |&j| frames[j].as_ptr() as usize);
             let base = frames[i].as_mut_ptr() as usize;
-            // SAFETY: `previous` inside the frame, as above.
+            // SAFETY: `previous` at the layout's offset, inside the 96-byte
+            // frame `frames[i]`, written as the interpreter would.
             unsafe { ((base + l.frame_back) as *mut usize).write_unaligned(next) };
         }
     };
@@ -468,7 +473,8 @@ fn differential<M: FrameModelType>(l: &PyLayout, seed: u64, rounds: usize) -> (u
         // alive; tagged ints end the walk.
         let got = unsafe { capture_within::<M>(l, code_type, head, &mut log, out_len) };
         let mut own_log = PyReplayLog::EMPTY;
-        // SAFETY: as above.
+        // SAFETY: the same chain: every address in it is in `frames` or
+        // `codes`, alive; tagged ints end the walk.
         let fresh = unsafe { capture_within::<M>(l, code_type, head, &mut own_log, out_len) };
         assert_eq!(
             (&got.0, got.2),
@@ -624,18 +630,19 @@ fn the_group_count_is_the_last_captures() {
     // SAFETY: every address is in `c`, alive.
     let (_, g1, groups) = unsafe { capture_from::<Interpreter311>(l, code_type, c.frame(0), &mut log) };
     assert_eq!(groups, 3);
-    // SAFETY: as above.
+    // SAFETY: the same chain, every address in `c`, alive.
     let (_, again, _) = unsafe { capture_from::<Interpreter311>(l, code_type, c.frame(0), &mut log) };
     assert_eq!(again, g1);
     assert_eq!(log.eval_groups(), 3);
     // Another head: walked, not replayed.
-    // SAFETY: as above.
+    // SAFETY: a frame of the same chain, every address in `c`, alive.
     let (_, g2, groups) = unsafe { capture_from::<Interpreter311>(l, code_type, c.frame(1), &mut log) };
     assert_ne!(g2, g1);
     assert_eq!(groups, 2);
     log.forget();
     assert_eq!(log.eval_groups(), 0);
-    // SAFETY: as above: walked again (the log was forgotten).
+    // SAFETY: the same chain, every address in `c`, alive: walked again
+    // (the log was forgotten).
     let (_, g3, groups) = unsafe { capture_from::<Interpreter311>(l, code_type, c.frame(1), &mut log) };
     assert_ne!(g3, g2);
     assert_eq!(groups, 2);

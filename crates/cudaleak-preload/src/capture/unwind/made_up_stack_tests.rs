@@ -153,7 +153,7 @@ fn random_stacks_splice_as_they_walk() {
             stop,
             &mut full[..room],
         );
-        // SAFETY: as above.
+        // SAFETY: the full walk wrote the first `m` entries.
         let full: Vec<u64> = full[..m].iter().map(|v| unsafe { v.assume_init() }).collect();
         assert_eq!(full, want, "round {round}: the full walk ({frames:?})");
         assert_eq!(
@@ -324,7 +324,7 @@ fn splices_check_every_word_the_rest_depends_on() {
         );
         // SAFETY: each capture wrote the first `n`/`m` entries.
         let spliced: Vec<u64> = spliced[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
-        // SAFETY: as above.
+        // SAFETY: the full walk wrote the first `m` entries.
         let full: Vec<u64> = full[..m].iter().map(|v| unsafe { v.assume_init() }).collect();
         assert_eq!(spliced, full, "{what}");
         full

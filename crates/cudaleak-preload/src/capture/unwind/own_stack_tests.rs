@@ -48,7 +48,7 @@ fn replay_only_when_the_stack_is_unchanged() {
         let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
         let r: Vec<u64> = reference[..nr]
             .iter()
-            // SAFETY: as above.
+            // SAFETY: the reference capture wrote the first `nr` entries.
             .map(|v| unsafe { v.assume_init() })
             .collect();
         let start = f.iter().position(|a| r.contains(a)).unwrap();
@@ -316,7 +316,7 @@ fn fast_matches_the_reference_unwinder() {
         let f: Vec<u64> = fast[..nf].iter().map(|v| unsafe { v.assume_init() }).collect();
         let r: Vec<u64> = reference[..nr]
             .iter()
-            // SAFETY: as above.
+            // SAFETY: the reference capture wrote the first `nr` entries.
             .map(|v| unsafe { v.assume_init() })
             .collect();
         assert!(nf >= 30, "fast unwinder stopped after {nf} frames");

@@ -46,7 +46,9 @@ pub(super) fn replay(
     let out = &mut out[..outputs.len()];
     for i in 0..outputs.len() {
         let (a, v) = outputs[i];
-        // SAFETY: as above.
+        // SAFETY: a logged output read, checked like the others to lie
+        // between the capture's stack pointer (the same now) and the
+        // stack's top when recorded: this thread's mapped stack, aligned.
         if unsafe { (a as *const usize).read() } != v {
             return Err(Some(i));
         }
