@@ -236,9 +236,10 @@ impl Stack {
                 EvalStop::default()
             };
             // SAFETY: the thread's own buffer, not in use by a live capture
-            // (see `Stack`), its arrays MaybeUninit; `native` and `replay`
-            // are borrowed one field at a time, other fields of the same
-            // allocation than any live reference, and captures do not nest.
+            // (see `Stack`), its arrays MaybeUninit. `native` and `replay`
+            // are borrowed one field at a time, and no other live reference
+            // points into either (the Python capture's have ended); captures
+            // do not nest on a thread.
             unsafe {
                 unwind::capture(
                     &mut (&mut (*buffer).native)[..depth],
