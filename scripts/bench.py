@@ -429,7 +429,7 @@ def ratios(work, reports, pairs, args):
                 "goal <= 0.12 (one stack)")
 
     # The same pair from 1024 different call stacks in turn (30 frames):
-    # no two consecutive captures alike, so no replay (unwind.rs).
+    # no two consecutive captures alike, so no replay (capture/unwind/replay.rs).
     med = side_by_side(configs_native(work, reports, heaptrack), [pairs, "mixed", str(args.pairs), "20"], args.runs)
     base = med["no library"]
     for name, v in med.items():

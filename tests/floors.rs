@@ -112,7 +112,7 @@ fn the_folders_of_the_real_crates_are_floors() {
     for (krate, file, planted, expected) in [
         (
             "cudaleak-preload",
-            "capture/unwind.rs",
+            "capture/unwind/mod.rs",
             "fn planted() { crate::state::tracker::nothing() }\n",
             "`capture` (floor 3) reaches up to `state` (floor 4): tracker",
         ),

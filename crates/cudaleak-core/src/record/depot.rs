@@ -46,7 +46,7 @@ pub struct TraceKey<'a> {
     pub kind: MemoryKind,
     /// return addresses, innermost first, the library's own frames removed
     pub native: &'a [u64],
-    /// Python frames, innermost first (`python.rs`)
+    /// Python frames, innermost first (`capture/python/`)
     pub python: &'a [PyRawFrame],
 }
 

@@ -34,7 +34,7 @@ pub struct ThreadState {
     /// (context, slot) last seen on this thread (`state/tracker/contexts.rs`).
     pub last_context: Cell<(u64, u8)>,
     /// This thread's stack, [low, high); (0, 0) until first needed
-    /// (`unwind.rs`).
+    /// (`capture/unwind/stack.rs`).
     pub stack_bounds: Cell<(usize, usize)>,
     /// (trace id, api, kind) of the last trace interned here; id 0: none
     /// (`capture/mod.rs`).

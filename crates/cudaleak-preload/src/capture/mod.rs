@@ -49,9 +49,9 @@ pub struct StackBuffer {
 /// A thread's large buffers, allocated on the heap (zeroed, then the replay
 /// logs set to their empty states), never built on the (small) stack.
 pub struct ThreadBuffers {
-    /// What the last full stack walk read (`unwind.rs`, replay).
+    /// What the last full stack walk read (`unwind/`, replay).
     pub replay: ReplayLog,
-    /// What the last Python frame walk saw (`python.rs`, replay).
+    /// What the last Python frame walk saw (`python/`, replay).
     pub python_replay: PyReplayLog,
     stacks: [StackBuffer; STACK_SLOTS],
     next_stack: usize,
@@ -228,12 +228,18 @@ impl Stack {
         let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
         let (n_native, native_generation) = if depth > 0 {
             let stop = if n_python > 0 {
-                // SAFETY: as above (a shared borrow of the one field).
+                // SAFETY: the thread's own buffers; a shared borrow of the
+                // one field `python_replay` alone, which no live reference
+                // (the Python capture's ended) points into.
                 eval_stop(unsafe { (*std::ptr::addr_of!((*buffers).python_replay)).eval_groups() })
             } else {
                 EvalStop::default()
             };
-            // SAFETY: as above.
+            // SAFETY: the thread's own buffer, not in use by a live capture
+            // (see `Stack`), its arrays MaybeUninit. `native` and `replay`
+            // are borrowed one field at a time, and no other live reference
+            // points into either (the Python capture's have ended); captures
+            // do not nest on a thread.
             unsafe {
                 unwind::capture(
                     &mut (&mut (*buffer).native)[..depth],
@@ -319,8 +325,8 @@ impl Stack {
 /// as many eval-loop frames as the frames have eval-loop invocations (the
 /// report puts each invocation's Python frames in the place of its
 /// eval-loop frame; `merge_stacks`), so the frames below the outermost
-/// one, the interpreter's start-up, are not walked on every capture (issue
-/// 24). No stop when the eval loop is not known. `invocations`: the
+/// one, the interpreter's start-up, are not walked on every capture (most
+/// of a Python stack's native frames, the same every time). No stop when the eval loop is not known. `invocations`: the
 /// captured Python frames' eval-loop invocations, as the Python walk's log
 /// keeps them (a replay counts nothing).
 #[inline]

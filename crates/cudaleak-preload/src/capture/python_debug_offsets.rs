@@ -394,8 +394,10 @@ pub unsafe fn debug_offsets_blob(runtime: usize, minor: u32) -> Option<&'static 
     // The cookie says this is the runtime state, which starts with the
     // offsets; its size, checked against the layout, bounds what is read.
     let d = DebugOffsetsLayout::for_minor(minor.min(NEWEST_KNOWN_MINOR))?;
-    // SAFETY: as above, from the same start: on 3.13+ `_Py_DebugOffsets`
-    // is the first member of `_PyRuntimeState`, which also holds the main
+    // SAFETY: `runtime` is not 0, so per the contract the address of
+    // `_PyRuntime`, in the interpreter's image, mapped for as long as it
+    // runs ('static), and written only with these same values; u8 needs
+    // no alignment. On 3.13+ `_Py_DebugOffsets` is the first member of `_PyRuntimeState`, which also holds the main
     // interpreter's state inline (hundreds of KiB), so the at most 760
     // bytes of a known layout lie inside `_PyRuntime` even for a newer
     // version read with the newest known layout. The offsets' own

@@ -1,6 +1,6 @@
 //! Where CPython keeps what the frame reader needs, per version (x86-64
 //! Linux, release build, default GIL build). Small on purpose: only the
-//! fields `python.rs` reads.
+//! fields `python/` reads.
 //!
 //! Sources: the structures of each version's headers (Include/cpython/
 //! pystate.h: PyThreadState, _PyCFrame; Include/cpython/frameobject.h
@@ -74,7 +74,7 @@ pub struct PyLayout {
     /// start of the code units (3.11+)
     pub code_code_adaptive: Option<usize>,
     /// `_co_firsttraceable` (int, in code units; 3.11+): frames before it
-    /// are incomplete (`python.rs`, `instruction_offset`)
+    /// are incomplete (`python/walk.rs`, `instruction_offset`)
     pub code_first_traceable: Option<usize>,
     /// FRAME_OWNED_BY_GENERATOR (3.11+): such frames are never incomplete
     pub owner_generator: Option<u8>,

@@ -1,0 +1,55 @@
+//! The interpreter's frame model as a type: the walk, its replay and the
+//! frame reads are compiled once per model (monomorphised), and each
+//! carries only its own model's tests, decided at compile time.
+
+use crate::capture::python_layouts::FrameModel;
+
+/// A [`FrameModel`] as a type parameter (a const generic of an enum is
+/// not stable Rust). Its constants are known at compile time: a test on
+/// them costs a walk nothing, and the code for other models is left out.
+pub(super) trait FrameModelType {
+    const MODEL: FrameModel;
+    /// 3.8 to 3.10: a chain of frame objects, not interpreter frames
+    const FRAME_OBJECTS: bool = matches!(Self::MODEL, FrameModel::FrameObjects);
+    /// 3.11: `is_entry`, and the owner byte right after it
+    const IS_311: bool = matches!(Self::MODEL, FrameModel::Interpreter311);
+    /// 3.12 and later: C calls into Python push a shim frame
+    const SINCE_312: bool = matches!(
+        Self::MODEL,
+        FrameModel::Interpreter312 | FrameModel::Interpreter313 | FrameModel::Interpreter314
+    );
+    /// 3.13 and later: a frame's executable may be other than a code object
+    const SINCE_313: bool = matches!(
+        Self::MODEL,
+        FrameModel::Interpreter313 | FrameModel::Interpreter314
+    );
+    /// 3.14 and later: the executable is a tagged stack reference
+    const SINCE_314: bool = matches!(Self::MODEL, FrameModel::Interpreter314);
+}
+
+/// [`FrameModel::FrameObjects`] as a type.
+pub(super) struct FrameObjects;
+/// [`FrameModel::Interpreter311`] as a type.
+pub(super) struct Interpreter311;
+/// [`FrameModel::Interpreter312`] as a type.
+pub(super) struct Interpreter312;
+/// [`FrameModel::Interpreter313`] as a type.
+pub(super) struct Interpreter313;
+/// [`FrameModel::Interpreter314`] as a type.
+pub(super) struct Interpreter314;
+
+impl FrameModelType for FrameObjects {
+    const MODEL: FrameModel = FrameModel::FrameObjects;
+}
+impl FrameModelType for Interpreter311 {
+    const MODEL: FrameModel = FrameModel::Interpreter311;
+}
+impl FrameModelType for Interpreter312 {
+    const MODEL: FrameModel = FrameModel::Interpreter312;
+}
+impl FrameModelType for Interpreter313 {
+    const MODEL: FrameModel = FrameModel::Interpreter313;
+}
+impl FrameModelType for Interpreter314 {
+    const MODEL: FrameModel = FrameModel::Interpreter314;
+}

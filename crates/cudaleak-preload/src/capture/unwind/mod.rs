@@ -1,0 +1,176 @@
+//! Native stack capture: return addresses of the calling thread, innermost
+//! first, without this library's own frames.
+//!
+//! The fast unwinder (default) keeps one compact unwind rule per return
+//! address in a lock-free cache, as libunwind's fast path and PyTorch's own
+//! unwinder do: after warm-up a frame costs one cache probe and two stack
+//! reads. A cache miss reads the rule from the module's `.eh_frame` (gimli),
+//! so code built without frame pointers unwinds correctly; code without
+//! unwind tables falls back to the frame-pointer chain. Every stack read is
+//! checked against the thread's stack bounds, so a wrong rule ends the walk
+//! instead of faulting. `CUDALEAK_UNWINDER=dwarf` uses the backtrace crate
+//! (libgcc's unwinder) instead.
+//!
+//! The fast unwinder is x86-64's; elsewhere (aarch64) every capture takes
+//! the reference path, and the fast unwinder's parts are unused there.
+//!
+//! Bottom up:
+//!
+//! 1. unwind rules from .eh_frame, the thread's stack, libgcc's unwinder: `rules`, `stack`, `reference`
+//! 2. the lock-free cache of rules by return address: `cache`
+//! 3. the log a walk records, for replay: `replay_log`
+//! 4. the walk from frame to frame: `walk`
+//! 5. replay of the last walk, and splices of it: `replay`
+//! 6. the tests, on this binary's own stack and on made-up ones: `own_stack_tests`, `made_up_stack_tests`
+//!
+//! This file: a capture's entry points, through the thread's log.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
+mod cache;
+#[cfg(test)]
+mod made_up_stack_tests;
+#[cfg(test)]
+mod own_stack_tests;
+mod reference;
+mod replay;
+mod replay_log;
+mod rules;
+mod stack;
+mod walk;
+
+pub use cache::forget_unloaded_rules;
+pub use reference::capture_dwarf;
+pub use replay_log::ReplayLog;
+pub(crate) use stack::stack_bounds;
+
+use crate::base::loader::own_range;
+use crate::base::thread::ThreadState;
+use cudaleak_core::config::Unwinder;
+use reference::dwarf_skipping;
+use replay::{replay, splice};
+use std::mem::MaybeUninit;
+
+/// Where a capture that took Python frames stops: after the `after`-th
+/// return address into the interpreter's eval loop (`lo..hi`), the
+/// outermost one that runs Python frames. What lies below it is the
+/// interpreter's start-up (or an embedding program's frames): about 18 of
+/// a Python pair's 25 frames, checked on every replay. 0: no
+/// stop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EvalStop {
+    pub lo: usize,
+    pub hi: usize,
+    pub after: u32,
+}
+
+impl EvalStop {
+    /// Whether return address `ra` is into the eval loop (its call
+    /// instruction is: a call can be a function's last instruction).
+    #[inline(always)]
+    fn is_eval(&self, ra: usize) -> bool {
+        ra.wrapping_sub(1).wrapping_sub(self.lo) < self.hi.wrapping_sub(self.lo)
+    }
+}
+
+/// Fills `out` with return addresses; returns how many, and the
+/// generation of the thread's replay log that they are (see
+/// [`ReplayLog::generation`]): two captures on a thread with the same
+/// generation have the same frames. None when the capture did not go
+/// through the log (the reference unwinder, a foreign stack).
+#[inline]
+pub fn capture(
+    out: &mut [MaybeUninit<u64>],
+    thread: &ThreadState,
+    log: &mut ReplayLog,
+    stop: EvalStop,
+) -> (usize, Option<u64>) {
+    match crate::base::settings::config().unwinder {
+        Unwinder::Dwarf => (capture_dwarf(out, stop), None),
+        Unwinder::Fast => {
+            let n = fast_skipping(out, own_range(), thread, log, stop);
+            (n, Some(log.generation))
+        }
+    }
+}
+
+#[inline]
+fn is_own(ip: usize, range: (usize, usize)) -> bool {
+    range.0 <= ip && ip < range.1
+}
+
+/// The fast unwinder (x86-64; other architectures use the reference one),
+/// leaving out return addresses inside `skip`. A
+/// capture that did not replay made a new generation of the log (see
+/// [`capture`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn fast_skipping(
+    out: &mut [MaybeUninit<u64>],
+    skip: (usize, usize),
+    thread: &ThreadState,
+    log: &mut ReplayLog,
+    stop: EvalStop,
+) -> usize {
+    let (pc, sp, fp): (usize, usize, usize);
+    // SAFETY: copies rip, rsp and rbp into three outputs; it reads no
+    // memory, moves no stack and keeps the flags, as the options declare.
+    unsafe {
+        std::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {fp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    let Some((_, top)) = stack_bounds(sp, thread) else {
+        // Frames the log does not hold: a generation of their own, and
+        // no replay of the log's frames under it.
+        log.last.len = 0;
+        log.generation += 1;
+        return dwarf_skipping(out, skip, stop);
+    };
+    from_log(log, [pc, sp, fp], (sp, top), skip, stop, out)
+}
+
+/// A capture from `start` through the thread's log: a replay, or a splice
+/// (which walks all of a stack the log knows nothing of).
+#[inline(always)]
+fn from_log(
+    log: &mut ReplayLog,
+    start: [usize; 3],
+    bounds: (usize, usize),
+    skip: (usize, usize),
+    stop: EvalStop,
+    out: &mut [MaybeUninit<u64>],
+) -> usize {
+    let changed = match replay(&log.last, start, stop, out) {
+        Ok(n) => return n,
+        Err(changed) => changed,
+    };
+    log.generation += 1;
+    splice(
+        &mut log.last,
+        &mut log.scratch,
+        start,
+        bounds,
+        skip,
+        stop,
+        changed,
+        out,
+    )
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fast_skipping(
+    out: &mut [MaybeUninit<u64>],
+    skip: (usize, usize),
+    _thread: &ThreadState,
+    log: &mut ReplayLog,
+    stop: EvalStop,
+) -> usize {
+    log.generation += 1;
+    dwarf_skipping(out, skip, stop)
+}
