@@ -1,4 +1,4 @@
-//! The last N allocation events (`CUDALEAK_TRACE=N`, issue 26): alloc,
+//! The last N allocation events (`CUDALEAK_TRACE=N`): alloc,
 //! free and out-of-memory, each with its address, size, call site, device
 //! and time, kept in a ring that every report copies into its
 //! `allocation_trace` (PyTorch's memory viewer replays them as the

@@ -1,4 +1,4 @@
-//! The sampler of the sampled timeline (`CUDALEAK_TIMELINE`, issue 13):
+//! The sampler of the sampled timeline (`CUDALEAK_TIMELINE`):
 //! on the dumper thread, once a period, it reads the per-call-site
 //! counters that the hooks keep ([`tracker::SITES`]: one relaxed add per
 //! allocation and per release) into a bounded history
