@@ -3,6 +3,7 @@
 //! apart.
 
 use super::escaping::escape;
+use super::TextOptions;
 use crate::base::units::count;
 use crate::record::python::PythonFrame;
 use crate::report::{Group, MergedFrame, NativeFrame};
@@ -288,6 +289,18 @@ pub(super) fn is_hidden(f: &MergedFrame, stack: &[MergedFrame]) -> bool {
 /// [`display_frames_with`], noise hidden.
 pub fn display_frames(g: &Group, max: usize) -> Vec<String> {
     display_frames_with(g, max, false)
+}
+
+/// The frames of `g` under its heading in the text (a leaked group, the
+/// failed request), one line each ([`display_frames_with`]), or a line
+/// saying it has none.
+pub(super) fn write_stack(out: &mut String, g: &Group, opts: &TextOptions) {
+    for l in display_frames_with(g, opts.max_frames, opts.full_stacks) {
+        let _ = writeln!(out, "{l}");
+    }
+    if g.native_stack.is_empty() && g.python_stack.is_empty() {
+        let _ = writeln!(out, "    (no stack recorded)");
+    }
 }
 
 /// One short label per frame, for group labels: symbols only, never

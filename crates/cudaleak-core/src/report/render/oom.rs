@@ -3,7 +3,7 @@
 //! section.
 
 use super::escaping::escape;
-use super::labels::{display_frames_with, group_labels, label_frames, merged_or_split, stack_of};
+use super::labels::{group_labels, label_frames, merged_or_split, stack_of, write_stack};
 use super::{TextOptions, THIN_RULE};
 use crate::base::units::{count, size, size_exact};
 use crate::report::{saturating_sum, Group, OomRequest, Report};
@@ -102,13 +102,7 @@ pub(super) fn oom_block(out: &mut String, r: &Report, o: &OomRequest, opts: &Tex
             String::new()
         }
     );
-    let g = request_group(o);
-    for l in display_frames_with(&g, opts.max_frames, opts.full_stacks) {
-        let _ = writeln!(out, "{l}");
-    }
-    if g.native_stack.is_empty() && g.python_stack.is_empty() {
-        let _ = writeln!(out, "    (no stack recorded)");
-    }
+    write_stack(out, &request_group(o), opts);
     let _ = writeln!(
         out,
         "\nWhat this process held at that moment: {} in {}.\n",

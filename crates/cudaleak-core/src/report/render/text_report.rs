@@ -2,7 +2,7 @@
 //! --format text`.
 
 use super::escaping::escape;
-use super::labels::{display_frames_with, group_labels};
+use super::labels::{group_labels, write_stack};
 use super::oom::{oom_block, peak_section};
 use super::{TextOptions, RULE, THIN_RULE};
 use crate::base::units::{count, size, size_exact};
@@ -33,12 +33,7 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
     if g.pytorch_cache_segment {
         let _ = writeln!(out, "    {PYTORCH_CACHE_NOTE}");
     }
-    for l in display_frames_with(g, opts.max_frames, opts.full_stacks) {
-        let _ = writeln!(out, "{l}");
-    }
-    if g.native_stack.is_empty() && g.python_stack.is_empty() {
-        let _ = writeln!(out, "    (no stack recorded)");
-    }
+    write_stack(out, g, opts);
     out.push('\n');
 }
 
