@@ -4,9 +4,10 @@
 
 use super::*;
 
-/// The cap as the dump applied it before issue 15's bound, to a report
-/// already made: the `max` largest groups of each list kept, what
-/// `leaks` leaves out counted in `totals.groups_left_out`.
+/// The cap as the dump applied it before its memory was bounded by the
+/// groups it writes, to a report already made: the `max` largest groups
+/// of each list kept, what `leaks` leaves out counted in
+/// `totals.groups_left_out`.
 fn cap_groups(r: &mut Report, max: usize) {
     if r.leaks.len() > max {
         let mut left = LeftOut::default();
@@ -25,7 +26,8 @@ fn cap_groups(r: &mut Report, max: usize) {
 
 // ---- the bounded dump gives what the straightforward one gave ----
 
-/// The dump as it was made before issue 15's bound: every trace a full
+/// The dump as it was made before its memory was bounded by the groups
+/// it writes (by the distinct stacks alive instead): every trace a full
 /// group first, merged by `GroupKey`, growth keyed by `GroupKey`, then
 /// sorted, suppressed and capped by `cap_groups`.
 #[allow(clippy::too_many_arguments)]

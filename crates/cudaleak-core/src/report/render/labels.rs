@@ -82,8 +82,10 @@ fn native_line(i: usize, f: &NativeFrame) -> String {
 /// `--full-stacks`, kept in JSON, left out of text by default.
 /// Program start, the interpreter's own frames between Python frames, and
 /// the foreign-call machinery between a Python line and the CUDA call. The
-/// Python module leaves the same out of a failure's text, from its
-/// generated copy (python/cudaleak/_tables.py, issue 27).
+/// Python module leaves the same out of a failure's text, from its copy
+/// python/cudaleak/_tables.py, which scripts/gen-python-tables.sh writes
+/// from this table and tests/python.rs checks against it, so that the two
+/// cannot drift apart.
 pub const NOISE_PREFIXES: &[&str] = &[
     "_start",
     "__libc_start_",

@@ -6,9 +6,10 @@ use crate::record::MemoryKind;
 use crate::report::{Group, MergedFrame, NativeFrame, OomRequest, Report};
 use std::borrow::Cow;
 
-/// Issue 26: a picture of a Python program's group shows its Python
-/// frames and the native code below the innermost one, not program
-/// start, the interpreter or ctypes/libffi; `full` shows them all.
+/// A picture of a Python program's group (the SVG flame graph, read as
+/// the HTML page reads) shows its Python frames and the native code below
+/// the innermost one, not program start, the interpreter or
+/// ctypes/libffi; `full` shows them all.
 #[test]
 fn pictures_fold_what_the_text_report_hides() {
     let native = |f: &str| NativeFrame {

@@ -68,8 +68,8 @@ fn suppressions_table(out: &mut String, uses: &[SuppressionUse]) {
     out.push('\n');
 }
 
-/// The contract's last line: `cudaleak: N bytes leaked in M blocks`.
-/// `cudaleak: N bytes leaked in M blocks` (`in 1 block`: issue 23).
+/// The contract's last line: `cudaleak: N bytes leaked in M blocks`, and
+/// `in 1 block` for one (it read `in 1 blocks`).
 pub fn summary_line(bytes: u64, blocks: u64) -> String {
     format!(
         "cudaleak: {bytes} bytes leaked in {}",
