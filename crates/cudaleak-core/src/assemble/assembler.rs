@@ -323,8 +323,8 @@ impl Assembler<'_> {
     /// `totals.groups_left_out`. The groups left out are counted, never
     /// made.
     pub fn assemble_at_most(&mut self, snap: &Snapshot, meta: DumpMeta, max_groups: usize) -> Report {
-        // By call site, hashed by one mix of the id (SipHash here was a
-        // tenth of a 1M-stack exit report; issue 24).
+        // By call site, hashed by one mix of the id (SipHash here took a
+        // tenth of a 1M-stack exit report's time).
         let mut per_trace: HashMap<TraceId, (u64, u64), AddrHash> = HashMap::default();
         let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();
         let mut live_bytes = 0u64;

@@ -494,8 +494,8 @@ mod tests {
     /// At scale the index finds what a scan of every rule finds: 100,000
     /// rules, 5 groups of 30 frames that match none (every name checked),
     /// then one that matches the last rule. It also prints the time taken
-    /// for docs/performance.md (never asserted: issue 23, it asserted
-    /// almost nothing and was ignored):
+    /// for docs/performance.md (never asserted: it is no test of speed;
+    /// as one, it asserted almost nothing and was left ignored):
     /// `cargo test --release -p cudaleak-core suppressions_at_scale -- --nocapture`
     #[test]
     fn suppressions_at_scale() {
