@@ -290,7 +290,8 @@ pub struct Report {
     /// (absent before the first); bounded, see `OOM_EVENTS_KEPT`
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub oom_events: Vec<OomEvent>,
-    /// extension: the last allocation events (`CUDALEAK_TRACE`)
+    /// extension: the last allocation events (`CUDALEAK_TRACE`), which
+    /// `--format torch-snapshot` replays
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation_trace: Option<AllocationTrace>,
 }
