@@ -201,7 +201,10 @@ fn the_simulated_runtime_exports_every_function_nvidias_does() {
         .into_iter()
         .filter(|n| ours.binary_search(n).is_err())
         .collect();
-    assert!(missing.is_empty(), "not exported by the simulated runtime: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not exported by the simulated runtime: {missing:?}"
+    );
     assert!(ours.len() >= 435, "{}", ours.len());
 }
 

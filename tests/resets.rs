@@ -30,20 +30,34 @@ fn check_reset_then_allocate(mode: &str) {
     let r = out.report();
     let gone = before(&r);
     assert_eq!(
-        (gone.blocks, gone.bytes, gone.torn_down_blocks, gone.torn_down_bytes),
+        (
+            gone.blocks,
+            gone.bytes,
+            gone.torn_down_blocks,
+            gone.torn_down_bytes
+        ),
         (1, MIB, 1, MIB),
         "{mode}: the reset's block is a leak, torn down"
     );
     assert_eq!(gone.api, "cudaMalloc");
     let kept = after(&r);
     assert_eq!(
-        (kept.blocks, kept.bytes, kept.torn_down_blocks, kept.torn_down_bytes),
+        (
+            kept.blocks,
+            kept.bytes,
+            kept.torn_down_blocks,
+            kept.torn_down_bytes
+        ),
         (1, MIB, 0, 0),
         "{mode}"
     );
     assert_eq!(r.leaks.len(), 2, "{mode}: {:#?}", r.leaks);
     let t = &r.totals;
-    assert_eq!((t.live_blocks, t.live_bytes), (1, MIB), "{mode}: what the device holds");
+    assert_eq!(
+        (t.live_blocks, t.live_bytes),
+        (1, MIB),
+        "{mode}: what the device holds"
+    );
     assert_eq!((t.torn_down_blocks, t.torn_down_bytes), (1, MIB), "{mode}");
     assert_eq!(t.peak_bytes, MIB, "{mode}: the device never held more than 1 MiB");
     let peak = r.peak.as_ref().expect("a peak section");
