@@ -66,6 +66,12 @@ fn check_reset_then_allocate(mode: &str) {
     assert_eq!((r.leaked_blocks(), r.leaked_bytes()), (2, 2 * MIB), "{mode}");
     assert!(
         out.stderr
+            .contains("    (1 block (1048576 bytes) of it went with its context (a device reset,"),
+        "{mode}: the text report says which leak the device no longer holds\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
             .lines()
             .any(|l| l.starts_with("cudaleak: 2097152 bytes leaked in 2 blocks")),
         "{mode}: the summary counts both\n{}",

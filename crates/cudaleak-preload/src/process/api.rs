@@ -63,8 +63,9 @@ pub extern "C" fn cudaleak_live_since(id: u64, blocks: *mut u64, bytes: *mut u64
     catch_unwind(|| {
         // A block whose context was destroyed since is still a leak of the
         // region: counted with the live ones.
-        let (mut live, torn_down) = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
-        live.extend(torn_down);
+        let since = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
+        let mut live = since.live;
+        live.extend(since.torn_down);
         let total: u64 = live.iter().map(|(_, b)| b.size()).sum();
         // SAFETY: the caller's out parameters, written when non-null.
         unsafe {
@@ -86,10 +87,10 @@ pub extern "C" fn cudaleak_live_since(id: u64, blocks: *mut u64, bytes: *mut u64
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn cudaleak_leaks_since_json(id: u64) -> *mut c_char {
     catch_unwind(|| {
-        let (blocks, torn_down) = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
+        let since = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
         let snap = Snapshot {
-            blocks,
-            torn_down,
+            blocks: since.live,
+            torn_down: since.torn_down,
             ..Default::default()
         };
         report_json(&snap, format!("blocks since checkpoint {id}"))

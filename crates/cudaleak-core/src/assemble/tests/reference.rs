@@ -44,14 +44,28 @@ fn straightforward(
     let mut by_trace: HashMap<TraceId, Acc> = HashMap::new();
     let mut by_memory: BTreeMap<MemoryKind, KindTotals> = BTreeMap::new();
     let mut live_bytes = 0u64;
-    for &(addr, b) in &snap.blocks {
+    // Blocks of destroyed contexts: in their groups, apart in the totals.
+    let mut torn_by_trace: HashMap<TraceId, (u64, u64)> = HashMap::new();
+    let (mut torn_blocks, mut torn_bytes) = (0u64, 0u64);
+    let live_count = snap.blocks.len();
+    for (i, &(addr, b)) in snap.blocks.iter().chain(&snap.torn_down).enumerate() {
         let kind = depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
-        if kind.counts_in_live_bytes() {
-            live_bytes += b.size();
+        if i >= live_count {
+            let t = torn_by_trace.entry(b.trace).or_default();
+            t.0 += 1;
+            t.1 += b.size();
+            torn_blocks += 1;
+            if kind.counts_in_live_bytes() {
+                torn_bytes += b.size();
+            }
+        } else {
+            if kind.counts_in_live_bytes() {
+                live_bytes += b.size();
+            }
+            let k = by_memory.entry(kind).or_default();
+            k.blocks += 1;
+            k.bytes += b.size();
         }
-        let k = by_memory.entry(kind).or_default();
-        k.blocks += 1;
-        k.bytes += b.size();
         let acc = by_trace.entry(b.trace).or_insert(Acc {
             blocks: 0,
             bytes: 0,
@@ -73,7 +87,7 @@ fn straightforward(
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
     for id in ids {
         let acc = by_trace.remove(&id).unwrap();
-        let g = match depot.get(id) {
+        let mut g = match depot.get(id) {
             Some(t) => {
                 let mut native = Vec::new();
                 for &ra in t.native {
@@ -84,8 +98,15 @@ fn straightforward(
             }
             None => unknown_group(acc),
         };
+        let (torn_blocks, torn_bytes) = torn_by_trace.get(&id).copied().unwrap_or_default();
+        (g.torn_down_blocks, g.torn_down_bytes) = (torn_blocks, torn_bytes);
         match index.entry(GroupKey::of(&g)) {
-            Entry::Occupied(e) => add_raw_stack(&mut groups[*e.get()], g),
+            Entry::Occupied(e) => {
+                let m = &mut groups[*e.get()];
+                m.torn_down_blocks += torn_blocks;
+                m.torn_down_bytes += torn_bytes;
+                add_raw_stack(m, g)
+            }
             Entry::Vacant(e) => {
                 e.insert(groups.len());
                 groups.push(g);
@@ -145,6 +166,8 @@ fn straightforward(
             stacks_dropped: depot.dropped(),
             stacks_skipped_nested: snap.stacks_skipped_nested,
             groups_left_out: None,
+            torn_down_blocks: torn_blocks,
+            torn_down_bytes: torn_bytes,
         },
         leaks,
         growth: grown,
@@ -351,8 +374,23 @@ fn snapshot(p: &Program, dump: u64) -> Snapshot {
             blocks.push((address, Block::new(1 << (i % 3), id, kind, 0, Some(0), 0)));
         }
     }
+    // Every seventh block was on a context destroyed since (a reset).
+    let (blocks, torn_down) =
+        blocks
+            .into_iter()
+            .enumerate()
+            .fold((Vec::new(), Vec::new()), |(mut live, mut torn), (i, b)| {
+                if i % 7 == 3 {
+                    torn.push(b)
+                } else {
+                    live.push(b)
+                }
+                (live, torn)
+            });
+    assert!(!torn_down.is_empty());
     Snapshot {
         blocks,
+        torn_down,
         allocations: 1000,
         ..Default::default()
     }

@@ -33,6 +33,15 @@ fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
     if g.pytorch_cache_segment {
         let _ = writeln!(out, "    {PYTORCH_CACHE_NOTE}");
     }
+    if g.torn_down_blocks > 0 {
+        // Leaked, but not in the live bytes or the peak: say why.
+        let _ = writeln!(
+            out,
+            "    ({} ({} bytes) of it went with its context (a device reset, cuCtxDestroy or the last primary-context release): leaked, no longer on the device)",
+            count(g.torn_down_blocks, "block"),
+            g.torn_down_bytes
+        );
+    }
     write_stack(out, g, opts);
     out.push('\n');
 }

@@ -171,9 +171,15 @@ fn peak_sites(peak: u64) -> PeakSites {
     }
 }
 
-/// Blocks allocated at or after checkpoint epoch `epoch` and not freed:
-/// those live, and those whose context was destroyed since (leaks too).
-pub fn blocks_since(epoch: u32) -> (Vec<(u64, Block)>, Vec<(u64, Block)>) {
+/// Blocks allocated since a checkpoint and not freed.
+pub struct BlocksSince {
+    pub live: Vec<(u64, Block)>,
+    /// those whose context was destroyed since: leaks too
+    pub torn_down: Vec<(u64, Block)>,
+}
+
+/// Blocks allocated at or after checkpoint epoch `epoch` and not freed.
+pub fn blocks_since(epoch: u32) -> BlocksSince {
     let mut live = Vec::new();
     let _g = SNAPSHOT_LOCK.lock();
     for map in [&LIVE, &HANDLES] {
@@ -187,5 +193,5 @@ pub fn blocks_since(epoch: u32) -> (Vec<(u64, Block)>, Vec<(u64, Block)>) {
         .filter(|(_, b)| b.epoch() >= epoch)
         .copied()
         .collect();
-    (live, torn_down)
+    BlocksSince { live, torn_down }
 }
