@@ -5,7 +5,8 @@
  * host and managed memory (backed by host memory, so addresses are real
  * and get reused after a free), contexts whose destruction frees their
  * memory, primary contexts with reference counts, the virtual memory
- * management calls (handles, reservations, mappings), error codes, and
+ * management calls (handles, reservations, mappings), streams, stream
+ * capture and graphs with memory nodes, error codes, and
  * cuGetProcAddress with versioned names as NVIDIA's driver resolves them
  * (driver_entry_points.h), v1 entry points included. Programs and the
  * simulated runtime use it exactly as they would use the real libcuda.so.1.
@@ -96,7 +97,8 @@ struct CUctx_st {
 /* ---- a small open-addressing table: key 0 is empty, ~0 a tombstone ---- */
 
 enum kind { K_DEVICE = 1, K_HOST, K_MANAGED, K_HANDLE, K_RESERVATION, K_MAPPING, K_ARRAY, K_MIPMAPPED,
-           K_IMPORTED, K_POOL, K_POOL_IMPORT, K_EXT_BUFFER, K_REGISTERED, K_MULTICAST };
+           K_IMPORTED, K_POOL, K_POOL_IMPORT, K_EXT_BUFFER, K_REGISTERED, K_MULTICAST,
+           K_GRAPH /* a graph allocation a launch made live, at its node's address */ };
 
 struct entry {
     uint64_t key;
@@ -228,6 +230,10 @@ static struct table memory;       /* K_DEVICE, K_HOST, K_MANAGED by address */
 static struct table handles;      /* K_HANDLE by handle */
 static struct table reservations; /* K_RESERVATION by address */
 static struct table mappings;     /* K_MAPPING by address */
+/* The addresses of graph allocation nodes, each fixed for its graph's
+ * lifetime: key the address, refs its holders (the graph, each executable
+ * graph instantiated from it, a live allocation at it); unmapped at 0. */
+static struct table graph_memory;
 static uint64_t next_handle = 0x1000;
 
 CUresult cuInit(unsigned int flags) {
@@ -279,7 +285,8 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 /* Device memory of a device (SIMCUDA_DEVICE_BYTES): kinds that live in it
  * take from it; a request that does not fit fails. The lock is held. */
 static int uses_device_memory(int kind) {
-    return kind == K_DEVICE || kind == K_ARRAY || kind == K_MIPMAPPED || kind == K_HANDLE;
+    return kind == K_DEVICE || kind == K_ARRAY || kind == K_MIPMAPPED || kind == K_HANDLE ||
+           kind == K_GRAPH;
 }
 
 static int device_take(int dev, int kind, uint64_t size) {
@@ -293,13 +300,28 @@ static void device_give(int dev, int kind, uint64_t size) {
     if (uses_device_memory(kind) && dev >= 0 && dev < MAX_DEVICES) device_used[dev] -= size;
 }
 
+/* One holder more (delta 1) or less (-1) of a graph allocation node's
+ * address; the lock is held. The last one gone unmaps it. */
+static void graph_memory_ref(uint64_t addr, int delta) {
+    struct entry *e = table_find(&graph_memory, addr);
+    if (!e) return;
+    e->refs += delta;
+    if (e->refs == 0) {
+        munmap((void *)(uintptr_t)e->key, e->size);
+        table_erase(e);
+    }
+}
+
 /* Gives back the memory of a block of `memory` and erases it; the lock
- * is held. A registration's memory is the program's own. */
+ * is held. A registration's memory is the program's own; a graph
+ * allocation's address stays its node's. */
 static void free_entry(struct entry *e) {
     if (uses_device_memory(e->kind) && e->aux)
         device_give(((CUcontext)(uintptr_t)e->aux)->device, e->kind, e->size);
     if (e->low)
         munmap((void *)(uintptr_t)e->key, e->size);
+    else if (e->kind == K_GRAPH)
+        graph_memory_ref(e->key, -1);
     else if (e->kind != K_REGISTERED)
         backing_free((void *)(uintptr_t)e->key, e->size);
     table_erase(e);
@@ -583,7 +605,8 @@ static CUresult allocate(void **out, size_t size, int kind) {
  * memory, memory imported from another process's pool, and buffers
  * mapped from external memory (NVIDIA documents cuMemFree for each). */
 static int freed_as_device(int kind) {
-    return kind == K_DEVICE || kind == K_MANAGED || kind == K_POOL_IMPORT || kind == K_EXT_BUFFER;
+    return kind == K_DEVICE || kind == K_MANAGED || kind == K_POOL_IMPORT || kind == K_EXT_BUFFER ||
+           kind == K_GRAPH;
 }
 
 /* Frees a block of `kind`; K_DEVICE: whatever cuMemFree frees. */
@@ -687,24 +710,37 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
     return allocate((void **)dptr, bytesize, K_MANAGED);
 }
 
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
-    (void)stream;
+static int captured_alloc(CUdeviceptr *dptr, size_t size, CUstream h, int per_thread,
+                          CUresult *r);
+static int captured_free(CUdeviceptr dptr, CUstream h, int per_thread, CUresult *r);
+
+/* Stream-ordered allocation: on a capturing stream, a node of the graph
+ * being captured instead (per_thread: stream 0 is the thread's own). */
+static CUresult allocate_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                               int per_thread) {
+    CUresult r;
+    if (captured_alloc(dptr, bytesize, stream, per_thread, &r)) return r;
     return allocate((void **)dptr, bytesize, K_DEVICE);
 }
 
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
+    return allocate_async(dptr, bytesize, stream, 0);
+}
+
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream stream) {
-    return cuMemAllocAsync_local(dptr, bytesize, stream);
+    return allocate_async(dptr, bytesize, stream, 1);
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream stream) {
     (void)pool;
-    return cuMemAllocAsync_local(dptr, bytesize, stream);
+    return allocate_async(dptr, bytesize, stream, 0);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream stream) {
-    return cuMemAllocFromPoolAsync_local(dptr, bytesize, pool, stream);
+    (void)pool;
+    return allocate_async(dptr, bytesize, stream, 1);
 }
 
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return allocate(pp, bytesize, K_HOST); }
@@ -716,11 +752,14 @@ CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) { return release(dptr, K_DEVICE); }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
-    (void)stream;
+    CUresult r;
+    if (captured_free(dptr, stream, 0, &r)) return r;
     return release(dptr, K_DEVICE);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
-    return cuMemFreeAsync_local(dptr, stream);
+    CUresult r;
+    if (captured_free(dptr, stream, 1, &r)) return r;
+    return release(dptr, K_DEVICE);
 }
 CUresult cuMemFreeHost(void *p) { return release((uint64_t)(uintptr_t)p, K_HOST); }
 
@@ -1337,6 +1376,677 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* ---- streams, stream capture and graphs ----
+ * As NVIDIA documents them, for the memory they move: a stream is a
+ * handle; capturing one (cuStreamBeginCapture) makes its stream-ordered
+ * allocations and frees nodes of a graph instead of doing them. A graph's
+ * allocation node has an address fixed for the graph's lifetime (mapped
+ * here, charged to no device); launching an executable graph runs its
+ * nodes in the order they were added: an allocation node makes its
+ * address a live allocation that takes device memory (K_GRAPH), a free
+ * node frees what it names. Graphs have memory nodes only: other kinds
+ * are CUDA_ERROR_NOT_SUPPORTED. */
+
+struct CUgraphNode_st {
+    CUgraphNodeType type; /* CU_GRAPH_NODE_TYPE_MEM_ALLOC or _MEM_FREE */
+    uint64_t addr;        /* the allocation's address, or the address freed */
+    uint64_t size;        /* allocations: their size and device */
+    int dev;
+    struct CUgraphNode_st *next;
+};
+
+struct CUgraph_st {
+    struct CUgraphNode_st *first, *last;
+    int execs;    /* live executable graphs instantiated from it */
+    int captured; /* a stream is capturing into it */
+    struct CUgraph_st *next;
+};
+
+struct CUgraphExec_st {
+    struct CUgraphNode_st *nodes; /* copies of the graph's, in order */
+    size_t n;
+    unsigned long long flags;
+    CUgraph graph; /* NULL once destroyed */
+    struct CUgraphExec_st *next;
+};
+
+struct CUstream_st {
+    CUcontext ctx;
+    unsigned int flags;
+    CUstreamCaptureStatus status;
+    CUstreamCaptureMode mode;
+    cuuint64_t capture_id;
+    CUgraph graph;    /* being captured into */
+    CUgraphNode tail; /* the last node captured: what the next depends on */
+    struct CUstream_st *next;
+};
+
+/* All under the lock. */
+static struct CUstream_st *streams;      /* created, not destroyed */
+static __thread struct CUstream_st per_thread_stream;
+static struct CUgraph_st *graphs;        /* live */
+static struct CUgraphExec_st *graph_execs; /* live */
+static cuuint64_t next_capture_id = 1;
+/* Streams capturing, read without the lock so that an allocation on a
+ * process with none takes no lock more. */
+static int captures;
+
+/* The stream handle h names, for an entry point of the per-thread default
+ * stream or not (the lock is held): a created stream, the calling thread's
+ * per-thread default stream (CU_STREAM_PER_THREAD, and 0 for a _ptsz entry
+ * point), or NULL: the legacy default stream (*legacy set), which NVIDIA's
+ * driver never captures, or no stream. */
+static struct CUstream_st *stream_of(CUstream h, int per_thread, int *legacy) {
+    *legacy = 0;
+    if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) return &per_thread_stream;
+    if (!h || h == CU_STREAM_LEGACY) {
+        *legacy = 1;
+        return NULL;
+    }
+    for (struct CUstream_st *s = streams; s; s = s->next)
+        if (s == h) return s;
+    return NULL;
+}
+
+static int graph_live(CUgraph g) {
+    for (CUgraph at = graphs; at; at = at->next)
+        if (at == g) return 1;
+    return 0;
+}
+
+/* Whether every one of deps is a node of g (the lock is held). */
+static int nodes_of(CUgraph g, const CUgraphNode *deps, size_t n) {
+    if (n && !deps) return 0;
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNode at = g->first;
+        while (at && at != deps[i]) at = at->next;
+        if (!at) return 0;
+    }
+    return 1;
+}
+
+/* Destroys g and its nodes (the lock is held); what its launches
+ * allocated stays. */
+static void destroy_graph(CUgraph g) {
+    for (CUgraph *at = &graphs; *at; at = &(*at)->next)
+        if (*at == g) {
+            *at = g->next;
+            break;
+        }
+    for (CUgraphExec x = graph_execs; x; x = x->next)
+        if (x->graph == g) x->graph = NULL;
+    for (CUgraphNode n = g->first, next; n; n = next) {
+        next = n->next;
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) graph_memory_ref(n->addr, -1);
+        free(n);
+    }
+    free(g);
+}
+
+/* Adds a memory node to g, after deps (the lock is held): an allocation
+ * of size bytes on dev gets its address, fixed until g and what was made
+ * from it are gone; a free of addr may not repeat one of g's. */
+static CUresult add_memory_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                                CUgraphNodeType type, uint64_t addr, uint64_t size, int dev) {
+    if (!graph_live(g) || !nodes_of(g, deps, n)) return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+        if (!addr) return CUDA_ERROR_INVALID_VALUE;
+        for (CUgraphNode at = g->first; at; at = at->next)
+            if (at->type == CU_GRAPH_NODE_TYPE_MEM_FREE && at->addr == addr)
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUgraphNode node = calloc(1, sizeof *node);
+    if (!node) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        /* the address only: pages come with use, device memory at launch */
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        struct entry e = {.key = (uint64_t)(uintptr_t)p, .size = size, .refs = 1};
+        if (p == MAP_FAILED || table_put(&graph_memory, e)) {
+            if (p != MAP_FAILED) munmap(p, size);
+            free(node);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        addr = e.key;
+    }
+    *node = (struct CUgraphNode_st){.type = type, .addr = addr, .size = size, .dev = dev};
+    if (g->last)
+        g->last->next = node;
+    else
+        g->first = node;
+    g->last = node;
+    *out = node;
+    return CUDA_SUCCESS;
+}
+
+/* An allocation node's parameters, checked as NVIDIA's driver does. */
+static CUresult alloc_params_ok(const CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    if (!p || !p->bytesize || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        (p->accessDescCount && !p->accessDescs))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->poolProps.location.id < 0 || p->poolProps.location.id >= device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (p->bytesize > max_alloc) return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phStream || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = owning_context(current);
+    if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    CUstream s = calloc(1, sizeof *s);
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    s->ctx = ctx;
+    s->flags = Flags;
+    pthread_mutex_lock(&lock);
+    s->next = streams;
+    streams = s;
+    pthread_mutex_unlock(&lock);
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+/* Ends s's capture, if any, and gives back its graph (the lock is held). */
+static CUgraph end_capture(struct CUstream_st *s) {
+    CUgraph g = s->graph;
+    if (s->status != CU_STREAM_CAPTURE_STATUS_NONE) __atomic_fetch_sub(&captures, 1, __ATOMIC_RELAXED);
+    if (g) g->captured = 0;
+    s->status = CU_STREAM_CAPTURE_STATUS_NONE;
+    s->graph = NULL;
+    s->tail = NULL;
+    return g;
+}
+
+CUresult cuStreamDestroy_v2(CUstream hStream) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    CUstream *at = &streams;
+    while (*at && *at != hStream) at = &(*at)->next;
+    CUstream s = *at;
+    if (s) {
+        *at = s->next;
+        /* a capture cut short: nobody ends it, its graph goes too */
+        CUgraph g = end_capture(s);
+        if (g) destroy_graph(g);
+    }
+    pthread_mutex_unlock(&lock);
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+/* CUDA 2.0's entry point, still exported: the same call. */
+CUresult cuStreamDestroy(CUstream hStream) { return cuStreamDestroy_v2_local(hStream); }
+
+static CUresult begin_capture(CUstream h, int per_thread, CUstreamCaptureMode mode) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgraph g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    int legacy;
+    struct CUstream_st *s = stream_of(h, per_thread, &legacy);
+    CUresult r = legacy ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                 : !s ? CUDA_ERROR_INVALID_HANDLE
+                 : s->status != CU_STREAM_CAPTURE_STATUS_NONE ? CUDA_ERROR_ILLEGAL_STATE
+                 : CUDA_SUCCESS;
+    /* the per-thread stream belongs to the context current on its thread */
+    if (!r && s == &per_thread_stream && !(s->ctx = owning_context(current)))
+        r = CUDA_ERROR_INVALID_CONTEXT;
+    if (!r) {
+        g->next = graphs;
+        graphs = g;
+        g->captured = 1;
+        s->status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        s->mode = mode;
+        s->capture_id = next_capture_id++;
+        s->graph = g;
+        s->tail = NULL;
+        __atomic_fetch_add(&captures, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&lock);
+    if (r) free(g);
+    return r;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+    return begin_capture(hStream, 0, mode);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+    return begin_capture(hStream, 1, mode);
+}
+/* CUDA 10.0's, before capture modes: global capture. */
+CUresult cuStreamBeginCapture(CUstream hStream) {
+    return begin_capture(hStream, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
+    return begin_capture(hStream, 1, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+static CUresult stream_end_capture(CUstream h, int per_thread, CUgraph *phGraph) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int legacy;
+    struct CUstream_st *s = stream_of(h, per_thread, &legacy);
+    CUresult r = !s && !legacy ? CUDA_ERROR_INVALID_HANDLE
+                 : !s || s->status != CU_STREAM_CAPTURE_STATUS_ACTIVE ? CUDA_ERROR_ILLEGAL_STATE
+                 : CUDA_SUCCESS;
+    if (!r) *phGraph = end_capture(s);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+    return stream_end_capture(hStream, 0, phGraph);
+}
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+    return stream_end_capture(hStream, 1, phGraph);
+}
+
+/* What cuStreamGetCaptureInfo reports; every output may be NULL. */
+static CUresult capture_info(CUstream h, int per_thread, CUstreamCaptureStatus *status,
+                             cuuint64_t *id, CUgraph *graph, const CUgraphNode **deps,
+                             const CUgraphEdgeData **edges, size_t *n) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    int legacy;
+    struct CUstream_st *s = stream_of(h, per_thread, &legacy);
+    if (!s && !legacy) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    int active = s && s->status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (status) *status = s ? s->status : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id) *id = active ? s->capture_id : 0;
+    if (graph) *graph = active ? s->graph : NULL;
+    /* valid until the stream's next captured call, as NVIDIA's */
+    if (deps) *deps = active && s->tail ? &s->tail : NULL;
+    if (edges) *edges = NULL; /* all edges are default ones */
+    if (n) *n = active && s->tail ? 1 : 0;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+    if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
+    return capture_info(hStream, 0, captureStatus, NULL, NULL, NULL, NULL, NULL);
+}
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+    if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
+    return capture_info(hStream, 1, captureStatus, NULL, NULL, NULL, NULL, NULL);
+}
+CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                cuuint64_t *id_out) {
+    return capture_info(hStream, 0, captureStatus_out, id_out, NULL, NULL, NULL, NULL);
+}
+CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                     cuuint64_t *id_out) {
+    return capture_info(hStream, 1, captureStatus_out, id_out, NULL, NULL, NULL, NULL);
+}
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                   const CUgraphNode **dependencies_out,
+                                   size_t *numDependencies_out) {
+    return capture_info(hStream, 0, captureStatus_out, id_out, graph_out, dependencies_out, NULL,
+                        numDependencies_out);
+}
+CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                        cuuint64_t *id_out, CUgraph *graph_out,
+                                        const CUgraphNode **dependencies_out,
+                                        size_t *numDependencies_out) {
+    return capture_info(hStream, 1, captureStatus_out, id_out, graph_out, dependencies_out, NULL,
+                        numDependencies_out);
+}
+CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                   const CUgraphNode **dependencies_out,
+                                   const CUgraphEdgeData **edgeData_out,
+                                   size_t *numDependencies_out) {
+    return capture_info(hStream, 0, captureStatus_out, id_out, graph_out, dependencies_out,
+                        edgeData_out, numDependencies_out);
+}
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                        cuuint64_t *id_out, CUgraph *graph_out,
+                                        const CUgraphNode **dependencies_out,
+                                        const CUgraphEdgeData **edgeData_out,
+                                        size_t *numDependencies_out) {
+    return capture_info(hStream, 1, captureStatus_out, id_out, graph_out, dependencies_out,
+                        edgeData_out, numDependencies_out);
+}
+
+/* The capturing stream h names, or NULL (the lock is held). */
+static struct CUstream_st *capturing(CUstream h, int per_thread) {
+    int legacy;
+    struct CUstream_st *s = stream_of(h, per_thread, &legacy);
+    return s && s->status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? s : NULL;
+}
+
+/* cuMemAllocAsync on a capturing stream: 1, and *r, when it is one (an
+ * allocation node, after the stream's last node, at whose address *dptr
+ * is); 0 when the allocation is to be made now. */
+static int captured_alloc(CUdeviceptr *dptr, size_t size, CUstream h, int per_thread,
+                          CUresult *r) {
+    if (!__atomic_load_n(&captures, __ATOMIC_RELAXED)) return 0;
+    sigset_t mask;
+    lock_signal_safe(&mask);
+    struct CUstream_st *s = capturing(h, per_thread);
+    if (s) {
+        CUgraphNode node;
+        *r = !dptr || !size ? CUDA_ERROR_INVALID_VALUE
+             : size > max_alloc ? CUDA_ERROR_OUT_OF_MEMORY
+             : add_memory_node(&node, s->graph, &s->tail, s->tail ? 1 : 0,
+                               CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0, size, s->ctx->device);
+        if (!*r) {
+            s->tail = node;
+            *dptr = node->addr;
+        }
+    }
+    unlock_signal_safe(&mask);
+    return s != NULL;
+}
+
+/* cuMemFreeAsync on a capturing stream: a free node, the memory untouched. */
+static int captured_free(CUdeviceptr dptr, CUstream h, int per_thread, CUresult *r) {
+    if (!__atomic_load_n(&captures, __ATOMIC_RELAXED)) return 0;
+    sigset_t mask;
+    lock_signal_safe(&mask);
+    struct CUstream_st *s = capturing(h, per_thread);
+    if (s) {
+        CUgraphNode node;
+        *r = add_memory_node(&node, s->graph, &s->tail, s->tail ? 1 : 0,
+                             CU_GRAPH_NODE_TYPE_MEM_FREE, dptr, 0, 0);
+        if (!*r) s->tail = node;
+    }
+    unlock_signal_safe(&mask);
+    return s != NULL;
+}
+
+CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraph || flags) return CUDA_ERROR_INVALID_VALUE;
+    CUgraph g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    g->next = graphs;
+    graphs = g;
+    pthread_mutex_unlock(&lock);
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hGraph) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    /* a graph a stream is capturing into is the capture's until it ends */
+    CUresult r = !graph_live(hGraph) ? CUDA_ERROR_INVALID_VALUE
+                 : hGraph->captured ? CUDA_ERROR_ILLEGAL_STATE
+                 : CUDA_SUCCESS;
+    if (!r) destroy_graph(hGraph);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *dependencies, size_t numDependencies,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = alloc_params_ok(nodeParams);
+    if (r) return r;
+    CUgraphNode node;
+    pthread_mutex_lock(&lock);
+    r = add_memory_node(&node, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+                        0, nodeParams->bytesize, nodeParams->poolProps.location.id);
+    pthread_mutex_unlock(&lock);
+    if (r) return r;
+    nodeParams->dptr = node->addr;
+    *phGraphNode = node;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                               const CUgraphNode *dependencies, size_t numDependencies,
+                               CUdeviceptr dptr) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = add_memory_node(phGraphNode, hGraph, dependencies, numDependencies,
+                                 CU_GRAPH_NODE_TYPE_MEM_FREE, dptr, 0, 0);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* CUDA 12.2's generic node: the memory nodes' parameters only. */
+static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                         CUgraphNodeParams *params) {
+    if (!params) return CUDA_ERROR_INVALID_VALUE;
+    if (params->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        return cuGraphAddMemFreeNode_local(out, g, deps, n, params->free.dptr);
+    if (params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_NOT_SUPPORTED;
+    CUDA_MEM_ALLOC_NODE_PARAMS a; /* the same layout, another type */
+    memcpy(&a, &params->alloc, sizeof a);
+    CUresult r = cuGraphAddMemAllocNode_local(out, g, deps, n, &a);
+    if (!r) params->alloc.dptr = a.dptr;
+    return r;
+}
+
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+
+/* CUDA 12.3's, with edge data: every edge of the simulation is a default
+ * one, whatever is asked. */
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                           const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+                           size_t numDependencies, CUgraphNodeParams *nodeParams) {
+    (void)dependencyData;
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+
+/* An executable graph of g: a copy of its nodes. NVIDIA: a graph with
+ * memory nodes has at most one at a time. */
+static CUresult instantiate(CUgraphExec *out, CUgraph g, unsigned long long flags,
+                            CUgraphInstantiateResult *result) {
+    if (result) *result = CUDA_GRAPH_INSTANTIATE_ERROR;
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out || (flags & ~0xfull)) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = graph_live(g) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    size_t n = 0;
+    if (!r)
+        for (CUgraphNode at = g->first; at; at = at->next) n++;
+    if (!r && n && g->execs) r = CUDA_ERROR_NOT_SUPPORTED; /* all nodes are memory nodes */
+    CUgraphExec x = NULL;
+    if (!r) {
+        x = calloc(1, sizeof *x);
+        if (x) x->nodes = calloc(n ? n : 1, sizeof *x->nodes);
+        if (!x || !x->nodes) {
+            free(x);
+            x = NULL;
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (!r) {
+        for (CUgraphNode at = g->first; at; at = at->next) {
+            x->nodes[x->n] = *at;
+            x->nodes[x->n++].next = NULL;
+            if (at->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) graph_memory_ref(at->addr, 1);
+        }
+        x->flags = flags;
+        x->graph = g;
+        g->execs++;
+        x->next = graph_execs;
+        graph_execs = x;
+        *out = x;
+        if (result) *result = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags) {
+    return instantiate(phGraphExec, hGraph, flags, NULL);
+}
+
+CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+    if (!instantiateParams) return CUDA_ERROR_INVALID_VALUE;
+    instantiateParams->hErrNode_out = NULL;
+    return instantiate(phGraphExec, hGraph, instantiateParams->flags,
+                       &instantiateParams->result_out);
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) {
+    return cuGraphInstantiateWithParams_local(phGraphExec, hGraph, instantiateParams);
+}
+
+/* CUDA 10.0's and 11.0's, without flags: no error node, an empty log. */
+CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                               char *logBuffer, size_t bufferSize) {
+    if (phErrorNode) *phErrorNode = NULL;
+    if (logBuffer && bufferSize) logBuffer[0] = 0;
+    return instantiate(phGraphExec, hGraph, 0, NULL);
+}
+
+CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                            char *logBuffer, size_t bufferSize) {
+    return cuGraphInstantiate_v2_local(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+}
+
+static int exec_live(CUgraphExec x) {
+    for (CUgraphExec at = graph_execs; at; at = at->next)
+        if (at == x) return 1;
+    return 0;
+}
+
+/* Whether addr is live just before x's node i runs, the nodes before it
+ * having run after `freed` (x's allocations freed first, AUTO_FREE) did;
+ * the lock is held. *e: its block in `memory` when it was live before. */
+static int live_before(CUgraphExec x, size_t i, uint64_t addr, int freed, struct entry **e) {
+    *e = table_find(&memory, addr);
+    int live = *e && !(freed && (*e)->kind == K_GRAPH);
+    for (size_t j = 0; j < i; j++)
+        if (x->nodes[j].addr == addr) live = x->nodes[j].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    return live;
+}
+
+/* Runs x's nodes in order, all or none (the lock is held). */
+static CUresult run_graph(CUgraphExec x, CUcontext ctx) {
+    int auto_free = (x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0;
+    long long delta[MAX_DEVICES] = {0};
+    /* A launch's allocations still live: an error, or freed first. */
+    for (size_t i = 0; i < x->n; i++) {
+        struct entry *e = table_find(&memory, x->nodes[i].addr);
+        if (x->nodes[i].type != CU_GRAPH_NODE_TYPE_MEM_ALLOC || !e) continue;
+        if (!auto_free || e->kind != K_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+        delta[x->nodes[i].dev] -= (long long)e->size;
+    }
+    for (size_t i = 0; i < x->n; i++) {
+        struct CUgraphNode_st *n = &x->nodes[i];
+        struct entry *e;
+        int live = live_before(x, i, n->addr, auto_free, &e);
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            delta[n->dev] += (long long)n->size;
+            if (device_bytes && (long long)device_used[n->dev] + delta[n->dev] > (long long)device_bytes)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            continue;
+        }
+        if (!live) return CUDA_ERROR_INVALID_VALUE;
+        /* what was live before the launch, unless a node of it made it */
+        int made_here = 0;
+        for (size_t j = 0; j < i; j++)
+            if (x->nodes[j].addr == n->addr) made_here = j + 1;
+        if (made_here) {
+            delta[x->nodes[made_here - 1].dev] -= (long long)x->nodes[made_here - 1].size;
+        } else {
+            if (!freed_as_device(e->kind)) return CUDA_ERROR_INVALID_VALUE;
+            if (uses_device_memory(e->kind))
+                delta[((CUcontext)(uintptr_t)e->aux)->device] -= (long long)e->size;
+        }
+    }
+    /* Checked: now done. */
+    if (auto_free)
+        for (size_t i = 0; i < x->n; i++) {
+            struct entry *e = table_find(&memory, x->nodes[i].addr);
+            if (x->nodes[i].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && e) free_entry(e);
+        }
+    for (size_t i = 0; i < x->n; i++) {
+        struct CUgraphNode_st *n = &x->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+            free_entry(table_find(&memory, n->addr));
+            continue;
+        }
+        /* the launch's context, or the node's device's primary one */
+        CUcontext owner = ctx->device == n->dev ? ctx : &primary[n->dev];
+        struct entry e = {.key = n->addr, .size = n->size, .aux = (uint64_t)(uintptr_t)owner,
+                          .kind = K_GRAPH};
+        if (table_put(&memory, e)) return CUDA_ERROR_OUT_OF_MEMORY;
+        device_used[n->dev] += n->size;
+        graph_memory_ref(n->addr, 1);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUgraphExec x, CUstream h, int per_thread) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    sigset_t mask;
+    lock_signal_safe(&mask);
+    int legacy;
+    struct CUstream_st *s = stream_of(h, per_thread, &legacy);
+    /* the per-thread stream's context is the one current on the thread */
+    CUcontext ctx = s && s != &per_thread_stream ? s->ctx : owning_context(current);
+    CUresult r = !exec_live(x) ? CUDA_ERROR_INVALID_VALUE
+                 : !s && !legacy ? CUDA_ERROR_INVALID_HANDLE
+                 /* a graph launched into a capture: not simulated */
+                 : s && s->status != CU_STREAM_CAPTURE_STATUS_NONE ? CUDA_ERROR_NOT_SUPPORTED
+                 : !ctx ? CUDA_ERROR_INVALID_CONTEXT
+                 : run_graph(x, ctx);
+    unlock_signal_safe(&mask);
+    return r;
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    return launch(hGraphExec, hStream, 0);
+}
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+    return launch(hGraphExec, hStream, 1);
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    CUgraphExec *at = &graph_execs;
+    while (*at && *at != hGraphExec) at = &(*at)->next;
+    CUgraphExec x = *at;
+    if (x) {
+        *at = x->next;
+        if (x->graph) x->graph->execs--;
+        for (size_t i = 0; i < x->n; i++)
+            if (x->nodes[i].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) graph_memory_ref(x->nodes[i].addr, -1);
+    }
+    pthread_mutex_unlock(&lock);
+    if (!x) return CUDA_ERROR_INVALID_VALUE;
+    free(x->nodes);
+    free(x);
+    return CUDA_SUCCESS;
+}
+
+/* Gives back the memory graphs keep cached for their next launch; the
+ * simulation keeps none, and live allocations stay. */
+CUresult cuDeviceGraphMemTrim(CUdevice device) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (device < 0 || device >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+
 /* ---- how much device memory is left ---- */
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
@@ -1373,6 +2083,11 @@ CUresult cuGetErrorName(CUresult error, const char **pstr) {
         {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED"},
         {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"},
         {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
+        {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
+        {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE"},
+        {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE"},
+        {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
+        {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
     };
     if (!pstr) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

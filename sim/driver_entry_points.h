@@ -137,6 +137,100 @@
     ENTRY(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, 0,                              \
           (CUdeviceptr * ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData * shareData),         \
           (ptr_out, pool, shareData))                                                             \
+    /* ---- streams, stream capture and graphs ---- */                                           \
+    ENTRY(cuStreamCreate, cuStreamCreate, 2000, 0, (CUstream * phStream, unsigned int Flags),   \
+          (phStream, Flags))                                                                      \
+    ENTRY(cuStreamDestroy, cuStreamDestroy, 2000, 0, (CUstream hStream), (hStream))              \
+    ENTRY(cuStreamDestroy_v2, cuStreamDestroy, 4000, 0, (CUstream hStream), (hStream))           \
+    ENTRY(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0, (CUstream hStream), (hStream))   \
+    ENTRY(cuStreamBeginCapture_ptsz, cuStreamBeginCapture, 10000, 1, (CUstream hStream),         \
+          (hStream))                                                                              \
+    ENTRY(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, 0,                               \
+          (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))                          \
+    ENTRY(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture, 10010, 1,                          \
+          (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))                          \
+    ENTRY(cuStreamEndCapture, cuStreamEndCapture, 10000, 0, (CUstream hStream, CUgraph * phGraph), \
+          (hStream, phGraph))                                                                     \
+    ENTRY(cuStreamEndCapture_ptsz, cuStreamEndCapture, 10000, 1,                                 \
+          (CUstream hStream, CUgraph * phGraph), (hStream, phGraph))                              \
+    ENTRY(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0,                                    \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus), (hStream, captureStatus))    \
+    ENTRY(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, 10000, 1,                               \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus), (hStream, captureStatus))    \
+    ENTRY(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 10010, 0,                              \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus_out, cuuint64_t * id_out),    \
+          (hStream, captureStatus_out, id_out))                                                   \
+    ENTRY(cuStreamGetCaptureInfo_ptsz, cuStreamGetCaptureInfo, 10010, 1,                         \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus_out, cuuint64_t * id_out),    \
+          (hStream, captureStatus_out, id_out))                                                   \
+    ENTRY(cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo, 11030, 0,                           \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus_out, cuuint64_t * id_out,     \
+           CUgraph * graph_out, const CUgraphNode **dependencies_out,                             \
+           size_t *numDependencies_out),                                                          \
+          (hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out)) \
+    ENTRY(cuStreamGetCaptureInfo_v2_ptsz, cuStreamGetCaptureInfo, 11030, 1,                      \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus_out, cuuint64_t * id_out,     \
+           CUgraph * graph_out, const CUgraphNode **dependencies_out,                             \
+           size_t *numDependencies_out),                                                          \
+          (hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out)) \
+    ENTRY(cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo, 12030, 0,                           \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus_out, cuuint64_t * id_out,     \
+           CUgraph * graph_out, const CUgraphNode **dependencies_out,                             \
+           const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),                    \
+          (hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,         \
+           numDependencies_out))                                                                  \
+    ENTRY(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo, 12030, 1,                      \
+          (CUstream hStream, CUstreamCaptureStatus * captureStatus_out, cuuint64_t * id_out,     \
+           CUgraph * graph_out, const CUgraphNode **dependencies_out,                             \
+           const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),                    \
+          (hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,         \
+           numDependencies_out))                                                                  \
+    ENTRY(cuGraphCreate, cuGraphCreate, 10000, 0, (CUgraph * phGraph, unsigned int flags),       \
+          (phGraph, flags))                                                                       \
+    ENTRY(cuGraphDestroy, cuGraphDestroy, 10000, 0, (CUgraph hGraph), (hGraph))                  \
+    ENTRY(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0,                              \
+          (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,            \
+           size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams),                       \
+          (phGraphNode, hGraph, dependencies, numDependencies, nodeParams))                       \
+    ENTRY(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, 0,                                \
+          (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,            \
+           size_t numDependencies, CUdeviceptr dptr),                                             \
+          (phGraphNode, hGraph, dependencies, numDependencies, dptr))                             \
+    ENTRY(cuGraphAddNode, cuGraphAddNode, 12020, 0,                                              \
+          (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,            \
+           size_t numDependencies, CUgraphNodeParams *nodeParams),                                \
+          (phGraphNode, hGraph, dependencies, numDependencies, nodeParams))                       \
+    ENTRY(cuGraphAddNode_v2, cuGraphAddNode, 12030, 0,                                           \
+          (CUgraphNode * phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,            \
+           const CUgraphEdgeData *dependencyData, size_t numDependencies,                         \
+           CUgraphNodeParams *nodeParams),                                                        \
+          (phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams))       \
+    ENTRY(cuGraphInstantiate, cuGraphInstantiate, 10000, 0,                                      \
+          (CUgraphExec * phGraphExec, CUgraph hGraph, CUgraphNode * phErrorNode,                  \
+           char *logBuffer, size_t bufferSize),                                                   \
+          (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize))                              \
+    ENTRY(cuGraphInstantiate_v2, cuGraphInstantiate, 11000, 0,                                   \
+          (CUgraphExec * phGraphExec, CUgraph hGraph, CUgraphNode * phErrorNode,                  \
+           char *logBuffer, size_t bufferSize),                                                   \
+          (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize))                              \
+    ENTRY(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0,                    \
+          (CUgraphExec * phGraphExec, CUgraph hGraph, unsigned long long flags),                  \
+          (phGraphExec, hGraph, flags))                                                           \
+    ENTRY(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0,                  \
+          (CUgraphExec * phGraphExec, CUgraph hGraph,                                             \
+           CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),                                     \
+          (phGraphExec, hGraph, instantiateParams))                                               \
+    ENTRY(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams, 12000, 1,             \
+          (CUgraphExec * phGraphExec, CUgraph hGraph,                                             \
+           CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),                                     \
+          (phGraphExec, hGraph, instantiateParams))                                               \
+    ENTRY(cuGraphLaunch, cuGraphLaunch, 10000, 0, (CUgraphExec hGraphExec, CUstream hStream),    \
+          (hGraphExec, hStream))                                                                  \
+    ENTRY(cuGraphLaunch_ptsz, cuGraphLaunch, 10000, 1, (CUgraphExec hGraphExec, CUstream hStream), \
+          (hGraphExec, hStream))                                                                  \
+    ENTRY(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, (CUgraphExec hGraphExec),            \
+          (hGraphExec))                                                                           \
+    ENTRY(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, (CUdevice device), (device))     \
     /* ---- CUDA arrays ---- */                                                                  \
     ENTRY(cuArrayCreate, cuArrayCreate, 2000, 0,                                                 \
           (CUarray * pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *a), (pHandle, a))                   \

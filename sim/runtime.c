@@ -89,6 +89,29 @@ static struct {
     CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
     CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
     CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+    CUresult (*StreamCreate)(CUstream *, unsigned int);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*StreamBeginCapture_ptsz)(CUstream, CUstreamCaptureMode);
+    CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*StreamEndCapture_ptsz)(CUstream, CUgraph *);
+    CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*StreamIsCapturing_ptsz)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*StreamGetCaptureInfo)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                     const CUgraphNode **, size_t *);
+    CUresult (*StreamGetCaptureInfo_ptsz)(CUstream, CUstreamCaptureStatus *, cuuint64_t *,
+                                          CUgraph *, const CUgraphNode **, size_t *);
+    CUresult (*GraphCreate)(CUgraph *, unsigned int);
+    CUresult (*GraphDestroy)(CUgraph);
+    CUresult (*GraphAddMemAllocNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                     CUDA_MEM_ALLOC_NODE_PARAMS *);
+    CUresult (*GraphAddMemFreeNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                    CUdeviceptr);
+    CUresult (*GraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*GraphLaunch_ptsz)(CUgraphExec, CUstream);
+    CUresult (*GraphExecDestroy)(CUgraphExec);
+    CUresult (*DeviceGraphMemTrim)(CUdevice);
     get_proc_t GetProcAddress; /* from dlsym("cuGetProcAddress_v2") */
     get_proc_t EntryPoint;     /* cuGetProcAddress at 12000: cudaGetDriverEntryPoint's */
 } drv;
@@ -168,6 +191,30 @@ static void load_driver(void) {
      * names alone would miss. */
     GET(IpcOpenMemHandle, "cuIpcOpenMemHandle", 4010, CU_GET_PROC_ADDRESS_DEFAULT);
     GET(IpcCloseMemHandle, "cuIpcCloseMemHandle", 4010, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamCreate, "cuStreamCreate", 2000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamDestroy, "cuStreamDestroy", 4000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamBeginCapture, "cuStreamBeginCapture", 10010, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamBeginCapture_ptsz, "cuStreamBeginCapture", 10010,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(StreamEndCapture, "cuStreamEndCapture", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamEndCapture_ptsz, "cuStreamEndCapture", 10000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(StreamIsCapturing, "cuStreamIsCapturing", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamIsCapturing_ptsz, "cuStreamIsCapturing", 10000,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(StreamGetCaptureInfo, "cuStreamGetCaptureInfo", 11030, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(StreamGetCaptureInfo_ptsz, "cuStreamGetCaptureInfo", 11030,
+        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(GraphCreate, "cuGraphCreate", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(GraphDestroy, "cuGraphDestroy", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(GraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(GraphAddMemFreeNode, "cuGraphAddMemFreeNode", 11040, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040,
+        CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(GraphLaunch, "cuGraphLaunch", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(GraphLaunch_ptsz, "cuGraphLaunch", 10000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    GET(GraphExecDestroy, "cuGraphExecDestroy", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+    GET(DeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, CU_GET_PROC_ADDRESS_DEFAULT);
     if (drv.Init(0) == CUDA_SUCCESS) init_error = cudaSuccess;
 }
 
@@ -178,6 +225,12 @@ static cudaError_t to_runtime_error(CUresult r) {
     case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
     case CUDA_ERROR_NOT_INITIALIZED: return cudaErrorInitializationError;
     case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
+    case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
+    case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
+    case CUDA_ERROR_ILLEGAL_STATE: return cudaErrorIllegalState;
+    case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return cudaErrorStreamCaptureUnsupported;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return cudaErrorStreamCaptureInvalidated;
     default: return cudaErrorUnknown;
     }
 }
@@ -500,4 +553,142 @@ cudaError_t cudaIpcCloseMemHandle(void *devPtr) {
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
                                     enum cudaDriverEntryPointQueryResult *driverStatus) {
     return cudaGetDriverEntryPointByVersion(symbol, funcPtr, CUDART_VERSION, flags, driverStatus);
+}
+
+/* ---- streams, stream capture and graphs, over the driver's ---- */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags) {
+    INIT_OR_RETURN();
+    if (!pStream) return cudaErrorInvalidValue;
+    return to_runtime_error(drv.StreamCreate((CUstream *)pStream, flags));
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
+    return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamDestroy(stream));
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamBeginCapture(stream, (CUstreamCaptureMode)mode));
+}
+
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamBeginCapture_ptsz(stream, (CUstreamCaptureMode)mode));
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamEndCapture(stream, pGraph));
+}
+
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamEndCapture_ptsz(stream, pGraph));
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamIsCapturing(stream, (CUstreamCaptureStatus *)pCaptureStatus));
+}
+
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                       enum cudaStreamCaptureStatus *pCaptureStatus) {
+    INIT_OR_RETURN();
+    return to_runtime_error(
+        drv.StreamIsCapturing_ptsz(stream, (CUstreamCaptureStatus *)pCaptureStatus));
+}
+
+cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t stream,
+                                        enum cudaStreamCaptureStatus *captureStatus_out,
+                                        unsigned long long *id_out, cudaGraph_t *graph_out,
+                                        const cudaGraphNode_t **dependencies_out,
+                                        size_t *numDependencies_out) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamGetCaptureInfo(
+        stream, (CUstreamCaptureStatus *)captureStatus_out, (cuuint64_t *)id_out, graph_out,
+        dependencies_out, numDependencies_out));
+}
+
+cudaError_t cudaStreamGetCaptureInfo_v2_ptsz(cudaStream_t stream,
+                                             enum cudaStreamCaptureStatus *captureStatus_out,
+                                             unsigned long long *id_out, cudaGraph_t *graph_out,
+                                             const cudaGraphNode_t **dependencies_out,
+                                             size_t *numDependencies_out) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.StreamGetCaptureInfo_ptsz(
+        stream, (CUstreamCaptureStatus *)captureStatus_out, (cuuint64_t *)id_out, graph_out,
+        dependencies_out, numDependencies_out));
+}
+
+cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphCreate(pGraph, flags));
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphDestroy(graph));
+}
+
+_Static_assert(sizeof(struct cudaMemAllocNodeParams) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) &&
+                   sizeof(struct cudaMemPoolProps) == sizeof(CUmemPoolProps),
+               "the runtime's and the driver's allocation node layouts");
+
+cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                     const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                     struct cudaMemAllocNodeParams *nodeParams) {
+    INIT_OR_RETURN();
+    if (!nodeParams) return cudaErrorInvalidValue;
+    /* the same layout: the driver's fields are the runtime's */
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memcpy(&p, nodeParams, sizeof p);
+    CUresult r = drv.GraphAddMemAllocNode(pGraphNode, graph, pDependencies, numDependencies, &p);
+    if (!r) nodeParams->dptr = (void *)(uintptr_t)p.dptr;
+    return to_runtime_error(r);
+}
+
+cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                    const cudaGraphNode_t *pDependencies, size_t numDependencies,
+                                    void *dptr) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphAddMemFreeNode(pGraphNode, graph, pDependencies,
+                                                    numDependencies, (CUdeviceptr)dptr));
+}
+
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                          unsigned long long flags) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphInstantiateWithFlags(pGraphExec, graph, flags));
+}
+
+/* CUDA 12's signature (flags, no error node or log). */
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+    return cudaGraphInstantiateWithFlags(pGraphExec, graph, flags);
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphLaunch(graphExec, stream));
+}
+
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphLaunch_ptsz(graphExec, stream));
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.GraphExecDestroy(graphExec));
+}
+
+cudaError_t cudaDeviceGraphMemTrim(int device) {
+    INIT_OR_RETURN();
+    return to_runtime_error(drv.DeviceGraphMemTrim(device));
 }

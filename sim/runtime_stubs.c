@@ -6,10 +6,11 @@
  * runtime first on its search path.
  *
  * Each is a weak definition that does nothing and returns
- * cudaErrorNotSupported (801): the simulation has no kernels, streams or
- * graphs. runtime.c's definitions are strong and take their place where
+ * cudaErrorNotSupported (801): the simulation has no kernels, events or
+ * textures. runtime.c's definitions are strong and take their place where
  * the simulation has something to do (allocations, frees, resets, entry
- * points, versions, device count, error strings).
+ * points, versions, device count, error strings, streams, stream capture
+ * and graphs with memory nodes).
  *
  * A stub is declared `int f(void)`, whatever the real signature: on the
  * x86-64 and AArch64 calling conventions a caller's arguments are then
