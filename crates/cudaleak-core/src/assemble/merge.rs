@@ -29,6 +29,9 @@ pub(super) const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
         &["cuMemAllocFromPoolAsync_ptsz", "cuMemAllocFromPoolAsync"],
     ),
     ("cudaHostRegister", &["cuMemHostRegister_v2", "cuMemHostRegister"]),
+    ("cudaGraphAddMemAllocNode", &["cuGraphAddMemAllocNode"]),
+    ("cudaGraphAddNode", &["cuGraphAddNode", "cuGraphAddNode_v2"]),
+    ("cudaGraphAddNode_v2", &["cuGraphAddNode_v2", "cuGraphAddNode"]),
     (
         "cudaIpcOpenMemHandle",
         &["cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"],

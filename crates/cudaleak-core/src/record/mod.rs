@@ -47,10 +47,15 @@ pub enum MemoryKind {
     /// extension: a multicast object (cuMulticastCreate) itself; the
     /// memory bound to it is physical memory of its own
     Multicast = 9,
+    /// extension: device memory of a CUDA graph's memory-alloc node (a node
+    /// added with cuGraphAddMemAllocNode or cuGraphAddNode, or made by a
+    /// stream-ordered allocation while its stream was captured), live from
+    /// the launch that ran the node until a free node or a free call
+    Graph = 10,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 10] = [
+    pub const ALL: [MemoryKind; 11] = [
         MemoryKind::Device,
         MemoryKind::Host,
         MemoryKind::Managed,
@@ -61,6 +66,7 @@ impl MemoryKind {
         MemoryKind::Pool,
         MemoryKind::Registered,
         MemoryKind::Multicast,
+        MemoryKind::Graph,
     ];
 
     pub fn name(self) -> &'static str {
@@ -75,6 +81,7 @@ impl MemoryKind {
             MemoryKind::Pool => "pool",
             MemoryKind::Registered => "registered",
             MemoryKind::Multicast => "multicast",
+            MemoryKind::Graph => "graph",
         }
     }
 
@@ -101,7 +108,7 @@ impl MemoryKind {
     /// multicast object, like a pool, is reserved memory.
     pub fn shared_kind(self) -> MemoryKind {
         match self {
-            MemoryKind::Imported => MemoryKind::Device,
+            MemoryKind::Imported | MemoryKind::Graph => MemoryKind::Device,
             MemoryKind::Pool | MemoryKind::Multicast => MemoryKind::Reservation,
             MemoryKind::Registered => MemoryKind::Host,
             k => k,
@@ -192,6 +199,13 @@ api_list! {
     cudaHostRegister,
     cuMemPoolImportFromShareableHandle,
     cudaMallocFromPoolAsync_ptsz,
+    // graph memory nodes: the call that added the node (a stream-ordered
+    // allocation captured into a graph keeps its own name)
+    cuGraphAddMemAllocNode,
+    cuGraphAddNode,
+    cuGraphAddNode_v2,
+    cudaGraphAddMemAllocNode,
+    cudaGraphAddNode,
 }
 
 impl Api {

@@ -103,6 +103,8 @@ pub static CU_GET_PROC_ADDRESS_V2: Helper = Helper::new(c"cuGetProcAddress_v2");
 pub static CU_MEM_GET_ADDRESS_RANGE_V2: Helper = Helper::new(c"cuMemGetAddressRange_v2");
 /// Free and total device memory when an allocation ran out (`oom.rs`).
 pub static CU_MEM_GET_INFO_V2: Helper = Helper::new(c"cuMemGetInfo_v2");
+/// Whether a stream is being captured, and into which graph (`graphs.rs`).
+pub static CU_STREAM_GET_CAPTURE_INFO_V2: Helper = Helper::new(c"cuStreamGetCaptureInfo_v2");
 
 /// After a `dlclose` unloaded objects (`dlsym_override.rs`): forgets the helpers
 /// that pointed into them, and the libcuda handle (looked up again).
@@ -113,6 +115,7 @@ pub fn forget_unloaded(is_gone: &dyn Fn(usize) -> bool) {
         &CU_GET_PROC_ADDRESS_V2,
         &CU_MEM_GET_ADDRESS_RANGE_V2,
         &CU_MEM_GET_INFO_V2,
+        &CU_STREAM_GET_CAPTURE_INFO_V2,
     ] {
         helper.forget_if_unloaded(is_gone);
     }

@@ -202,3 +202,68 @@ pub struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC {
 }
 /// `cuMemGetInfo_v2`: free and total memory of the current context's device.
 pub type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
+
+// ---- CUDA graphs and stream capture (`state/graphs.rs`) ----
+
+pub type CUgraph = *mut c_void;
+pub type CUgraphNode = *mut c_void;
+pub type CUgraphExec = *mut c_void;
+
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+/// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`, `CU_GRAPH_NODE_TYPE_MEM_FREE`
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1 and v2 alike): the pool's properties
+/// (`CUmemPoolProps`, 88 bytes, whose location names the device), then the
+/// access descriptors, the size asked for and the address the driver
+/// writes back.
+#[repr(C)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location_type: c_int,
+    pub location_id: c_int,
+    pub pool_props_rest: [u8; 72],
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+const _: () = assert!(std::mem::size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>() == 120);
+const _: () = assert!(std::mem::offset_of!(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104);
+
+/// `CUgraphNodeParams` (cuGraphAddNode, 256 bytes): the node type, then a
+/// union at offset 16 whose memory-alloc member is a
+/// [`CUDA_MEM_ALLOC_NODE_PARAMS`] and whose memory-free member is the
+/// address to free.
+#[repr(C)]
+pub struct CUgraphNodeParams {
+    pub node_type: c_int,
+    pub reserved0: [c_int; 3],
+    pub params: [u64; 29],
+    pub reserved2: i64,
+}
+
+const _: () = assert!(std::mem::size_of::<CUgraphNodeParams>() == 256);
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (cuGraphInstantiateWithParams): the
+/// flags are read.
+#[repr(C)]
+pub struct CUDA_GRAPH_INSTANTIATE_PARAMS {
+    pub flags: u64,
+    pub upload_stream: CUstream,
+    pub err_node_out: CUgraphNode,
+    pub result_out: c_int,
+}
+
+pub type StreamGetCaptureInfoFn = unsafe extern "C" fn(
+    CUstream,
+    *mut c_int,
+    *mut u64,
+    *mut CUgraph,
+    *mut *const CUgraphNode,
+    *mut usize,
+) -> CUresult;

@@ -59,18 +59,20 @@ macro_rules! for_each_cuda_hook {
                 => Alloc::new(HookId::cuMemAllocManaged, Api::cuMemAllocManaged, Managed, dptr, size);
             Driver fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult
                 as cuMemAllocAsync @ 11020
-                => Alloc::new(HookId::cuMemAllocAsync, Api::cuMemAllocAsync, Device, dptr, size);
+                => Alloc::stream_ordered(HookId::cuMemAllocAsync, Api::cuMemAllocAsync, dptr, size, stream, false);
             Driver fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult
                 as cuMemAllocAsync @ 11020 ptsz
-                => Alloc::new(HookId::cuMemAllocAsync_ptsz, Api::cuMemAllocAsync_ptsz, Device, dptr, size);
+                => Alloc::stream_ordered(HookId::cuMemAllocAsync_ptsz, Api::cuMemAllocAsync_ptsz, dptr, size,
+                                         stream, true);
             Driver fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool,
                                               stream: CUstream) -> CUresult as cuMemAllocFromPoolAsync @ 11020
-                => Alloc::new(HookId::cuMemAllocFromPoolAsync, Api::cuMemAllocFromPoolAsync, Device, dptr, size);
+                => Alloc::stream_ordered(HookId::cuMemAllocFromPoolAsync, Api::cuMemAllocFromPoolAsync, dptr, size,
+                                         stream, false);
             Driver fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool,
                                                    stream: CUstream) -> CUresult
                 as cuMemAllocFromPoolAsync @ 11020 ptsz
-                => Alloc::new(HookId::cuMemAllocFromPoolAsync_ptsz, Api::cuMemAllocFromPoolAsync_ptsz,
-                              Device, dptr, size);
+                => Alloc::stream_ordered(HookId::cuMemAllocFromPoolAsync_ptsz, Api::cuMemAllocFromPoolAsync_ptsz,
+                                         dptr, size, stream, true);
             Driver fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> CUresult as cuMemAllocHost @ 2000
                 => Alloc::new(HookId::cuMemAllocHost, Api::cuMemAllocHost, Host, pp.cast(), size as usize);
             Driver fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult as cuMemAllocHost @ 3020
@@ -85,10 +87,10 @@ macro_rules! for_each_cuda_hook {
             Driver fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult as cuMemFree @ 3020
                 => Free::new(HookId::cuMemFree_v2, dptr, FREES_DEVICE);
             Driver fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult as cuMemFreeAsync @ 11020
-                => Free::new(HookId::cuMemFreeAsync, dptr, FREES_DEVICE);
+                => Free::stream_ordered(HookId::cuMemFreeAsync, dptr, stream, false);
             Driver fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult
                 as cuMemFreeAsync @ 11020 ptsz
-                => Free::new(HookId::cuMemFreeAsync_ptsz, dptr, FREES_DEVICE);
+                => Free::stream_ordered(HookId::cuMemFreeAsync_ptsz, dptr, stream, true);
             Driver fn cuMemFreeHost(p: *mut c_void) -> CUresult as cuMemFreeHost @ 2000
                 => Free::new(HookId::cuMemFreeHost, p as u64, FREES_HOST);
 
@@ -268,6 +270,76 @@ macro_rules! for_each_cuda_hook {
             Driver fn cuCtxFromGreenCtx(pctx: *mut CUcontext, green: CUgreenCtx) -> CUresult
                 as cuCtxFromGreenCtx @ 12040
                 => ContextEvent::green_context(pctx, green);
+
+            // ---- driver: graph memory and stream capture (`state/graphs.rs`) ----
+            Driver fn cuStreamBeginCapture(stream: CUstream) -> CUresult as cuStreamBeginCapture @ 10000
+                => CaptureBegin;
+            Driver fn cuStreamBeginCapture_ptsz(stream: CUstream) -> CUresult
+                as cuStreamBeginCapture @ 10000 ptsz
+                => CaptureBegin;
+            Driver fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) -> CUresult
+                as cuStreamBeginCapture @ 10010
+                => CaptureBegin;
+            Driver fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int) -> CUresult
+                as cuStreamBeginCapture @ 10010 ptsz
+                => CaptureBegin;
+            Driver fn cuStreamBeginCaptureToGraph(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode,
+                                                  edges: *const c_void, count: usize, mode: c_int) -> CUresult
+                as cuStreamBeginCaptureToGraph @ 12030
+                => CaptureBegin;
+            Driver fn cuStreamBeginCaptureToGraph_ptsz(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode,
+                                                       edges: *const c_void, count: usize, mode: c_int)
+                -> CUresult as cuStreamBeginCaptureToGraph @ 12030 ptsz
+                => CaptureBegin;
+            Driver fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult
+                as cuStreamEndCapture @ 10000
+                => CaptureEnd(stream, false);
+            Driver fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult
+                as cuStreamEndCapture @ 10000 ptsz
+                => CaptureEnd(stream, true);
+            Driver fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+                                             count: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult
+                as cuGraphAddMemAllocNode @ 11040
+                => GraphNode::Alloc(Api::cuGraphAddMemAllocNode, graph, params);
+            Driver fn cuGraphAddMemFreeNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+                                            count: usize, dptr: CUdeviceptr) -> CUresult
+                as cuGraphAddMemFreeNode @ 11040
+                => GraphNode::Free(graph, dptr);
+            Driver fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize,
+                                     params: *mut CUgraphNodeParams) -> CUresult as cuGraphAddNode @ 12020
+                => GraphNode::Generic(Api::cuGraphAddNode, graph, params);
+            Driver fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
+                                        edges: *const c_void, count: usize, params: *mut CUgraphNodeParams)
+                -> CUresult as cuGraphAddNode @ 12030
+                => GraphNode::Generic(Api::cuGraphAddNode_v2, graph, params);
+            Driver fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode,
+                                         log: *mut c_char, log_size: usize) -> CUresult
+                as cuGraphInstantiate @ 10000
+                => GraphInstantiate(exec, graph, InstantiateFlags::None);
+            Driver fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, err_node: *mut CUgraphNode,
+                                            log: *mut c_char, log_size: usize) -> CUresult
+                as cuGraphInstantiate @ 11000
+                => GraphInstantiate(exec, graph, InstantiateFlags::None);
+            Driver fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong)
+                -> CUresult as cuGraphInstantiateWithFlags @ 11040
+                => GraphInstantiate(exec, graph, InstantiateFlags::Flags(flags));
+            Driver fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph,
+                                                   params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult
+                as cuGraphInstantiateWithParams @ 12000
+                => GraphInstantiate(exec, graph, InstantiateFlags::Params(params));
+            Driver fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph,
+                                                        params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult
+                as cuGraphInstantiateWithParams @ 12000 ptsz
+                => GraphInstantiate(exec, graph, InstantiateFlags::Params(params));
+            Driver fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult as cuGraphLaunch @ 10000
+                => GraphLaunch(exec, stream, false);
+            Driver fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult
+                as cuGraphLaunch @ 10000 ptsz
+                => GraphLaunch(exec, stream, true);
+            Driver fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult as cuGraphExecDestroy @ 10000
+                => GraphGone::Exec(exec);
+            Driver fn cuGraphDestroy(graph: CUgraph) -> CUresult as cuGraphDestroy @ 10000
+                => GraphGone::Graph(graph);
 
             // ---- driver: entry-point lookup (JAX/XLA, NCCL, the runtime itself) ----
             Driver fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,

@@ -37,6 +37,7 @@ use crate::cuda::ffi::*;
 use crate::cuda::hook_table::{HookId, Layer};
 use crate::hooks::resolve::entry_points;
 use crate::hooks::resolve::global::Handouts;
+use crate::state::graphs;
 use crate::state::oom;
 use crate::state::tracker::{self, Releases};
 use cudaleak_core::record::{Api, MemoryKind};
@@ -152,7 +153,7 @@ const fn frees(kinds: &'static [MemoryKind], imported_by: &'static [Api]) -> Rel
 /// cuMemFree(Async): also memory imported from another process's pool and
 /// buffers mapped from external memory, which NVIDIA documents are freed so.
 pub const FREES_DEVICE: KindSet = &frees(
-    &[MemoryKind::Device, MemoryKind::Managed],
+    &[MemoryKind::Device, MemoryKind::Managed, MemoryKind::Graph],
     &[Api::cuMemPoolImportPointer, Api::cuExternalMemoryGetMappedBuffer],
 );
 pub const FREES_HOST: KindSet = &frees(&[MemoryKind::Host], &[]);
@@ -244,6 +245,10 @@ pub struct Alloc {
     out: Out,
     size: Size,
     device: Option<u8>,
+    /// a stream-ordered allocation's stream, and whether the entry point
+    /// is a per-thread (`_ptsz`) one: on a stream being captured, the
+    /// call adds a node to the capture's graph instead (`graphs.rs`)
+    stream: Option<(CUstream, bool)>,
 }
 
 impl Alloc {
@@ -255,6 +260,22 @@ impl Alloc {
             out: Out::Address(out),
             size: Size::Bytes(size as u64),
             device: None,
+            stream: None,
+        }
+    }
+
+    /// cuMemAllocAsync, cuMemAllocFromPoolAsync (and `_ptsz`).
+    pub fn stream_ordered(
+        id: HookId,
+        api: Api,
+        out: *mut u64,
+        size: usize,
+        stream: CUstream,
+        per_thread: bool,
+    ) -> Alloc {
+        Alloc {
+            stream: Some((stream, per_thread)),
+            ..Alloc::new(id, api, MemoryKind::Device, out, size)
         }
     }
 
@@ -507,6 +528,22 @@ impl Event for Alloc {
             Some((api, s)) => (api, s),
             None => (self.api, cx.stack()),
         };
+        if let Some((stream, per_thread)) = self.stream.filter(|_| graphs::capturing()) {
+            if let Some(graph) = graphs::capture_graph(stream, per_thread) {
+                // Captured: a node of the capture's graph, allocated when a
+                // launch runs it (`graphs.rs`, case 1).
+                let trace = stack.intern(&tracker::DEPOT, api, MemoryKind::Graph, thread);
+                let node = graphs::AllocNode {
+                    addr: key,
+                    size,
+                    api,
+                    trace,
+                    device: None,
+                };
+                graphs::alloc_node_added(graph, node);
+                return;
+            }
+        }
         tracker::record_allocation(key, size, api, self.kind, stack, self.device, thread);
     }
 }
@@ -533,15 +570,34 @@ pub struct Free {
     id: HookId,
     addr: u64,
     accepts: KindSet,
+    /// cuMemFreeAsync's stream (see [`Alloc`]'s)
+    stream: Option<(CUstream, bool)>,
 }
 
 impl Free {
     pub fn new(id: HookId, addr: u64, accepts: KindSet) -> Free {
-        Free { id, addr, accepts }
+        Free {
+            id,
+            addr,
+            accepts,
+            stream: None,
+        }
+    }
+
+    /// cuMemFreeAsync (and `_ptsz`).
+    pub fn stream_ordered(id: HookId, addr: u64, stream: CUstream, per_thread: bool) -> Free {
+        Free {
+            stream: Some((stream, per_thread)),
+            ..Free::new(id, addr, FREES_DEVICE)
+        }
     }
 }
 
-pub struct Removed(Option<cudaleak_core::record::Block>);
+pub enum Removed {
+    Block(Option<cudaleak_core::record::Block>),
+    /// a free on a stream being captured: a free node of this graph
+    Captured(u64),
+}
 
 impl Event for Free {
     type State = Removed;
@@ -554,11 +610,191 @@ impl Event for Free {
             // Freeing NULL is not a bad free, and records nothing.
             return None;
         }
-        Some(Removed(tracker::remove_block(self.addr, self.accepts, cx.thread)))
+        if let Some((stream, per_thread)) = self.stream.filter(|_| graphs::capturing()) {
+            if let Some(graph) = graphs::capture_graph(stream, per_thread) {
+                return Some(Removed::Captured(graph));
+            }
+        }
+        Some(Removed::Block(tracker::remove_block(
+            self.addr,
+            self.accepts,
+            cx.thread,
+        )))
     }
 
     fn after(&self, cx: &mut HookCx, removed: Removed, result: c_int) {
-        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS, cx.thread);
+        match removed {
+            Removed::Block(b) => tracker::finish_release(self.addr, b, result == CUDA_SUCCESS, cx.thread),
+            Removed::Captured(graph) if result == CUDA_SUCCESS => graphs::free_node_added(graph, self.addr),
+            Removed::Captured(_) => {}
+        }
+    }
+}
+
+// ---- CUDA graphs and stream capture (`state/graphs.rs`) ----
+
+/// cuStreamBeginCapture(_v2, ToGraph) and their `_ptsz`: one more stream
+/// being captured.
+pub struct CaptureBegin;
+
+impl Event for CaptureBegin {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
+        if result == CUDA_SUCCESS {
+            graphs::capture_began();
+        }
+    }
+}
+
+/// cuStreamEndCapture(_ptsz): the capture ends whatever the call returns
+/// (an invalidated capture ends with an error), if there was one.
+pub struct CaptureEnd(pub CUstream, pub bool);
+
+impl Event for CaptureEnd {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        (graphs::capturing() && graphs::capture_graph(self.0, self.1).is_some()).then_some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), _: c_int) {
+        graphs::capture_ended();
+    }
+}
+
+/// A memory-alloc or memory-free node added to a graph.
+pub enum GraphNode {
+    /// cuGraphAddMemAllocNode's parameters
+    Alloc(Api, CUgraph, *mut CUDA_MEM_ALLOC_NODE_PARAMS),
+    /// cuGraphAddMemFreeNode's address
+    Free(CUgraph, u64),
+    /// cuGraphAddNode(_v2)'s parameters, of any node type
+    Generic(Api, CUgraph, *mut CUgraphNodeParams),
+}
+
+impl Event for GraphNode {
+    type State = ();
+    fn before(&self, cx: &mut HookCx) -> Option<()> {
+        if let GraphNode::Alloc(..) | GraphNode::Generic(..) = self {
+            // The node's stack is the adding call's (case 1).
+            cx.stack();
+        }
+        Some(())
+    }
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        if result != CUDA_SUCCESS {
+            return;
+        }
+        let (api, graph, params) = match *self {
+            GraphNode::Free(graph, addr) => return graphs::free_node_added(graph as u64, addr),
+            GraphNode::Alloc(api, graph, params) => (api, graph, params),
+            GraphNode::Generic(api, graph, params) if !params.is_null() => {
+                // SAFETY: the program's node parameters, which the
+                // successful call read (and wrote the address into).
+                let (node_type, first) = unsafe { ((*params).node_type, (*params).params[0]) };
+                match node_type {
+                    CU_GRAPH_NODE_TYPE_MEM_FREE => return graphs::free_node_added(graph as u64, first),
+                    CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                        // SAFETY: the union at offset 16 holds the alloc
+                        // node's parameters for this node type.
+                        let alloc = unsafe { std::ptr::addr_of_mut!((*params).params) };
+                        (api, graph, alloc.cast::<CUDA_MEM_ALLOC_NODE_PARAMS>())
+                    }
+                    _ => return,
+                }
+            }
+            GraphNode::Generic(..) => return,
+        };
+        if params.is_null() {
+            return;
+        }
+        // SAFETY: the program's node parameters, read and written back
+        // by the successful call; read unaligned, trusting no alignment.
+        let p = unsafe { params.read_unaligned() };
+        let thread = cx.thread;
+        let trace = cx.stack().intern(&tracker::DEPOT, api, MemoryKind::Graph, thread);
+        let node = graphs::AllocNode {
+            addr: p.dptr,
+            size: p.bytesize as u64,
+            api,
+            trace,
+            device: u8::try_from(p.location_id).ok(),
+        };
+        graphs::alloc_node_added(graph as u64, node);
+    }
+}
+
+/// How an instantiation's flags are given.
+pub enum InstantiateFlags {
+    None,
+    Flags(u64),
+    Params(*const CUDA_GRAPH_INSTANTIATE_PARAMS),
+}
+
+/// cuGraphInstantiate(_v2, WithFlags, WithParams): the executable graph
+/// gets the graph's nodes as they are now.
+pub struct GraphInstantiate(pub *mut CUgraphExec, pub CUgraph, pub InstantiateFlags);
+
+impl Event for GraphInstantiate {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
+        if result != CUDA_SUCCESS || self.0.is_null() {
+            return;
+        }
+        let flags = match self.2 {
+            InstantiateFlags::None => 0,
+            InstantiateFlags::Flags(f) => f,
+            // SAFETY: the program's parameters, read by the successful call.
+            InstantiateFlags::Params(p) if !p.is_null() => unsafe { (*p).flags },
+            InstantiateFlags::Params(_) => 0,
+        };
+        // SAFETY: the program's out parameter, written by the successful call.
+        let exec = unsafe { self.0.read_unaligned() };
+        graphs::instantiated(exec as u64, self.1 as u64, flags);
+    }
+}
+
+/// cuGraphLaunch(_ptsz): the graph's memory nodes run (case 3). A launch
+/// into a stream being captured runs nothing now.
+pub struct GraphLaunch(pub CUgraphExec, pub CUstream, pub bool);
+
+impl Event for GraphLaunch {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        tracker::note_allocation_call();
+        (!(graphs::capturing() && graphs::capture_graph(self.1, self.2).is_some())).then_some(())
+    }
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        if result == CUDA_SUCCESS {
+            graphs::launched(self.0 as u64, FREES_DEVICE, cx.thread);
+        }
+    }
+}
+
+/// cuGraphExecDestroy, cuGraphDestroy: the nodes are forgotten, not the
+/// memory a launch allocated (case 4).
+pub enum GraphGone {
+    Exec(CUgraphExec),
+    Graph(CUgraph),
+}
+
+impl Event for GraphGone {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        Some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
+        if result != CUDA_SUCCESS {
+            return;
+        }
+        match *self {
+            GraphGone::Exec(e) => graphs::exec_destroyed(e as u64),
+            GraphGone::Graph(g) => graphs::graph_destroyed(g as u64),
+        }
     }
 }
 

@@ -22,6 +22,7 @@ pub(super) extern "C" fn fork_prepare() {
     crate::process::metrics::lock_for_fork();
     dump::DUMP_STATE.raw_lock();
     crate::state::oom::lock_for_fork();
+    crate::state::graphs::lock_for_fork();
     tracker::lock_all_for_fork();
 }
 
@@ -29,6 +30,7 @@ pub(super) extern "C" fn fork_parent() {
     // SAFETY: the prepare handler took these locks on this thread.
     unsafe {
         tracker::unlock_all_after_fork();
+        crate::state::graphs::unlock_after_fork();
         crate::state::oom::unlock_after_fork();
         dump::DUMP_STATE.raw_unlock();
         crate::process::metrics::unlock_after_fork();
@@ -40,6 +42,7 @@ pub(super) extern "C" fn fork_child() {
     // SAFETY: single-threaded child; the prepare handler took the locks.
     unsafe {
         tracker::reset_in_child_and_unlock();
+        crate::state::graphs::reset_in_child_and_unlock();
         crate::state::oom::reset_in_child_and_unlock();
         if let Some(state) = dump::DUMP_STATE.get_unchecked().as_mut() {
             state.reset_for_child();

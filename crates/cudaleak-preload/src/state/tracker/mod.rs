@@ -173,6 +173,7 @@ fn context_bound(kind: MemoryKind) -> bool {
             | MemoryKind::Managed
             | MemoryKind::Array
             | MemoryKind::Registered
+            | MemoryKind::Graph
     )
 }
 
@@ -186,6 +187,21 @@ pub fn record_allocation(
     thread: &ThreadState,
 ) {
     let trace: TraceId = stack.intern(&DEPOT, api, kind, thread);
+    record_traced_allocation(key, size, api, kind, trace, device, thread);
+}
+
+/// [`record_allocation`] of a block whose stack was interned earlier: a
+/// graph's memory-alloc node, recorded when a launch runs it with the
+/// stack of the call that added the node (`state/graphs.rs`).
+pub fn record_traced_allocation(
+    key: u64,
+    size: u64,
+    api: Api,
+    kind: MemoryKind,
+    trace: TraceId,
+    device: Option<u8>,
+    thread: &ThreadState,
+) {
     let (slot, ctx_device) = if context_bound(kind) {
         current_context(thread)
     } else {
