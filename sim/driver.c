@@ -392,7 +392,8 @@ CUresult cuCtxDetach(CUcontext ctx) {
 
 /* SIMCUDA_NO_CTX_QUERIES builds a driver without cuCtxGetCurrent and
  * cuCtxGetDevice, as an old or partial driver may be: cudaleak must still
- * work on it, without paying a failed lookup per call (issue 11). */
+ * work on it, without paying a failed lookup per call (docs/decisions.md,
+ * "A driver without context queries pays no failed lookup per call"). */
 #ifndef SIMCUDA_NO_CTX_QUERIES
 CUresult cuCtxGetCurrent(CUcontext *pctx) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
