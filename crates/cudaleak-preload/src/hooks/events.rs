@@ -420,7 +420,8 @@ pub fn external_mipmap_bytes(desc: *const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_D
     if desc.is_null() {
         return 0;
     }
-    // SAFETY: as above.
+    // SAFETY: the program's descriptor argument, checked non-null above,
+    // which the call reads too; only read here, while the call runs.
     let d = unsafe { &*desc };
     array_3d_bytes(&d.array_desc, d.num_levels)
 }
@@ -503,7 +504,8 @@ impl Event for Alloc {
             // SAFETY: the program's non-null out parameter, which the
             // successful call wrote; read unaligned, trusting no alignment.
             Out::Address(out) if !out.is_null() => unsafe { out.read_unaligned() },
-            // SAFETY: as above, a 32-bit out parameter.
+            // SAFETY: the program's non-null 32-bit out parameter, which
+            // the successful call wrote; read unaligned.
             Out::Address32(out) if !out.is_null() => u64::from(unsafe { out.read_unaligned() }),
             Out::Key(key) if key != 0 => key,
             _ => return,

@@ -162,7 +162,8 @@ pub fn on_out_of_memory(failure: Failure, thread: &ThreadState, trace: &mut dyn 
         }
         record(failure, thread, trace)
     }));
-    // SAFETY: as above.
+    // SAFETY: __errno_location returns this thread's errno, always a
+    // valid, aligned int; the caller's value is put back (case 4).
     unsafe { *libc::__errno_location() = errno };
 }
 
