@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub struct ThreadState {
     /// A driver hook is running on this thread (a nested one passes through;
-    /// `events.rs`).
+    /// `hooks/events/mod.rs`).
     pub in_driver_hook: Cell<bool>,
     /// The runtime hook running on this thread (`events::HookCx`), if any.
     pub runtime_call: Cell<*const ()>,

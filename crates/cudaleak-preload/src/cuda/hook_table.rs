@@ -2,7 +2,7 @@
 //! identities it gives them.
 //!
 //! Each line gives the exported name, its C signature, and the event that
-//! interprets the call (`events.rs`). [`for_each_cuda_hook!`] hands the
+//! interprets the call (`hooks/events/`). [`for_each_cuda_hook!`] hands the
 //! table to a macro (after memray's X-macro hook list); two read it:
 //! - this file, for [`HookId`] (one variant per function), the names and
 //!   layers: what `resolve`, `events` and the `dlsym` override need to
@@ -110,7 +110,7 @@ macro_rules! for_each_cuda_hook {
                 as cuMemCreate @ 10020
                 => Alloc::physical(HookId::cuMemCreate, handle, size, prop);
             Driver fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult as cuMemRelease @ 10020
-                => Release::new(handle);
+                => ReleaseHandle::new(handle);
             // One more reference to a mapped allocation's handle (NCCL,
             // PyTorch's expandable segments): paired with a cuMemRelease.
             Driver fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void)

@@ -7,7 +7,7 @@
 //! This file: the hooks themselves, one exported `extern "C-unwind"`
 //! function per line of the hook table (`hook_table.rs`), which finds the real function
 //! (`resolve/`), lets the event look at the call before and after it
-//! (`events.rs`), and returns the real result unchanged; and
+//! (`events/`), and returns the real result unchanged; and
 //! [`hook_address`], which `dlsym`, `cuGetProcAddress` and
 //! `cudaGetDriverEntryPoint` hand out instead of the real address.
 //!

@@ -22,7 +22,7 @@
 //!    report's `oom_events`, without one.
 //! 3. Recorded at one level: a runtime call (`cudaMalloc`) whose driver
 //!    call (`cuMemAlloc_v2`) ran out is one failure of the runtime call,
-//!    reported when the runtime call returns (`events.rs`, case 1).
+//!    reported when the runtime call returns (`hooks/events/mod.rs`, case 1).
 //! 4. The caller's errno is kept: the snapshot allocates and may wait on
 //!    a futex, and the driver query is a driver call.
 //!

@@ -1,6 +1,6 @@
 //! Entry points: after a `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`
 //! lookup, the hook is handed out in place of a function we wrap (the
-//! `EntryPoint` event, `events.rs`), when the driver gives the same
+//! `EntryPoint` event, `events/lookups.rs`), when the driver gives the same
 //! function at the version the hook table was checked against.
 
 use super::global::{offer, Handouts};

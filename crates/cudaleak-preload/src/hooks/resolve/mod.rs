@@ -13,7 +13,7 @@
 //!    the caller and returns the hook; the real address is remembered here
 //!    ([`global::offer`], [`scope::adopt_for_caller`]);
 //! 3. `cuGetProcAddress*` / `cudaGetDriverEntryPoint*`: the `EntryPoint`
-//!    event (`events.rs`) maps the requested name and version to a hook
+//!    event (`events/lookups.rs`) maps the requested name and version to a hook
 //!    ([`entry_points::substitute_entry_point`]).
 //!
 //! Rules, each from a bug other interposers hit:

@@ -262,7 +262,7 @@ impl Releases {
 }
 
 /// Takes a block out of the live map before its release call (case 3 in
-/// events.rs); `None` when `addr` is not a live block the call releases.
+/// hooks/events/mod.rs); `None` when `addr` is not a live block the call releases.
 pub fn remove_block(addr: u64, accepts: &Releases, thread: &ThreadState) -> Option<Block> {
     LIVE.remove_if(thread.caller(), addr, |b| accepts.accepts(b))
 }
