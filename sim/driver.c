@@ -65,6 +65,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -2168,6 +2169,106 @@ int simcuda_symbol_version(const char *symbol, const char **name, int *version, 
     }
     return 0;
 }
+
+/* ---- modules and libraries ----
+ * A loaded module or library is a handle until it is unloaded; the
+ * simulation keeps no code and charges nothing to the device. A module
+ * needs a current context (its globals live in it); a library does not.
+ * An image is accepted when it is a cubin (ELF), a fatbin, or text (PTX);
+ * a file when it can be opened. */
+struct CUmod_st {
+    int library;
+    struct CUmod_st *next;
+};
+struct CUlib_st {
+    int unused;
+};
+static struct CUmod_st *loaded_modules;
+
+static int image_ok(const void *image) {
+    const unsigned char *p = image;
+    if (!p) return 0;
+    if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') return 1;
+    if (p[0] == 0x50 && p[1] == 0xed && p[2] == 0x55 && p[3] == 0xba) return 1;
+    return p[0] == '/' || p[0] == '.' || p[0] == '\n' || p[0] == ' ';
+}
+
+static CUresult load_module(void **out, const void *image, const char *file, int library) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    if (!library && !current) return CUDA_ERROR_INVALID_CONTEXT;
+    if (file) {
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return CUDA_ERROR_FILE_NOT_FOUND;
+        close(fd);
+    } else if (!image_ok(image)) {
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    struct CUmod_st *m = calloc(1, sizeof *m);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    m->library = library;
+    pthread_mutex_lock(&lock);
+    m->next = loaded_modules;
+    loaded_modules = m;
+    pthread_mutex_unlock(&lock);
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult unload_module(void *handle, int library) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct CUmod_st **at = &loaded_modules;
+    while (*at && (*at != handle || (*at)->library != library)) at = &(*at)->next;
+    struct CUmod_st *m = *at;
+    if (m) *at = m->next;
+    pthread_mutex_unlock(&lock);
+    if (!m) return CUDA_ERROR_INVALID_HANDLE;
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoad(CUmodule *module, const char *fname) {
+    if (!fname) return CUDA_ERROR_INVALID_VALUE;
+    return load_module((void **)module, NULL, fname, 0);
+}
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+    return load_module((void **)module, image, NULL, 0);
+}
+
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                            CUjit_option *options, void **optionValues) {
+    (void)numOptions, (void)options, (void)optionValues;
+    return load_module((void **)module, image, NULL, 0);
+}
+
+CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) {
+    return load_module((void **)module, fatCubin, NULL, 0);
+}
+
+CUresult cuModuleUnload(CUmodule hmod) { return unload_module(hmod, 0); }
+
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                           void **jitOptionsValues, unsigned int numJitOptions,
+                           CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                           unsigned int numLibraryOptions) {
+    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+    (void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+    return load_module((void **)library, code, NULL, 1);
+}
+
+CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                               void **jitOptionsValues, unsigned int numJitOptions,
+                               CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                               unsigned int numLibraryOptions) {
+    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
+    (void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
+    if (!fileName) return CUDA_ERROR_INVALID_VALUE;
+    return load_module((void **)library, NULL, fileName, 1);
+}
+
+CUresult cuLibraryUnload(CUlibrary library) { return unload_module(library, 1); }
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {

@@ -231,6 +231,26 @@
     ENTRY(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0, (CUgraphExec hGraphExec),            \
           (hGraphExec))                                                                           \
     ENTRY(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0, (CUdevice device), (device))     \
+    /* ---- modules and libraries ---- */                                                        \
+    ENTRY(cuModuleLoad, cuModuleLoad, 2000, 0, (CUmodule * module, const char *fname),            \
+          (module, fname))                                                                        \
+    ENTRY(cuModuleLoadData, cuModuleLoadData, 2000, 0, (CUmodule * module, const void *image),    \
+          (module, image))                                                                        \
+    ENTRY(cuModuleLoadDataEx, cuModuleLoadDataEx, 2010, 0,                                        \
+          (CUmodule * module, const void *image, unsigned int n, CUjit_option *o, void **v),      \
+          (module, image, n, o, v))                                                               \
+    ENTRY(cuModuleLoadFatBinary, cuModuleLoadFatBinary, 2000, 0,                                  \
+          (CUmodule * module, const void *fatCubin), (module, fatCubin))                          \
+    ENTRY(cuModuleUnload, cuModuleUnload, 2000, 0, (CUmodule hmod), (hmod))                       \
+    ENTRY(cuLibraryLoadData, cuLibraryLoadData, 12000, 0,                                         \
+          (CUlibrary * l, const void *code, CUjit_option *jo, void **jv, unsigned int jn,         \
+           CUlibraryOption *lo, void **lv, unsigned int ln),                                      \
+          (l, code, jo, jv, jn, lo, lv, ln))                                                      \
+    ENTRY(cuLibraryLoadFromFile, cuLibraryLoadFromFile, 12000, 0,                                 \
+          (CUlibrary * l, const char *file, CUjit_option *jo, void **jv, unsigned int jn,         \
+           CUlibraryOption *lo, void **lv, unsigned int ln),                                      \
+          (l, file, jo, jv, jn, lo, lv, ln))                                                      \
+    ENTRY(cuLibraryUnload, cuLibraryUnload, 12000, 0, (CUlibrary library), (library))             \
     /* ---- CUDA arrays ---- */                                                                  \
     ENTRY(cuArrayCreate, cuArrayCreate, 2000, 0,                                                 \
           (CUarray * pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *a), (pHandle, a))                   \

@@ -31,6 +31,8 @@ enum {
     CUDA_ERROR_DEINITIALIZED = 4,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
@@ -507,4 +509,25 @@ CUresult cuGetErrorName(CUresult error, const char **pstr);
 #ifdef __cplusplus
 }
 #endif
+/* ---- modules and libraries ---- */
+typedef struct CUmod_st *CUmodule;
+typedef struct CUlib_st *CUlibrary;
+typedef int CUjit_option;
+typedef int CUlibraryOption;
+CUresult cuModuleLoad(CUmodule *module, const char *fname);
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                            CUjit_option *options, void **optionValues);
+CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
+CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                           void **jitOptionsValues, unsigned int numJitOptions,
+                           CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                           unsigned int numLibraryOptions);
+CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                               void **jitOptionsValues, unsigned int numJitOptions,
+                               CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                               unsigned int numLibraryOptions);
+CUresult cuLibraryUnload(CUlibrary library);
+
 #endif

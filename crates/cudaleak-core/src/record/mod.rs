@@ -1,6 +1,6 @@
 //! What the hooks record into. Bottom up:
 //!
-//! 1. line tables, one shard's table of blocks: `linetable`, `block_table`
+//! 1. line tables, one shard's table of blocks, module images: `linetable`, `block_table`, `module_image`
 //! 2. the live map: `live_map`
 //! 3. Python code copies: `python`
 //! 4. interned traces: `depot`
@@ -20,6 +20,7 @@ pub mod block_table;
 pub mod depot;
 pub mod linetable;
 pub mod live_map;
+pub mod module_image;
 pub mod python;
 pub mod site_counters;
 
@@ -52,10 +53,16 @@ pub enum MemoryKind {
     /// stream-ordered allocation while its stream was captured), live from
     /// the launch that ran the node until a free node or a free call
     Graph = 10,
+    /// extension: a loaded module or library (cuModuleLoad*, cuLibraryLoad*)
+    /// until it is unloaded; its bytes are the device globals of its image
+    /// as far as they can be read (0 when they cannot), an estimate no
+    /// driver call confirms, so not counted in live bytes. Reported, never
+    /// a leak for the gate: programs keep their modules loaded.
+    Module = 11,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 11] = [
+    pub const ALL: [MemoryKind; 12] = [
         MemoryKind::Device,
         MemoryKind::Host,
         MemoryKind::Managed,
@@ -67,6 +74,7 @@ impl MemoryKind {
         MemoryKind::Registered,
         MemoryKind::Multicast,
         MemoryKind::Graph,
+        MemoryKind::Module,
     ];
 
     pub fn name(self) -> &'static str {
@@ -82,6 +90,7 @@ impl MemoryKind {
             MemoryKind::Registered => "registered",
             MemoryKind::Multicast => "multicast",
             MemoryKind::Graph => "graph",
+            MemoryKind::Module => "module",
         }
     }
 
@@ -89,7 +98,7 @@ impl MemoryKind {
     /// in `live_bytes`: not reserved address space, not memory another
     /// process allocated (imported), not a pool or multicast handle, not
     /// host memory the program allocated itself and only pinned
-    /// (registered).
+    /// (registered), not a loaded module's estimated globals.
     pub fn counts_in_live_bytes(self) -> bool {
         !matches!(
             self,
@@ -98,6 +107,7 @@ impl MemoryKind {
                 | MemoryKind::Pool
                 | MemoryKind::Registered
                 | MemoryKind::Multicast
+                | MemoryKind::Module
         )
     }
 
@@ -108,7 +118,7 @@ impl MemoryKind {
     /// multicast object, like a pool, is reserved memory.
     pub fn shared_kind(self) -> MemoryKind {
         match self {
-            MemoryKind::Imported | MemoryKind::Graph => MemoryKind::Device,
+            MemoryKind::Imported | MemoryKind::Graph | MemoryKind::Module => MemoryKind::Device,
             MemoryKind::Pool | MemoryKind::Multicast => MemoryKind::Reservation,
             MemoryKind::Registered => MemoryKind::Host,
             k => k,
@@ -120,6 +130,13 @@ impl MemoryKind {
     /// expandable segments reserve the size of the GPU's memory at once.
     pub fn is_address_space(self) -> bool {
         self == MemoryKind::Reservation
+    }
+
+    /// Whether a block of this kind left live is a leak for the gate and
+    /// the leak counts: a loaded module is reported, but programs keep
+    /// their modules loaded for their whole run.
+    pub fn is_leak(self) -> bool {
+        self != MemoryKind::Module
     }
 
     pub fn from_u8(v: u8) -> MemoryKind {
@@ -206,6 +223,13 @@ api_list! {
     cuGraphAddNode_v2,
     cudaGraphAddMemAllocNode,
     cudaGraphAddNode,
+    // modules and libraries, loaded
+    cuModuleLoad,
+    cuModuleLoadData,
+    cuModuleLoadDataEx,
+    cuModuleLoadFatBinary,
+    cuLibraryLoadData,
+    cuLibraryLoadFromFile,
 }
 
 impl Api {

@@ -572,6 +572,13 @@ impl Report {
         Report::parse(&text)
     }
 
+    /// Whether `leaks` holds a leak for the gate: a group other than loaded
+    /// modules (`MemoryKind::is_leak`), or groups left out by the cap.
+    pub fn has_leaks(&self) -> bool {
+        self.leaks.iter().any(|g| g.kind().is_leak())
+            || self.totals.groups_left_out.is_some_and(|l| l.groups > 0)
+    }
+
     /// Bytes of memory in `leaks` (reserved address space, imported memory
     /// and pools not counted), those left out by CUDALEAK_MAX_GROUPS
     /// included; saturating: a crafted report with two groups of
@@ -581,7 +588,7 @@ impl Report {
         let kept = saturating_sum(
             self.leaks
                 .iter()
-                .filter(|g| g.kind().counts_in_live_bytes())
+                .filter(|g| g.kind().counts_in_live_bytes() && g.kind().is_leak())
                 .map(|g| g.bytes),
         );
         kept.saturating_add(left_out)
@@ -590,7 +597,8 @@ impl Report {
     /// Blocks of the leak groups, those left out included.
     pub fn leaked_blocks(&self) -> u64 {
         let left_out = self.totals.groups_left_out.map_or(0, |l| l.blocks);
-        saturating_sum(self.leaks.iter().map(|g| g.blocks)).saturating_add(left_out)
+        saturating_sum(self.leaks.iter().filter(|g| g.kind().is_leak()).map(|g| g.blocks))
+            .saturating_add(left_out)
     }
 }
 

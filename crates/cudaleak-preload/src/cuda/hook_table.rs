@@ -341,6 +341,37 @@ macro_rules! for_each_cuda_hook {
             Driver fn cuGraphDestroy(graph: CUgraph) -> CUresult as cuGraphDestroy @ 10000
                 => GraphGone::Graph(graph);
 
+            // ---- driver: modules and libraries (their device globals) ----
+            Driver fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_char) -> CUresult
+                as cuModuleLoad @ 2000
+                => ModuleLoad { api: Api::cuModuleLoad, out: module, image: ModuleImage::File(fname) };
+            Driver fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> CUresult
+                as cuModuleLoadData @ 2000
+                => ModuleLoad { api: Api::cuModuleLoadData, out: module, image: ModuleImage::Data(image) };
+            Driver fn cuModuleLoadDataEx(module: *mut *mut c_void, image: *const c_void, count: c_uint,
+                                         options: *mut c_int, values: *mut *mut c_void) -> CUresult
+                as cuModuleLoadDataEx @ 2010
+                => ModuleLoad { api: Api::cuModuleLoadDataEx, out: module, image: ModuleImage::Data(image) };
+            Driver fn cuModuleLoadFatBinary(module: *mut *mut c_void, fatbin: *const c_void) -> CUresult
+                as cuModuleLoadFatBinary @ 2000
+                => ModuleLoad { api: Api::cuModuleLoadFatBinary, out: module, image: ModuleImage::Data(fatbin) };
+            Driver fn cuModuleUnload(module: *mut c_void) -> CUresult as cuModuleUnload @ 2000
+                => ModuleUnload(module);
+            Driver fn cuLibraryLoadData(library: *mut *mut c_void, code: *const c_void, jit_options: *mut c_int,
+                                        jit_values: *mut *mut c_void, jit_count: c_uint,
+                                        library_options: *mut c_int, library_values: *mut *mut c_void,
+                                        library_count: c_uint) -> CUresult
+                as cuLibraryLoadData @ 12000
+                => ModuleLoad { api: Api::cuLibraryLoadData, out: library, image: ModuleImage::Data(code) };
+            Driver fn cuLibraryLoadFromFile(library: *mut *mut c_void, fname: *const c_char, jit_options: *mut c_int,
+                                            jit_values: *mut *mut c_void, jit_count: c_uint,
+                                            library_options: *mut c_int, library_values: *mut *mut c_void,
+                                            library_count: c_uint) -> CUresult
+                as cuLibraryLoadFromFile @ 12000
+                => ModuleLoad { api: Api::cuLibraryLoadFromFile, out: library, image: ModuleImage::File(fname) };
+            Driver fn cuLibraryUnload(library: *mut c_void) -> CUresult as cuLibraryUnload @ 12000
+                => ModuleUnload(library);
+
             // ---- driver: entry-point lookup (JAX/XLA, NCCL, the runtime itself) ----
             Driver fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
                                        flags: cuuint64_t) -> CUresult as cuGetProcAddress @ 11030

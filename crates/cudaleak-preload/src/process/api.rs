@@ -66,6 +66,8 @@ pub extern "C" fn cudaleak_live_since(id: u64, blocks: *mut u64, bytes: *mut u64
         let since = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
         let mut live = since.live;
         live.extend(since.torn_down);
+        // A module loaded in the region stays loaded by design: no leak.
+        live.retain(|(_, b)| b.kind().is_leak());
         let total: u64 = live.iter().map(|(_, b)| b.size()).sum();
         // SAFETY: the caller's out parameters, written when non-null.
         unsafe {
@@ -87,7 +89,9 @@ pub extern "C" fn cudaleak_live_since(id: u64, blocks: *mut u64, bytes: *mut u64
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn cudaleak_leaks_since_json(id: u64) -> *mut c_char {
     catch_unwind(|| {
-        let since = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
+        let mut since = tracker::blocks_since(id.min(u32::MAX as u64) as u32);
+        since.live.retain(|(_, b)| b.kind().is_leak());
+        since.torn_down.retain(|(_, b)| b.kind().is_leak());
         let snap = Snapshot {
             blocks: since.live,
             torn_down: since.torn_down,

@@ -19,6 +19,12 @@ fn trend_note(t: Option<Trend>) -> &'static str {
 }
 
 fn group_block(out: &mut String, verb: &str, g: &Group, opts: &TextOptions) {
+    // A loaded module is reported, never called a leak.
+    let verb = if g.kind().is_leak() {
+        verb
+    } else {
+        "Module loaded:"
+    };
     // "Leaked 70.0 MiB (73400320 bytes) in 1 block, allocated by ...";
     // live dumps say "Live: ...", never "Live of N byte(s)".
     let _ = writeln!(
@@ -188,7 +194,7 @@ fn limits_reached(out: &mut String, t: &crate::report::Totals) {
 pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{RULE}");
-    if r.leaks.is_empty() {
+    if !r.has_leaks() {
         let _ = writeln!(out, "=={}==ERROR: cudaleak: the exit report is incomplete", r.pid);
     } else {
         let _ = writeln!(out, "=={}==ERROR: cudaleak: detected CUDA memory leaks", r.pid);
@@ -197,11 +203,23 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
         let _ = writeln!(out, "{line}");
     }
     out.push('\n');
-    for g in r.leaks.iter().take(opts.max_groups) {
+    // Loaded modules are left to the report: a program built with nvcc or
+    // on PyTorch keeps dozens loaded to the end, and none is a leak.
+    let leaks: Vec<Group> = r.leaks.iter().filter(|g| g.kind().is_leak()).cloned().collect();
+    for g in leaks.iter().take(opts.max_groups) {
         group_block(&mut out, "Leaked", g, opts);
     }
-    if let Some(line) = left_out_line(&r.leaks, opts.max_groups) {
+    if let Some(line) = left_out_line(&leaks, opts.max_groups) {
         let _ = writeln!(out, "{line}: see the report.\n");
+    }
+    let modules: Vec<&Group> = r.leaks.iter().filter(|g| !g.kind().is_leak()).collect();
+    if !modules.is_empty() {
+        let _ = writeln!(
+            out,
+            "Not leaks: {} loaded and never unloaded, {} of device globals (in the report, memory_kind \"module\").\n",
+            count(saturating_sum(modules.iter().map(|g| g.blocks)), "module"),
+            size_exact(saturating_sum(modules.iter().map(|g| g.bytes)))
+        );
     }
     limits_reached(&mut out, &r.totals);
     suppressions_table(&mut out, &r.suppressions_used);
@@ -218,7 +236,7 @@ pub fn exit_summary(r: &Report, report_path: Option<&str>, opts: &TextOptions) -
         "SUMMARY: cudaleak: {} leaked in {} ({}).",
         size_exact(bytes),
         count(blocks, "block"),
-        by_kind(&r.leaks)
+        by_kind(&leaks)
     );
     let mut last = summary_line(bytes, blocks);
     if let Some(p) = report_path {

@@ -34,7 +34,7 @@
 //! Bottom up:
 //!
 //! 1. the sizes calls do not state: `sizes`
-//! 2. the events of each kind of call: `allocations`, `releases`, `vmm`, `contexts`, `graph_nodes`, `lookups`, `runtime`
+//! 2. the events of each kind of call: `allocations`, `releases`, `vmm`, `contexts`, `graph_nodes`, `modules`, `lookups`, `runtime`
 //!
 //! This file: the hook call's context, the framework every event runs in,
 //! the runtime call a driver hook serves (case 1), and what each release
@@ -59,6 +59,7 @@ mod allocations;
 mod contexts;
 mod graph_nodes;
 mod lookups;
+mod modules;
 mod releases;
 mod runtime;
 mod sizes;
@@ -68,6 +69,7 @@ pub use allocations::*;
 pub use contexts::*;
 pub use graph_nodes::*;
 pub use lookups::*;
+pub use modules::*;
 pub use releases::*;
 pub use runtime::*;
 pub use sizes::*;

@@ -256,14 +256,9 @@ fn write_exit_report(
         return None;
     };
     let config = settings::config();
-    let leaked = !outcome.report.leaks.is_empty();
-    let leaked_bytes = outcome
-        .report
-        .leaks
-        .iter()
-        .filter(|g| g.kind().counts_in_live_bytes())
-        .map(|g| g.bytes)
-        .sum();
+    // Loaded modules are in the report, but no leak (`MemoryKind::is_leak`).
+    let leaked = outcome.report.has_leaks();
+    let leaked_bytes = outcome.report.leaked_bytes();
     let _ = std::panic::catch_unwind(|| crate::process::metrics::last_write(leaked_bytes));
     let _ = std::panic::catch_unwind(crate::process::live_view::last_publish);
     // An incomplete report says so, leaks or none (its first lines).

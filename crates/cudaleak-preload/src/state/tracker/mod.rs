@@ -174,6 +174,7 @@ fn context_bound(kind: MemoryKind) -> bool {
             | MemoryKind::Array
             | MemoryKind::Registered
             | MemoryKind::Graph
+            | MemoryKind::Module
     )
 }
 
