@@ -17,6 +17,8 @@ PATH`) when CUDALEAK_CLI is set, else from the JSON file itself.
 
     python3 check_report.py nvcc REPORT_DIR PLANTED_TXT [--name N] [--sanitizer OUT_TXT]
     python3 check_report.py stacks REPORT_DIR MODE      (tests/python/stacks.py all|deadlock)
+    python3 check_report.py graphs REPORT_DIR MODE ACCOUNT_TXT [--under RUN_TXT]
+                                                        (gpu/graphs_resets.cu MODE)
 
 Plain Python 3.8+, no third-party module: it runs outside the preload.
 """
@@ -33,6 +35,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LEAKS_CU = os.path.join(HERE, "leaks.cu")
+GRAPHS_CU = os.path.join(HERE, "graphs_resets.cu")
 STACKS_PY = os.path.join(ROOT, "tests", "python", "stacks.py")
 
 MiB = 1 << 20
@@ -372,7 +375,8 @@ def check_nvcc(report_dir, planted_path, name="nvcc", source=LEAKS_CU):
                  p["bytes"], p["api"], p["memory"]),
               "exact")
     ids = set(id(g) for g in matched)
-    others = [g for g in r.get("leaks", []) if id(g) not in ids]
+    # Loaded modules (the runtime's own fatbin among them) are no leaks.
+    others = [g for g in r.get("leaks", []) if id(g) not in ids and _kind(g) != "module"]
     ob, on = total(others)
     check("%s nothing else" % name, ob == 0,
           "%d other block(s), %d B%s" % (ob, on, "".join(
@@ -430,9 +434,236 @@ def check_stacks(report_dir, mode, name="python", source=STACKS_PY):
               "%d block(s) %d B at stacks.py line %d; planted %d block(s) %d B" % (got + (line, blocks, nbytes)),
               "exact")
     if mode == "all":
-        allb = sum(g["blocks"] for g in r.get("leaks", []))
+        allb = sum(g["blocks"] for g in r.get("leaks", []) if _kind(g) != "module")
         want_b = sum(b for b, _ in want.values())
         check("%s all total" % name, allb == want_b, "%d blocks in the report; planted %d" % (allb, want_b), "exact")
+
+
+# --- graphs section: gpu/graphs_resets.cu ---------------------------------------
+#
+# One run per mode. What each mode must leave is stated here (the program's
+# own account, its `leak`/`clean`/`dump` lines, is checked against it, so a
+# program that printed nothing cannot pass), and found in the report by the
+# `/* LEAK name */` and `/* CLEAN name */` lines of the source.
+
+
+def _leak(marker, api, blocks, nbytes, function, memory="device", kind=None, torn=0, at_least=False):
+    """A planted leak: `blocks` blocks of `nbytes` in all at the marked line
+    of `function`, `memory` (None: not compared) and `memory_kind` (None:
+    absent), `torn` of them torn down (all of its bytes: every block of a
+    torn-down group was); at_least: the report's bytes may exceed nbytes
+    (a module: the sizes of its device globals as far as cudaleak knows
+    them, the program's one global at least)."""
+    return {"marker": marker, "api": api, "blocks": blocks, "bytes": nbytes, "function": function,
+            "memory": memory, "kind": kind, "torn": torn, "at_least": at_least}
+
+
+def _clean(marker, api, nbytes, launches, function):
+    """An allocation freed again at the marked line: nothing reported there."""
+    return {"marker": marker, "api": api, "bytes": nbytes, "launches": launches, "function": function}
+
+
+def _reset_mode():
+    return {"leaks": [_leak("before_reset", "cudaMalloc", 1, 64 * MiB, "reset_twice", torn=1),
+                      _leak("after_reset", "cudaMalloc", 1, 64 * MiB, "reset_twice")],
+            # Exact: the device never held more than one 64 MiB block.
+            "totals": {"live_bytes": 64 * MiB, "torn_down_blocks": 1, "torn_down_bytes": 64 * MiB,
+                       "peak_bytes": 64 * MiB}}
+
+
+def _pool_mode(api):
+    return {"leaks": [_leak("pool", api, 1, 3 * MiB, "pool_alloc")]}
+
+
+# mode -> leaks, cleans, and the figures of totals:
+#   net_blocks: allocations - frees (every graph block allocated by a
+#     launch is freed again except the planted ones; also shows that the
+#     free nodes and auto-free were seen), min_allocations: allocations at
+#     least (each launch's block counted), min_peak: peak_bytes at least
+#     (memory allocated and freed within one launch counts in the peak),
+#   totals: exact values of totals fields,
+#   dump: (marker, blocks) of the one live dump (trigger api),
+#   modules: the module-kind groups all at the marked load line.
+GRAPH_MODES = {
+    "graph_leak": {"leaks": [_leak("graph_node", "cudaGraphAddMemAllocNode", 1, 8 * MiB, "graph_leak", kind="graph")],
+                   "net_blocks": 1, "min_allocations": 1, "min_peak": 8 * MiB},
+    "graph_paired": {"cleans": [_clean("graph_paired", "cudaGraphAddMemAllocNode", 8 * MiB, 3, "graph_paired")],
+                     "net_blocks": 0, "min_allocations": 3, "min_peak": 8 * MiB},
+    "capture": {"leaks": [_leak("capture", "cudaMallocAsync", 1, 4 * MiB, "captured", kind="graph")],
+                "cleans": [_clean("capture_paired", "cudaMallocAsync", 6 * MiB, 1, "captured")],
+                "net_blocks": 1, "min_allocations": 2, "min_peak": 10 * MiB},
+    "auto_free": {"leaks": [_leak("auto_free", "cudaGraphAddMemAllocNode", 1, 2 * MiB, "auto_free", kind="graph")],
+                  "net_blocks": 1, "min_allocations": 3, "min_peak": 2 * MiB},
+    "trim": {"cleans": [_clean("trim", "cudaGraphAddMemAllocNode", 16 * MiB, 1, "trim_graph_pool")],
+             "net_blocks": 0, "min_allocations": 1, "min_peak": 16 * MiB},
+    "reset_peak": _reset_mode(),
+    "thread_exit": _reset_mode(),
+    "pool": _pool_mode("cudaMallocFromPoolAsync"),
+    "pool_ptsz": _pool_mode("cudaMallocFromPoolAsync_ptsz"),
+    "module": {"leaks": [_leak("module", "cuModuleLoad", 1, 1 * MiB, "module_load", memory=None, kind="module",
+                               at_least=True)], "modules": True},
+    "module_loop": {"leaks": [_leak("module", "cuModuleLoad", 5, 5 * MiB, "module_load", memory=None, kind="module",
+                                    at_least=True)], "modules": True, "dump": ("module", 3, 3 * MiB)},
+}
+
+
+def parse_graphs_account(text):
+    """gpu/graphs_resets.cu's own account: {"leaks": [(name, api, blocks,
+    bytes, function)], "cleans": [(name, api, bytes, launches, function)],
+    "dumps": [(name, blocks, bytes)], "done": [mode]} in the order printed."""
+    out = {"leaks": [], "cleans": [], "dumps": [], "done": []}
+    for line in text.splitlines():
+        p = line.split()
+        try:
+            if len(p) == 6 and p[0] == "leak":
+                out["leaks"].append((p[1], p[2], int(p[3]), int(p[4]), p[5]))
+            elif len(p) == 6 and p[0] == "clean":
+                out["cleans"].append((p[1], p[2], int(p[3]), int(p[4]), p[5]))
+            elif len(p) == 4 and p[0] == "dump":
+                out["dumps"].append((p[1], int(p[2]), int(p[3])))
+            elif len(p) == 2 and p[0] == "done":
+                out["done"].append(p[1])
+        except ValueError:
+            continue
+    return out
+
+
+def _fmt_account(a):
+    lines = ["%s %s" % (word[:-1], " ".join(map(str, x))) for word in ("leaks", "cleans", "dumps") for x in a[word]]
+    lines += ["done " + x for x in a["done"]]
+    return "; ".join(lines) or "nothing"
+
+
+def _kind(g):
+    return g.get("memory_kind") or None
+
+
+def _fmt_groups(gs):
+    return "; ".join("%s %s/%s %d block(s) %d B at %s:%s"
+                     % ((g["api"], g["memory"], _kind(g) or "-", g["blocks"], g["bytes"]) + top_frame(g, GRAPHS_CU))
+                     for g in gs[:4]) or "none"
+
+
+def check_graphs(report_dir, mode, account_path, name=None, source=GRAPHS_CU, under_path=None):
+    """cudaleak's reports of one run of gpu/graphs_resets.cu MODE against
+    GRAPH_MODES[mode], the marked lines of the source and the program's own
+    account (account_path: the stdout of a run without the library;
+    under_path: the stdout of the run under it, which must say the same)."""
+    name = name or "graphs %s" % mode
+    spec = GRAPH_MODES[mode]
+    leaks, cleans = spec.get("leaks", []), spec.get("cleans", [])
+
+    # The program's own account, against what the mode plants.
+    with open(account_path) as f:
+        acc = parse_graphs_account(f.read())
+    want = {"leaks": [(l["marker"], l["api"], l["blocks"], l["bytes"], l["function"]) for l in leaks],
+            "cleans": [(c["marker"], c["api"], c["bytes"], c["launches"], c["function"]) for c in cleans],
+            "dumps": [spec["dump"]] if "dump" in spec else [], "done": [mode]}
+    check("%s account" % name, acc == want,
+          "program printed: %s%s"
+          % (_fmt_account(acc), "" if acc == want else "; GRAPH_MODES plants: " + _fmt_account(want)),
+          "exactly what GRAPH_MODES states for %s" % mode)
+    if under_path:
+        with open(under_path) as f:
+            under = parse_graphs_account(f.read())
+        check("%s account under cudaleak" % name, under == acc,
+              "under the library: %s" % ("the same" if under == acc else _fmt_account(under)),
+              "the same lines as without it")
+
+    r = load_report(report_dir)
+    check("%s exit report" % name, r.get("trigger") == "exit",
+          "trigger %s, sequence %s" % (r.get("trigger"), r.get("sequence")), "the exit report")
+
+    def at(rep, marker, function):
+        line = marker_line(source, marker)
+        return line, groups_at(rep, line, file=source, function=function, stack="native", innermost=True)
+
+    matched = []
+    for l in leaks:
+        line, gs = at(r, "LEAK " + l["marker"], l["function"])
+        matched.extend(gs)
+        blocks, nbytes = total(gs)
+        apis = sorted(set(g["api"] for g in gs))
+        mems = sorted(set(str(g["memory"]) for g in gs))
+        kinds = sorted(set(_kind(g) or "none" for g in gs))
+        torn_b = sum(g.get("torn_down_blocks") or 0 for g in gs)
+        torn_n = sum(g.get("torn_down_bytes") or 0 for g in gs)
+        torn_want = (l["torn"], l["bytes"] * l["torn"] // l["blocks"])
+        ok = (blocks == l["blocks"] and (nbytes >= l["bytes"] if l["at_least"] else nbytes == l["bytes"])
+              and apis == [l["api"]] and kinds == [l["kind"] or "none"] and (torn_b, torn_n) == torn_want
+              and (l["memory"] is None or mems == [l["memory"]]))
+        check("%s %s" % (name, l["marker"]), ok,
+              "%d block(s) %d B api %s memory %s kind %s torn down %d block(s) %d B at %s() line %d"
+              % (blocks, nbytes, ",".join(apis) or "-", ",".join(mems) or "-", ",".join(kinds) or "-",
+                 torn_b, torn_n, l["function"], line),
+              "%d block(s), %s%d B, api %s, memory %s, kind %s, torn down %d block(s) %d B"
+              % (l["blocks"], ">= " if l["at_least"] else "", l["bytes"], l["api"], l["memory"] or "any",
+                 l["kind"] or "none", torn_want[0], torn_want[1]))
+    for c in cleans:
+        line, gs = at(r, "CLEAN " + c["marker"], c["function"])
+        blocks, nbytes = total(gs)
+        check("%s %s freed" % (name, c["marker"]), blocks == 0,
+              "%d block(s) %d B left at %s() line %d (%d B x %d launch(es) allocated and freed)"
+              % (blocks, nbytes, c["function"], line, c["bytes"], c["launches"]), "0 blocks")
+        matched.extend(gs)
+
+    # Anything else left is a false leak. Modules are left to the module
+    # modes' own check (below), so that one cause fails one check.
+    ids = set(id(g) for g in matched)
+    others = [g for g in r.get("leaks", []) if id(g) not in ids and _kind(g) != "module"]
+    check("%s nothing else" % name, total(others)[0] == 0,
+          "%d other block(s), %d B: %s" % (total(others) + (_fmt_groups(others),)), "0 blocks besides the planted ones")
+    if spec.get("modules"):
+        stray = [g for g in r.get("leaks", []) if id(g) not in ids and _kind(g) == "module"]
+        check("%s modules only at the load" % name, not stray,
+              "%d module group(s) elsewhere: %s" % (len(stray), _fmt_groups(stray)),
+              "every module-kind group at the marked cuModuleLoad line (none of the runtime's own)")
+
+    # Totals count every kind. Loaded modules (the runtime's own fatbins,
+    # should they be reported) are no part of what a mode plants: their
+    # groups' share is added to what is expected, and named in the figure.
+    t = r.get("totals") or {}
+    mods = [g for g in r.get("leaks", []) if _kind(g) == "module" and not spec.get("modules")]
+    m_blocks = sum(g["blocks"] for g in mods)
+    m_torn_b = sum(g.get("torn_down_blocks") or 0 for g in mods)
+    m_torn_n = sum(g.get("torn_down_bytes") or 0 for g in mods)
+    m_live_n = sum(g["bytes"] for g in mods) - m_torn_n
+    m_note = (" (with %d module group(s) not planted: %d block(s), %d B)" % (len(mods), m_blocks, m_live_n + m_torn_n)
+              if mods else "")
+    if "net_blocks" in spec:
+        a, fr = t.get("allocations"), t.get("frees")
+        net = spec["net_blocks"] + m_blocks
+        ok = a is not None and fr is not None and a - fr == net and a >= spec["min_allocations"]
+        check("%s allocations and frees" % name, ok, "allocations %s, frees %s%s" % (a, fr, m_note),
+              "allocations - frees == %d, allocations >= %d" % (net, spec["min_allocations"]))
+    if "min_peak" in spec:
+        pk = t.get("peak_bytes")
+        check("%s peak" % name, pk is not None and pk >= spec["min_peak"], "peak_bytes %s" % fmt_bytes(pk),
+              ">= %s (the largest launch's graph memory)" % fmt_bytes(spec["min_peak"]))
+    if "totals" in spec:
+        share = {"live_bytes": m_live_n, "torn_down_blocks": m_torn_b, "torn_down_bytes": m_torn_n,
+                 "peak_bytes": m_live_n}
+        want_t = dict((k, v + share.get(k, 0)) for k, v in sorted(spec["totals"].items()))
+        got = dict((k, t.get(k)) for k in sorted(spec["totals"]))
+        check("%s totals" % name, got == want_t, " ".join("%s %s" % kv for kv in sorted(got.items())) + m_note,
+              "exactly " + " ".join("%s %s" % kv for kv in sorted(want_t.items())))
+
+    if "dump" in spec:
+        marker, dblocks, dbytes = spec["dump"]
+        l = [x for x in leaks if x["marker"] == marker][0]
+        files = report_files(report_dir, "api")
+        figure = "%d api-trigger report(s)" % len(files)
+        ok = len(files) == 1
+        if ok:
+            d = load_report(files[0])
+            line, gs = at(d, "LEAK " + marker, l["function"])
+            blocks, nbytes = total(gs)
+            kinds = sorted(set(_kind(g) or "none" for g in gs))
+            ok = blocks == dblocks and nbytes >= dbytes and kinds == [l["kind"] or "none"]
+            figure += ": %d block(s) %d B kind %s at line %d" % (blocks, nbytes, ",".join(kinds) or "-", line)
+        check("%s live dump" % name, ok, figure,
+              "one live dump with %d block(s), >= %d B, kind %s at the marked line" % (dblocks, dbytes, l["kind"]))
+    return r
 
 
 def main(argv):
@@ -454,6 +685,20 @@ def main(argv):
             guarded("%s sanitizer" % label)(check_sanitizer)(report_dir, sanitizer, "%s sanitizer" % label)
     elif len(argv) == 3 and argv[0] == "stacks":
         guarded("python %s" % argv[2])(check_stacks)(argv[1], argv[2])
+    elif len(argv) >= 4 and argv[0] == "graphs":
+        rest = argv[1:]
+        opts = {}
+        for flag in ("--under", "--name"):
+            if flag in rest:
+                i = rest.index(flag)
+                opts[flag] = rest[i + 1]
+                del rest[i:i + 2]
+        if len(rest) != 3 or rest[1] not in GRAPH_MODES:
+            sys.stderr.write(__doc__)
+            sys.exit(2)
+        report_dir, mode, account = rest
+        label = opts.get("--name") or "graphs %s" % mode
+        guarded(label)(check_graphs)(report_dir, mode, account, label, under_path=opts.get("--under"))
     else:
         sys.stderr.write(__doc__)
         sys.exit(2)

@@ -447,6 +447,313 @@ class Stacks(Base):
         self.assertEqual(res["python deadlock deadlock"][0], "PASS")
 
 
+# --- graphs section: gpu/graphs_resets.cu ---------------------------------------
+
+GCU = cr.GRAPHS_CU
+GBIN = "/tmp/cudaleak-gpu.x/graphs/graphs"
+
+
+def graphs_account(mode):
+    """What gpu/graphs_resets.cu MODE prints: its leak/clean/dump lines as
+    GRAPH_MODES states them, with info lines and done."""
+    spec = cr.GRAPH_MODES[mode]
+    lines = ["info free at start 150000000000"]
+    if "dump" in spec:
+        lines.append("dump %s %d %d" % spec["dump"])
+        lines.append("info cudaleak_dump rc 0 after 3 loads")
+    for l in spec.get("leaks", []):
+        lines.append("leak %s %s %d %d %s" % (l["marker"], l["api"], l["blocks"], l["bytes"], l["function"]))
+    for c in spec.get("cleans", []):
+        lines.append("clean %s %s %d %d %s" % (c["marker"], c["api"], c["bytes"], c["launches"], c["function"]))
+    lines.append("done %s" % mode)
+    return "\n".join(lines) + "\n"
+
+
+def graphs_frames(function, marker, prefix="LEAK "):
+    line = cr.marker_line(GCU, prefix + marker)
+    return [nframe(None, None, None, GBIN),  # static cudart, no line information
+            nframe(function + "()", GCU, line, GBIN), nframe("main", GCU, 300, GBIN)]
+
+
+def graphs_group(l, blocks=None, nbytes=None):
+    """The group a correct report has for the planted leak `l` (module
+    bytes: the 1 MiB global of each block, plus some, as far as known)."""
+    blocks = l["blocks"] if blocks is None else blocks
+    nbytes = (l["bytes"] * blocks // l["blocks"] + (4096 if l["at_least"] else 0)) if nbytes is None else nbytes
+    extra = {}
+    if l["kind"]:
+        extra["memory_kind"] = l["kind"]
+    if l["torn"]:
+        extra["torn_down_blocks"] = l["torn"]
+        extra["torn_down_bytes"] = nbytes
+    return group(l["api"], l["memory"] or "device", nbytes, blocks, native=graphs_frames(l["function"], l["marker"]),
+                 examples=[{"address": "0x7f0000000000", "size": nbytes // blocks}], **extra)
+
+
+def graphs_report(mode, seq=2):
+    """A correct exit report of MODE."""
+    spec = cr.GRAPH_MODES[mode]
+    gs = [graphs_group(l) for l in spec.get("leaks", [])]
+    r = report(gs, seq=seq)
+    t = r["totals"]
+    if "min_allocations" in spec:
+        t["allocations"] = spec["min_allocations"] + 1  # one paired runtime allocation besides
+        t["frees"] = t["allocations"] - spec["net_blocks"]
+    if "min_peak" in spec:
+        t["peak_bytes"] = spec["min_peak"]
+    t.update(spec.get("totals", {}))
+    return r
+
+
+class Graphs(Base):
+    def setUp(self):
+        super().setUp()
+        self.d = os.path.join(self.tmp, "r")
+
+    def write(self, mode, r=None, account=None, under=None, dump=True):
+        """The run of MODE: its report(s), its account without and under
+        the library. Returns the checker's arguments."""
+        spec = cr.GRAPH_MODES[mode]
+        write_report(self.d, graphs_report(mode) if r is None else r)
+        if "dump" in spec and dump:
+            marker, blocks, _ = spec["dump"]
+            l = [x for x in spec["leaks"] if x["marker"] == marker][0]
+            write_report(self.d, report([graphs_group(l, blocks)], "api", seq=1))
+        acc = os.path.join(self.tmp, mode + ".planted.txt")
+        with open(acc, "w") as f:
+            f.write(graphs_account(mode) if account is None else account)
+        run = os.path.join(self.tmp, mode + ".run.txt")
+        with open(run, "w") as f:
+            f.write(graphs_account(mode) if under is None else under)
+        return self.d, mode, acc, None, GCU, run
+
+    def check(self, *args):
+        return self.run_checks(cr.check_graphs, *args)
+
+    def fails(self, res):
+        return sorted(n for n, (s, _) in res.items() if s == "FAIL")
+
+    def test_markers_are_on_their_calls_in_their_functions(self):
+        with open(GCU) as f:
+            text = f.read().splitlines()
+        for mode, spec in cr.GRAPH_MODES.items():
+            for prefix, items in (("LEAK ", spec.get("leaks", [])), ("CLEAN ", spec.get("cleans", []))):
+                for it in items:
+                    line = cr.marker_line(GCU, prefix + it["marker"])
+                    api = it["api"][:-len("_ptsz")] if it["api"].endswith("_ptsz") else it["api"]
+                    self.assertIn(api + "(", text[line - 1], (mode, it["marker"]))
+                    # The nearest function definition above is the one named.
+                    defs = [l for l in text[:line] if l.startswith("void ")]
+                    self.assertTrue(defs[-1].startswith("void %s(" % it["function"]), (mode, defs[-1]))
+
+    def test_every_mode_passes(self):
+        counts = {}
+        for mode in cr.GRAPH_MODES:
+            shutil.rmtree(self.d, ignore_errors=True)
+            res = self.check(*self.write(mode))
+            self.assertAllPass(res)
+            counts[mode] = len(res)
+        # account, account under cudaleak, exit report, one per leak and
+        # clean, nothing else, then each mode's totals, modules and dump.
+        self.assertEqual(counts, {"graph_leak": 7, "graph_paired": 7, "capture": 8, "auto_free": 7, "trim": 7,
+                                  "reset_peak": 7, "thread_exit": 7, "pool": 5, "pool_ptsz": 5, "module": 6,
+                                  "module_loop": 7})
+
+    def test_graph_leak_wrong_kind_api_or_line(self):
+        args = self.write("graph_leak")
+        r = graphs_report("graph_leak", seq=3)
+        del r["leaks"][0]["memory_kind"]  # reported as plain cudaMalloc-like device memory
+        write_report(self.d, r)
+        self.assertEqual(self.fails(self.check(*args)), ["graphs graph_leak graph_node"])
+        r = graphs_report("graph_leak", seq=4)
+        r["leaks"][0]["api"] = "cuGraphAddMemAllocNode"  # the runtime call not recognized
+        write_report(self.d, r)
+        self.assertEqual(self.fails(self.check(*args)), ["graphs graph_leak graph_node"])
+        r = graphs_report("graph_leak", seq=5)
+        r["leaks"][0]["native_stack"][1]["line"] += 1  # at the instantiate or launch line
+        write_report(self.d, r)
+        self.assertEqual(self.fails(self.check(*args)), ["graphs graph_leak graph_node", "graphs graph_leak nothing else"])
+        r = graphs_report("graph_leak", seq=6)
+        r["leaks"][0]["blocks"] = 2  # recorded at the node's addition and at the launch
+        write_report(self.d, r)
+        self.assertEqual(self.fails(self.check(*args)), ["graphs graph_leak graph_node"])
+
+    def test_graph_leak_found_none(self):
+        r = graphs_report("graph_leak")
+        r["leaks"] = []
+        r["totals"].update(allocations=0, frees=0, peak_bytes=0)
+        res = self.check(*self.write("graph_leak", r))
+        self.assertEqual(self.fails(res), ["graphs graph_leak allocations and frees", "graphs graph_leak graph_node",
+                                           "graphs graph_leak peak"])
+
+    def test_paired_graph_left_or_not_seen(self):
+        # The free node missed: the block stays at the alloc node's line.
+        spec = cr.GRAPH_MODES["graph_paired"]
+        c = spec["cleans"][0]
+        r = graphs_report("graph_paired")
+        r["leaks"] = [group("cudaGraphAddMemAllocNode", "device", c["bytes"], 3, memory_kind="graph",
+                            native=graphs_frames(c["function"], c["marker"], "CLEAN "))]
+        r["totals"]["frees"] = 0
+        res = self.check(*self.write("graph_paired", r))
+        self.assertEqual(self.fails(res), ["graphs graph_paired allocations and frees", "graphs graph_paired graph_paired freed"])
+        # The launches not seen at all: nothing left, but nothing counted.
+        r = graphs_report("graph_paired", seq=3)
+        r["totals"].update(allocations=1, frees=1, peak_bytes=4096)
+        write_report(self.d, r)
+        res = self.check(self.d, "graph_paired", os.path.join(self.tmp, "graph_paired.planted.txt"))
+        self.assertEqual(self.fails(res), ["graphs graph_paired allocations and frees", "graphs graph_paired peak"])
+
+    def test_capture_paired_part_not_in_the_peak(self):
+        r = graphs_report("capture")
+        r["totals"]["peak_bytes"] = 4 * MiB
+        self.assertEqual(self.fails(self.check(*self.write("capture", r))), ["graphs capture peak"])
+
+    def test_auto_free_not_followed(self):
+        l = cr.GRAPH_MODES["auto_free"]["leaks"][0]
+        r = graphs_report("auto_free")
+        r["leaks"] = [graphs_group(l, 3)]  # every launch's block left
+        r["totals"]["frees"] -= 2
+        self.assertEqual(self.fails(self.check(*self.write("auto_free", r))),
+                         ["graphs auto_free allocations and frees", "graphs auto_free auto_free"])
+
+    def test_reset_peak_torn_down_missing(self):
+        for mode in ("reset_peak", "thread_exit"):
+            shutil.rmtree(self.d, ignore_errors=True)
+            r = graphs_report(mode)
+            g = r["leaks"][0]
+            del g["torn_down_blocks"], g["torn_down_bytes"]
+            for k in ("torn_down_blocks", "torn_down_bytes"):
+                del r["totals"][k]
+            r["totals"]["live_bytes"] = 128 * MiB  # the reset not seen: both blocks live
+            r["totals"]["peak_bytes"] = 128 * MiB
+            res = self.check(*self.write(mode, r))
+            self.assertEqual(self.fails(res), ["graphs %s before_reset" % mode, "graphs %s totals" % mode])
+
+    def test_reset_peak_counts_the_torn_down_block_twice(self):
+        r = graphs_report("reset_peak")
+        r["totals"]["peak_bytes"] = 128 * MiB
+        res = self.check(*self.write("reset_peak", r))
+        self.assertEqual(self.fails(res), ["graphs reset_peak totals"])
+        self.assertIn("peak_bytes 134217728", res["graphs reset_peak totals"][1])
+
+    def test_reset_torn_down_on_the_wrong_block(self):
+        r = graphs_report("reset_peak")
+        a, b = r["leaks"]
+        b["torn_down_blocks"], b["torn_down_bytes"] = a.pop("torn_down_blocks"), a.pop("torn_down_bytes")
+        self.assertEqual(self.fails(self.check(*self.write("reset_peak", r))),
+                         ["graphs reset_peak after_reset", "graphs reset_peak before_reset"])
+
+    def test_an_extra_leak_fails_nothing_else(self):
+        for mode in ("graph_leak", "reset_peak", "module"):
+            shutil.rmtree(self.d, ignore_errors=True)
+            r = graphs_report(mode)
+            r["leaks"].append(group("cudaMalloc", "device", 4096, native=[nframe("module_load()", GCU, 250, GBIN)]))
+            res = self.check(*self.write(mode, r))
+            self.assertEqual(self.fails(res), ["graphs %s nothing else" % mode])
+
+    def test_pool_api_names(self):
+        r = graphs_report("pool_ptsz")
+        r["leaks"][0]["api"] = "cudaMallocFromPoolAsync"  # the _ptsz entry point not named
+        self.assertEqual(self.fails(self.check(*self.write("pool_ptsz", r))), ["graphs pool_ptsz pool"])
+        # The plain build run as pool_ptsz: the program's own account says so.
+        acc = graphs_account("pool").replace("done pool", "done pool_ptsz")
+        self.assertEqual(self.fails(self.check(*self.write("pool_ptsz", account=acc, under=acc))),
+                         ["graphs pool_ptsz account"])
+        shutil.rmtree(self.d, ignore_errors=True)
+        r = graphs_report("pool")
+        r["leaks"][0]["memory_kind"] = "graph"  # pool memory is no graph memory
+        args = self.write("pool", r)
+        self.assertEqual(self.fails(self.check(*args)), ["graphs pool pool"])
+
+    def test_module(self):
+        l = cr.GRAPH_MODES["module"]["leaks"][0]
+        # Bytes unknown (0) or the kind not set: fails.
+        for change in ({"bytes": 0}, {"memory_kind": None}, {"api": "cuModuleLoadData"}):
+            shutil.rmtree(self.d, ignore_errors=True)
+            r = graphs_report("module")
+            r["leaks"][0].update(change)
+            self.assertEqual(self.fails(self.check(*self.write("module", r))), ["graphs module module"], change)
+        # The runtime's own module reported: one check fails, not every mode's nothing else.
+        r = graphs_report("module", seq=9)
+        r["leaks"].append(group("cuLibraryLoadData", "device", 0, memory_kind="module",
+                                native=[nframe("__cudaRegisterLinkedBinary", None, None, GBIN), nframe("main", GCU, 300, GBIN)]))
+        write_report(self.d, r)
+        self.assertEqual(self.fails(self.check(*self.write("module", r))), ["graphs module modules only at the load"])
+        # In another mode it is no extra leak, and its load, counted as an
+        # allocation, is allowed for.
+        shutil.rmtree(self.d, ignore_errors=True)
+        r = graphs_report("graph_leak")
+        r["leaks"].append(group("cuLibraryLoadData", "device", 0, memory_kind="module", native=[nframe("main", GCU, 300, GBIN)]))
+        r["totals"]["allocations"] += 1
+        self.assertAllPass(self.check(*self.write("graph_leak", r)))
+        self.assertEqual(l["bytes"], MiB)
+
+    def test_reset_with_the_runtimes_module_torn_down(self):
+        # The runtime's own module (no globals: 0 B) loaded before the reset
+        # and again after it: its torn-down block is allowed for in the
+        # totals, not the planted block's.
+        r = graphs_report("reset_peak")
+        at_main = [nframe("__cudaRegisterLinkedBinary", None, None, GBIN), nframe("main", GCU, 300, GBIN)]
+        r["leaks"].append(group("cuLibraryLoadData", "device", 0, 2, memory_kind="module", native=at_main,
+                                torn_down_blocks=1))
+        r["totals"]["torn_down_blocks"] = 2
+        self.assertAllPass(self.check(*self.write("reset_peak", r)))
+        r = graphs_report("reset_peak", seq=3)
+        r["totals"]["torn_down_blocks"] = 2  # a second torn-down block nowhere in the leaks
+        write_report(self.d, r)
+        self.assertEqual(self.fails(self.check(*self.write("reset_peak", r))), ["graphs reset_peak totals"])
+
+    def test_module_loop(self):
+        l = cr.GRAPH_MODES["module_loop"]["leaks"][0]
+        args = self.write("module_loop", dump=False)  # no live dump written
+        self.assertEqual(self.fails(self.check(*args)), ["graphs module_loop live dump"])
+        write_report(self.d, report([graphs_group(l, 5)], "api", seq=1))  # the dump saw all 5: it came late
+        self.assertEqual(self.fails(self.check(*args)), ["graphs module_loop live dump"])
+        shutil.rmtree(self.d, ignore_errors=True)
+        r = graphs_report("module_loop")
+        r["leaks"] = [graphs_group(l, 1)]  # one block per handle not kept: the loads merged
+        self.assertEqual(self.fails(self.check(*self.write("module_loop", r))), ["graphs module_loop module"])
+
+    def test_account_missing_or_different_under_the_library(self):
+        res = self.check(*self.write("graph_leak", account="graphs_resets.cu:97: cudaGraphLaunch(exec, 0) = 801\n"))
+        self.assertEqual(self.fails(res), ["graphs graph_leak account", "graphs graph_leak account under cudaleak"])
+        under = graphs_account("trim").replace("done trim\n", "")  # exited early under the library
+        self.assertEqual(self.fails(self.check(*self.write("trim", under=under))), ["graphs trim account under cudaleak"])
+        acc = graphs_account("trim") + "leak trim cudaGraphAddMemAllocNode 1 16777216 trim_graph_pool\n"
+        self.assertEqual(self.fails(self.check(*self.write("trim", account=acc, under=acc))), ["graphs trim account"])
+
+    def test_no_exit_report(self):
+        r = graphs_report("graph_leak")
+        r["trigger"] = "signal"  # the program died before its exit report
+        args = self.write("graph_leak", r)
+        self.assertEqual(self.fails(self.check(*args)), ["graphs graph_leak exit report"])
+
+    def test_parse_account(self):
+        a = cr.parse_graphs_account("leak x cudaMalloc 1 5 f\nclean y api 7 3 g\ndump m 3 9\ninfo 1 2\nleak bad cudaMalloc one 5 f\ndone x\n")
+        self.assertEqual(a, {"leaks": [("x", "cudaMalloc", 1, 5, "f")], "cleans": [("y", "api", 7, 3, "g")],
+                             "dumps": [("m", 3, 9)], "done": ["x"]})
+
+    def test_cli_main(self):
+        d, mode, acc, _, _, run = self.write("capture")
+        script = os.path.join(HERE, "check_report.py")
+        p = subprocess.run([sys.executable, script, "graphs", d, mode, acc, "--under", run], stdout=subprocess.PIPE,
+                           env=dict(os.environ))
+        self.assertEqual(p.returncode, 0, p.stdout.decode())
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(len(lines), 8)
+        self.assertTrue(all(l.startswith("CHECK graphs capture ") and ": PASS " in l for l in lines), lines)
+        p = subprocess.run([sys.executable, script, "graphs", d, "reset_peak", acc], stdout=subprocess.PIPE,
+                           env=dict(os.environ))
+        self.assertEqual(p.returncode, 1)
+        p = subprocess.run([sys.executable, script, "graphs", d, "bogus", acc], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=dict(os.environ))
+        self.assertEqual(p.returncode, 2)
+        p = subprocess.run([sys.executable, script, "graphs", os.path.join(self.tmp, "none"), mode, acc],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("CHECK graphs capture: FAIL checker error", p.stdout.decode())
+
+
 # --- torch_checks.py verify -------------------------------------------------------
 
 TORCH = os.path.basename(tc.SRC)
@@ -1118,6 +1425,68 @@ class Script(Base):
         p = subprocess.run(["bash", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.assertEqual(p.returncode, 2)
         self.assertIn(b"gpu-validate.sh ARTIFACTS OUT", p.stderr)
+
+    def test_graphs_section_plumbing(self):
+        # The section end to end with a fake nvcc (its "programs" print each
+        # mode's account) and a fake cudaleak (its runs leave a correct
+        # report, its `report` prints it): every check passes, the gate's
+        # flag goes to the module run only, and the reports are kept.
+        art = self.fake_artifacts()
+        acc, pre, log = (os.path.join(self.tmp, n) for n in ("acc", "pre", "cli.log"))
+        os.makedirs(acc)
+        for mode in cr.GRAPH_MODES:
+            with open(os.path.join(acc, mode + ".txt"), "w") as f:
+                f.write(graphs_account(mode))
+            d = os.path.join(pre, mode)
+            write_report(d, graphs_report(mode))
+            spec = cr.GRAPH_MODES[mode]
+            if "dump" in spec:
+                write_report(d, report([graphs_group(spec["leaks"][0], spec["dump"][1])], "api", seq=1))
+        fakebin = os.path.join(self.tmp, "bin")
+        os.makedirs(fakebin)
+        with open(os.path.join(fakebin, "nvcc"), "w") as f:
+            f.write('#!/bin/sh\nout=; cubin=0\nwhile [ $# -gt 0 ]; do case $1 in -o) out=$2; shift ;; -cubin) cubin=1 ;; esac; shift; done\n'
+                    'if [ $cubin = 1 ]; then echo cubin >"$out"; exit 0; fi\n'
+                    'printf \'#!/bin/sh\\ncat "%s/$1.txt"\\n\' "$FAKE_ACC" >"$out"; chmod +x "$out"\n')
+        with open(os.path.join(art, "cudaleak"), "w") as f:
+            f.write("""#!%s
+import glob, json, os, shutil, subprocess, sys
+a = sys.argv[1:]
+with open(os.environ["FAKE_CLI_LOG"], "a") as f:
+    f.write(" ".join(a) + "\\n")
+if a[0] == "report":
+    path = a[-1]
+    files = sorted(glob.glob(os.path.join(path, "cudaleak.*.json"))) if os.path.isdir(path) else [path]
+    reports = [json.load(open(p)) for p in files]
+    r = max(reports, key=lambda r: r["sequence"])
+    print(json.dumps(r) if "--format" in a else "%%d leaks" %% len(r["leaks"]))
+    sys.exit(0)
+i = a.index("--")
+d = a[a.index("--dir") + 1]
+prog = a[i + 1:]
+shutil.copytree(os.path.join(os.environ["FAKE_PRE"], prog[1]), d)
+sys.exit(subprocess.call(prog))
+""" % sys.executable)
+        for p in (os.path.join(fakebin, "nvcc"), os.path.join(art, "cudaleak")):
+            os.chmod(p, 0o755)
+        rc, text, out = self._run(art, ["graphs"], {"PATH": fakebin + os.pathsep + os.environ["PATH"],
+                                                    "FAKE_ACC": acc, "FAKE_PRE": pre, "FAKE_CLI_LOG": log})
+        self.assertEqual(rc, 0, text)
+        with open(os.path.join(out, "checks.txt")) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(len(lines), 2 + 11 + 73, lines)
+        self.assertTrue(all(": PASS " in l for l in lines), lines)
+        self.assertIn("CHECK graphs run --fail-on-leak module: PASS", text)
+        self.assertIn("CHECK graphs module_loop live dump: PASS", text)
+        with open(log) as f:
+            runs = [l.split() for l in f if l.startswith("run ")]
+        self.assertEqual(len(runs), 11)
+        self.assertEqual([r[r.index("--") + 2] for r in runs if "--fail-on-leak" in r], ["module"])
+        self.assertTrue(all(r[r.index("--") + 1].endswith("/graphs_ptsz") == (r[-1] == "pool_ptsz") for r in runs), runs)
+        self.assertTrue(all(r[-1].endswith("globals.cubin") for r in runs if r[r.index("--") + 2].startswith("module")))
+        names = subprocess.run(["tar", "tzf", os.path.join(out, "reports.tar.gz")], stdout=subprocess.PIPE).stdout.decode()
+        self.assertIn("reset_peak.planted.txt", names)
+        self.assertIn("module_loop.run.txt", names)
 
     @unittest.skipUnless(os.environ.get("GPU_CHECK_TEST_ARTIFACTS"), "GPU_CHECK_TEST_ARTIFACTS not set")
     def test_python_section_end_to_end(self):

@@ -32,7 +32,8 @@
 #   default:  env 25 s [15]  sanity 10 s [3]  nvcc 60 s [25]  python 25 s [8]
 #             torch 130 s [70]  oom 95 s [55]  frameworks 70 s [35]
 #             libraries 50 s [25]  procaddr 15 s [5]  untouched 40 s [25]
-#             ranks 60 s [45]  live 40 s [20]           = 620 s, about 5 min typical
+#             ranks 60 s [45]  live 40 s [20]  graphs 40 s [25]
+#                                                       = 660 s, about 6 min typical
 #   extras (not in the default; measurements, not checks, except torch-dump):
 #             torch-dump 40 s  overhead 150 s  bench (what is left)
 # Whatever runs, one deadline bounds it: steps start only before
@@ -49,7 +50,7 @@ fi
 ART=$(realpath "$1")
 OUT=$(realpath -m "$2")
 shift 2
-SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks live}
+SECTIONS=${*:-env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks live graphs}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cudaleak-gpu.XXXXXX")
 CLI="$ART/cudaleak"
@@ -148,7 +149,7 @@ reports() { timeout "$(cap 30)" "$CLI" report "$@" 2>&1 | head -"${LINES_MAX:-12
 # done_: the summary and the exit status.
 done_() {
     find "$WORK" \( -name 'cudaleak.*.json' -size -8M \) -o -name '*.truth.json' -o -name planted.txt \
-        -o -name sanitizer.txt | tar czf "$OUT/reports.tar.gz" -T - 2>/dev/null
+        -o -name sanitizer.txt -o -name '*.planted.txt' -o -name '*.run.txt' | tar czf "$OUT/reports.tar.gz" -T - 2>/dev/null
     local total failed
     total=$(grep -c '^CHECK ' "$CHECKS")
     failed=$(failures)
@@ -414,6 +415,54 @@ live)
     tail -5 "$d/run.log"
     checks "live" python3 "$ROOT/gpu/live_checks.py" verify "$d/truth.json" "$d/view.json" "$d/metrics.prom"
     ;;
+graphs)
+    # 40 s: three builds at once 10-15 s, eleven plain runs and eleven runs
+    # under cudaleak of about a second each (last in the default: a hang
+    # here cannot starve the older sections). gpu/graphs_resets.cu, nvcc's
+    # default static cudart: graph memory-alloc and free nodes, stream
+    # capture, AutoFreeOnLaunch, cudaDeviceGraphMemTrim, cudaDeviceReset and
+    # cudaThreadExit between two cudaMalloc calls, cudaMallocFromPoolAsync
+    # (and its _ptsz form, built with --default-stream per-thread), modules
+    # loaded with cuModuleLoad (gpu/module_globals.cu, a 1 MiB global).
+    # Ground truth: the "LEAK <name>"/"CLEAN <name>" lines of the source and
+    # the program's own account (`leak`/`clean`/`dump` lines of a plain run,
+    # which the run under cudaleak must repeat); check_report.py
+    # GRAPH_MODES states what each mode plants.
+    say "nvcc program, static cudart: graph memory, stream capture, context resets, pools, modules"
+    d=$WORK/graphs
+    mkdir -p "$d"
+    modes="graph_leak graph_paired capture auto_free trim reset_peak thread_exit pool pool_ptsz module module_loop"
+    if step build 120 bash -c 'cd "$2" || exit 1
+        nvcc -g -O0 -arch=sm_90 -o graphs "$1/gpu/graphs_resets.cu" -lcuda -ldl & a=$!
+        nvcc -g -O0 -arch=sm_90 --default-stream per-thread -o graphs_ptsz "$1/gpu/graphs_resets.cu" -lcuda -ldl & b=$!
+        nvcc -cubin -arch=sm_90 -o globals.cubin "$1/gpu/module_globals.cu" & c=$!
+        wait $a; ra=$?; wait $b; rb=$?; wait $c; rc=$?
+        exit $((ra || rb || rc))' _ "$ROOT" "$d"; then
+        # The account of each mode without the library; a mode that fails
+        # alone fails this step (and its account check).
+        step "plain runs" 60 bash -c 'd=$1; shift; st=0
+            for m in "$@"; do
+                b=$d/graphs; [ "$m" = pool_ptsz ] && b=$d/graphs_ptsz
+                a=(); case $m in module*) a=("$d/globals.cubin") ;; esac
+                "$b" "$m" "${a[@]}" >"$d/$m.planted.txt" || { echo "plain run $m: exit $?"; st=1; }
+                sed "s/^/  $m: /" "$d/$m.planted.txt"
+            done
+            exit $st' _ "$d" $modes
+        for m in $modes; do
+            bin=$d/graphs
+            [ "$m" = pool_ptsz ] && bin=$d/graphs_ptsz
+            args=("$m")
+            case $m in module*) args+=("$d/globals.cubin") ;; esac
+            # A module loaded once and never unloaded does not fail the gate.
+            gate=()
+            [ "$m" = module ] && gate=(--fail-on-leak)
+            step "run${gate:+ ${gate[*]}} $m" 20 bash -c 'set -o pipefail; out=$1; shift; "$@" | tee "$out"' _ "$d/$m.run.txt" \
+                "$CLI" run "${gate[@]}" --dir "$d/$m" -- "$bin" "${args[@]}"
+            checks "$m" python3 "$CHECKER" graphs "$d/$m" "$m" "$d/$m.planted.txt" --under "$d/$m.run.txt"
+        done
+        LINES_MAX=16 reports "$d/reset_peak"
+    fi
+    ;;
 torch-dump)
     # 40 s (extra): the no-cache leak run again, with its checks.
     d=$WORK/torch-dump
@@ -441,7 +490,7 @@ bench)
     step bench 540 python3 "$ROOT/scripts/bench.py" --runs 3 --threads 1,2,4,8,16
     ;;
 *)
-    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks live torch-dump overhead bench"
+    record "setup section $s" FAIL "unknown section" "one of env sanity nvcc python torch oom frameworks libraries procaddr untouched ranks live graphs torch-dump overhead bench"
     ;;
 esac
 (($(failures) > before)) && FAILED_SECTIONS+=" $s"
