@@ -6,7 +6,7 @@
 mod support;
 
 use cudaleak_core::record::MemoryKind;
-use cudaleak_core::report::{Group, Report};
+use cudaleak_core::report::{Group, Report, Trend};
 use std::time::Duration;
 use support::*;
 
@@ -65,10 +65,31 @@ fn a_module_unloaded_leaves_nothing() {
 }
 
 #[test]
-fn a_module_loaded_in_a_loop_shows_every_load() {
-    let (r, _) = run(&["loop"]);
-    let g = module_at(&r, "load_in_loop", "/* LOAD loop */");
-    assert_eq!((g.blocks, g.bytes), (5, 5 * GLOBALS));
+fn a_module_loaded_in_a_loop_shows_every_load_and_grows() {
+    let (out, plain) = run_traced_and_untraced(&program("modules"), &["loop"], &[]);
+    plain.assert_success();
+    out.assert_success();
+    let reports = out.reports();
+    // Five live dumps, one after each load, then the exit report.
+    assert_eq!(reports.len(), 6, "{}", out.stderr);
+    let line = line_of(FILE, "/* LOAD loop */");
+    for (i, r) in reports.iter().enumerate() {
+        let g = group_at(r, "load_in_loop", "modules.c", line);
+        let loads = (i as u64 + 1).min(5);
+        assert_eq!((g.blocks, g.bytes), (loads, loads * GLOBALS), "report {i}");
+        if (1..5).contains(&i) {
+            // The live dumps name the growth; the module is still no leak.
+            assert!(
+                r.growth.iter().any(|x| x.kind() == MemoryKind::Module),
+                "report {i}"
+            );
+        }
+        if i == 4 {
+            // Grown in every dump since the first (growth.rs's trend).
+            assert_eq!(g.trend, Some(Trend::Growing), "report {i}");
+        }
+        assert!(!r.has_leaks());
+    }
 }
 
 #[test]

@@ -6,7 +6,8 @@
  *
  *   modules once          cuModuleLoadData of a cubin, kept
  *   modules unloaded      loaded and unloaded: nothing
- *   modules loop          the same load 5 times, never unloaded
+ *   modules loop          the same load 5 times, never unloaded, a live dump
+ *                         after each
  *   modules fatbin        cuModuleLoadFatBinary of a fatbin holding the cubin
  *   modules file PATH     the cubin written to PATH, cuModuleLoad(PATH)
  *   modules library PATH  cuLibraryLoadData kept; cuLibraryLoadFromFile(PATH)
@@ -114,7 +115,12 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "unloaded")) {
         CHECK(cuModuleUnload(load_once()));
     } else if (!strcmp(mode, "loop")) {
-        for (int i = 0; i < 5; i++) load_in_loop();
+        /* Under the library, a live dump after each load. */
+        int (*dump)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "cudaleak_dump");
+        for (int i = 0; i < 5; i++) {
+            load_in_loop();
+            if (dump) dump("after a load");
+        }
     } else if (!strcmp(mode, "fatbin")) {
         load_fatbin();
     } else if (!strcmp(mode, "file") && argc > 2) {
