@@ -191,7 +191,10 @@ fn run_gives_the_commands_python_only_the_package_beside_the_library_and_its_plu
     let site = d.path().join("other-env/site-packages");
     let package = site.join("cudaleak");
     std::fs::create_dir_all(package.join("_lib")).unwrap();
-    for entry in std::fs::read_dir(support::repo().join("python/cudaleak")).unwrap().flatten() {
+    for entry in std::fs::read_dir(support::repo().join("python/cudaleak"))
+        .unwrap()
+        .flatten()
+    {
         if entry.path().extension().is_some_and(|e| e == "py") {
             std::fs::copy(entry.path(), package.join(entry.file_name())).unwrap();
         }
@@ -242,7 +245,10 @@ fn run_gives_the_commands_python_only_the_package_beside_the_library_and_its_plu
     let first = PathBuf::from(env["first"].as_str().unwrap());
     assert_eq!(env["holds"], serde_json::json!(["cudaleak"]), "{env}");
     assert_eq!(PathBuf::from(env["link"].as_str().unwrap()), package, "{env}");
-    assert_eq!(PathBuf::from(env["module"].as_str().unwrap()), package.join("__init__.py"));
+    assert_eq!(
+        PathBuf::from(env["module"].as_str().unwrap()),
+        package.join("__init__.py")
+    );
     // The module still finds its library through the link.
     assert_eq!(
         PathBuf::from(env["library"].as_str().unwrap()),

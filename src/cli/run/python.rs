@@ -71,8 +71,12 @@ impl Drop for PythonPackage {
 /// `.../cudaleak` when `lib` is `.../cudaleak/_lib/libcudaleak.so` of a
 /// package with its module and plugin beside it.
 fn package_holding(lib: &Path) -> Option<PathBuf> {
-    let libs = lib.parent().filter(|d| d.file_name() == Some(OsStr::new("_lib")))?;
-    let package = libs.parent().filter(|d| d.file_name() == Some(OsStr::new("cudaleak")))?;
+    let libs = lib
+        .parent()
+        .filter(|d| d.file_name() == Some(OsStr::new("_lib")))?;
+    let package = libs
+        .parent()
+        .filter(|d| d.file_name() == Some(OsStr::new("cudaleak")))?;
     let whole = ["__init__.py", "pytest_plugin.py"]
         .iter()
         .all(|f| package.join(f).is_file());
@@ -94,7 +98,10 @@ fn link_to(package: &Path) -> Result<PathBuf, String> {
 /// as pytest reads it); unchanged when it already names the plugin.
 fn with_plugin(old: Option<&OsStr>) -> OsString {
     let old = old.unwrap_or_default();
-    let listed = old.to_string_lossy().split(',').any(|p| p.trim() == PYTEST_PLUGIN);
+    let listed = old
+        .to_string_lossy()
+        .split(',')
+        .any(|p| p.trim() == PYTEST_PLUGIN);
     if listed {
         return old.to_owned();
     }
@@ -136,11 +143,18 @@ mod tests {
         assert_eq!(package_holding(&root.join("libcudaleak.so")), None);
 
         let dir = link_to(&package).unwrap();
-        let entries: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+        let entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         assert_eq!(entries, [OsString::from("cudaleak")]);
         assert_eq!(std::fs::read_link(dir.join("cudaleak")).unwrap(), package);
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         drop(PythonPackage {
             link_dir: Some(dir.clone()),
         });
