@@ -656,21 +656,7 @@ impl Venv {
 /// pytest shows the plugin's options without `-p`.
 fn assert_route_works(route: &str, venv: &Venv, bin: &Path, root: &Path) {
     let exe = |name: &str| bin.join(name).to_str().unwrap().to_string();
-    let (code, stdout, stderr) = venv.run(&exe("cudaleak"), &["demo"]);
-    assert_eq!(code, Some(0), "{route}: cudaleak demo\n{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("cudaleak: 74448896 bytes leaked in 5 blocks; report:"),
-        "{route}: cudaleak demo\n{stderr}"
-    );
-    let (code, lib, stderr) = venv.run(&exe("cudaleak"), &["lib"]);
-    assert_eq!(code, Some(0), "{route}: cudaleak lib\n{stderr}");
-    let lib = PathBuf::from(lib.trim());
-    assert!(
-        lib.is_file() && lib.starts_with(root.canonicalize().unwrap()),
-        "{route}: cudaleak lib names {}, not a file under {}",
-        lib.display(),
-        root.display()
-    );
+    let lib = assert_command_works(route, venv, &bin.join("cudaleak"), root);
     let (code, from_module, stderr) = venv.run(
         &exe("python"),
         &["-c", "import cudaleak; print(cudaleak.library_path())"],
@@ -685,6 +671,28 @@ fn assert_route_works(route: &str, venv: &Venv, bin: &Path, root: &Path) {
             "{route}: pytest --help lacks {option}:\n{help}"
         );
     }
+}
+
+/// The command's part of what a route must give (`cudaleak demo`, and
+/// `cudaleak lib` naming a file under `root`): the library it names.
+fn assert_command_works(route: &str, venv: &Venv, cudaleak: &Path, root: &Path) -> PathBuf {
+    let cudaleak = cudaleak.to_str().unwrap();
+    let (code, stdout, stderr) = venv.run(cudaleak, &["demo"]);
+    assert_eq!(code, Some(0), "{route}: cudaleak demo\n{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("cudaleak: 74448896 bytes leaked in 5 blocks; report:"),
+        "{route}: cudaleak demo\n{stderr}"
+    );
+    let (code, lib, stderr) = venv.run(cudaleak, &["lib"]);
+    assert_eq!(code, Some(0), "{route}: cudaleak lib\n{stderr}");
+    let lib = PathBuf::from(lib.trim());
+    assert!(
+        lib.is_file() && lib.starts_with(root.canonicalize().unwrap()),
+        "{route}: cudaleak lib names {}, not a file under {}",
+        lib.display(),
+        root.display()
+    );
+    lib
 }
 
 /// `pip wheel ./clone`, with build isolation: the build every route in the
@@ -915,11 +923,48 @@ fn route_uv_pip_install_of_a_clone() {
     );
 }
 
+/// SUITE_PY as one's own tests would load the runtime: by its name, from
+/// `run --simulated`'s driver.
+fn suite_loading_the_runtime_by_name() -> String {
+    SUITE_PY.replace("os.environ[\"SIMCUDA_RUNTIME\"]", "\"libcudart.so.12\"")
+}
+
+/// `cudaleak run --simulated --fail-on-leak -- pytest ...`, the command
+/// from elsewhere (pipx's bin/) and pytest the venv's own: its exit status
+/// and output.
+fn own_pytest_under(venv: &Venv, cudaleak: &Path, args: &[&str]) -> (Option<i32>, String) {
+    venv.write("test_mine.py", &suite_loading_the_runtime_by_name());
+    let mut cmd = venv.command(cudaleak.to_str().unwrap());
+    cmd.args(["run", "--simulated", "--fail-on-leak", "--", "pytest"])
+        .args(["-q", "-rf", "-p", "no:cacheprovider"])
+        .args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("SIMCUDA_RUNTIME");
+    let (status, stdout, stderr) = run_command(cmd, Duration::from_secs(300));
+    (status.code(), format!("{stdout}\n{stderr}"))
+}
+
+/// The leaking test of test_mine.py failed at its line, the other passed.
+fn assert_leak_found(route: &str, code: Option<i32>, out: &str) {
+    let line = line_in(SUITE_PY, "# LEAK");
+    assert_eq!(code, Some(1), "{route}\n{out}");
+    assert!(out.contains("1 failed, 1 passed"), "{route}\n{out}");
+    assert!(out.contains("FAILED test_mine.py::test_leaks"), "{route}\n{out}");
+    assert!(
+        out.contains(&format!("test_mine.py:{line} in test_leaks")),
+        "{route}\n{out}"
+    );
+}
+
+/// pipx keeps the package in a venv of its own: `cudaleak run` gives the
+/// command's Python that package (and nothing else of pipx's venv) and
+/// loads the plugin into the user's own pytest, once, also when the user's
+/// environment has cudaleak installed as well (its entry point loads it).
 #[test]
 #[ignore = "builds from a clean clone: scripts/test.sh runs these"]
 fn route_pipx_install_of_a_clone() {
     let copy = clean_copy();
-    wheel_built_from_the_clone();
+    let (_, wheel) = wheel_built_from_the_clone();
     let venv = Venv::new("route-pipx");
     let pipx_home = venv.root.path().join("pipx");
     let pipx_bin = venv.root.path().join("pipx-bin");
@@ -937,17 +982,80 @@ fn route_pipx_install_of_a_clone() {
     let mut install = pipx(&["install"]);
     install.arg(&copy.clone);
     venv.build("pipx install ./clone", install);
-    venv.build(
-        "pipx inject cudaleak pytest",
-        pipx(&["inject", "--include-apps", "cudaleak", "pytest"]),
-    );
     // pipx links the apps into its bin directory; the library is in the
     // environment pipx made for the package.
-    assert!(pipx_bin.join("cudaleak").exists());
+    let cudaleak = pipx_bin.join("cudaleak");
+    assert!(cudaleak.exists());
     let app_venv = pipx_home.join("venvs/cudaleak");
-    let (code, _, stderr) = venv.run(pipx_bin.join("cudaleak").to_str().unwrap(), &["--version"]);
+    let (code, _, stderr) = venv.run(cudaleak.to_str().unwrap(), &["--version"]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_route_works("pipx install ./clone", &venv, &app_venv.join("bin"), &app_venv);
+    let route = "pipx install ./clone";
+    let lib = assert_command_works(route, &venv, &cudaleak, &app_venv);
+
+    // The user's own environment has pytest, and no cudaleak.
+    venv.pip_install(&["pytest"]);
+    let (code, _, stderr) = venv.run("python", &["-c", "import cudaleak"]);
+    assert_eq!(code, Some(1), "cudaleak is in the user's venv already: {stderr}");
+
+    // Under `run`, the user's Python imports pipx's package, with the
+    // library that run preloaded, and no path of pipx's venv.
+    let probe = "import cudaleak, sys\n\
+                 print(cudaleak.available(), cudaleak.library_path())\n\
+                 print([p for p in sys.path if p.startswith(tuple(sys.argv[1:]))])";
+    let app_venv_real = app_venv.canonicalize().unwrap();
+    let (code, stdout, stderr) = venv.run(
+        cudaleak.to_str().unwrap(),
+        &[
+            "run",
+            "--",
+            "python",
+            "-c",
+            probe,
+            app_venv.to_str().unwrap(),
+            app_venv_real.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "{route}: import cudaleak under run\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [format!("True {}", lib.display()).as_str(), "[]"],
+        "{route}: {stderr}"
+    );
+
+    // The user's own pytest, plugin loaded by `run`: a leaking test and a
+    // clean one, then the clean one alone.
+    let (code, out) = own_pytest_under(&venv, &cudaleak, &["--cuda-leaks", "test_mine.py"]);
+    assert_leak_found(route, code, &out);
+    let (code, out) = own_pytest_under(
+        &venv,
+        &cudaleak,
+        &["--cuda-leaks", "test_mine.py::test_frees_what_it_allocates"],
+    );
+    assert_eq!(code, Some(0), "{route}\n{out}");
+    assert!(out.contains("1 passed"), "{route}\n{out}");
+
+    // cudaleak in the user's venv as well: its pytest11 entry point loads
+    // the plugin, and run's PYTEST_PLUGINS finds it loaded under the same
+    // name (pluggy would refuse a second registration, and a second copy
+    // would add --cuda-leaks twice); so does an explicit -p.
+    venv.pip_install(&[wheel.to_str().unwrap()]);
+    for first in [&[][..], &["-p", "cudaleak.pytest_plugin"][..]] {
+        let mut args = first.to_vec();
+        args.extend(["--trace-config", "--cuda-leaks", "test_mine.py"]);
+        let (code, out) = own_pytest_under(&venv, &cudaleak, &args);
+        let route = format!("{route}, cudaleak installed in the user's venv too, {first:?}");
+        assert_leak_found(&route, code, &out);
+        assert_eq!(
+            out.matches("PLUGIN registered: <module 'cudaleak.pytest_plugin'")
+                .count(),
+            1,
+            "{route}\n{out}"
+        );
+    }
 }
 
 #[test]

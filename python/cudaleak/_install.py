@@ -12,7 +12,10 @@ import shutil
 import sys
 import sysconfig
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The real directory: under `cudaleak run` the package may be imported
+# through a link in a private directory (the command's PYTHONPATH), and
+# the command and library are found from where it really is.
+_PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
 _COMMAND = "cudaleak"
 
 

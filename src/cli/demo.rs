@@ -33,7 +33,7 @@ fn write_exe(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
 /// 0700). The demo used `/tmp/cudaleak-demo-<pid>` even when another user
 /// had made it, and wrote through their symlinks: a planted
 /// `libcuda.so.1 -> victim` got a root-owned file overwritten.
-fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
+pub(super) fn private_dir_named(prefix: &str) -> Result<PathBuf, String> {
     let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
     let mut bytes = CString::new(template.as_os_str().as_bytes())
         .map_err(|_| format!("{}: NUL in the path", template.display()))?

@@ -7,6 +7,7 @@
 //! 2. the processes COMMAND leaves behind: `descendants`
 //! 3. the summary and the gate's verdict: `verdict`
 //! 4. the final figures to a Pushgateway: `push`
+//! 5. the cudaleak package for the command's Python: `python`
 
 use super::{find_library, CliResult};
 use cudaleak_core::base::safe_read;
@@ -186,6 +187,7 @@ macro_rules! note {
 mod channel;
 mod descendants;
 mod push;
+mod python;
 mod verdict;
 
 /// Whether `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
@@ -349,7 +351,8 @@ fn now_ms() -> i64 {
 }
 
 /// The repository's python/ (target/release/../../python) or an installed
-/// share/cudaleak/python, for `import cudaleak` in the command.
+/// share/cudaleak/python: a directory holding only the package, for a
+/// command whose library is in no package (`python::PythonPackage`).
 fn python_package_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
@@ -463,9 +466,7 @@ pub fn run(a: RunArgs) -> CliResult {
     if a.no_default_suppressions {
         cmd.env(var::CUDALEAK_DEFAULT_SUPPRESSIONS, "0");
     }
-    if let Some(py) = python_package_dir() {
-        cmd.env("PYTHONPATH", prepend_path("PYTHONPATH", &py));
-    }
+    let _python = python::PythonPackage::for_command(&mut cmd, &lib, python_package_dir());
     // SAFETY: the child only resets signal dispositions before exec.
     unsafe {
         cmd.pre_exec(|| {
