@@ -31,10 +31,17 @@ pub struct Alloc {
     out: Out,
     size: Size,
     device: Option<u8>,
-    /// a stream-ordered allocation's stream, and whether the entry point
-    /// is a per-thread (`_ptsz`) one: on a stream being captured, the
-    /// call adds a node to the capture's graph instead (`graphs.rs`)
-    stream: Option<(CUstream, bool)>,
+}
+
+/// A stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync
+/// and `_ptsz`): on a stream being captured, the call adds a node to the
+/// capture's graph instead of allocating (`state/graphs.rs`). An event of
+/// its own, so that every other allocation's stays as small as it was.
+pub struct StreamAlloc {
+    alloc: Alloc,
+    stream: CUstream,
+    /// a per-thread (`_ptsz`) entry point: stream 0 is the thread's own
+    per_thread: bool,
 }
 
 impl Alloc {
@@ -46,7 +53,6 @@ impl Alloc {
             out: Out::Address(out),
             size: Size::Bytes(size as u64),
             device: None,
-            stream: None,
         }
     }
 
@@ -58,10 +64,11 @@ impl Alloc {
         size: usize,
         stream: CUstream,
         per_thread: bool,
-    ) -> Alloc {
-        Alloc {
-            stream: Some((stream, per_thread)),
-            ..Alloc::new(id, api, MemoryKind::Device, out, size)
+    ) -> StreamAlloc {
+        StreamAlloc {
+            alloc: Alloc::new(id, api, MemoryKind::Device, out, size),
+            stream,
+            per_thread,
         }
     }
 
@@ -168,6 +175,28 @@ impl Event for Alloc {
     }
 
     fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        self.finish(cx, result, None);
+    }
+}
+
+impl Event for StreamAlloc {
+    type State = ();
+
+    fn before(&self, cx: &mut HookCx) -> Option<()> {
+        self.alloc.before(cx)
+    }
+
+    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
+        let capture = graphs::capturing().then_some((self.stream, self.per_thread));
+        self.alloc.finish(cx, result, capture);
+    }
+}
+
+impl Alloc {
+    /// What a call did, recorded; `capture`: the stream of a stream-ordered
+    /// allocation while some stream is being captured.
+    #[inline(always)]
+    fn finish(&self, cx: &mut HookCx, result: c_int, capture: Option<(CUstream, bool)>) {
         let runtime = calling_runtime(cx.thread, self.id).filter(|(_, rc)| !rc.handled.get());
         if let Some((_, rc)) = runtime {
             rc.handled.set(true);
@@ -213,7 +242,7 @@ impl Event for Alloc {
             Some((api, s)) => (api, s),
             None => (self.api, cx.stack()),
         };
-        if let Some((stream, per_thread)) = self.stream.filter(|_| graphs::capturing()) {
+        if let Some((stream, per_thread)) = capture {
             if let Some(graph) = graphs::capture_graph(stream, per_thread) {
                 // Captured: a node of the capture's graph, allocated when a
                 // launch runs it (`graphs.rs`, case 1).

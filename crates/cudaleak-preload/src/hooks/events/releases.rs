@@ -8,34 +8,24 @@ pub struct Free {
     id: HookId,
     addr: u64,
     accepts: KindSet,
-    /// cuMemFreeAsync's stream (see [`Alloc`]'s)
-    stream: Option<(CUstream, bool)>,
 }
 
 impl Free {
     pub fn new(id: HookId, addr: u64, accepts: KindSet) -> Free {
-        Free {
-            id,
-            addr,
-            accepts,
-            stream: None,
-        }
+        Free { id, addr, accepts }
     }
 
     /// cuMemFreeAsync (and `_ptsz`).
-    pub fn stream_ordered(id: HookId, addr: u64, stream: CUstream, per_thread: bool) -> Free {
-        Free {
-            stream: Some((stream, per_thread)),
-            ..Free::new(id, addr, FREES_DEVICE)
+    pub fn stream_ordered(id: HookId, addr: u64, stream: CUstream, per_thread: bool) -> StreamFree {
+        StreamFree {
+            free: Free::new(id, addr, FREES_DEVICE),
+            stream,
+            per_thread,
         }
     }
 }
 
-pub enum Removed {
-    Block(Option<cudaleak_core::record::Block>),
-    /// a free on a stream being captured: a free node of this graph
-    Captured(u64),
-}
+pub struct Removed(Option<cudaleak_core::record::Block>);
 
 impl Event for Free {
     type State = Removed;
@@ -48,23 +38,51 @@ impl Event for Free {
             // Freeing NULL is not a bad free, and records nothing.
             return None;
         }
-        if let Some((stream, per_thread)) = self.stream.filter(|_| graphs::capturing()) {
-            if let Some(graph) = graphs::capture_graph(stream, per_thread) {
-                return Some(Removed::Captured(graph));
-            }
-        }
-        Some(Removed::Block(tracker::remove_block(
-            self.addr,
-            self.accepts,
-            cx.thread,
-        )))
+        Some(Removed(tracker::remove_block(self.addr, self.accepts, cx.thread)))
     }
 
     fn after(&self, cx: &mut HookCx, removed: Removed, result: c_int) {
+        tracker::finish_release(self.addr, removed.0, result == CUDA_SUCCESS, cx.thread);
+    }
+}
+
+/// A stream-ordered free: on a stream being captured it frees nothing now
+/// but adds a free node to the capture's graph (`state/graphs.rs`). An
+/// event of its own, as [`StreamAlloc`] is.
+pub struct StreamFree {
+    free: Free,
+    stream: CUstream,
+    per_thread: bool,
+}
+
+pub enum StreamRemoved {
+    Now(Removed),
+    /// a free node of this graph
+    Captured(u64),
+}
+
+impl Event for StreamFree {
+    type State = StreamRemoved;
+
+    fn before(&self, cx: &mut HookCx) -> Option<StreamRemoved> {
+        if self.free.addr != 0 && graphs::capturing() {
+            if let Some(graph) = graphs::capture_graph(self.stream, self.per_thread) {
+                if let Some((_, rc)) = calling_runtime(cx.thread, self.free.id) {
+                    rc.released.set(true);
+                }
+                return Some(StreamRemoved::Captured(graph));
+            }
+        }
+        self.free.before(cx).map(StreamRemoved::Now)
+    }
+
+    fn after(&self, cx: &mut HookCx, removed: StreamRemoved, result: c_int) {
         match removed {
-            Removed::Block(b) => tracker::finish_release(self.addr, b, result == CUDA_SUCCESS, cx.thread),
-            Removed::Captured(graph) if result == CUDA_SUCCESS => graphs::free_node_added(graph, self.addr),
-            Removed::Captured(_) => {}
+            StreamRemoved::Now(r) => self.free.after(cx, r, result),
+            StreamRemoved::Captured(graph) if result == CUDA_SUCCESS => {
+                graphs::free_node_added(graph, self.free.addr)
+            }
+            StreamRemoved::Captured(_) => {}
         }
     }
 }
