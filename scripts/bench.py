@@ -22,6 +22,7 @@ each library given by name, the first the reference of the others:
 """
 
 import argparse
+import glob
 import os
 import platform
 import shutil
@@ -50,14 +51,24 @@ def sh(cmd, env=None, cwd=None):
     return out.stdout
 
 
+def built_simulator():
+    """The directory where `cargo build --release` (build.rs) left the
+    simulated driver and runtime: the newest, when builds left several."""
+    found = glob.glob(os.path.join(ROOT, "target", "release", "build", "cudaleak-cli-*", "out", "sim",
+                                   "libcudart.so.12"))
+    if not found:
+        sys.exit("bench.py: no simulated driver built: run `cargo build --release` first")
+    return os.path.dirname(max(found, key=os.path.getmtime))
+
+
 def build(work):
-    """The simulated driver and runtime, and the benchmark program."""
+    """The simulated driver and runtime (build.rs's, copied), a variant of
+    the driver, and the benchmark programs."""
     inc = "-I" + os.path.join(ROOT, "sim", "include")
     sim = os.path.join(ROOT, "sim")
-    sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-Wl,-soname,libcuda.so.1", "-o",
-        os.path.join(work, "libcuda.so.1"), os.path.join(sim, "driver.c"), "-lpthread"])
-    sh(["cc", "-O2", "-g", "-fPIC", "-shared", inc, "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN", "-o",
-        os.path.join(work, "libcudart.so.12"), os.path.join(sim, "runtime.c"), "-ldl", "-lpthread"])
+    # The runtime's run path is $ORIGIN: beside the copied driver.
+    for name in ("libcuda.so.1", "libcudart.so.12"):
+        shutil.copy2(os.path.join(built_simulator(), name), os.path.join(work, name))
     # The same driver without cuCtxGetCurrent/cuCtxGetDevice, as an old or
     # partial driver may be: the library must not pay a failed lookup per
     # call on it (docs/decisions.md, "A driver without context queries pays

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    build, cli, cli_command, line_of, repo, required, run_command, run_test_python, run_traced, sim_dir,
-    target_dir, validate, Outcome, TempDir,
+    cli, cli_command, line_of, repo, required, run_command, run_test_python, run_traced, target_dir,
+    torch_cache_program, validate, Outcome, TempDir,
 };
 
 const MIB: u64 = 1 << 20;
@@ -795,17 +795,7 @@ fn oom_page_shows_the_failed_request_first_and_marks_it_and_the_peak() {
 #[test]
 #[ignore = "needs Chromium; scripts/test.sh runs it (cargo test --test html -- --ignored)"]
 fn pytorch_cache_segments_are_labelled_on_the_page() {
-    let sim = sim_dir();
-    let exe = build(
-        "torch_cache",
-        &["tests/c/torch_cache.cc"],
-        &[
-            "-fno-exceptions",
-            "-fno-rtti",
-            &sim.join("libcudart.so.12").display().to_string(),
-            &sim.join("libcuda.so.1").display().to_string(),
-        ],
-    );
+    let exe = torch_cache_program();
     let out = run_traced(&exe, &[], &[]);
     out.assert_success();
     let file = report_file(out.dir.path(), "exit");

@@ -595,17 +595,7 @@ fn pytorch_presets_merge_the_allocator_settings() {
 
 #[test]
 fn pytorch_cache_segments_are_labelled_with_the_hint() {
-    let sim = sim_dir();
-    let exe = build(
-        "torch_cache",
-        &["tests/c/torch_cache.cc"],
-        &[
-            "-fno-exceptions",
-            "-fno-rtti",
-            &sim.join("libcudart.so.12").display().to_string(),
-            &sim.join("libcuda.so.1").display().to_string(),
-        ],
-    );
+    let exe = torch_cache_program();
     let out = run_traced(&exe, &[], &[]);
     out.assert_success();
     let r = out.report();

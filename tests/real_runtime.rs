@@ -96,6 +96,18 @@ fn counted_failures(outcomes: &[Outcome]) {
     }
 }
 
+/// tests/c/real_runtime.c linked with the wheel's libcudart.so.12 in `lib`.
+fn linked_with_the_wheel(lib: &Path) -> PathBuf {
+    build(
+        "real_runtime",
+        &["tests/c/real_runtime.c"],
+        &[
+            &lib.join("libcudart.so.12").display().to_string(),
+            &format!("-Wl,-rpath,{}", lib.display()),
+        ],
+    )
+}
+
 #[test]
 #[ignore = "needs the nvidia-cuda-runtime-cu12 wheel; scripts/test.sh runs it (--ignored)"]
 fn a_program_linked_with_nvidias_runtime_gets_its_codes_unchanged() {
@@ -103,14 +115,7 @@ fn a_program_linked_with_nvidias_runtime_gets_its_codes_unchanged() {
         wheel_lib(),
         "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
     );
-    let exe = build(
-        "real_runtime",
-        &["tests/c/real_runtime.c"],
-        &[
-            &lib.join("libcudart.so.12").display().to_string(),
-            &format!("-Wl,-rpath,{}", lib.display()),
-        ],
-    );
+    let exe = linked_with_the_wheel(&lib);
     counted_failures(&same_codes(&exe, &[]));
 }
 
@@ -229,14 +234,7 @@ fn a_program_built_against_nvidias_runtime_runs_on_the_simulated_one() {
         wheel_lib(),
         "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
     );
-    let exe = build(
-        "real_runtime",
-        &["tests/c/real_runtime.c"],
-        &[
-            &lib.join("libcudart.so.12").display().to_string(),
-            &format!("-Wl,-rpath,{}", lib.display()),
-        ],
-    );
+    let exe = linked_with_the_wheel(&lib);
     let dir = TempDir::new("simulated-over-nvidia");
     let mut cmd = Command::new(cli());
     cmd.args(["run", "--simulated", "--fail-on-leak", "--dir"])

@@ -146,17 +146,7 @@ fn every_request_of_the_real_runtimes_gets_the_hook_exactly_for_hooked_variants(
 }
 
 fn versioned() -> PathBuf {
-    let sim = sim_dir();
-    build(
-        "versioned",
-        &["tests/c/versioned.c"],
-        &[
-            &sim.join("cudart_static.o").display().to_string(),
-            &sim.join("libcuda.so.1").display().to_string(),
-            "-ldl",
-            "-lpthread",
-        ],
-    )
+    versioned_program()
 }
 
 const VERSIONED: &str = "tests/c/versioned.c";

@@ -220,17 +220,7 @@ fn planted_leaks_through_a_wrapper_driver_are_reported_once_each() {
 
 #[test]
 fn versioned_entry_points_and_new_kinds_through_a_wrapper_driver() {
-    let sim = sim_dir();
-    let versioned = build(
-        "versioned",
-        &["tests/c/versioned.c"],
-        &[
-            &sim.join("cudart_static.o").display().to_string(),
-            &sim.join("libcuda.so.1").display().to_string(),
-            "-ldl",
-            "-lpthread",
-        ],
-    );
+    let versioned = versioned_program();
     for mode in ["reset", "release", "ipc", "v1", "attach"] {
         same_through_the_wrapper(&versioned, &[mode], Some("tests/c/versioned.c"));
     }

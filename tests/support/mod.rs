@@ -155,6 +155,39 @@ pub fn program_variant(name: &str, source: &str, defines: &[&str]) -> PathBuf {
     build(name, &[&src], &flags)
 }
 
+/// tests/c/versioned.c linked with the simulated runtime's static object
+/// (as nvcc links cudart by default) and the driver: the CUDA 2.0, 4.0 and
+/// 7.0 entry points a static runtime reaches.
+pub fn versioned_program() -> PathBuf {
+    let sim = sim_dir();
+    build(
+        "versioned",
+        &["tests/c/versioned.c"],
+        &[
+            &sim.join("cudart_static.o").display().to_string(),
+            &sim.join("libcuda.so.1").display().to_string(),
+            "-ldl",
+            "-lpthread",
+        ],
+    )
+}
+
+/// tests/c/torch_cache.cc: allocations through functions named as
+/// PyTorch's caching allocator's, on the simulated runtime.
+pub fn torch_cache_program() -> PathBuf {
+    let sim = sim_dir();
+    build(
+        "torch_cache",
+        &["tests/c/torch_cache.cc"],
+        &[
+            "-fno-exceptions",
+            "-fno-rtti",
+            &sim.join("libcudart.so.12").display().to_string(),
+            &sim.join("libcuda.so.1").display().to_string(),
+        ],
+    )
+}
+
 /// tests/c/py_helper.c as a shared library the Python test scripts load
 /// (CUDALEAK_PY_HELPER), linked against the simulated runtime.
 pub fn py_helper() -> PathBuf {
