@@ -105,6 +105,17 @@ fn cu_graph_add_node_with_an_alloc_node_is_recorded_too() {
 }
 
 #[test]
+fn cu_graph_add_node_v2_s_alloc_and_free_nodes_are_followed() {
+    let r = run("generic_v2");
+    assert_eq!(
+        the_leak(&r, "add_node_v2", "/* LEAK generic_v2 */"),
+        (1, 7 * MIB, "cuGraphAddNode_v2".into(), MemoryKind::Graph)
+    );
+    assert_eq!((r.totals.allocations, r.totals.frees), (2, 1));
+    assert_eq!(r.totals.peak_bytes, 9 * MIB);
+}
+
+#[test]
 fn auto_free_on_launch_frees_the_last_launch_s_block() {
     let r = run("auto_free");
     assert_eq!(

@@ -14,6 +14,8 @@
  *   graphs capture_freed  cudaMallocAsync and cudaFreeAsync captured: no leak
  *   graphs never_launched captured and instantiated, never launched: nothing
  *   graphs generic        cuGraphAddNode with memory-alloc parameters: a leak
+ *   graphs generic_v2     cuGraphAddNode_v2: two alloc nodes, one freed by a
+ *                         free node; instantiated with parameters: one leak
  *   graphs auto_free      alloc node, AUTO_FREE_ON_LAUNCH, launched 3 times:
  *                         the last launch's block is the one leak
  */
@@ -79,6 +81,23 @@ void *generic_alloc_node(CUgraph g, size_t bytes) {
     return (void *)(uintptr_t)params.alloc.dptr;
 }
 
+/* cuGraphAddNode_v2 (CUDA 12.3, with edge data): a node of `type`. */
+static CUdeviceptr add_node_v2(CUgraph g, int type, size_t bytes, CUdeviceptr to_free) {
+    CUgraphNode node;
+    CUgraphNodeParams params;
+    memset(&params, 0, sizeof params);
+    params.type = type;
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        params.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params.alloc.bytesize = bytes;
+    } else {
+        params.free.dptr = to_free;
+    }
+    CHECK(cuGraphAddNode_v2(&node, g, NULL, NULL, 0, &params)); /* LEAK generic_v2 */
+    return params.alloc.dptr;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "leak";
     CHECK(cudaFree(0)); /* the context */
@@ -119,6 +138,20 @@ int main(int argc, char **argv) {
         generic_alloc_node(cg, 6 * MIB);
         CUgraphExec e;
         CHECK(cuGraphInstantiateWithFlags(&e, cg, 0));
+        CHECK(cuGraphLaunch(e, 0));
+        CHECK(cuGraphExecDestroy(e));
+        CHECK(cuGraphDestroy(cg));
+    } else if (!strcmp(mode, "generic_v2")) {
+        /* Two alloc nodes, one freed by a free node: one leak. */
+        CUgraph cg;
+        CHECK(cuGraphCreate(&cg, 0));
+        add_node_v2(cg, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 7 * MIB, 0);
+        CUdeviceptr freed = add_node_v2(cg, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 2 * MIB, 0);
+        add_node_v2(cg, CU_GRAPH_NODE_TYPE_MEM_FREE, 0, freed);
+        CUgraphExec e;
+        CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+        memset(&ip, 0, sizeof ip);
+        CHECK(cuGraphInstantiateWithParams(&e, cg, &ip));
         CHECK(cuGraphLaunch(e, 0));
         CHECK(cuGraphExecDestroy(e));
         CHECK(cuGraphDestroy(cg));
