@@ -2190,6 +2190,8 @@ static int image_ok(const void *image) {
     if (!p) return 0;
     if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') return 1;
     if (p[0] == 0x50 && p[1] == 0xed && p[2] == 0x55 && p[3] == 0xba) return 1;
+    /* the runtime's wrapper of a fatbin (__cudaRegisterFatBinary's) */
+    if (p[0] == 0xb1 && p[1] == 0x43 && p[2] == 0x62 && p[3] == 0x46) return 1;
     return p[0] == '/' || p[0] == '.' || p[0] == '\n' || p[0] == ' ';
 }
 

@@ -93,12 +93,17 @@ fn a_module_loaded_in_a_loop_shows_every_load_and_grows() {
 }
 
 #[test]
-fn a_fatbin_s_cubin_gives_the_globals() {
+fn a_fatbin_s_cubin_gives_the_globals_directly_or_through_the_runtime_s_wrapper() {
     let (r, _) = run(&["fatbin"]);
     let g = module_at(&r, "load_fatbin", "/* LOAD fatbin */");
     assert_eq!(
         (g.blocks, g.bytes, g.api.as_str()),
         (1, GLOBALS, "cuModuleLoadFatBinary")
+    );
+    let g = module_at(&r, "load_wrapper", "/* LOAD wrapper */");
+    assert_eq!(
+        (g.blocks, g.bytes, g.api.as_str()),
+        (1, GLOBALS, "cuModuleLoadData")
     );
 }
 

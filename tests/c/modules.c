@@ -8,7 +8,8 @@
  *   modules unloaded      loaded and unloaded: nothing
  *   modules loop          the same load 5 times, never unloaded, a live dump
  *                         after each
- *   modules fatbin        cuModuleLoadFatBinary of a fatbin holding the cubin
+ *   modules fatbin        cuModuleLoadFatBinary of a fatbin holding the cubin,
+ *                         and cuModuleLoadData of the runtime's wrapper of it
  *   modules file PATH     the cubin written to PATH, cuModuleLoad(PATH)
  *   modules library PATH  cuLibraryLoadData kept; cuLibraryLoadFromFile(PATH)
  *                         unloaded
@@ -88,6 +89,17 @@ CUmodule load_in_loop(void) { CUmodule m; CHECK(cuModuleLoadData(&m, image)); /*
 
 CUmodule load_fatbin(void) { CUmodule m; CHECK(cuModuleLoadFatBinary(&m, fatbin)); /* LOAD fatbin */ return m; }
 
+/* The runtime's wrapper of a fatbin, as __cudaRegisterFatBinary gets it. */
+CUmodule load_wrapper(void) {
+    static struct { unsigned int magic, version; const void *data, *unused; } wrapper;
+    wrapper.magic = 0x466243b1u;
+    wrapper.version = 1;
+    wrapper.data = fatbin;
+    CUmodule m;
+    CHECK(cuModuleLoadData(&m, &wrapper)); /* LOAD wrapper */
+    return m;
+}
+
 CUmodule load_file(const char *p) { CUmodule m; CHECK(cuModuleLoad(&m, p)); /* LOAD file */ return m; }
 
 CUlibrary load_library(void) {
@@ -123,6 +135,7 @@ int main(int argc, char **argv) {
         }
     } else if (!strcmp(mode, "fatbin")) {
         load_fatbin();
+        load_wrapper();
     } else if (!strcmp(mode, "file") && argc > 2) {
         write_cubin(argv[2]);
         load_file(argv[2]);

@@ -10,14 +10,54 @@
 //! else give `None`: not known. Code, constant banks and the driver's own
 //! bookkeeping are not counted.
 //!
-//! The image comes from the program, without a length: [`extent`] says how
-//! many bytes its headers claim, from its first [`HEADER_BYTES`], so that
-//! the caller reads no further; every offset is checked against the slice.
+//! The image comes from the program, without a length, and its headers
+//! may claim more than the driver read: everything is read through an
+//! [`ImageReader`], which the library backs with a copy that fails instead
+//! of faulting, a few bytes at a time (headers and the section-name table,
+//! never the code).
 
-/// Bytes of an image's start that [`extent`] needs.
-pub const HEADER_BYTES: usize = 64;
-/// Images claiming more are not read.
-pub const MAX_IMAGE_BYTES: u64 = 1 << 30;
+/// Reads `buf.len()` bytes of the image at offset `at`; false when they
+/// cannot be read.
+pub trait ImageReader {
+    fn read(&self, at: u64, buf: &mut [u8]) -> bool;
+}
+
+/// An image in a slice (a mapped file, a test's bytes).
+pub struct Bytes<'a>(pub &'a [u8]);
+
+impl ImageReader for Bytes<'_> {
+    fn read(&self, at: u64, buf: &mut [u8]) -> bool {
+        let Ok(at) = usize::try_from(at) else { return false };
+        match at.checked_add(buf.len()).and_then(|end| self.0.get(at..end)) {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The image `inner` holds from offset `base` on (a fatbin's entry).
+struct At<'a> {
+    inner: &'a dyn ImageReader,
+    base: u64,
+}
+
+impl ImageReader for At<'_> {
+    fn read(&self, at: u64, buf: &mut [u8]) -> bool {
+        self.base
+            .checked_add(at)
+            .is_some_and(|at| self.inner.read(at, buf))
+    }
+}
+
+/// Image files larger are not read (the largest fatbins are a few GiB).
+pub const MAX_IMAGE_BYTES: u64 = 1 << 32;
+/// Section headers, names and fatbin entries read at most.
+const MAX_SECTIONS: u64 = 4096;
+const MAX_NAMES: u64 = 1 << 20;
+const MAX_ENTRIES: usize = 1024;
 
 const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -62,62 +102,48 @@ pub fn kind(first: &[u8]) -> Kind {
     }
 }
 
-/// The bytes an ELF or fatbin image spans, from its first
-/// [`HEADER_BYTES`]; None when it is neither or claims too much.
-pub fn extent(header: &[u8]) -> Option<u64> {
-    let n = match kind(header) {
-        Kind::Elf => {
-            // 64-bit, little-endian; section headers are usually last.
-            if header.get(4) != Some(&2) || header.get(5) != Some(&1) {
-                return None;
-            }
-            let shoff = u64_at(header, 0x28)?;
-            let shentsize = u16_at(header, 0x3a)? as u64;
-            let shnum = u16_at(header, 0x3c)? as u64;
-            let phoff = u64_at(header, 0x20)?;
-            let phentsize = u16_at(header, 0x36)? as u64;
-            let phnum = u16_at(header, 0x38)? as u64;
-            let sections = shoff.checked_add(shentsize.checked_mul(shnum)?)?;
-            let programs = phoff.checked_add(phentsize.checked_mul(phnum)?)?;
-            sections.max(programs).max(HEADER_BYTES as u64)
-        }
-        Kind::Fatbin => {
-            let header_size = u16_at(header, 6)? as u64;
-            header_size.checked_add(u64_at(header, 8)?)?
-        }
-        Kind::Wrapper | Kind::Other => return None,
-    };
-    (n <= MAX_IMAGE_BYTES).then_some(n)
-}
-
 /// The bytes of `__device__` variables of a cubin or fatbin image.
-pub fn global_bytes(image: &[u8]) -> Option<u64> {
-    match kind(image) {
+pub fn global_bytes(image: &dyn ImageReader) -> Option<u64> {
+    let mut first = [0u8; 4];
+    if !image.read(0, &mut first) {
+        return None;
+    }
+    match kind(&first) {
         Kind::Elf => elf_global_bytes(image),
         Kind::Fatbin => fatbin_global_bytes(image),
         Kind::Wrapper | Kind::Other => None,
     }
 }
 
-fn elf_global_bytes(elf: &[u8]) -> Option<u64> {
-    if elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
+fn elf_global_bytes(elf: &dyn ImageReader) -> Option<u64> {
+    let mut h = [0u8; 64];
+    if !elf.read(0, &mut h) || h[4] != 2 || h[5] != 1 {
         return None;
     }
-    let shoff = usize::try_from(u64_at(elf, 0x28)?).ok()?;
-    let shentsize = u16_at(elf, 0x3a)? as usize;
-    let shnum = u16_at(elf, 0x3c)? as usize;
-    let shstrndx = u16_at(elf, 0x3e)? as usize;
-    if shentsize < 64 || shstrndx >= shnum {
+    let shoff = u64_at(&h, 0x28)?;
+    let shentsize = u16_at(&h, 0x3a)? as u64;
+    let shnum = u16_at(&h, 0x3c)? as u64;
+    let shstrndx = u16_at(&h, 0x3e)? as u64;
+    if shentsize < 64 || shnum == 0 || shnum > MAX_SECTIONS || shstrndx >= shnum {
         return None;
     }
-    let section = |i: usize| -> Option<(u32, u64, u64)> {
+    let section = |i: u64| -> Option<(u32, u64, u64)> {
+        let mut sh = [0u8; 64];
         let at = shoff.checked_add(i.checked_mul(shentsize)?)?;
+        if !elf.read(at, &mut sh) {
+            return None;
+        }
         // (name offset, file offset, size)
-        Some((u32_at(elf, at)?, u64_at(elf, at + 0x18)?, u64_at(elf, at + 0x20)?))
+        Some((u32_at(&sh, 0)?, u64_at(&sh, 0x18)?, u64_at(&sh, 0x20)?))
     };
     let (_, names_at, names_len) = section(shstrndx)?;
-    let names_at = usize::try_from(names_at).ok()?;
-    let names = elf.get(names_at..names_at.checked_add(usize::try_from(names_len).ok()?)?)?;
+    if names_len > MAX_NAMES {
+        return None;
+    }
+    let mut names = vec![0u8; usize::try_from(names_len).ok()?];
+    if !elf.read(names_at, &mut names) {
+        return None;
+    }
     let mut total = 0u64;
     for i in 0..shnum {
         let (name_at, _, size) = section(i)?;
@@ -132,30 +158,40 @@ fn elf_global_bytes(elf: &[u8]) -> Option<u64> {
 
 /// The largest of the fatbin's uncompressed cubins (one per architecture;
 /// the driver loads one). None when it holds none that can be read.
-fn fatbin_global_bytes(fatbin: &[u8]) -> Option<u64> {
-    let header_size = u16_at(fatbin, 6)? as usize;
-    let end = header_size.checked_add(usize::try_from(u64_at(fatbin, 8)?).ok()?)?;
+fn fatbin_global_bytes(fatbin: &dyn ImageReader) -> Option<u64> {
+    let mut h = [0u8; 16];
+    if !fatbin.read(0, &mut h) {
+        return None;
+    }
+    let header_size = u16_at(&h, 6)? as u64;
+    let end = header_size.checked_add(u64_at(&h, 8)?)?;
     let mut at = header_size;
     let mut best: Option<u64> = None;
     // Each entry: kind (u16), version (u16), its header's size (u32), its
     // payload's size (u64), ..., then the payload.
-    while at.checked_add(16)? <= end {
-        let entry_header = u32_at(fatbin, at + 4)? as usize;
-        let payload = usize::try_from(u64_at(fatbin, at + 8)?).ok()?;
+    for _ in 0..MAX_ENTRIES {
+        let mut e = [0u8; 16];
+        if at.checked_add(16)? > end || !fatbin.read(at, &mut e) {
+            break;
+        }
+        let entry_header = u32_at(&e, 4)? as u64;
+        let payload = u64_at(&e, 8)?;
         if entry_header < 16 {
-            return best;
+            break;
         }
         let start = at.checked_add(entry_header)?;
-        let stop = start.checked_add(payload)?;
-        if let Some(image) = fatbin.get(start..stop.min(fatbin.len())) {
-            // A compressed or PTX payload does not start with the ELF magic.
-            if kind(image) == Kind::Elf {
-                if let Some(n) = elf_global_bytes(image) {
-                    best = Some(best.map_or(n, |b| b.max(n)));
-                }
+        // A compressed or PTX payload does not start with the ELF magic.
+        let cubin = At {
+            inner: fatbin,
+            base: start,
+        };
+        let mut first = [0u8; 4];
+        if cubin.read(0, &mut first) && kind(&first) == Kind::Elf {
+            if let Some(n) = elf_global_bytes(&cubin) {
+                best = Some(best.map_or(n, |b| b.max(n)));
             }
         }
-        at = stop;
+        at = start.checked_add(payload)?;
     }
     best
 }
@@ -229,9 +265,8 @@ mod tests {
             (".nv.global.init", 4096),
             (".nv.constant0.kernel", 352),
         ]);
-        assert_eq!(extent(&image[..HEADER_BYTES]), Some(image.len() as u64));
-        assert_eq!(global_bytes(&image), Some((1 << 20) + 4096));
-        assert_eq!(global_bytes(&elf(&[(".text.k", 64)])), Some(0));
+        assert_eq!(global_bytes(&Bytes(&image[..])), Some((1 << 20) + 4096));
+        assert_eq!(global_bytes(&Bytes(&elf(&[(".text.k", 64)]))), Some(0));
     }
 
     #[test]
@@ -241,26 +276,27 @@ mod tests {
         let mut compressed = large.clone();
         compressed[0] = 0x13;
         let image = fatbin(&[small, compressed, large]);
-        assert_eq!(extent(&image[..HEADER_BYTES]), Some(image.len() as u64));
-        assert_eq!(global_bytes(&image), Some(300));
-        assert_eq!(global_bytes(&fatbin(&[b"// PTX".to_vec()])), None);
+        assert_eq!(global_bytes(&Bytes(&image[..])), Some(300));
+        assert_eq!(global_bytes(&Bytes(&fatbin(&[b"// PTX".to_vec()]))), None);
     }
 
     #[test]
     fn ptx_and_cut_or_crafted_images_are_not_known() {
         let ptx = b"//\n// Generated by NVIDIA NVVM Compiler\n.version 8.5\n.target sm_90\n\0".to_vec();
         assert_eq!(kind(&ptx), Kind::Other);
-        assert_eq!(extent(&ptx[..HEADER_BYTES]), None);
-        assert_eq!(global_bytes(&ptx), None);
+        assert_eq!(global_bytes(&Bytes(&ptx[..])), None);
         let image = elf(&[(".nv.global", 1 << 20)]);
         for cut in [0, 4, 63, 64, 100, image.len() - 1] {
-            // Never a panic, never a read past the slice.
-            let _ = global_bytes(&image[..cut]);
+            // Never a panic, never a read past the slice: not known.
+            assert_eq!(global_bytes(&Bytes(&image[..cut])), None, "{cut}");
         }
         let mut huge = image.clone();
         huge[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(extent(&huge[..HEADER_BYTES]), None);
-        assert_eq!(global_bytes(&huge), None);
+        assert_eq!(global_bytes(&Bytes(&huge[..])), None);
+        // A name offset past the names, a count beyond the cap.
+        let mut odd = image.clone();
+        odd[0x3c..0x3e].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(global_bytes(&Bytes(&odd[..])), None);
         let mut wrapper = vec![0u8; 16];
         wrapper[..4].copy_from_slice(&FATBIN_WRAPPER_MAGIC.to_le_bytes());
         assert_eq!(kind(&wrapper), Kind::Wrapper);

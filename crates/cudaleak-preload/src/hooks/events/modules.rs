@@ -5,7 +5,7 @@
 //! (`cudaleak_core::record::module_image`).
 
 use super::*;
-use cudaleak_core::record::module_image::{self, Kind, HEADER_BYTES};
+use cudaleak_core::record::module_image::{self, Bytes, ImageReader, Kind};
 
 /// Where a module's image is.
 pub enum ModuleImage {
@@ -40,9 +40,7 @@ impl Event for ModuleLoad {
             return;
         }
         let bytes = match self.image {
-            // SAFETY: the image the driver has just loaded from, readable
-            // as far as its own headers say (`image_bytes`).
-            ModuleImage::Data(p) => unsafe { image_bytes(p.cast(), 0) },
+            ModuleImage::Data(p) => image_bytes(p.cast()),
             ModuleImage::File(path) => file_bytes(path),
         };
         let thread = cx.thread;
@@ -58,60 +56,55 @@ impl Event for ModuleLoad {
     }
 }
 
-/// The first bytes at `p`, at most `N`, stopping after a NUL: PTX text may
-/// be shorter than `N` bytes, and a C string is readable up to its NUL.
-///
-/// # Safety
-/// `p` is readable as a C string or as at least `N` bytes.
-unsafe fn prefix<const N: usize>(p: *const u8) -> ([u8; N], usize) {
-    let mut out = [0u8; N];
-    for (i, b) in out.iter_mut().enumerate() {
-        // SAFETY: every byte before this one was not NUL, so the string
-        // (or the longer image) goes on.
-        *b = unsafe { p.add(i).read() };
-        if *b == 0 {
-            return (out, i + 1);
-        }
+/// The program's memory from an address on, read with `process_vm_readv`
+/// on this very process: an address that cannot be read fails the read
+/// (EFAULT) instead of faulting, whatever an image's headers claim. Where
+/// the call is refused (a seccomp filter), nothing is read.
+struct ProgramMemory(usize);
+
+impl ImageReader for ProgramMemory {
+    fn read(&self, at: u64, buf: &mut [u8]) -> bool {
+        let Some(addr) = usize::try_from(at).ok().and_then(|a| self.0.checked_add(a)) else {
+            return false;
+        };
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: a system call that copies into `buf`, which it may fill
+        // entirely; the remote range is checked by the kernel, not touched
+        // by this process.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        usize::try_from(n) == Ok(buf.len())
     }
-    (out, N)
 }
 
-/// The device globals of the image at `p`, when it is a cubin, a fatbin
-/// or the runtime's wrapper of one.
-///
-/// # Safety
-/// `p` is an image the driver accepted: a cubin or fatbin spanning what its
-/// headers say, PTX text, or the runtime's wrapper of a fatbin.
-unsafe fn image_bytes(p: *const u8, depth: u32) -> Option<u64> {
-    if p.is_null() || depth > 1 {
+/// The device globals of the image at `p` (a cubin, a fatbin or the
+/// runtime's wrapper of one; PTX and anything else: not known).
+fn image_bytes(p: *const u8) -> Option<u64> {
+    if p.is_null() {
         return None;
     }
-    // SAFETY: per the function's contract.
-    let (first, got) = unsafe { prefix::<4>(p) };
-    if got < 4 {
+    let memory = ProgramMemory(p as usize);
+    let mut wrapper = [0u8; 16];
+    if !memory.read(0, &mut wrapper[..4]) {
         return None;
     }
-    match module_image::kind(&first) {
-        Kind::Other => None,
-        Kind::Wrapper => {
-            // { int magic; int version; const void *data; ... }
-            // SAFETY: the wrapper is at least 16 bytes (its magic said so);
-            // read unaligned.
-            let data = unsafe { p.add(8).cast::<*const u8>().read_unaligned() };
-            // SAFETY: the fatbin the wrapper points to.
-            unsafe { image_bytes(data, depth + 1) }
+    if module_image::kind(&wrapper[..4]) == Kind::Wrapper {
+        // { int magic; int version; const void *data; ... }
+        if !memory.read(0, &mut wrapper) {
+            return None;
         }
-        Kind::Elf | Kind::Fatbin => {
-            // SAFETY: a cubin's ELF header is 64 bytes; a fatbin's header
-            // (16) is followed by at least one entry's (64).
-            let header = unsafe { std::slice::from_raw_parts(p, HEADER_BYTES) };
-            let len = usize::try_from(module_image::extent(header)?).ok()?;
-            // SAFETY: the image spans what its headers say: the driver
-            // read it so.
-            let image = unsafe { std::slice::from_raw_parts(p, len) };
-            module_image::global_bytes(image)
-        }
+        let data = u64::from_le_bytes(wrapper[8..16].try_into().ok()?);
+        return (data != 0)
+            .then(|| module_image::global_bytes(&ProgramMemory(data as usize)))
+            .flatten();
     }
+    module_image::global_bytes(&memory)
 }
 
 /// The device globals of the image in the file `path` (mapped, only the
@@ -126,7 +119,7 @@ fn file_bytes(path: *const c_char) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
     let mapped = cudaleak_core::base::safe_read::Mapped::open(path, module_image::MAX_IMAGE_BYTES)?;
-    module_image::global_bytes(mapped.bytes())
+    module_image::global_bytes(&Bytes(mapped.bytes()))
 }
 
 /// cuModuleUnload, cuLibraryUnload: the module's block, taken out before
