@@ -131,6 +131,18 @@ fn libraries_are_modules_too_until_unloaded() {
 }
 
 #[test]
+fn a_reset_takes_a_module_with_its_context_but_not_a_library() {
+    let (r, _) = run(&["reset"]);
+    let module = module_at(&r, "load_once", "/* LOAD once */");
+    assert_eq!((module.blocks, module.torn_down_blocks), (1, 1));
+    let library = module_at(&r, "load_library", "/* LOAD library */");
+    assert_eq!((library.blocks, library.torn_down_blocks), (1, 0));
+    // Neither is a leak: no torn-down leak in the totals.
+    assert_eq!(r.totals.torn_down_blocks, 0);
+    assert!(!r.has_leaks());
+}
+
+#[test]
 fn ptx_s_globals_are_not_known() {
     let (r, _) = run(&["ptx"]);
     let g = module_at(&r, "load_ptx", "/* LOAD ptx */");

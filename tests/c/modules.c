@@ -13,6 +13,7 @@
  *   modules file PATH     the cubin written to PATH, cuModuleLoad(PATH)
  *   modules library PATH  cuLibraryLoadData kept; cuLibraryLoadFromFile(PATH)
  *                         unloaded
+ *   modules reset         a module and a library loaded, then a reset
  *   modules ptx           cuModuleLoadData of PTX text: bytes not known (0)
  *   modules with_leak     a module kept and a cudaMalloc never freed
  *   modules region        cudaleak_live_since over a module load: 0 blocks
@@ -145,6 +146,11 @@ int main(int argc, char **argv) {
         CUlibrary l;
         CHECK(cuLibraryLoadFromFile(&l, argv[2], NULL, NULL, 0, NULL, NULL, 0));
         CHECK(cuLibraryUnload(l));
+    } else if (!strcmp(mode, "reset")) {
+        /* A reset takes the module with its context, not the library. */
+        load_once();
+        load_library();
+        CHECK(cuDevicePrimaryCtxReset(0));
     } else if (!strcmp(mode, "ptx")) {
         load_ptx();
     } else if (!strcmp(mode, "with_leak")) {

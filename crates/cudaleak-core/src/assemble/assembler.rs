@@ -356,8 +356,11 @@ impl Assembler<'_> {
             counts[1] = counts[1].saturating_add(b.size());
             counts[2] += 1;
             counts[3] = counts[3].saturating_add(b.size());
-            torn_down_blocks += 1;
             let kind = self.depot.get(b.trace).map_or(MemoryKind::Device, |t| t.kind);
+            // A module that went with its context is no leak either.
+            if kind.is_leak() {
+                torn_down_blocks += 1;
+            }
             if kind.counts_in_live_bytes() {
                 torn_down_bytes = torn_down_bytes.saturating_add(b.size());
             }
@@ -413,6 +416,9 @@ impl Assembler<'_> {
         let (mut leak_order, mut suppressed_order): (Vec<u32>, Vec<u32>) = sorted
             .into_iter()
             .partition(|&i| groups[i as usize].verdict.is_none());
+        // Loaded modules, which are no leaks, after every leak: the cap
+        // below cuts them first.
+        leak_order.sort_by_key(|&i| !groups[i as usize].kind.is_leak());
 
         // What each rule matched, in the order of the sorted groups (as
         // `Matcher::apply` tallies it), every suppressed group counted.
@@ -431,13 +437,16 @@ impl Assembler<'_> {
             let mut left = LeftOut::default();
             for &i in &leak_order[max_groups..] {
                 let g = &groups[i as usize];
+                if !g.kind.is_leak() {
+                    continue;
+                }
                 left.groups += 1;
                 left.blocks = left.blocks.saturating_add(g.blocks);
                 if !g.kind.shared_kind().is_address_space() {
                     left.bytes = left.bytes.saturating_add(g.bytes);
                 }
             }
-            groups_left_out = Some(left);
+            groups_left_out = (left.groups > 0).then_some(left);
         }
         leak_order.truncate(max_groups);
         suppressed_order.truncate(max_groups);

@@ -12,13 +12,16 @@ fn cap_groups(r: &mut Report, max: usize) {
     if r.leaks.len() > max {
         let mut left = LeftOut::default();
         for g in r.leaks.drain(max..) {
+            if !g.kind().is_leak() {
+                continue;
+            }
             left.groups += 1;
             left.blocks = left.blocks.saturating_add(g.blocks);
             if !g.memory.is_address_space() {
                 left.bytes = left.bytes.saturating_add(g.bytes);
             }
         }
-        r.totals.groups_left_out = Some(left);
+        r.totals.groups_left_out = (left.groups > 0).then_some(left);
     }
     r.suppressed.truncate(max);
     r.growth.truncate(max);
@@ -54,7 +57,9 @@ fn straightforward(
             let t = torn_by_trace.entry(b.trace).or_default();
             t.0 += 1;
             t.1 += b.size();
-            torn_blocks += 1;
+            if kind.is_leak() {
+                torn_blocks += 1;
+            }
             if kind.counts_in_live_bytes() {
                 torn_bytes += b.size();
             }
@@ -142,6 +147,8 @@ fn straightforward(
     grown.sort_by(|a, b| b.bytes_delta.cmp(&a.bytes_delta).then_with(|| order(a, b)));
     let mut suppressed = Vec::new();
     let suppressions_used = suppress.apply(&mut leaks, &mut suppressed);
+    // Loaded modules after every leak (suppressed ones keep their order).
+    leaks.sort_by_key(|g| !g.kind().is_leak());
     let mut r = Report {
         format: FORMAT.into(),
         version: VERSION,
@@ -350,6 +357,22 @@ fn program() -> Program {
             traces.push((id, kinds[a]));
         }
     }
+    // Loaded modules too: no leaks, after the leaks, cut first.
+    for i in 0..40u64 {
+        let native = [addresses[(i % 11) as usize], 0x1001];
+        let id = depot.intern(
+            &TraceKey {
+                api: Api::cuModuleLoadData,
+                kind: MemoryKind::Module,
+                native: &native,
+                python: &[],
+            },
+            |_| {},
+        );
+        if !traces.iter().any(|&(t, _)| t == id) {
+            traces.push((id, MemoryKind::Module));
+        }
+    }
     // Blocks whose stack was not stored.
     traces.push((TraceId(0), MemoryKind::Device));
     Program { depot, codes, traces }
@@ -432,6 +455,9 @@ fn bounded_assembly_gives_the_reports_of_the_straightforward_one() {
                     assert!(new.leaks.iter().any(|g| g.api == "cudaMalloc"
                         && g.native_stack[0].function.as_deref() != Some("cudaMalloc")));
                     assert!(new.leaks.iter().any(|g| g.trend == Some(Trend::Growing)));
+                    // Loaded modules, all after the leaks.
+                    let first_module = new.leaks.iter().position(|g| !g.kind().is_leak());
+                    assert!(first_module.is_some_and(|i| new.leaks[i..].iter().all(|g| !g.kind().is_leak())));
                     assert!(new.leaks.iter().any(|g| g.trend == Some(Trend::Steady)));
                     assert!(new.leaks.iter().any(|g| g.api == "unknown"));
                     assert!(new.growth.len() > 10);

@@ -203,7 +203,9 @@ pub fn record_traced_allocation(
     device: Option<u8>,
     thread: &ThreadState,
 ) {
-    let (slot, ctx_device) = if context_bound(kind) {
+    // A library (cuLibraryLoad*) is context-independent: a reset leaves it.
+    let library = matches!(api, Api::cuLibraryLoadData | Api::cuLibraryLoadFromFile);
+    let (slot, ctx_device) = if context_bound(kind) && !library {
         current_context(thread)
     } else {
         (0, None)
