@@ -608,7 +608,10 @@ impl HookId {
         // (version introduced, hook) of the newest variant so far
         type Newest = Option<(std::ffi::c_int, HookId)>;
         let (mut plain, mut threaded): (Newest, Newest) = (None, None);
-        for id in ALL_HOOKS {
+        // By reference: `for id in ALL_HOOKS` copied the whole table onto
+        // the stack (8 bytes a hook) of every lookup, which the runtime's
+        // first call makes from wherever the program's thread is.
+        for &id in ALL_HOOKS.iter() {
             let Some(e) = id.entry_point_name() else { continue };
             if e.name.as_bytes() != name || e.since > version {
                 continue;
