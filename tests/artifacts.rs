@@ -92,6 +92,7 @@ const EXPORTS: &[&str] = &[
     "cuStreamBeginCaptureToGraph_ptsz",
     "cuStreamEndCapture",
     "cuStreamEndCapture_ptsz",
+    "cuGraphCreate",
     "cuGraphAddMemAllocNode",
     "cuGraphAddMemFreeNode",
     "cuGraphAddNode",

@@ -116,6 +116,24 @@ fn cu_graph_add_node_v2_s_alloc_and_free_nodes_are_followed() {
 }
 
 #[test]
+fn a_free_node_frees_memory_allocated_outside_the_graph_when_the_graph_runs() {
+    let r = run("outside_free");
+    assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
+    assert_eq!((r.totals.allocations, r.totals.frees), (1, 1));
+    assert_eq!(r.totals.invalid_frees, 0);
+}
+
+#[test]
+fn a_relaunch_that_fails_records_nothing_more() {
+    let r = run("relaunch");
+    assert_eq!(
+        the_leak(&r, "add_leaking_node", "/* LEAK node */"),
+        (1, 3 * MIB, "cudaGraphAddMemAllocNode".into(), MemoryKind::Graph)
+    );
+    assert_eq!((r.totals.allocations, r.totals.frees), (1, 0));
+}
+
+#[test]
 fn auto_free_on_launch_frees_the_last_launch_s_block() {
     let r = run("auto_free");
     assert_eq!(

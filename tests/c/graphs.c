@@ -16,6 +16,10 @@
  *   graphs generic        cuGraphAddNode with memory-alloc parameters: a leak
  *   graphs generic_v2     cuGraphAddNode_v2: two alloc nodes, one freed by a
  *                         free node; instantiated with parameters: one leak
+ *   graphs outside_free   cudaMalloc outside any graph, freed by a captured
+ *                         cudaFreeAsync when the graph runs: no leak
+ *   graphs relaunch       launched again with its allocation live: the
+ *                         launch fails, one block
  *   graphs auto_free      alloc node, AUTO_FREE_ON_LAUNCH, launched 3 times:
  *                         the last launch's block is the one leak
  */
@@ -155,6 +159,28 @@ int main(int argc, char **argv) {
         CHECK(cuGraphLaunch(e, 0));
         CHECK(cuGraphExecDestroy(e));
         CHECK(cuGraphDestroy(cg));
+    } else if (!strcmp(mode, "outside_free")) {
+        /* Memory allocated outside any graph, freed by a captured free. */
+        void *p;
+        CHECK(cudaMalloc(&p, 3 * MIB));
+        cudaStream_t s;
+        CHECK(cudaStreamCreate(&s));
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CHECK(cudaFreeAsync(p, s));
+        CHECK(cudaStreamEndCapture(s, &g));
+        instantiate_and_launch(g, 0, 1);
+        CHECK(cudaGraphDestroy(g));
+        CHECK(cudaStreamDestroy(s));
+    } else if (!strcmp(mode, "relaunch")) {
+        /* Relaunched with its allocation still live: the launch fails. */
+        CHECK(cudaGraphCreate(&g, 0));
+        add_leaking_node(g, 3 * MIB);
+        cudaGraphExec_t e;
+        CHECK(cudaGraphInstantiate(&e, g, 0));
+        CHECK(cudaGraphLaunch(e, 0));
+        EXPECT(cudaGraphLaunch(e, 0), cudaErrorInvalidValue);
+        CHECK(cudaGraphExecDestroy(e));
+        CHECK(cudaGraphDestroy(g));
     } else if (!strcmp(mode, "auto_free")) {
         CHECK(cudaGraphCreate(&g, 0));
         add_leaking_node(g, 1 * MIB);

@@ -209,7 +209,8 @@ pub type CUgraph = *mut c_void;
 pub type CUgraphNode = *mut c_void;
 pub type CUgraphExec = *mut c_void;
 
-/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`
+/// `CU_STREAM_CAPTURE_STATUS_NONE`, `CU_STREAM_CAPTURE_STATUS_ACTIVE`
+pub const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
 /// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`, `CU_GRAPH_NODE_TYPE_MEM_FREE`
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;

@@ -273,30 +273,32 @@ macro_rules! for_each_cuda_hook {
 
             // ---- driver: graph memory and stream capture (`state/graphs.rs`) ----
             Driver fn cuStreamBeginCapture(stream: CUstream) -> CUresult as cuStreamBeginCapture @ 10000
-                => CaptureBegin;
+                => CaptureBegin(stream, false, true);
             Driver fn cuStreamBeginCapture_ptsz(stream: CUstream) -> CUresult
                 as cuStreamBeginCapture @ 10000 ptsz
-                => CaptureBegin;
+                => CaptureBegin(stream, true, true);
             Driver fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) -> CUresult
                 as cuStreamBeginCapture @ 10010
-                => CaptureBegin;
+                => CaptureBegin(stream, false, true);
             Driver fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int) -> CUresult
                 as cuStreamBeginCapture @ 10010 ptsz
-                => CaptureBegin;
+                => CaptureBegin(stream, true, true);
             Driver fn cuStreamBeginCaptureToGraph(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode,
                                                   edges: *const c_void, count: usize, mode: c_int) -> CUresult
                 as cuStreamBeginCaptureToGraph @ 12030
-                => CaptureBegin;
+                => CaptureBegin(stream, false, false);
             Driver fn cuStreamBeginCaptureToGraph_ptsz(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode,
                                                        edges: *const c_void, count: usize, mode: c_int)
                 -> CUresult as cuStreamBeginCaptureToGraph @ 12030 ptsz
-                => CaptureBegin;
+                => CaptureBegin(stream, true, false);
             Driver fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult
                 as cuStreamEndCapture @ 10000
                 => CaptureEnd(stream, false);
             Driver fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult
                 as cuStreamEndCapture @ 10000 ptsz
                 => CaptureEnd(stream, true);
+            Driver fn cuGraphCreate(graph: *mut CUgraph, flags: c_uint) -> CUresult as cuGraphCreate @ 10000
+                => GraphCreate(graph);
             Driver fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode,
                                              count: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult
                 as cuGraphAddMemAllocNode @ 11040

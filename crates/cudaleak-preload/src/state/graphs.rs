@@ -109,6 +109,13 @@ pub fn capture_ended() {
 /// The graph `stream` is being captured into, from the real driver; None
 /// when it is not capturing (or the driver cannot say).
 pub fn capture_graph(stream: CUstream, per_thread: bool) -> Option<u64> {
+    capture_state(stream, per_thread)
+        .filter(|&(status, _)| status == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        .map(|(_, graph)| graph)
+}
+
+/// A capture of `stream`, active or invalidated: its status and graph.
+pub fn capture_state(stream: CUstream, per_thread: bool) -> Option<(c_int, u64)> {
     let stream = if per_thread && stream.is_null() {
         CU_STREAM_PER_THREAD
     } else {
@@ -129,8 +136,8 @@ pub fn capture_graph(stream: CUstream, per_thread: bool) -> Option<u64> {
             std::ptr::null_mut(),
         )
     };
-    (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE && !graph.is_null())
-        .then_some(graph as u64)
+    (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE && !graph.is_null())
+        .then_some((status, graph as u64))
 }
 
 pub fn alloc_node_added(graph: u64, node: AllocNode) {
@@ -145,22 +152,73 @@ pub fn graph_destroyed(graph: u64) {
     with(|g| g.graphs.remove(&graph));
 }
 
+/// A graph made (cuGraphCreate, a capture): a handle a destroyed graph may
+/// have had starts without its nodes.
+pub fn graph_created(graph: u64) {
+    graph_destroyed(graph);
+}
+
+/// Executable graphs with memory nodes: while 0, a launch takes no lock.
+static EXECS_WITH_NODES: AtomicU32 = AtomicU32::new(0);
+
+/// Whether any executable graph has memory nodes (one relaxed load).
+#[inline]
+pub fn has_memory_nodes() -> bool {
+    EXECS_WITH_NODES.load(Ordering::Relaxed) != 0
+}
+
+/// Before a launch of `exec`: the blocks its free nodes free that it did
+/// not allocate itself, taken out of the live map (case 3 of events).
+pub fn take_outside_frees(
+    exec: u64,
+    frees: &Releases,
+    thread: &ThreadState,
+) -> Vec<(u64, Option<cudaleak_core::record::Block>)> {
+    let outside: Vec<u64> = with(|g| {
+        g.execs.get(&exec).map_or_else(Vec::new, |e| {
+            e.nodes
+                .frees
+                .iter()
+                .copied()
+                .filter(|a| !e.nodes.allocs.iter().any(|n| n.addr == *a))
+                .collect()
+        })
+    });
+    outside
+        .into_iter()
+        .map(|a| (a, tracker::remove_block(a, frees, thread)))
+        .collect()
+}
+
 pub fn instantiated(exec: u64, graph: u64, flags: u64) {
     with(|g| {
-        let nodes = g.graphs.get(&graph).cloned().unwrap_or_default();
-        g.execs.insert(
-            exec,
-            Exec {
-                nodes,
-                auto_free: flags & AUTO_FREE_ON_LAUNCH != 0,
-                outstanding: Vec::new(),
-            },
-        );
+        // A handle a destroyed executable graph had starts anew.
+        if g.execs.remove(&exec).is_some() {
+            EXECS_WITH_NODES.fetch_sub(1, Ordering::Relaxed);
+        }
+        let Some(nodes) = g
+            .graphs
+            .get(&graph)
+            .filter(|n| !n.allocs.is_empty() || !n.frees.is_empty())
+        else {
+            return;
+        };
+        let exec_nodes = Exec {
+            nodes: nodes.clone(),
+            auto_free: flags & AUTO_FREE_ON_LAUNCH != 0,
+            outstanding: Vec::new(),
+        };
+        g.execs.insert(exec, exec_nodes);
+        EXECS_WITH_NODES.fetch_add(1, Ordering::Relaxed);
     });
 }
 
 pub fn exec_destroyed(exec: u64) {
-    with(|g| g.execs.remove(&exec));
+    with(|g| {
+        if g.execs.remove(&exec).is_some() {
+            EXECS_WITH_NODES.fetch_sub(1, Ordering::Relaxed);
+        }
+    });
 }
 
 /// A successful launch of `exec` (cases 3 and 5). `frees` is what a
@@ -199,7 +257,14 @@ pub fn launched(exec: u64, frees: &Releases, thread: &ThreadState) {
             thread,
         );
     }
-    for &addr in &nodes.frees {
+    // Frees of the graph's own allocations; the others were taken out
+    // before the launch (`take_outside_frees`). A graph's allocation keeps
+    // its address for the graph's life: no other call gets it meanwhile.
+    for &addr in nodes
+        .frees
+        .iter()
+        .filter(|a| nodes.allocs.iter().any(|n| n.addr == **a))
+    {
         free(addr, frees, thread);
     }
 }
@@ -240,4 +305,5 @@ pub unsafe fn reset_in_child_and_unlock() {
         GRAPHS.raw_unlock();
     }
     CAPTURES.store(0, Ordering::Relaxed);
+    EXECS_WITH_NODES.store(0, Ordering::Relaxed);
 }

@@ -5,32 +5,69 @@
 use super::*;
 
 /// cuStreamBeginCapture(_v2, ToGraph) and their `_ptsz`: one more stream
-/// being captured.
-pub struct CaptureBegin;
+/// being captured. Counted before the real call: an allocation another
+/// thread makes on the stream as soon as the capture begins must find the
+/// count up. `new_graph`: the capture makes a graph of its own (not
+/// ToGraph), whose handle may be one an earlier graph had.
+pub struct CaptureBegin(pub CUstream, pub bool, pub bool);
 
 impl Event for CaptureBegin {
+    type State = ();
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        graphs::capture_began();
+        Some(())
+    }
+    fn after(&self, _: &mut HookCx, _: (), result: c_int) {
+        if result != CUDA_SUCCESS {
+            graphs::capture_ended();
+        } else if self.2 {
+            if let Some(graph) = graphs::capture_graph(self.0, self.1) {
+                graphs::graph_created(graph);
+            }
+        }
+    }
+}
+
+/// cuStreamEndCapture(_ptsz). A capture ends when the call succeeds, and
+/// also when it fails because the capture was invalidated (the driver
+/// destroys its graph then); a call that fails with the capture still
+/// under way (another thread's) ends nothing.
+pub struct CaptureEnd(pub CUstream, pub bool);
+
+impl Event for CaptureEnd {
+    /// the graph being captured into
+    type State = u64;
+    fn before(&self, _: &mut HookCx) -> Option<u64> {
+        if !graphs::capturing() {
+            return None;
+        }
+        graphs::capture_state(self.0, self.1).map(|(_, graph)| graph)
+    }
+    fn after(&self, _: &mut HookCx, graph: u64, result: c_int) {
+        if result == CUDA_SUCCESS {
+            graphs::capture_ended();
+        } else if graphs::capture_state(self.0, self.1).is_none() {
+            graphs::capture_ended();
+            graphs::graph_destroyed(graph);
+        }
+    }
+}
+
+/// cuGraphCreate: a new graph, whose handle may be one a destroyed graph
+/// had; its nodes start empty.
+pub struct GraphCreate(pub *mut CUgraph);
+
+impl Event for GraphCreate {
     type State = ();
     fn before(&self, _: &mut HookCx) -> Option<()> {
         Some(())
     }
     fn after(&self, _: &mut HookCx, _: (), result: c_int) {
-        if result == CUDA_SUCCESS {
-            graphs::capture_began();
+        if result == CUDA_SUCCESS && !self.0.is_null() {
+            // SAFETY: the program's out parameter, written by the
+            // successful call; read unaligned.
+            graphs::graph_created(unsafe { self.0.read_unaligned() } as u64);
         }
-    }
-}
-
-/// cuStreamEndCapture(_ptsz): the capture ends whatever the call returns
-/// (an invalidated capture ends with an error), if there was one.
-pub struct CaptureEnd(pub CUstream, pub bool);
-
-impl Event for CaptureEnd {
-    type State = ();
-    fn before(&self, _: &mut HookCx) -> Option<()> {
-        (graphs::capturing() && graphs::capture_graph(self.0, self.1).is_some()).then_some(())
-    }
-    fn after(&self, _: &mut HookCx, _: (), _: c_int) {
-        graphs::capture_ended();
     }
 }
 
@@ -46,11 +83,9 @@ pub enum GraphNode {
 
 impl Event for GraphNode {
     type State = ();
-    fn before(&self, cx: &mut HookCx) -> Option<()> {
-        if let GraphNode::Alloc(..) | GraphNode::Generic(..) = self {
-            // The node's stack is the adding call's (case 1).
-            cx.stack();
-        }
+    fn before(&self, _: &mut HookCx) -> Option<()> {
+        // The stack is taken in `after`, for memory-alloc nodes only: a
+        // graph built of thousands of kernel nodes pays nothing.
         Some(())
     }
     fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
@@ -130,17 +165,32 @@ impl Event for GraphInstantiate {
 }
 
 /// cuGraphLaunch(_ptsz): the graph's memory nodes run (case 3). A launch
-/// into a stream being captured runs nothing now.
+/// into a stream being captured runs nothing now. Free nodes of memory the
+/// graph did not allocate are taken out before the real call, as a free
+/// call's block is (the driver may hand that memory out again as soon as
+/// the launch has freed it), and put back if the launch fails.
 pub struct GraphLaunch(pub CUgraphExec, pub CUstream, pub bool);
 
 impl Event for GraphLaunch {
-    type State = ();
-    fn before(&self, _: &mut HookCx) -> Option<()> {
+    type State = Vec<(u64, Option<cudaleak_core::record::Block>)>;
+    fn before(&self, cx: &mut HookCx) -> Option<Self::State> {
+        if !graphs::has_memory_nodes() {
+            return None;
+        }
         tracker::note_allocation_call();
-        (!(graphs::capturing() && graphs::capture_graph(self.1, self.2).is_some())).then_some(())
+        if graphs::capturing() && graphs::capture_graph(self.1, self.2).is_some() {
+            return None;
+        }
+        Some(graphs::take_outside_frees(self.0 as u64, FREES_DEVICE, cx.thread))
     }
-    fn after(&self, cx: &mut HookCx, _: (), result: c_int) {
-        if result == CUDA_SUCCESS {
+    fn after(&self, cx: &mut HookCx, taken: Self::State, result: c_int) {
+        let ok = result == CUDA_SUCCESS;
+        for (addr, block) in taken {
+            if block.is_some() {
+                tracker::finish_release(addr, block, ok, cx.thread);
+            }
+        }
+        if ok {
             graphs::launched(self.0 as u64, FREES_DEVICE, cx.thread);
         }
     }
