@@ -68,6 +68,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The entry points call each other, and cuGetProcAddress hands them out,
  * directly, as NVIDIA's driver does, never through whatever another
