@@ -7,8 +7,9 @@ use super::*;
 /// cuStreamBeginCapture(_v2, ToGraph) and their `_ptsz`: one more stream
 /// being captured. Counted before the real call: an allocation another
 /// thread makes on the stream as soon as the capture begins must find the
-/// count up. `new_graph`: the capture makes a graph of its own (not
-/// ToGraph), whose handle may be one an earlier graph had.
+/// count up. Fields: the stream; whether the entry point is a `_ptsz`
+/// one; whether the capture makes a graph of its own (not ToGraph), whose
+/// handle may be one an earlier graph had.
 pub struct CaptureBegin(pub CUstream, pub bool, pub bool);
 
 impl Event for CaptureBegin {
