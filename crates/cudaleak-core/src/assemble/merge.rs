@@ -2,50 +2,9 @@
 //! (a statically linked runtime) and the merged native and Python stack.
 
 use crate::record::python::{eval_groups, PyRawFrame, PythonFrame};
+pub(super) use crate::record::runtime_entries::runtime_entry;
 use crate::report::{MergedFrame, NativeFrame};
 use std::ops::Range;
-
-/// Runtime entry points and the driver calls they make: a driver-level
-/// trace whose stack passes through one of these functions (a statically
-/// linked runtime, which no hook can interpose) is attributed to it.
-pub(super) const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
-    ("cudaMalloc", &["cuMemAlloc_v2"]),
-    ("cudaMallocPitch", &["cuMemAllocPitch_v2"]),
-    ("cudaMalloc3D", &["cuMemAllocPitch_v2"]),
-    ("cudaMallocManaged", &["cuMemAllocManaged"]),
-    ("cudaMallocHost", &["cuMemAllocHost_v2", "cuMemHostAlloc"]),
-    ("cudaHostAlloc", &["cuMemHostAlloc", "cuMemAllocHost_v2"]),
-    ("cudaMallocAsync", &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"]),
-    (
-        "cudaMallocAsync_ptsz",
-        &["cuMemAllocAsync_ptsz", "cuMemAllocAsync"],
-    ),
-    (
-        "cudaMallocFromPoolAsync",
-        &["cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"],
-    ),
-    (
-        "cudaMallocFromPoolAsync_ptsz",
-        &["cuMemAllocFromPoolAsync_ptsz", "cuMemAllocFromPoolAsync"],
-    ),
-    ("cudaHostRegister", &["cuMemHostRegister_v2", "cuMemHostRegister"]),
-    ("cudaGraphAddMemAllocNode", &["cuGraphAddMemAllocNode"]),
-    ("cudaGraphAddNode", &["cuGraphAddNode", "cuGraphAddNode_v2"]),
-    ("cudaGraphAddNode_v2", &["cuGraphAddNode_v2", "cuGraphAddNode"]),
-    (
-        "cudaIpcOpenMemHandle",
-        &["cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"],
-    ),
-];
-
-/// The runtime entry point named `function` if it makes driver call `api`.
-pub(super) fn runtime_entry(api: &str, function: Option<&str>) -> Option<&'static str> {
-    let function = function?;
-    RUNTIME_ATTRIBUTION
-        .iter()
-        .find(|(rt, drivers)| *rt == function && drivers.contains(&api))
-        .map(|(rt, _)| *rt)
-}
 
 pub(super) fn is_eval_loop(function: Option<&str>) -> bool {
     function.is_some_and(|n| n == "_PyEval_EvalFrameDefault" || n == "PyEval_EvalFrameEx")
@@ -69,22 +28,28 @@ pub(super) fn physical_frames<T>(frames: &[T], same_address: impl Fn(&T, &T) -> 
 
 /// If the stack passes through a runtime entry point (`runtime_of` a frame:
 /// the entry point it is, if it makes the traced driver call), returns that
-/// entry point and drops it and everything inside it.
+/// entry point and drops it and everything inside it. Frames of the same
+/// entry point right after it go too: a wrapper library that defines
+/// `cudaMalloc` itself and forwards to the runtime's is the same call.
 pub(super) fn attribute_runtime_by<T>(
     native: &mut Vec<T>,
     same_address: impl Fn(&T, &T) -> bool,
     runtime_of: impl Fn(&T) -> Option<&'static str>,
 ) -> Option<&'static str> {
+    let physical = physical_frames(native, same_address);
     // Only the innermost few physical frames: the runtime is directly below.
-    let (rt, end) = physical_frames(native, same_address)
-        .into_iter()
+    let (rt, at) = physical
+        .iter()
         .take(8)
-        .find_map(|pf| {
-            native[pf.clone()]
-                .iter()
-                .find_map(&runtime_of)
-                .map(|rt| (rt, pf.end))
-        })?;
+        .enumerate()
+        .find_map(|(i, pf)| native[pf.clone()].iter().find_map(&runtime_of).map(|rt| (rt, i)))?;
+    let mut end = physical[at].end;
+    for pf in &physical[at + 1..] {
+        if !native[pf.clone()].iter().any(|f| runtime_of(f) == Some(rt)) {
+            break;
+        }
+        end = pf.end;
+    }
     native.drain(..end);
     Some(rt)
 }

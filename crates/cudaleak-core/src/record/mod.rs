@@ -1,6 +1,6 @@
 //! What the hooks record into. Bottom up:
 //!
-//! 1. line tables, one shard's table of blocks, module images: `linetable`, `block_table`, `module_image`
+//! 1. line tables, one shard's table of blocks, module images, the runtime's allocation functions: `linetable`, `block_table`, `module_image`, `runtime_entries`
 //! 2. the live map: `live_map`
 //! 3. Python code copies: `python`
 //! 4. interned traces: `depot`
@@ -22,6 +22,7 @@ pub mod linetable;
 pub mod live_map;
 pub mod module_image;
 pub mod python;
+pub mod runtime_entries;
 pub mod site_counters;
 
 use serde::{Deserialize, Serialize};

@@ -56,6 +56,45 @@ pub struct ProcessSymbolizer {
     /// per module path: its own symbol table when it carries no line
     /// tables of its own (see [`ModuleSymbols`])
     modules: HashMap<String, ModuleSymbols>,
+    /// per path of an object unloaded before the dump: its runtime
+    /// allocation functions (see [`ProcessSymbolizer::unloaded_frame`])
+    unloaded_runtimes: HashMap<String, UnloadedRuntime>,
+}
+
+/// The runtime allocation functions an unloaded object's file defines, at
+/// offsets from its lowest loaded address (what [`unloaded_module_of`]
+/// gives): (start, size, name), sorted by start.
+#[derive(Default)]
+struct UnloadedRuntime(Vec<(u64, u64, &'static str)>);
+
+impl UnloadedRuntime {
+    fn of_file(path: &str) -> UnloadedRuntime {
+        let read = map_file(path, |data| {
+            use object::{Object, ObjectSegment};
+            let file = object::File::parse(data).ok()?;
+            // The lowest loaded address is the lowest segment's: the
+            // offsets count from it.
+            let lowest = file.segments().map(|s| s.address()).min()?;
+            let mut entries: Vec<(u64, u64, &'static str)> = function_symbols(&file)
+                .into_iter()
+                .filter_map(|(start, size, name)| {
+                    let rt = crate::record::runtime_entries::RUNTIME_ATTRIBUTION
+                        .iter()
+                        .find(|(rt, _)| *rt == name)?;
+                    Some((start.checked_sub(lowest)?, size, rt.0))
+                })
+                .collect();
+            entries.sort();
+            Some(UnloadedRuntime(entries))
+        });
+        read.unwrap_or_default()
+    }
+
+    fn function_at(&self, offset: u64) -> Option<&'static str> {
+        let i = self.0.partition_point(|s| s.0 <= offset).checked_sub(1)?;
+        let (start, size, name) = self.0[i];
+        (offset < start + size).then_some(name)
+    }
 }
 
 /// How the frames of one module are named at dump time.
@@ -237,21 +276,32 @@ pub fn unloaded_module_of(addr: u64) -> Option<(String, u64)> {
     })
 }
 
-/// The frame of an address in an unloaded object: its module, and in place
-/// of a function name `module-file-name+offset` (the offset from the
-/// object's lowest loaded address), which `addr2line -e` resolves.
-fn unloaded_frame(pc: u64) -> Option<NativeFrame> {
-    let (path, offset) = unloaded_module_of(pc)?;
-    let base = path.rsplit('/').next().unwrap_or(&path).to_string();
-    Some(NativeFrame {
-        address: hex(pc),
-        function: Some(format!("{base}+{offset:#x}")),
-        file: None,
-        line: None,
-        module: Some(path),
-        offset: Some(hex(offset)),
-        build_id: None,
-    })
+impl ProcessSymbolizer {
+    /// The frame of an address in an unloaded object: its module, and in
+    /// place of a function name `module-file-name+offset` (the offset from
+    /// the object's lowest loaded address), which `addr2line -e` resolves.
+    /// A runtime allocation function (cudaMalloc) is named, from the
+    /// object's file if it is still there, so that the blocks a runtime
+    /// unloaded before the dump allocated are named by the runtime call,
+    /// as every runtime allocation is (`record/runtime_entries.rs`).
+    fn unloaded_frame(&mut self, pc: u64) -> Option<NativeFrame> {
+        let (path, offset) = unloaded_module_of(pc)?;
+        let base = path.rsplit('/').next().unwrap_or(&path).to_string();
+        let runtime = self
+            .unloaded_runtimes
+            .entry(path.clone())
+            .or_insert_with(|| UnloadedRuntime::of_file(&path))
+            .function_at(offset);
+        Some(NativeFrame {
+            address: hex(pc),
+            function: Some(runtime.map_or_else(|| format!("{base}+{offset:#x}"), str::to_string)),
+            file: None,
+            line: None,
+            module: Some(path),
+            offset: Some(hex(offset)),
+            build_id: None,
+        })
+    }
 }
 
 impl SymbolSource for ProcessSymbolizer {
@@ -264,7 +314,7 @@ impl SymbolSource for ProcessSymbolizer {
         let pc = return_address.saturating_sub(1);
         let module = module_of(pc);
         if module.is_none() {
-            if let Some(frame) = unloaded_frame(pc) {
+            if let Some(frame) = self.unloaded_frame(pc) {
                 self.cache.insert(return_address, vec![frame.clone()]);
                 return vec![frame];
             }
