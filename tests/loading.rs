@@ -526,33 +526,56 @@ fn a_driver_unloaded_and_loaded_again_elsewhere_is_called_there() {
 
 #[test]
 fn a_runtime_call_with_no_runtime_anywhere_gets_an_error_and_a_warning_naming_the_caller() {
-    // A plugin whose cudaMalloc is undefined (it does not link libcudart),
-    // bound lazily: under the library the call reaches our export, which
-    // finds no runtime in the plugin's scope or globally. (Without the
-    // library the loader kills the process: "undefined symbol".)
+    // A plugin whose cudaDeviceReset is undefined (it does not link
+    // libcudart), bound lazily: under the library the call reaches our
+    // export, which finds no runtime in the plugin's scope or globally.
+    // (Without the library the loader kills the process: "undefined
+    // symbol".)
+    let plugin = build(
+        "libreset_plugin.so",
+        &["tests/c/reset_plugin.c"],
+        &["-shared", "-fPIC", "-ldl"],
+    );
+    let out = run_traced(&host(false), &["lazy", plugin.to_str().unwrap()], &[]);
+    // plugin_leak returns 100 + the error of its cudaDeviceReset
+    // (cudaErrorInsufficientDriver).
+    assert_eq!(out.status.code(), Some(135), "stderr:\n{}", out.stderr);
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("no real cudaDeviceReset"))
+        .unwrap_or_else(|| panic!("no warning:\n{}", out.stderr));
+    assert!(
+        warning.contains("libreset_plugin.so called cudaDeviceReset"),
+        "{warning}"
+    );
+    assert_eq!(
+        out.stderr.matches("no real cudaDeviceReset").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+/// The runtime's allocation functions are not ours to export (their blocks
+/// are recorded at the driver): a plugin that calls cudaMalloc without
+/// any runtime loaded fails under the library exactly as without it.
+#[test]
+fn a_runtime_allocation_with_no_runtime_anywhere_fails_as_it_would_without_the_library() {
     let plugin = build(
         "libplugin_none.so",
         &[PLUGIN],
         &["-shared", "-fPIC", "-DPLUGIN_BYTES=99", "-ldl"],
     );
-    let out = run_traced(&host(false), &["lazy", plugin.to_str().unwrap()], &[]);
-    // plugin_leak returns 100 + the error of its first cudaMalloc.
-    assert_eq!(out.status.code(), Some(135), "stderr:\n{}", out.stderr);
-    let warning = out
-        .stderr
-        .lines()
-        .find(|l| l.contains("no real cudaMalloc"))
-        .unwrap_or_else(|| panic!("no warning:\n{}", out.stderr));
-    assert!(
-        warning.contains("libplugin_none.so called cudaMalloc"),
-        "{warning}"
-    );
-    assert_eq!(
-        out.stderr.matches("no real cudaMalloc").count(),
-        1,
-        "{}",
-        out.stderr
-    );
+    let (traced, plain) = run_traced_and_untraced(&host(false), &["lazy", plugin.to_str().unwrap()], &[]);
+    assert_eq!(traced.status.code(), Some(127), "stderr:\n{}", traced.stderr);
+    for out in [&traced, &plain] {
+        assert!(
+            out.stderr.contains("undefined symbol: cudaMalloc"),
+            "{}",
+            out.stderr
+        );
+    }
 }
 
 /// A wrapper library that defines cudaMalloc and forwards with

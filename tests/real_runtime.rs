@@ -85,14 +85,22 @@ fn same_codes(program: &Path, args: &[&str]) -> Vec<Outcome> {
     traced
 }
 
-/// A failed allocation call is one, counted; nothing is live.
-fn counted_failures(outcomes: &[Outcome]) {
+/// Nothing is recorded: the runtime fails these calls by itself (no
+/// driver, or one too old for it), so no allocation reaches the driver,
+/// where every allocation is recorded; nothing is live. A process that
+/// reached no allocation hook has nothing to report, and may write none.
+fn nothing_recorded(outcomes: &[Outcome]) {
     for out in outcomes {
-        let failed = out.stdout.lines().skip(1).filter(|l| !l.ends_with("=0")).count() as u64;
-        let r = out.report();
-        assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
-        assert_eq!(r.totals.failed_allocations, failed, "{}", out.stdout);
-        assert_eq!(r.totals.allocations, r.totals.frees);
+        assert!(out.stdout.lines().all(|l| !l.ends_with("=0")), "{}", out.stdout);
+        let reports = out.reports();
+        assert!(reports.len() <= 1, "{} reports", reports.len());
+        for r in reports {
+            assert!(r.leaks.is_empty(), "{:#?}", r.leaks);
+            assert_eq!(
+                (r.totals.allocations, r.totals.frees, r.totals.failed_allocations),
+                (0, 0, 0)
+            );
+        }
     }
 }
 
@@ -116,7 +124,7 @@ fn a_program_linked_with_nvidias_runtime_gets_its_codes_unchanged() {
         "the nvidia-cuda-runtime-cu12 wheel (pip install -r requirements-dev.txt)",
     );
     let exe = linked_with_the_wheel(&lib);
-    counted_failures(&same_codes(&exe, &[]));
+    nothing_recorded(&same_codes(&exe, &[]));
 }
 
 #[test]
@@ -141,8 +149,8 @@ fn a_program_with_nvidias_static_runtime_gets_its_codes_unchanged() {
         .expect("run the C compiler");
     assert!(st.success());
     std::fs::rename(&tmp, &exe).unwrap();
-    // No runtime hook sees a static runtime's calls; they never reach a
-    // driver here, so nothing is recorded and no report is written.
+    // The runtime fails these calls by itself; they never reach a driver
+    // here, so nothing is recorded and no report is written.
     for out in same_codes(&exe, &[]) {
         let no_gpu = out.stdout.lines().all(|l| !l.ends_with("=0"));
         if no_gpu {
@@ -161,7 +169,7 @@ fn python_loading_nvidias_runtime_with_ctypes_gets_its_codes_unchanged() {
     let script = repo().join("tests/python/real_runtime.py");
     let so = lib.join("libcudart.so.12");
     let outcomes = same_codes(&python3(), &[script.to_str().unwrap(), so.to_str().unwrap()]);
-    counted_failures(&outcomes);
+    nothing_recorded(&outcomes);
 }
 
 /// The names in sim/traces/cudart-12.9-exports.txt: every function

@@ -29,6 +29,9 @@ pub struct ThreadState {
     /// A driver hook is running on this thread (a nested one passes through;
     /// `hooks/events/mod.rs`).
     pub in_driver_hook: Cell<bool>,
+    /// An address in the running driver hook's frame (`in_driver_hook`):
+    /// where a nested one looks up to for a signal frame.
+    pub driver_hook_frame: Cell<usize>,
     /// The runtime hook running on this thread (`events::HookCx`), if any.
     pub runtime_call: Cell<*const ()>,
     /// (context, slot) last seen on this thread (`state/tracker/contexts.rs`).
@@ -92,6 +95,7 @@ impl ThreadState {
 const fn initial() -> ThreadState {
     ThreadState {
         in_driver_hook: Cell::new(false),
+        driver_hook_frame: Cell::new(0),
         runtime_call: Cell::new(std::ptr::null()),
         last_context: Cell::new((0, 0)),
         stack_bounds: Cell::new((0, 0)),
@@ -199,6 +203,7 @@ mod tests {
             "{:?} {:?}",
             (
                 t.in_driver_hook.get(),
+                t.driver_hook_frame.get(),
                 t.runtime_call.get(),
                 t.last_context.get(),
                 t.stack_bounds.get(),

@@ -24,8 +24,6 @@ pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_INSUFFICIENT_DRIVER: cudaError_t = 35;
 /// The driver's "out of memory" (`CUDA_ERROR_OUT_OF_MEMORY`).
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
-/// The runtime's "out of memory" (`cudaErrorMemoryAllocation`).
-pub const CUDA_ERROR_MEMORY_ALLOCATION: cudaError_t = 2;
 
 /// cuGetProcAddress flags
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
@@ -40,24 +38,6 @@ pub struct CUmemAllocationProp {
     pub location_id: c_int,
     pub win32_handle_metadata: *mut c_void,
     pub alloc_flags: [u8; 8],
-}
-
-/// `struct cudaExtent`, passed by value to cudaMalloc3D.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct cudaExtent {
-    pub width: usize,
-    pub height: usize,
-    pub depth: usize,
-}
-
-/// `struct cudaPitchedPtr`, the out parameter of cudaMalloc3D.
-#[repr(C)]
-pub struct cudaPitchedPtr {
-    pub ptr: *mut c_void,
-    pub pitch: usize,
-    pub xsize: usize,
-    pub ysize: usize,
 }
 
 pub type GetProcAddressV2Fn =
@@ -83,16 +63,6 @@ pub struct CUDA_ARRAY3D_DESCRIPTOR {
     pub format: c_int,
     pub num_channels: c_uint,
     pub flags: c_uint,
-}
-
-/// `struct cudaChannelFormatDesc`: bits per channel x, y, z, w, and kind.
-#[repr(C)]
-pub struct cudaChannelFormatDesc {
-    pub x: c_int,
-    pub y: c_int,
-    pub z: c_int,
-    pub w: c_int,
-    pub f: c_int,
 }
 
 pub type CUarray = *mut c_void;

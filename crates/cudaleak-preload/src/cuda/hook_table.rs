@@ -19,7 +19,8 @@ pub enum Layer {
     /// GPU-sharing layer): a hook calls whichever the caller got
     /// (`resolve/global.rs`, `offer`).
     Driver,
-    /// libcudart: attribution only; several copies may be loaded.
+    /// libcudart: its device reset and driver entry points; several
+    /// copies may be loaded.
     Runtime,
 }
 
@@ -43,72 +44,72 @@ macro_rules! for_each_cuda_hook {
 
             // ---- driver: allocations (recorded here, once per program call) ----
             Driver fn cuMemAlloc(dptr: *mut c_uint, size: c_uint) -> CUresult as cuMemAlloc @ 2000
-                => Alloc::narrow(HookId::cuMemAlloc, Api::cuMemAlloc, dptr, size as usize);
+                => Alloc::narrow(Api::cuMemAlloc, dptr, size as usize);
             Driver fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult as cuMemAlloc @ 3020
-                => Alloc::new(HookId::cuMemAlloc_v2, Api::cuMemAlloc_v2, Device, dptr, size);
+                => Alloc::new(Api::cuMemAlloc_v2, Device, dptr, size);
             Driver fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint,
                                       element_size: c_uint) -> CUresult as cuMemAllocPitch @ 2000
-                => Alloc::pitched_narrow(HookId::cuMemAllocPitch, dptr, pitch, width, height);
+                => Alloc::pitched_narrow(dptr, pitch, width, height);
             Driver fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize,
                                          height: usize, element_size: c_uint) -> CUresult
                 as cuMemAllocPitch @ 3020
-                => Alloc::pitched(HookId::cuMemAllocPitch_v2, Api::cuMemAllocPitch_v2, dptr, pitch, width,
+                => Alloc::pitched(Api::cuMemAllocPitch_v2, dptr, pitch, width,
                                   height);
             Driver fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult
                 as cuMemAllocManaged @ 6000
-                => Alloc::new(HookId::cuMemAllocManaged, Api::cuMemAllocManaged, Managed, dptr, size);
+                => Alloc::new(Api::cuMemAllocManaged, Managed, dptr, size);
             Driver fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult
                 as cuMemAllocAsync @ 11020
-                => Alloc::stream_ordered(HookId::cuMemAllocAsync, Api::cuMemAllocAsync, dptr, size, stream, false);
+                => Alloc::stream_ordered(Api::cuMemAllocAsync, dptr, size, stream, false);
             Driver fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) -> CUresult
                 as cuMemAllocAsync @ 11020 ptsz
-                => Alloc::stream_ordered(HookId::cuMemAllocAsync_ptsz, Api::cuMemAllocAsync_ptsz, dptr, size,
+                => Alloc::stream_ordered(Api::cuMemAllocAsync_ptsz, dptr, size,
                                          stream, true);
             Driver fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool,
                                               stream: CUstream) -> CUresult as cuMemAllocFromPoolAsync @ 11020
-                => Alloc::stream_ordered(HookId::cuMemAllocFromPoolAsync, Api::cuMemAllocFromPoolAsync, dptr, size,
+                => Alloc::stream_ordered(Api::cuMemAllocFromPoolAsync, dptr, size,
                                          stream, false);
             Driver fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool,
                                                    stream: CUstream) -> CUresult
                 as cuMemAllocFromPoolAsync @ 11020 ptsz
-                => Alloc::stream_ordered(HookId::cuMemAllocFromPoolAsync_ptsz, Api::cuMemAllocFromPoolAsync_ptsz,
+                => Alloc::stream_ordered(Api::cuMemAllocFromPoolAsync_ptsz,
                                          dptr, size, stream, true);
             Driver fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> CUresult as cuMemAllocHost @ 2000
-                => Alloc::new(HookId::cuMemAllocHost, Api::cuMemAllocHost, Host, pp.cast(), size as usize);
+                => Alloc::new(Api::cuMemAllocHost, Host, pp.cast(), size as usize);
             Driver fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> CUresult as cuMemAllocHost @ 3020
-                => Alloc::new(HookId::cuMemAllocHost_v2, Api::cuMemAllocHost_v2, Host, pp.cast(), size);
+                => Alloc::new(Api::cuMemAllocHost_v2, Host, pp.cast(), size);
             Driver fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> CUresult
                 as cuMemHostAlloc @ 2020
-                => Alloc::new(HookId::cuMemHostAlloc, Api::cuMemHostAlloc, Host, pp.cast(), size);
+                => Alloc::new(Api::cuMemHostAlloc, Host, pp.cast(), size);
 
             // ---- driver: releases ----
             Driver fn cuMemFree(dptr: c_uint) -> CUresult as cuMemFree @ 2000
-                => Free::new(HookId::cuMemFree, dptr as u64, FREES_DEVICE);
+                => Free::new(dptr as u64, FREES_DEVICE);
             Driver fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult as cuMemFree @ 3020
-                => Free::new(HookId::cuMemFree_v2, dptr, FREES_DEVICE);
+                => Free::new(dptr, FREES_DEVICE);
             Driver fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult as cuMemFreeAsync @ 11020
-                => Free::stream_ordered(HookId::cuMemFreeAsync, dptr, stream, false);
+                => Free::stream_ordered(dptr, stream, false);
             Driver fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult
                 as cuMemFreeAsync @ 11020 ptsz
-                => Free::stream_ordered(HookId::cuMemFreeAsync_ptsz, dptr, stream, true);
+                => Free::stream_ordered(dptr, stream, true);
             Driver fn cuMemFreeHost(p: *mut c_void) -> CUresult as cuMemFreeHost @ 2000
-                => Free::new(HookId::cuMemFreeHost, p as u64, FREES_HOST);
+                => Free::new(p as u64, FREES_HOST);
 
             // ---- driver: host memory the program allocated, pinned ----
             Driver fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> CUresult
                 as cuMemHostRegister @ 4000
-                => Alloc::registered(HookId::cuMemHostRegister, Api::cuMemHostRegister, p, size);
+                => Alloc::registered(Api::cuMemHostRegister, p, size);
             Driver fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> CUresult
                 as cuMemHostRegister @ 6050
-                => Alloc::registered(HookId::cuMemHostRegister_v2, Api::cuMemHostRegister_v2, p, size);
+                => Alloc::registered(Api::cuMemHostRegister_v2, p, size);
             Driver fn cuMemHostUnregister(p: *mut c_void) -> CUresult as cuMemHostUnregister @ 4000
-                => Free::new(HookId::cuMemHostUnregister, p as u64, FREES_REGISTERED);
+                => Free::new(p as u64, FREES_REGISTERED);
 
             // ---- driver: virtual memory management (expandable segments) ----
             Driver fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize,
                                   prop: *const CUmemAllocationProp, flags: c_ulonglong) -> CUresult
                 as cuMemCreate @ 10020
-                => Alloc::physical(HookId::cuMemCreate, handle, size, prop);
+                => Alloc::physical(handle, size, prop);
             Driver fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult as cuMemRelease @ 10020
                 => ReleaseHandle::new(handle);
             // One more reference to a mapped allocation's handle (NCCL,
@@ -125,15 +126,15 @@ macro_rules! for_each_cuda_hook {
             Driver fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize,
                                           addr: CUdeviceptr, flags: c_ulonglong) -> CUresult
                 as cuMemAddressReserve @ 10020
-                => Alloc::new(HookId::cuMemAddressReserve, Api::cuMemAddressReserve, Reservation, ptr, size);
+                => Alloc::new(Api::cuMemAddressReserve, Reservation, ptr, size);
             Driver fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult as cuMemAddressFree @ 10020
-                => Free::new(HookId::cuMemAddressFree, ptr, FREES_RESERVATION);
+                => Free::new(ptr, FREES_RESERVATION);
 
             // ---- driver: multicast objects (NVLink SHARP, NCCL), released by cuMemRelease ----
             Driver fn cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle,
                                         prop: *const CUmulticastObjectProp) -> CUresult
                 as cuMulticastCreate @ 12010
-                => Alloc::new(HookId::cuMulticastCreate, Api::cuMulticastCreate, Multicast, handle,
+                => Alloc::new(Api::cuMulticastCreate, Multicast, handle,
                               multicast_bytes(prop));
             // A bind keeps the bound memory alive, as a mapping does.
             Driver fn cuMulticastBindMem(mc: CUmemGenericAllocationHandle, mc_offset: usize,
@@ -159,84 +160,83 @@ macro_rules! for_each_cuda_hook {
             // ---- driver: CUDA arrays (textures, surfaces) ----
             Driver fn cuArrayCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult
                 as cuArrayCreate @ 2000
-                => Alloc::new(HookId::cuArrayCreate, Api::cuArrayCreate, Array, handle.cast(),
+                => Alloc::new(Api::cuArrayCreate, Array, handle.cast(),
                               array_2d_bytes_v1(desc));
             Driver fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult
                 as cuArrayCreate @ 3020
-                => Alloc::new(HookId::cuArrayCreate_v2, Api::cuArrayCreate_v2, Array, handle.cast(),
+                => Alloc::new(Api::cuArrayCreate_v2, Array, handle.cast(),
                               array_2d_bytes(desc));
             Driver fn cuArray3DCreate(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult
                 as cuArray3DCreate @ 2000
-                => Alloc::new(HookId::cuArray3DCreate, Api::cuArray3DCreate, Array, handle.cast(),
+                => Alloc::new(Api::cuArray3DCreate, Array, handle.cast(),
                               array_3d_bytes_v1(desc));
             Driver fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult
                 as cuArray3DCreate @ 3020
-                => Alloc::new(HookId::cuArray3DCreate_v2, Api::cuArray3DCreate_v2, Array, handle.cast(),
+                => Alloc::new(Api::cuArray3DCreate_v2, Array, handle.cast(),
                               array_3d_bytes(desc, 1));
             Driver fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR,
                                              levels: c_uint) -> CUresult as cuMipmappedArrayCreate @ 5000
-                => Alloc::new(HookId::cuMipmappedArrayCreate, Api::cuMipmappedArrayCreate, Array,
+                => Alloc::new(Api::cuMipmappedArrayCreate, Array,
                               handle.cast(), array_3d_bytes(desc, levels));
             Driver fn cuArrayDestroy(array: CUarray) -> CUresult as cuArrayDestroy @ 2000
-                => Free::new(HookId::cuArrayDestroy, array as u64, FREES_ARRAY);
+                => Free::new(array as u64, FREES_ARRAY);
             Driver fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult
                 as cuMipmappedArrayDestroy @ 5000
-                => Free::new(HookId::cuMipmappedArrayDestroy, array as u64, FREES_MIPMAPPED);
+                => Free::new(array as u64, FREES_MIPMAPPED);
 
             // ---- driver: memory allocated elsewhere, opened here (DDP, NCCL, torch IPC, Vulkan) ----
             Driver fn cuIpcOpenMemHandle(dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint)
                 -> CUresult as cuIpcOpenMemHandle @ 4010
-                => Alloc::imported(HookId::cuIpcOpenMemHandle, Api::cuIpcOpenMemHandle, dptr);
+                => Alloc::imported(Api::cuIpcOpenMemHandle, dptr);
             Driver fn cuIpcOpenMemHandle_v2(dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint)
                 -> CUresult as cuIpcOpenMemHandle @ 11000
-                => Alloc::imported(HookId::cuIpcOpenMemHandle_v2, Api::cuIpcOpenMemHandle_v2, dptr);
+                => Alloc::imported(Api::cuIpcOpenMemHandle_v2, dptr);
             Driver fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult as cuIpcCloseMemHandle @ 4010
-                => Free::new(HookId::cuIpcCloseMemHandle, dptr, FREES_IPC);
+                => Free::new(dptr, FREES_IPC);
             // Its size is not known (no query takes a bare handle): recorded as 0
             // bytes; released by cuMemRelease like a cuMemCreate handle.
             Driver fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle,
                                                      os_handle: *mut c_void, handle_type: c_int) -> CUresult
                 as cuMemImportFromShareableHandle @ 10020
-                => Alloc::new(HookId::cuMemImportFromShareableHandle, Api::cuMemImportFromShareableHandle,
+                => Alloc::new(Api::cuMemImportFromShareableHandle,
                               Imported, handle, 0);
             // Freed with cuMemFree(Async), like the pool's own blocks.
             Driver fn cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, share: *mut c_void)
                 -> CUresult as cuMemPoolImportPointer @ 11020
-                => Alloc::imported(HookId::cuMemPoolImportPointer, Api::cuMemPoolImportPointer, dptr);
+                => Alloc::imported(Api::cuMemPoolImportPointer, dptr);
             Driver fn cuImportExternalMemory(ext: *mut CUexternalMemory,
                                              desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> CUresult
                 as cuImportExternalMemory @ 10000
-                => Alloc::new(HookId::cuImportExternalMemory, Api::cuImportExternalMemory, Imported,
+                => Alloc::new(Api::cuImportExternalMemory, Imported,
                               ext.cast(), external_bytes(desc));
             Driver fn cuDestroyExternalMemory(ext: CUexternalMemory) -> CUresult
                 as cuDestroyExternalMemory @ 10000
-                => Free::new(HookId::cuDestroyExternalMemory, ext as u64, FREES_EXTERNAL);
+                => Free::new(ext as u64, FREES_EXTERNAL);
             // Freed with cuMemFree and cuMipmappedArrayDestroy.
             Driver fn cuExternalMemoryGetMappedBuffer(dptr: *mut CUdeviceptr, ext: CUexternalMemory,
                                                       desc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC) -> CUresult
                 as cuExternalMemoryGetMappedBuffer @ 10000
-                => Alloc::new(HookId::cuExternalMemoryGetMappedBuffer, Api::cuExternalMemoryGetMappedBuffer,
+                => Alloc::new(Api::cuExternalMemoryGetMappedBuffer,
                               Imported, dptr, external_buffer_bytes(desc));
             Driver fn cuExternalMemoryGetMappedMipmappedArray(
                 array: *mut CUmipmappedArray, ext: CUexternalMemory,
                 desc: *const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC) -> CUresult
                 as cuExternalMemoryGetMappedMipmappedArray @ 10000
-                => Alloc::new(HookId::cuExternalMemoryGetMappedMipmappedArray,
-                              Api::cuExternalMemoryGetMappedMipmappedArray, Imported, array.cast(),
+                => Alloc::new(Api::cuExternalMemoryGetMappedMipmappedArray, Imported, array.cast(),
                               external_mipmap_bytes(desc));
 
             // ---- driver: stream-ordered memory pools (the pool itself) ----
             Driver fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const c_void) -> CUresult
                 as cuMemPoolCreate @ 11020
-                => Alloc::new(HookId::cuMemPoolCreate, Api::cuMemPoolCreate, Pool, pool.cast(), 0);
+                => Alloc::new(Api::cuMemPoolCreate, Pool, pool.cast(), 0);
             // A pool another process shared: this process's to destroy.
             Driver fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void,
                                                          handle_type: c_int, flags: c_ulonglong) -> CUresult
                 as cuMemPoolImportFromShareableHandle @ 11020
-                => Alloc::new(HookId::cuMemPoolImportFromShareableHandle, Api::cuMemPoolImportFromShareableHandle,
+                => Alloc::new(Api::cuMemPoolImportFromShareableHandle,
                               Pool, pool.cast(), 0);
             Driver fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult as cuMemPoolDestroy @ 11020
-                => Free::new(HookId::cuMemPoolDestroy, pool as u64, FREES_POOL);
+                => Free::new(pool as u64, FREES_POOL);
 
             // ---- driver: context teardown ----
             Driver fn cuCtxDestroy(ctx: CUcontext) -> CUresult as cuCtxDestroy @ 2000
@@ -388,66 +388,13 @@ macro_rules! for_each_cuda_hook {
                                                status: *mut c_int) -> CUresult
                 => EntryPoint::new(symbol, pfn, version, flags, HANDOUTS);
 
-            // ---- runtime: attribution to the call the program made ----
-            Runtime fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMalloc, Device, RUNTIME_MALLOC, ptr.cast(), RtSize::Bytes(size));
-            Runtime fn cudaMallocAsync(ptr: *mut *mut c_void, size: usize, stream: CUstream) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocAsync, Device, RUNTIME_MALLOC_ASYNC, ptr.cast(),
-                                     RtSize::Bytes(size));
-            Runtime fn cudaMallocAsync_ptsz(ptr: *mut *mut c_void, size: usize, stream: CUstream) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocAsync_ptsz, Device, RUNTIME_MALLOC_ASYNC, ptr.cast(),
-                                     RtSize::Bytes(size));
-            Runtime fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: CUmemoryPool,
-                                               stream: CUstream) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocFromPoolAsync, Device, RUNTIME_MALLOC_FROM_POOL,
-                                     ptr.cast(), RtSize::Bytes(size));
-            Runtime fn cudaMallocFromPoolAsync_ptsz(ptr: *mut *mut c_void, size: usize, pool: CUmemoryPool,
-                                                    stream: CUstream) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocFromPoolAsync_ptsz, Device, RUNTIME_MALLOC_FROM_POOL,
-                                     ptr.cast(), RtSize::Bytes(size));
-            Runtime fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocHost, Host, RUNTIME_MALLOC_HOST, ptr.cast(),
-                                     RtSize::Bytes(size));
-            Runtime fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaHostAlloc, Host, RUNTIME_MALLOC_HOST, ptr.cast(),
-                                     RtSize::Bytes(size));
-            Runtime fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocManaged, Managed, RUNTIME_MALLOC_MANAGED, ptr.cast(),
-                                     RtSize::Bytes(size));
-            Runtime fn cudaMallocPitch(ptr: *mut *mut c_void, pitch: *mut usize, width: usize,
-                                       height: usize) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocPitch, Device, RUNTIME_MALLOC_PITCH, ptr.cast(),
-                                     RtSize::pitch(pitch, width, height));
-            Runtime fn cudaMalloc3D(pitched: *mut cudaPitchedPtr, extent: cudaExtent) -> cudaError_t
-                => RuntimeAlloc::pitched_3d(pitched, extent);
-            Runtime fn cudaFree(ptr: *mut c_void) -> cudaError_t
-                => RuntimeFree::new(ptr as u64, RUNTIME_FREE, FREES_DEVICE);
-            Runtime fn cudaFreeAsync(ptr: *mut c_void, stream: CUstream) -> cudaError_t
-                => RuntimeFree::new(ptr as u64, RUNTIME_FREE_ASYNC, FREES_DEVICE);
-            Runtime fn cudaFreeAsync_ptsz(ptr: *mut c_void, stream: CUstream) -> cudaError_t
-                => RuntimeFree::new(ptr as u64, RUNTIME_FREE_ASYNC, FREES_DEVICE);
-            Runtime fn cudaFreeHost(ptr: *mut c_void) -> cudaError_t
-                => RuntimeFree::new(ptr as u64, RUNTIME_FREE_HOST, FREES_HOST);
-            Runtime fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> cudaError_t
-                => RuntimeAlloc::registered(ptr, size);
-            Runtime fn cudaHostUnregister(ptr: *mut c_void) -> cudaError_t
-                => RuntimeFree::new(ptr as u64, RUNTIME_HOST_UNREGISTER, FREES_REGISTERED);
-            Runtime fn cudaMallocArray(array: *mut CUarray, desc: *const cudaChannelFormatDesc, width: usize,
-                                       height: usize, flags: c_uint) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocArray, Array, RUNTIME_MALLOC_ARRAY, array.cast(),
-                                     runtime_array_bytes(desc, cudaExtent { width, height, depth: 0 }, 1));
-            Runtime fn cudaMalloc3DArray(array: *mut CUarray, desc: *const cudaChannelFormatDesc,
-                                         extent: cudaExtent, flags: c_uint) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMalloc3DArray, Array, RUNTIME_MALLOC_ARRAY, array.cast(),
-                                     runtime_array_bytes(desc, extent, 1));
-            Runtime fn cudaMallocMipmappedArray(array: *mut CUmipmappedArray, desc: *const cudaChannelFormatDesc,
-                                                extent: cudaExtent, levels: c_uint, flags: c_uint) -> cudaError_t
-                => RuntimeAlloc::new(Api::cudaMallocMipmappedArray, Array, RUNTIME_MALLOC_MIPMAPPED,
-                                     array.cast(), runtime_array_bytes(desc, extent, levels));
-            Runtime fn cudaFreeArray(array: CUarray) -> cudaError_t
-                => RuntimeFree::new(array as u64, RUNTIME_FREE_ARRAY, FREES_ARRAY);
-            Runtime fn cudaFreeMipmappedArray(array: CUmipmappedArray) -> cudaError_t
-                => RuntimeFree::new(array as u64, RUNTIME_FREE_MIPMAPPED, FREES_MIPMAPPED);
+            // ---- runtime: what only the runtime does ----
+            // Its allocations and releases are recorded once, at the driver
+            // call each makes, and named by the runtime function on the
+            // stack when the report is written (`assemble/merge.rs`,
+            // RUNTIME_ATTRIBUTION). These stay: a reset tears down what the
+            // device held, and the driver entry points it hands out must be
+            // ours.
             Runtime fn cudaDeviceReset() -> cudaError_t
                 => RuntimeReset;
             Runtime fn cudaGetDriverEntryPoint(symbol: *const c_char, pfn: *mut *mut c_void,
@@ -530,55 +477,14 @@ macro_rules! entry_point_name {
 
 for_each_cuda_hook!(hook_ids);
 
-/// The driver calls each runtime entry point makes, so that the driver hook
-/// knows the runtime hook on its thread is its caller. The v1 variants are
-/// there for a runtime that asks for them (by version, at cuGetProcAddress).
-pub const RUNTIME_MALLOC: &[HookId] = &[HookId::cuMemAlloc_v2, HookId::cuMemAlloc];
-pub const RUNTIME_MALLOC_ASYNC: &[HookId] = &[
-    HookId::cuMemAllocAsync,
-    HookId::cuMemAllocAsync_ptsz,
-    HookId::cuMemAllocFromPoolAsync,
-    HookId::cuMemAllocFromPoolAsync_ptsz,
-];
-pub const RUNTIME_MALLOC_FROM_POOL: &[HookId] = &[
-    HookId::cuMemAllocFromPoolAsync,
-    HookId::cuMemAllocFromPoolAsync_ptsz,
-];
-pub const RUNTIME_MALLOC_HOST: &[HookId] = &[
-    HookId::cuMemAllocHost_v2,
-    HookId::cuMemHostAlloc,
-    HookId::cuMemAllocHost,
-];
-pub const RUNTIME_MALLOC_MANAGED: &[HookId] = &[HookId::cuMemAllocManaged];
-pub const RUNTIME_MALLOC_PITCH: &[HookId] = &[
-    HookId::cuMemAllocPitch_v2,
-    HookId::cuMemAlloc_v2,
-    HookId::cuMemAllocPitch,
-    HookId::cuMemAlloc,
-];
-pub const RUNTIME_FREE: &[HookId] = &[HookId::cuMemFree_v2, HookId::cuMemFreeAsync, HookId::cuMemFree];
-pub const RUNTIME_FREE_ASYNC: &[HookId] = &[
-    HookId::cuMemFreeAsync,
-    HookId::cuMemFreeAsync_ptsz,
-    HookId::cuMemFree_v2,
-    HookId::cuMemFree,
-];
-pub const RUNTIME_FREE_HOST: &[HookId] = &[HookId::cuMemFreeHost];
-pub const RUNTIME_HOST_REGISTER: &[HookId] = &[HookId::cuMemHostRegister_v2, HookId::cuMemHostRegister];
-pub const RUNTIME_HOST_UNREGISTER: &[HookId] = &[HookId::cuMemHostUnregister];
+/// The driver calls by which the runtime's cudaDeviceReset tears the
+/// device's primary context down, so that the driver hook knows the
+/// runtime hook on its thread is its caller. The v1 variant is there for a
+/// runtime that asks for it (by version, at cuGetProcAddress).
 pub const RUNTIME_DEVICE_RESET: &[HookId] = &[
     HookId::cuDevicePrimaryCtxReset_v2,
     HookId::cuDevicePrimaryCtxReset,
 ];
-pub const RUNTIME_MALLOC_ARRAY: &[HookId] = &[
-    HookId::cuArrayCreate_v2,
-    HookId::cuArray3DCreate_v2,
-    HookId::cuArrayCreate,
-    HookId::cuArray3DCreate,
-];
-pub const RUNTIME_MALLOC_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayCreate];
-pub const RUNTIME_FREE_ARRAY: &[HookId] = &[HookId::cuArrayDestroy];
-pub const RUNTIME_FREE_MIPMAPPED: &[HookId] = &[HookId::cuMipmappedArrayDestroy];
 
 impl HookId {
     pub fn name(self) -> &'static str {
@@ -671,7 +577,9 @@ mod tests {
         ] {
             assert_eq!(HookId::by_name(other.as_bytes()), None, "{other}");
         }
-        assert_eq!(HookId::by_name(b"cudaMalloc"), Some(HookId::cudaMalloc));
+        // the runtime's allocations are recorded at the driver: not wrapped
+        assert_eq!(HookId::by_name(b"cudaMalloc"), None);
+        assert_eq!(HookId::by_name(b"cudaDeviceReset"), Some(HookId::cudaDeviceReset));
         // the v1 entry points NVIDIA's driver still exports are wrapped too
         assert_eq!(HookId::by_name(b"cuMemAlloc"), Some(HookId::cuMemAlloc));
         assert_eq!(HookId::by_name(b"cuArrayCreate"), Some(HookId::cuArrayCreate));

@@ -161,7 +161,7 @@ macro_rules! hook_export {
     // function for that caller looked up, restores the argument registers,
     // shifts them by one to pass the real function first, and jumps to the
     // body: the stack is as the caller left it, so arguments passed in
-    // memory (cudaMalloc3D's cudaExtent) stay in place. Hence at most 5
+    // memory (a struct passed by value) stay in place. Hence at most 5
     // integer argument registers (x86-64 has 6), counted per type by
     // [`RegisterArgument`] below, checked at compile time.
     (Runtime fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
@@ -292,10 +292,5 @@ impl<T> RegisterArgument for *mut T {
 impl<T> RegisterArgument for *const T {
     const INTEGER_REGISTERS: usize = 1;
 }
-
-impl RegisterArgument for cudaExtent {
-    const INTEGER_REGISTERS: usize = if cfg!(target_arch = "x86_64") { 0 } else { 1 };
-}
-const _: () = assert!(std::mem::size_of::<cudaExtent>() > 16);
 
 crate::cuda::hook_table::for_each_cuda_hook!(cuda_hooks);

@@ -172,7 +172,7 @@ fn assemble_at_most(
         report.totals.failed_allocations += request.failed_calls.saturating_sub(1);
         report.oom = Some(request);
     }
-    report.oom_events = oom::events();
+    report.oom_events = oom::events(&mut |trace| assembler.site_group(trace).map(|g| g.api));
     report.allocation_trace = allocation_trace(&mut assembler);
     report
 }

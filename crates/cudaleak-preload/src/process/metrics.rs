@@ -250,7 +250,7 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
         live_blocks,
         peak_bytes: peak,
         failed_allocations: tracker::failed_allocations(),
-        oom_events: oom::events().len() as u64,
+        oom_events: oom::event_count() as u64,
         leaked_bytes,
         sites,
         devices: devices_now(),

@@ -21,8 +21,10 @@
 //!    (default 3; 0: none). Later episodes are still listed in every
 //!    report's `oom_events`, without one.
 //! 3. Recorded at one level: a runtime call (`cudaMalloc`) whose driver
-//!    call (`cuMemAlloc_v2`) ran out is one failure of the runtime call,
-//!    reported when the runtime call returns (`hooks/events/mod.rs`, case 1).
+//!    call (`cuMemAlloc_v2`) ran out is one failure, of the driver call
+//!    (`hooks/events/mod.rs`, case 1). Every episode keeps its first
+//!    call's stack, so that its `oom_events` entry is named by the runtime
+//!    function on it, as a block is, when a report is written.
 //! 4. The caller's errno is kept: the snapshot allocates and may wait on
 //!    a futex, and the driver query is a driver call.
 //!
@@ -69,6 +71,8 @@ struct Episode {
     /// Unix ms of the first failure
     timestamp_ms: i64,
     api: Api,
+    /// the first failure's stack, interned (0: none)
+    trace: TraceId,
     requested: u64,
     failed_calls: u64,
     device: Option<u32>,
@@ -138,7 +142,7 @@ fn mono_ms() -> u64 {
 }
 
 /// An allocation call failed for lack of memory; `trace` interns its
-/// stack (called only when a report is to be made).
+/// stack.
 #[cold]
 #[inline(never)]
 pub fn on_out_of_memory(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> TraceId) {
@@ -174,6 +178,9 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
         .device
         .map(u32::from)
         .or_else(|| tracker::current_device(thread).map(u32::from));
+    // Interned before the lock, whose holder may be another hook: a call
+    // that joins an episode pays for it too, which only a failing call does.
+    let site = trace();
     let serial = {
         let mut log = LOG.lock();
         if let Some(last) = log.episodes.last_mut() {
@@ -195,6 +202,7 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
             start_mono_ms: now,
             timestamp_ms,
             api: failure.api,
+            trace: site,
             requested: failure.requested,
             failed_calls: 1,
             device,
@@ -212,7 +220,6 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
     };
     let (device_free, device_total) = device_memory(thread, device);
     with_episode(serial, |e| e.device_free = device_free);
-    let trace = trace();
     let Some(mut snapshot) = tracker::snapshot(&tracker::Read::plain()) else {
         set_state(serial, ReportState::None);
         return;
@@ -224,7 +231,7 @@ fn record(failure: Failure, thread: &ThreadState, trace: &mut dyn FnMut() -> Tra
         serial,
         due_mono_ms: now + EPISODE_MS,
         snapshot,
-        trace,
+        trace: site,
         api: failure.api,
         requested: failure.requested,
         device,
@@ -299,26 +306,50 @@ pub fn set_report(serial: u64, name: Option<String>) {
     set_state(serial, name.map_or(ReportState::None, ReportState::Written));
 }
 
-/// The episodes so far, for a report's `oom_events`.
-pub fn events() -> Vec<OomEvent> {
+/// The episodes so far, for a report's `oom_events`. `api_of` names the
+/// API of an episode's call from its stack (the runtime function on it),
+/// None keeping the driver call's name; it runs once the log's lock is
+/// released, as it symbolizes.
+pub fn events(api_of: &mut dyn FnMut(TraceId) -> Option<String>) -> Vec<OomEvent> {
     let Some(log) = LOG.lock_for(READER_WAIT) else {
         return Vec::new();
     };
-    log.episodes
+    let events: Vec<(TraceId, OomEvent)> = log
+        .episodes
         .iter()
-        .map(|e| OomEvent {
-            timestamp_ms: e.timestamp_ms,
-            api: e.api.name().to_string(),
-            requested_bytes: e.requested,
-            failed_calls: e.failed_calls,
-            device: e.device,
-            device_free_bytes: e.device_free,
-            report: match &e.report {
-                ReportState::Written(name) => Some(name.clone()),
-                _ => None,
-            },
+        .map(|e| {
+            let event = OomEvent {
+                timestamp_ms: e.timestamp_ms,
+                api: e.api.name().to_string(),
+                requested_bytes: e.requested,
+                failed_calls: e.failed_calls,
+                device: e.device,
+                device_free_bytes: e.device_free,
+                report: match &e.report {
+                    ReportState::Written(name) => Some(name.clone()),
+                    _ => None,
+                },
+            };
+            (e.trace, event)
+        })
+        .collect();
+    drop(log);
+    events
+        .into_iter()
+        .map(|(trace, mut event)| {
+            if trace.0 != 0 {
+                if let Some(api) = api_of(trace) {
+                    event.api = api;
+                }
+            }
+            event
         })
         .collect()
+}
+
+/// How many episodes there were so far (the first and latest kept).
+pub fn event_count() -> usize {
+    LOG.lock_for(READER_WAIT).map_or(0, |log| log.episodes.len())
 }
 
 /// pthread_atfork prepare (after `dump::DUMP_STATE`, before the tracker's).
@@ -376,6 +407,7 @@ mod tests {
                 start_mono_ms: serial * 1000,
                 timestamp_ms: 0,
                 api: Api::cudaMalloc,
+                trace: TraceId(0),
                 requested: 1,
                 failed_calls: 1,
                 device: None,

@@ -25,7 +25,6 @@ enum Size {
 }
 
 pub struct Alloc {
-    id: HookId,
     api: Api,
     kind: MemoryKind,
     out: Out,
@@ -45,9 +44,8 @@ pub struct StreamAlloc {
 }
 
 impl Alloc {
-    pub fn new(id: HookId, api: Api, kind: MemoryKind, out: *mut u64, size: usize) -> Alloc {
+    pub fn new(api: Api, kind: MemoryKind, out: *mut u64, size: usize) -> Alloc {
         Alloc {
-            id,
             api,
             kind,
             out: Out::Address(out),
@@ -58,7 +56,6 @@ impl Alloc {
 
     /// cuMemAllocAsync, cuMemAllocFromPoolAsync (and `_ptsz`).
     pub fn stream_ordered(
-        id: HookId,
         api: Api,
         out: *mut u64,
         size: usize,
@@ -66,75 +63,62 @@ impl Alloc {
         per_thread: bool,
     ) -> StreamAlloc {
         StreamAlloc {
-            alloc: Alloc::new(id, api, MemoryKind::Device, out, size),
+            alloc: Alloc::new(api, MemoryKind::Device, out, size),
             stream,
             per_thread,
         }
     }
 
-    pub fn pitched(
-        id: HookId,
-        api: Api,
-        out: *mut u64,
-        pitch: *mut usize,
-        width: usize,
-        height: usize,
-    ) -> Alloc {
+    pub fn pitched(api: Api, out: *mut u64, pitch: *mut usize, width: usize, height: usize) -> Alloc {
         Alloc {
             size: Size::Pitch(pitch, height, (width as u64).saturating_mul(height as u64)),
-            ..Alloc::new(id, api, MemoryKind::Device, out, 0)
+            ..Alloc::new(api, MemoryKind::Device, out, 0)
         }
     }
 
     /// The 32-bit cuMemAlloc of CUDA < 3.2.
-    pub fn narrow(id: HookId, api: Api, out: *mut u32, size: usize) -> Alloc {
+    pub fn narrow(api: Api, out: *mut u32, size: usize) -> Alloc {
         Alloc {
             out: Out::Address32(out),
-            ..Alloc::new(id, api, MemoryKind::Device, std::ptr::null_mut(), size)
+            ..Alloc::new(api, MemoryKind::Device, std::ptr::null_mut(), size)
         }
     }
 
     /// The 32-bit cuMemAllocPitch of CUDA < 3.2.
-    pub fn pitched_narrow(id: HookId, out: *mut u32, pitch: *mut u32, width: u32, height: u32) -> Alloc {
+    pub fn pitched_narrow(out: *mut u32, pitch: *mut u32, width: u32, height: u32) -> Alloc {
         Alloc {
             out: Out::Address32(out),
             size: Size::Pitch32(pitch, height as usize, u64::from(width) * u64::from(height)),
-            ..Alloc::new(
-                id,
-                Api::cuMemAllocPitch,
-                MemoryKind::Device,
-                std::ptr::null_mut(),
-                0,
-            )
+            ..Alloc::new(Api::cuMemAllocPitch, MemoryKind::Device, std::ptr::null_mut(), 0)
         }
     }
 
     /// cuIpcOpenMemHandle(_v2), cuMemPoolImportPointer: memory another
     /// process allocated; its size is asked from the driver once opened.
-    pub fn imported(id: HookId, api: Api, out: *mut u64) -> Alloc {
+    pub fn imported(api: Api, out: *mut u64) -> Alloc {
         Alloc {
             size: Size::OfAddress,
-            ..Alloc::new(id, api, MemoryKind::Imported, out, 0)
+            ..Alloc::new(api, MemoryKind::Imported, out, 0)
         }
     }
 
     /// cuMemHostRegister(_v2): the program's own host memory, pinned.
-    pub fn registered(id: HookId, api: Api, p: *mut c_void, size: usize) -> Alloc {
+    pub fn registered(api: Api, p: *mut c_void, size: usize) -> Alloc {
         Alloc {
             out: Out::Key(p as u64),
-            ..Alloc::new(id, api, MemoryKind::Registered, std::ptr::null_mut(), size)
+            ..Alloc::new(api, MemoryKind::Registered, std::ptr::null_mut(), size)
         }
     }
 
     /// cuMemCreate: the device comes from the allocation properties.
-    pub fn physical(id: HookId, handle: *mut u64, size: usize, prop: *const CUmemAllocationProp) -> Alloc {
+    pub fn physical(handle: *mut u64, size: usize, prop: *const CUmemAllocationProp) -> Alloc {
         // SAFETY: prop is the caller's argument; read only when non-null.
         let device = (!prop.is_null())
             .then(|| unsafe { (*prop).location_id })
             .and_then(|d| u8::try_from(d).ok());
         Alloc {
             device,
-            ..Alloc::new(id, Api::cuMemCreate, MemoryKind::Physical, handle, size)
+            ..Alloc::new(Api::cuMemCreate, MemoryKind::Physical, handle, size)
         }
     }
 }
@@ -149,8 +133,7 @@ impl Alloc {
         }
     }
 
-    /// This driver call, made by no runtime call we saw, ran out of memory.
-    /// Out of line: the hot path of a successful call stays as it was.
+    /// This driver call ran out of memory (case 5). Out of line: the hot path of a successful call stays as it was.
     #[cold]
     #[inline(never)]
     fn out_of_memory(&self, cx: &mut HookCx) {
@@ -197,18 +180,10 @@ impl Alloc {
     /// allocation while some stream is being captured.
     #[inline(always)]
     fn finish(&self, cx: &mut HookCx, result: c_int, capture: Option<(CUstream, bool)>) {
-        let runtime = calling_runtime(cx.thread, self.id).filter(|(_, rc)| !rc.handled.get());
-        if let Some((_, rc)) = runtime {
-            rc.handled.set(true);
-        }
         if result != CUDA_SUCCESS {
             tracker::note_failed_allocation();
             if result == CUDA_ERROR_OUT_OF_MEMORY {
-                match runtime {
-                    // Case 5: the runtime call reports it.
-                    Some((_, rc)) => rc.out_of_memory.set(true),
-                    None => self.out_of_memory(cx),
-                }
+                self.out_of_memory(cx);
             }
             return;
         }
@@ -237,11 +212,8 @@ impl Alloc {
             Size::Pitch(..) | Size::Pitch32(..) => 0,
             Size::OfAddress => size_of_address(key),
         };
-        let thread = cx.thread;
-        let (api, stack) = match runtime.and_then(|(outer, rc)| Some((rc.api, outer.captured()?))) {
-            Some((api, s)) => (api, s),
-            None => (self.api, cx.stack()),
-        };
+        let (thread, api) = (cx.thread, self.api);
+        let stack = cx.stack();
         if let Some((stream, per_thread)) = capture {
             if let Some(graph) = graphs::capture_graph(stream, per_thread) {
                 // Captured: a node of the capture's graph, allocated when a

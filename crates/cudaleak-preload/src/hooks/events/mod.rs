@@ -8,15 +8,20 @@
 //!    unchanged, whatever happens here.
 //!
 //! Numbered cases worth knowing:
-//! 1. Record at one level. A runtime hook (cudaMalloc) captures the stack
-//!    and publishes a [`RuntimeCall`] in a thread-local; the driver hook it
-//!    calls (cuMemAlloc_v2) records the block with the runtime's API name
-//!    and stack, and marks the call consumed. If the runtime reached the
-//!    driver some way we did not see, the runtime hook records the block
-//!    itself. Either way, one program call is one allocation.
+//! 1. Record at one level: the driver's. A runtime allocation (cudaMalloc)
+//!    is the driver call it makes (cuMemAlloc_v2), recorded by the driver
+//!    hook with the driver's API and the stack below it; the report names
+//!    the runtime function found on that stack (`assemble/merge.rs`), for
+//!    a runtime loaded as a library as for one linked into the program.
+//!    No runtime allocation or release is hooked, so one program call is
+//!    one allocation, and a call pays for one hook. Only cudaDeviceReset
+//!    is: it publishes a [`RuntimeCall`] in a thread-local, and tears the
+//!    device's blocks down itself if no driver hook under it did.
 //! 2. A driver hook entered while another driver hook runs on the same
 //!    thread (a driver entry point calling another exported one) passes
-//!    straight through.
+//!    straight through, unless a signal handler that interrupted the other
+//!    hook made the call: that is the program's call, recorded
+//!    (`base/signal_frames.rs`).
 //! 3. Releases remove the block *before* the real call and put it back if
 //!    the call fails. Removing after would race with another thread that
 //!    gets the same address from the driver between the two.
@@ -27,9 +32,8 @@
 //!    disabled wherever it reaches a cancellation point (a write, a sleep):
 //!    a pending `pthread_cancel` acts in the program's code, not ours.
 //! 5. A call that fails for lack of memory is one out-of-memory failure
-//!    (`oom.rs`) at the level of case 1: the driver hook under a runtime
-//!    call only marks the runtime call, which reports it with its own API
-//!    and stack once its real call has returned.
+//!    (`oom.rs`) of the driver call, named like a block by the runtime
+//!    function on its stack when the report is written.
 //!
 //! Bottom up:
 //!
@@ -76,8 +80,9 @@ pub use sizes::*;
 pub use vmm::*;
 
 /// One hook call's scratch space, on the hook's own stack frame: the stack
-/// buffer is captured into in place, and a runtime hook publishes a
-/// pointer to its `HookCx` for the driver hook it calls (case 1).
+/// buffer is captured into in place, and the runtime's reset hook
+/// publishes a pointer to its `HookCx` for the driver hook it calls
+/// (case 1).
 ///
 /// The stack buffer is a separate local of `intercept`, referenced from
 /// here: were it a field initialized with `MaybeUninit::uninit()`, LLVM
@@ -110,11 +115,6 @@ impl<'a> HookCx<'a> {
         unsafe { self.stack.assume_init_ref() }
     }
 
-    fn captured(&self) -> Option<&Stack> {
-        // SAFETY: has_stack is set only after a capture.
-        self.has_stack.then(|| unsafe { self.stack.assume_init_ref() })
-    }
-
     /// Makes this (runtime) call visible to driver hooks on this thread.
     fn publish(&mut self, call: RuntimeCall) {
         self.runtime = Some(call);
@@ -141,10 +141,25 @@ pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl Fn
         return call();
     }
     let thread = thread::current();
-    if layer == Layer::Driver && thread.in_driver_hook.replace(true) {
-        return call();
-    }
     let mut stack = MaybeUninit::<Stack>::uninit();
+    // Case 2: the frame this hook's stack buffer is in marks where it runs.
+    let here = stack.as_ptr() as usize;
+    let outer_frame = thread.driver_hook_frame.get();
+    let mut was_in_driver_hook = false;
+    if layer == Layer::Driver {
+        was_in_driver_hook = thread.in_driver_hook.replace(true);
+        // (no frame yet: a handler that came between the two stores)
+        if was_in_driver_hook
+            && outer_frame != 0
+            && !crate::base::signal_frames::signal_frame_between(here, outer_frame)
+        {
+            return call();
+        }
+        thread.driver_hook_frame.set(here);
+        // A signal handler on this thread must see both stores as made
+        // here, not moved past the work below: a handler's hook reads them.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    }
     let mut cx = HookCx::new(thread, &mut stack);
     let prepared = catch_unwind(AssertUnwindSafe(|| {
         let ev = make();
@@ -154,7 +169,10 @@ pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl Fn
     .flatten();
     let result = call();
     if layer == Layer::Driver {
-        thread.in_driver_hook.set(false);
+        // A handler's hook hands the driver hook it interrupted back its own.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        thread.in_driver_hook.set(was_in_driver_hook);
+        thread.driver_hook_frame.set(outer_frame);
     }
     if let Some((ev, st)) = prepared {
         if catch_unwind(AssertUnwindSafe(|| ev.after(&mut cx, st, result))).is_err() {
@@ -201,29 +219,17 @@ pub const FREES_POOL: KindSet = &frees(&[MemoryKind::Pool], &[]);
 // ---- runtime calls (case 1) ----
 
 pub struct RuntimeCall {
-    api: Api,
     /// driver hooks this runtime entry point makes
     expects: &'static [HookId],
-    /// a driver allocation hook handled the call (recorded the block or
-    /// counted the failure)
-    handled: Cell<bool>,
-    /// a driver release hook handled the release
-    released: Cell<bool>,
     /// a driver context hook handled a teardown
     torn_down: Cell<bool>,
-    /// the driver allocation it made ran out of memory (case 5)
-    out_of_memory: Cell<bool>,
 }
 
 impl RuntimeCall {
-    fn new(api: Api, expects: &'static [HookId]) -> RuntimeCall {
+    fn new(expects: &'static [HookId]) -> RuntimeCall {
         RuntimeCall {
-            api,
             expects,
-            handled: Cell::new(false),
-            released: Cell::new(false),
             torn_down: Cell::new(false),
-            out_of_memory: Cell::new(false),
         }
     }
 }

@@ -5,20 +5,19 @@
 use super::*;
 
 pub struct Free {
-    id: HookId,
     addr: u64,
     accepts: KindSet,
 }
 
 impl Free {
-    pub fn new(id: HookId, addr: u64, accepts: KindSet) -> Free {
-        Free { id, addr, accepts }
+    pub fn new(addr: u64, accepts: KindSet) -> Free {
+        Free { addr, accepts }
     }
 
     /// cuMemFreeAsync (and `_ptsz`).
-    pub fn stream_ordered(id: HookId, addr: u64, stream: CUstream, per_thread: bool) -> StreamFree {
+    pub fn stream_ordered(addr: u64, stream: CUstream, per_thread: bool) -> StreamFree {
         StreamFree {
-            free: Free::new(id, addr, FREES_DEVICE),
+            free: Free::new(addr, FREES_DEVICE),
             stream,
             per_thread,
         }
@@ -31,9 +30,6 @@ impl Event for Free {
     type State = Removed;
 
     fn before(&self, cx: &mut HookCx) -> Option<Removed> {
-        if let Some((_, rc)) = calling_runtime(cx.thread, self.id) {
-            rc.released.set(true);
-        }
         if self.addr == 0 {
             // Freeing NULL is not a bad free, and records nothing.
             return None;
@@ -67,9 +63,6 @@ impl Event for StreamFree {
     fn before(&self, cx: &mut HookCx) -> Option<StreamRemoved> {
         if self.free.addr != 0 && graphs::capturing() {
             if let Some(graph) = graphs::capture_graph(self.stream, self.per_thread) {
-                if let Some((_, rc)) = calling_runtime(cx.thread, self.free.id) {
-                    rc.released.set(true);
-                }
                 return Some(StreamRemoved::Captured(graph));
             }
         }

@@ -94,35 +94,3 @@ pub fn array_3d_bytes(desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: u32) -> usiz
     let element = array_element_bytes(d.format, d.num_channels);
     array_bytes(d.width, d.height, d.depth, element, levels) as usize
 }
-
-/// Bytes of a runtime array of a channel description and extent.
-pub fn runtime_array_bytes(desc: *const cudaChannelFormatDesc, extent: cudaExtent, levels: u32) -> RtSize {
-    if desc.is_null() {
-        return RtSize::Bytes(0);
-    }
-    // SAFETY: the caller's descriptor, read before the call.
-    let d = unsafe { &*desc };
-    let bits = [d.x, d.y, d.z, d.w].iter().map(|&b| b.max(0) as u64).sum::<u64>();
-    let bytes = array_bytes(extent.width, extent.height, extent.depth, bits / 8, levels);
-    RtSize::Bytes(bytes as usize)
-}
-
-pub enum RtSize {
-    Bytes(usize),
-    /// pitch out parameter × rows; the bytes asked for (width × rows)
-    Pitch(*mut usize, usize, u64),
-}
-
-impl RtSize {
-    /// A pitched allocation of `rows` rows of `width` bytes each.
-    pub fn pitch(pitch: *mut usize, width: usize, rows: usize) -> RtSize {
-        RtSize::Pitch(pitch, rows, (width as u64).saturating_mul(rows as u64))
-    }
-
-    pub(super) fn requested(&self) -> u64 {
-        match *self {
-            RtSize::Bytes(b) => b as u64,
-            RtSize::Pitch(_, _, asked) => asked,
-        }
-    }
-}
