@@ -14,17 +14,21 @@
 //! found by that word and checked by that stack pointer. Only a nested
 //! entry looks, and nesting is rare.
 
+#[cfg(target_arch = "x86_64")]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// glibc's signal return trampoline: 0 not looked for yet, 1 none found.
+#[cfg(target_arch = "x86_64")]
 static RESTORER: AtomicUsize = AtomicUsize::new(0);
 
 /// `SA_RESTORER` (asm/signal.h): the handler returns through `sa_restorer`.
+#[cfg(target_arch = "x86_64")]
 const SA_RESTORER: libc::c_int = 0x0400_0000;
 
 /// The restorer of any handler installed through glibc's `sigaction` (all
 /// share it), asked of the kernel's record of each signal in turn.
 /// `sigaction` is async-signal-safe; this runs in a handler's hook.
+#[cfg(target_arch = "x86_64")]
 fn restorer() -> Option<usize> {
     match RESTORER.load(Ordering::Relaxed) {
         0 => {}
