@@ -433,7 +433,13 @@ cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray) {
     return to_runtime_error(drv.MipmappedArrayDestroy((CUmipmappedArray)mipmappedArray));
 }
 
+/* How many cudaDeviceReset calls this copy served: a hooked runtime
+ * function must reach the copy the caller's lookup names. */
+static int reset_calls;
+int simcudart_reset_calls(void) { return __atomic_load_n(&reset_calls, __ATOMIC_RELAXED); }
+
 cudaError_t cudaDeviceReset(void) {
+    __atomic_fetch_add(&reset_calls, 1, __ATOMIC_RELAXED);
     INIT_OR_RETURN();
     pthread_mutex_lock(&ctx_lock);
     __atomic_store_n(&primary_ctx, NULL, __ATOMIC_RELEASE);

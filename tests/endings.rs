@@ -1473,8 +1473,11 @@ fn a_quota_shim_preloaded_before_or_after_us_sees_every_allocation() {
 }
 
 /// A SIGALRM handler that calls cudaMalloc while the main thread loops on
-/// cudaMalloc/cudaFree, so that it often interrupts a runtime hook that is
-/// capturing the main thread's stack: a nested capture on one thread. The
+/// cudaMalloc/cudaFree, so that it often interrupts a driver hook (the
+/// runtime's calls are recorded at the driver), capturing the main
+/// thread's stack or inside the real call: a nested hook on one thread,
+/// which must record the handler's call, not pass it through as a driver
+/// function calling another. The
 /// process must not crash, must exit with its own status (9), and the
 /// handler's 200 blocks must be recorded (with a stack or without).
 #[test]

@@ -6,9 +6,11 @@
 
 /// Runtime entry points and the driver calls they make: a driver-level
 /// trace whose stack passes through one of these functions is attributed
-/// to it. This is how every runtime allocation gets its name: no runtime
+/// to it. This is how the runtime's allocations get their names: no runtime
 /// allocation is hooked (recorded once, at the driver), whether the
-/// runtime is a shared library or linked into the program. The v1 driver
+/// runtime is a shared library or linked into the program. (The runtime's
+/// pool, import and external-memory calls, never hooked, are named by
+/// their driver calls.) The v1 driver
 /// variants are there for a runtime that asks for them by version.
 pub const RUNTIME_ATTRIBUTION: &[(&str, &[&str])] = &[
     ("cudaMalloc", &["cuMemAlloc_v2", "cuMemAlloc"]),
@@ -101,9 +103,4 @@ pub fn runtime_entry(api: &str, function: Option<&str>) -> Option<&'static str> 
         .iter()
         .find(|(rt, drivers)| *rt == function && drivers.contains(&api))
         .map(|(rt, _)| *rt)
-}
-
-/// Whether `function` is one of the runtime functions above.
-pub fn is_runtime_entry(function: &str) -> bool {
-    RUNTIME_ATTRIBUTION.iter().any(|(rt, _)| *rt == function)
 }

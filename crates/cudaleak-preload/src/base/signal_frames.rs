@@ -11,8 +11,10 @@
 //! return address glibc's `sigaction` registered (its `__restore_rt`),
 //! then the interrupted context, whose stack pointer is above the frame.
 //! A signal frame between the nested hook and the interrupted one is
-//! found by that word and checked by that stack pointer. Only a nested
-//! entry looks, and nesting is rare.
+//! found by that word and checked by that stack pointer. A nested hook
+//! that is not below the running one on the same stack (a handler on an
+//! alternate signal stack) is a handler's call too. Only a nested entry
+//! looks, and nesting is rare.
 
 #[cfg(target_arch = "x86_64")]
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,35 +60,64 @@ fn restorer() -> Option<usize> {
     (found != 1).then_some(found)
 }
 
-/// Whether a signal frame lies on this thread's stack between `low` (a
-/// local of the hook just entered) and `high` (a local of the driver hook
-/// running further up the same stack).
-#[cfg(target_arch = "x86_64")]
-pub fn signal_frame_between(low: usize, high: usize) -> bool {
-    // The interrupted context up to its instruction pointer: 8 words of
-    // flags, link and stack, then the general registers.
-    const CONTEXT: usize = std::mem::offset_of!(libc::ucontext_t, uc_mcontext) + 23 * 8;
-    if high <= low || high - low > 1 << 20 {
-        return false;
+/// How far below the running driver hook a nested one called from inside
+/// the driver can be: more is another stack.
+const NESTING_MAX: usize = 1 << 20;
+
+/// Whether the driver hook entered at `low` (a local of its frame), while
+/// the one at `high` (a local of that hook's frame) runs on this thread,
+/// was called by a signal handler rather than from inside the driver. A
+/// call from inside the driver is deeper on the same stack: anything else
+/// (a handler on an alternate stack, state a non-local exit left behind)
+/// is a call of the program's own. On the same stack it is a handler's
+/// when a signal frame lies between the two.
+pub fn called_from_signal_handler(low: usize, high: usize) -> bool {
+    if high <= low || high - low > NESTING_MAX {
+        return true;
     }
+    signal_frame_between(low, high)
+}
+
+/// Whether a signal frame lies between `low` and `high` on this thread's
+/// stack: the restorer's address, followed by a context the kernel saved
+/// (no link, the user code segment, a stack pointer above the frame and
+/// below `high`). Out of line, so that its own frame is below `low`.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn signal_frame_between(low: usize, high: usize) -> bool {
+    /// x86-64 Linux's user code segment (`__USER_CS`).
+    const USER_CS: i64 = 0x33;
+    // The interrupted context up to its segment registers: flags, link
+    // and stack (5 words), then 19 of the general registers.
+    const CONTEXT: usize = std::mem::offset_of!(libc::ucontext_t, uc_mcontext) + 19 * 8;
     let Some(restorer) = restorer() else {
         return false;
     };
     let mut at = (low + 7) & !7;
     while at + 8 + CONTEXT <= high {
         // SAFETY: an aligned word between two live locals of this thread's
-        // own stack, which is mapped between them.
+        // own stack (the caller checked that they are on one stack, the
+        // higher less than NESTING_MAX above), which is mapped between them.
         let word = unsafe { (at as *const usize).read() };
         if word == restorer {
+            let context = (at + 8) as *const libc::ucontext_t;
             // SAFETY: the words after it, below `high` (the loop's bound),
-            // read as the context the kernel saved there.
-            let sp = unsafe {
-                std::ptr::addr_of!((*((at + 8) as *const libc::ucontext_t)).uc_mcontext.gregs)
-                    .cast::<i64>()
-                    .add(libc::REG_RSP as usize)
-                    .read()
-            } as usize;
-            if sp > at && sp <= high {
+            // read as the context the kernel saves there.
+            let (link, regs) = unsafe {
+                (
+                    std::ptr::addr_of!((*context).uc_link).read(),
+                    std::ptr::addr_of!((*context).uc_mcontext.gregs).cast::<i64>(),
+                )
+            };
+            // SAFETY: registers REG_RSP and REG_CSGSFS of that context,
+            // inside CONTEXT.
+            let (sp, segments) = unsafe {
+                (
+                    regs.add(libc::REG_RSP as usize).read() as usize,
+                    regs.add(libc::REG_CSGSFS as usize).read(),
+                )
+            };
+            if link.is_null() && segments & 0xffff == USER_CS && sp > at && sp <= high {
                 return true;
             }
         }
@@ -96,9 +127,10 @@ pub fn signal_frame_between(low: usize, high: usize) -> bool {
 }
 
 /// Elsewhere the kernel's frame has another layout (aarch64 returns
-/// through the vDSO): a nested driver hook passes through.
+/// through the vDSO): a handler on the interrupted hook's own stack is not
+/// told apart from a call from inside the driver, and passes through.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn signal_frame_between(_low: usize, _high: usize) -> bool {
+fn signal_frame_between(_low: usize, _high: usize) -> bool {
     false
 }
 
@@ -115,14 +147,14 @@ mod tests {
     extern "C" fn handler(_: libc::c_int) {
         let here = 0u64;
         let low = std::ptr::addr_of!(here) as usize;
-        let found = signal_frame_between(low, HIGH.load(Ordering::Relaxed));
+        let found = called_from_signal_handler(low, HIGH.load(Ordering::Relaxed));
         SEEN.store(if found { 2 } else { 1 }, Ordering::Relaxed);
     }
 
     #[inline(never)]
     fn called_directly(high: usize) -> bool {
         let here = [0u64; 64];
-        signal_frame_between(std::hint::black_box(&here).as_ptr() as usize, high)
+        called_from_signal_handler(std::hint::black_box(&here).as_ptr() as usize, high)
     }
 
     #[test]
@@ -145,6 +177,9 @@ mod tests {
             "the handler found no signal frame"
         );
         assert!(!called_directly(high), "a plain call found a signal frame");
+        // Above the outer hook, or far from it, is another stack.
+        assert!(called_from_signal_handler(high + 64, high));
+        assert!(called_from_signal_handler(high - 2 * NESTING_MAX, high));
         // SAFETY: puts the default action back.
         unsafe { libc::signal(libc::SIGURG, libc::SIG_DFL) };
     }

@@ -32,8 +32,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Python frames recorded per allocation.
 pub const PY_MAX: usize = 64;
-/// Captured stacks a thread holds at once: a runtime hook's and the driver
-/// hook it calls, with room to spare. Captures take them in turn.
+/// Captured stacks a thread holds at once: a driver hook's, and those of
+/// the hooks a signal handler calls while it runs, with room to spare.
+/// Captures take them in turn.
 const STACK_SLOTS: usize = 4;
 
 /// One captured stack's frames; only the first `n_*` entries (kept in
@@ -156,8 +157,8 @@ pub static NESTED_CAPTURES: AtomicU64 = AtomicU64::new(0);
 
 /// A captured stack. It lives in the hook's frame, so it is small: the
 /// frames are in one of the thread's stack buffers ([`ThreadBuffers`]),
-/// taken in turn, so that a runtime hook's stack is still there when the
-/// driver hook it calls captures its own.
+/// taken in turn, so that a hook's stack is still there when a signal
+/// handler that interrupted it calls a hook that captures its own.
 pub struct Stack {
     /// null when nothing was captured
     buffer: *mut StackBuffer,

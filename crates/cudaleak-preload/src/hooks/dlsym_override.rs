@@ -48,8 +48,8 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
         };
         if handle == libc::RTLD_NEXT {
             // What comes after the *caller*: only the real dlsym, jumped
-            // to, knows. A wrapper library that defines cudaMalloc and
-            // forwards to dlsym(RTLD_NEXT, "cudaMalloc") must get the next
+            // to, knows. A wrapper library that defines cudaDeviceReset
+            // and forwards to dlsym(RTLD_NEXT, "cudaDeviceReset") must get the next
             // definition, not our hook (whose real function, looked up in
             // the wrapper's scope, is the wrapper: endless recursion).
             return PASS;
@@ -92,7 +92,7 @@ extern "C" fn cudaleak_dlsym_decide(handle: *mut c_void, name: *const c_char, ca
 
 /// NULL for a lookup of `name` that, without us, finds nothing: a lookup
 /// of it in libc's scope (which has no CUDA function) sets dlerror as the
-/// program expects ("libc.so.6: undefined symbol: cudaMalloc").
+/// program expects ("libc.so.6: undefined symbol: cuMemAlloc_v2").
 #[cold]
 fn not_found(name: &CStr) -> usize {
     static LIBC: AtomicUsize = AtomicUsize::new(0);

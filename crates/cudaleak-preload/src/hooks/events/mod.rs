@@ -151,7 +151,7 @@ pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl Fn
         // (no frame yet: a handler that came between the two stores)
         if was_in_driver_hook
             && outer_frame != 0
-            && !crate::base::signal_frames::signal_frame_between(here, outer_frame)
+            && !crate::base::signal_frames::called_from_signal_handler(here, outer_frame)
         {
             return call();
         }

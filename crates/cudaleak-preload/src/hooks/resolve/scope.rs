@@ -5,7 +5,8 @@
 //! function itself, and forgetting what pointed into unloaded objects.
 //!
 //! The bug: a plugin dlopen'ed with RTLD_LOCAL links libcudart;
-//! its cudaMalloc binds to our export (preloaded objects come first in the
+//! its cudaDeviceReset (a runtime function we hook; the runtime's
+//! allocations are recorded at the driver, not hooked) binds to our export (preloaded objects come first in the
 //! global scope), and `dlsym(RTLD_NEXT)` from here searches the global
 //! scope only, where that libcudart is not. Without us the call worked.
 //! So a runtime hook asks the loader what the *calling object* binds:
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 ///
 /// Slots are reused once their object is unloaded (a program that loads
 /// and unloads plugins in a loop would otherwise run out of them and its
-/// 257th plugin would fail its cudaMalloc). `seq` is a sequence lock: odd
+/// 257th plugin would fail its cudaDeviceReset). `seq` is a sequence lock: odd
 /// while a slot is (re)claimed, dies, or has a lookup cached, and bumped
 /// by each of these, so a reader that saw the same even `seq` before and
 /// after reading never mixes one object's functions with another's range.
@@ -359,7 +360,7 @@ fn scope_handle_of(addr: usize) -> Option<usize> {
 }
 
 /// Runtime functions handed out for a private libcudart handle
-/// (`dlsym(dlopen("libcudart.so", RTLD_LOCAL), "cudaMalloc")`, Python's
+/// (`dlsym(dlopen("libcudart.so", RTLD_LOCAL), "cudaDeviceReset")`, Python's
 /// ctypes.CDLL) that no caller's scope nor the global one has: the
 /// function pointer may be called from anywhere (ctypes calls it from
 /// libffi, not from the object that looked it up), so it answers for
