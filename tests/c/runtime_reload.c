@@ -1,8 +1,11 @@
 /*
  * Loads a runtime copy privately, allocates through it, unloads it, loads
- * it again (another object first, and a reservation where it was, so it
- * lands elsewhere) and allocates again: no call may jump into the unloaded copy, and the second copy's
- * calls are attributed.
+ * it again (a reservation over the whole range it had, then another object
+ * first, so that it lands elsewhere) and allocates again: no call may jump
+ * into the unloaded copy, and both copies' calls are attributed. The
+ * reservation keeps the first copy's addresses from being reused: a
+ * runtime function is named at the dump, and an address another object
+ * took since is that object's code.
  *
  *   runtime_reload RUNTIME FILLER
  */
@@ -10,8 +13,31 @@
 #include "common.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdint.h>
 #include <sys/mman.h>
+
+/* The loaded range [lo, hi) of the object holding `addr`. */
+struct range { uintptr_t addr, lo, hi; };
+
+static int find_range(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct range *r = data;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+        if (p->p_type != PT_LOAD) continue;
+        uintptr_t a = info->dlpi_addr + p->p_vaddr;
+        if (a < lo) lo = a;
+        if (a + p->p_memsz > hi) hi = a + p->p_memsz;
+    }
+    if (lo <= r->addr && r->addr < hi) {
+        r->lo = lo & ~(uintptr_t)0xfff;
+        r->hi = (hi + 0xfff) & ~(uintptr_t)0xfff;
+        return 1;
+    }
+    return 0;
+}
 
 typedef int (*malloc_fn)(void **, size_t);
 typedef int (*free_fn)(void *);
@@ -40,15 +66,16 @@ int main(int argc, char **argv) {
     void *h, *m1, *m2;
     int rc = round_trip(argv[1], 1111, &h, &m1);
     if (rc) return rc;
+    struct range r = {(uintptr_t)m1, 0, 0};
+    if (!dl_iterate_phdr(find_range, &r)) return 28;
     if (dlclose(h)) return 24;
     if (dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD)) return 25; /* still loaded */
     printf("unloaded\n");
+    if (mmap((void *)r.lo, r.hi - r.lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
+             0) == MAP_FAILED)
+        return 29; /* taken at once: the test cannot say what it checks */
     void *filler = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
     if (!filler) return 26;
-    uintptr_t page = (uintptr_t)m1 & ~(uintptr_t)0xfff;
-    if (mmap((void *)(page - 0x4000), 0x8000, PROT_NONE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == MAP_FAILED)
-        printf("%p taken by the filler\n", (void *)page);
     rc = round_trip(argv[1], 2222, &h, &m2);
     if (rc) return 30 + rc;
     if (m2 == m1) return 27; /* loaded where it was after all */
