@@ -13,31 +13,9 @@
 #include "common.h"
 
 #include <dlfcn.h>
-#include <link.h>
+#include "loaded_range.h"
 #include <stdint.h>
 #include <sys/mman.h>
-
-/* The loaded range [lo, hi) of the object holding `addr`. */
-struct range { uintptr_t addr, lo, hi; };
-
-static int find_range(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct range *r = data;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *p = &info->dlpi_phdr[i];
-        if (p->p_type != PT_LOAD) continue;
-        uintptr_t a = info->dlpi_addr + p->p_vaddr;
-        if (a < lo) lo = a;
-        if (a + p->p_memsz > hi) hi = a + p->p_memsz;
-    }
-    if (lo <= r->addr && r->addr < hi) {
-        r->lo = lo & ~(uintptr_t)0xfff;
-        r->hi = (hi + 0xfff) & ~(uintptr_t)0xfff;
-        return 1;
-    }
-    return 0;
-}
 
 typedef int (*malloc_fn)(void **, size_t);
 typedef int (*free_fn)(void *);

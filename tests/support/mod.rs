@@ -105,7 +105,14 @@ pub fn build(name: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
     let mut inputs: Vec<PathBuf> = sources.iter().map(|s| repo().join(s)).collect();
-    inputs.push(repo().join("tests/c/common.h"));
+    // Every header the programs share: a change to one rebuilds them.
+    inputs.extend(
+        std::fs::read_dir(repo().join("tests/c"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "h")),
+    );
     inputs.push(sim_dir().join("libcudart.so.12"));
     if newer(&out, &inputs) {
         return out;

@@ -142,11 +142,12 @@ pub fn intercept<E: Event>(layer: Layer, make: impl FnOnce() -> E, call: impl Fn
     }
     let thread = thread::current();
     let mut stack = MaybeUninit::<Stack>::uninit();
-    // Case 2: the frame this hook's stack buffer is in marks where it runs.
-    let here = stack.as_ptr() as usize;
-    let outer_frame = thread.driver_hook_frame.get();
-    let mut was_in_driver_hook = false;
+    // Case 2, for driver hooks only: the frame this hook's stack buffer is
+    // in marks where it runs; the running driver hook's, if any, is saved.
+    let (mut outer_frame, mut was_in_driver_hook) = (0, false);
     if layer == Layer::Driver {
+        let here = stack.as_ptr() as usize;
+        outer_frame = thread.driver_hook_frame.get();
         was_in_driver_hook = thread.in_driver_hook.replace(true);
         // (no frame yet: a handler that came between the two stores)
         if was_in_driver_hook
