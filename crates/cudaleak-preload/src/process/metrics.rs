@@ -244,16 +244,21 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
     }
     let sites = metrics::top_sites_of(sites, top);
     drop(cache);
+    // The devices are read from the live map after the counters: a block
+    // recorded in between is in them but not yet in the peak read above,
+    // and a peak below what the same sample shows live would be false.
+    let devices = devices_now();
+    let on_devices: u64 = devices.iter().map(|d| d.live_bytes).sum();
     Sample {
         labels,
         live_bytes: live_bytes_now,
         live_blocks,
-        peak_bytes: peak,
+        peak_bytes: peak.max(live_bytes_now).max(on_devices),
         failed_allocations: tracker::failed_allocations(),
         oom_events: oom::event_count() as u64,
         leaked_bytes,
         sites,
-        devices: devices_now(),
+        devices,
     }
 }
 
