@@ -140,8 +140,10 @@ fn interval_dumps_keep_a_bounded_set_of_reports_and_a_timeline() {
         "CUDALEAK_INTERVAL_KEEP=3 keeps the newest three"
     );
     let exit = reports.iter().find(|r| r.trigger == Trigger::Exit).unwrap();
-    // Seven interval dumps, each awaited by the program, then the exit.
-    assert_eq!(exit.sequence, 8);
+    // Seven interval dumps, each awaited by the program, then the exit;
+    // one more may come between the program seeing a dump and its next
+    // look for one, were it held up for an interval (a loaded machine).
+    assert!(exit.sequence >= 8, "{}", exit.sequence);
     let seqs: Vec<u64> = intervals.iter().map(|r| r.sequence).collect();
     assert_eq!(seqs, [exit.sequence - 3, exit.sequence - 2, exit.sequence - 1]);
     assert_eq!(intervals[2].leaks[0].trend, Some(Trend::Growing));

@@ -197,7 +197,11 @@ fn python_site<'a>(view: &'a serde_json::Value, function: &str, marker: &str) ->
 /// are a live report's, site by site.
 #[test]
 fn a_python_program_by_its_lines() {
-    let mut p = start_python(&["40", "50", "pause", "wait"]);
+    // 80 steps of 50 ms, paused at the 40th: the view's two publishes
+    // (a second apart) fall within the growth, with about two seconds
+    // to spare after "step 3" (20 steps left too little on a loaded
+    // machine).
+    let mut p = start_python(&["80", "50", "pause", "wait"]);
     p.wait_line("step 3");
     let out = top(&p, &["--once", "--format", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -231,9 +235,9 @@ fn a_python_program_by_its_lines() {
     assert_eq!(view["live_bytes"].as_u64(), Some(r.totals.live_bytes));
     assert_eq!(
         python_site(&view, "growing", "SITE growing")["live_bytes"].as_u64(),
-        Some(20 * MIB)
+        Some(40 * MIB)
     );
-    assert_eq!(r.totals.live_bytes, 21 * MIB);
+    assert_eq!(r.totals.live_bytes, 41 * MIB);
     p.go_on();
 }
 

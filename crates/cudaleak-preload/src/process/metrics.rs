@@ -168,6 +168,11 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
     tracker::SITES.for_each_at_peak(limit, peak, |t, bytes, _| {
         at_peak.insert(t.0, bytes);
     });
+    // The devices from the live map now, beside the counters: not after
+    // the new sites are symbolized below, which at a process's first
+    // write takes long enough for the program to allocate thousands of
+    // blocks that the counters read here do not hold.
+    let devices = devices_now();
     let (live_bytes_now, live_blocks) = live.iter().fold((0u64, 0u64), |(b, n), &(_, bytes, blocks)| {
         (b + bytes, n + blocks)
     });
@@ -244,10 +249,9 @@ pub fn sample(labels: &Labels, leaked_bytes: Option<u64>, top: usize) -> Sample 
     }
     let sites = metrics::top_sites_of(sites, top);
     drop(cache);
-    // The devices are read from the live map after the counters: a block
-    // recorded in between is in them but not yet in the peak read above,
-    // and a peak below what the same sample shows live would be false.
-    let devices = devices_now();
+    // A block recorded between the two reads above is in the devices'
+    // figures but not in the peak: a peak below what the same sample
+    // shows live would be false.
     let on_devices: u64 = devices.iter().map(|d| d.live_bytes).sum();
     Sample {
         labels,

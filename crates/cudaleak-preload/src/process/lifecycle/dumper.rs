@@ -158,6 +158,9 @@ fn dumper_rounds() {
                     // must not make every later round dump again at once.
                     next_interval = next_due(settings::config().interval);
                     live_dump(Request::new(Trigger::Interval));
+                    // And again from its end: a dump that took longer than
+                    // the interval must not start the next one at once.
+                    next_interval = next_due(settings::config().interval);
                 }
             }
             if let Some(req) = request.as_deref().filter(|r| is_our_request(r)) {
