@@ -21,7 +21,7 @@ pub mod unwind;
 
 use crate::base::thread::ThreadState;
 use crate::capture::python::PyReplayLog;
-use crate::capture::unwind::{EvalStop, ReplayLog};
+use crate::capture::unwind::{EvalStop, ReplayLog, LOGS};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::record::depot::{Depot, TraceKey};
 use cudaleak_core::record::python::PyRawFrame;
@@ -47,11 +47,15 @@ pub struct StackBuffer {
     pub python_generation: u64,
 }
 
-/// A thread's large buffers, allocated on the heap (zeroed, then the replay
-/// logs set to their empty states), never built on the (small) stack.
+/// A thread's large buffers, allocated on the heap (zeroed, then the
+/// Python replay log set to its empty state; the native logs' empty state
+/// is all zero bits), never built on the (small) stack.
 pub struct ThreadBuffers {
-    /// What the last full stack walk read (`unwind/`, replay).
+    /// What the last stack walks read (`unwind/`, replay).
     pub replay: ReplayLog,
+    /// The trace last interned from each replay log's frames
+    /// ([`Stack::intern`]), by the log's slot.
+    traces: [TraceMemo; LOGS],
     /// What the last Python frame walk saw (`python/`, replay).
     pub python_replay: PyReplayLog,
     stacks: [StackBuffer; STACK_SLOTS],
@@ -76,6 +80,16 @@ impl ThreadBuffers {
         // (`i < STACK_SLOTS`); no reference is made, only its address.
         unsafe { std::ptr::addr_of_mut!((*this).stacks[i]) }
     }
+}
+
+/// A trace interned from frames of these generations, for a block of this
+/// API and kind; id 0: none.
+#[derive(Clone, Copy)]
+struct TraceMemo {
+    generations: (u64, u64),
+    id: u32,
+    api: u8,
+    kind: u8,
 }
 
 /// `ThreadState::buffers` once the thread's key destructor freed them: a
@@ -129,10 +143,11 @@ fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: fields of the fresh allocation (copied from constants,
-    // not built on this small stack).
+    // SAFETY: a field of the fresh allocation (copied from a constant,
+    // not built on this small stack). The native replay logs (360 KiB)
+    // and the trace memos are empty as zeroed (a test checks it): not
+    // written, their pages are touched only as a thread's walks fill them.
     unsafe {
-        std::ptr::addr_of_mut!((*p).replay).write(ReplayLog::EMPTY);
         std::ptr::addr_of_mut!((*p).python_replay).write(PyReplayLog::EMPTY);
     }
     // SAFETY: registering the buffers for the key's destructor.
@@ -281,12 +296,13 @@ impl Stack {
 
     /// The trace id of this stack in `depot` for a block of `api` and
     /// `kind`. When the native and Python frames are the same generations
-    /// of the thread's replay logs as the last trace interned here, and
-    /// API and kind are the same, that trace's id is reused without
-    /// hashing. Comparing generations replaced a copy and a memcmp of the
-    /// Python frames (158 instructions of a Python pair), and
-    /// unlike "the native frames were replayed" it cannot mistake a
-    /// capture never interned (a failed call) for the last trace.
+    /// of the thread's replay logs as a trace interned here before from
+    /// the same native log, and API and kind are the same, that trace's
+    /// id is reused without hashing. Comparing generations replaced a
+    /// copy and a memcmp of the Python frames (158 instructions of a
+    /// Python pair), and unlike "the native frames were replayed" it
+    /// cannot mistake a capture never interned (a failed call) for an
+    /// earlier trace.
     pub fn intern(&self, depot: &Depot, api: Api, kind: MemoryKind, thread: &ThreadState) -> TraceId {
         let (last_id, last_api, last_kind) = thread.last_trace.get();
         if let Some(generations) = self.generations {
@@ -297,7 +313,7 @@ impl Stack {
                 return TraceId(last_id);
             }
         }
-        let id = self.intern_new(depot, api, kind);
+        let id = self.intern_by_log(depot, api, kind, thread);
         match self.generations {
             Some(generations) => {
                 thread.last_generations.set(generations);
@@ -305,6 +321,34 @@ impl Stack {
             }
             None => thread.last_trace.set((0, 0, 0)),
         }
+        id
+    }
+
+    /// [`Self::intern`] when the frames are not the last trace's: the
+    /// trace last interned from the same native log may be (a thread
+    /// that allocates from several call paths in turn).
+    #[inline(never)]
+    fn intern_by_log(&self, depot: &Depot, api: Api, kind: MemoryKind, thread: &ThreadState) -> TraceId {
+        let buffers = thread.buffers.get().cast::<ThreadBuffers>();
+        let (Some(generations), false) = (self.generations, buffers.is_null() || buffers == GONE.cast())
+        else {
+            return self.intern_new(depot, api, kind);
+        };
+        // The native generation's low bits are its log's slot.
+        // SAFETY: the calling thread's live buffers (not freed: not GONE);
+        // only the memo is reached, which no live reference points into.
+        let memo = unsafe { &mut *std::ptr::addr_of_mut!((*buffers).traces[generations.0 as usize % LOGS]) };
+        if memo.id != 0 && memo.generations == generations && (memo.api, memo.kind) == (api as u8, kind as u8)
+        {
+            return TraceId(memo.id);
+        }
+        let id = self.intern_new(depot, api, kind);
+        *memo = TraceMemo {
+            generations,
+            id: id.0,
+            api: api as u8,
+            kind: kind as u8,
+        };
         id
     }
 

@@ -160,7 +160,7 @@ fn random_stacks_splice_as_they_walk() {
             spliced, want,
             "round {round}: the splice ({frames:?}, room {room}, stop {after})"
         );
-        near_full += usize::from(shared.last.len > 150);
+        near_full += usize::from(shared.last().len > 150);
     }
     let (kept, met, moved) = SPLICES.with(|c| c.get());
     assert!(
@@ -241,7 +241,7 @@ fn a_rest_moved_in_a_nearly_full_log_keeps_every_read() {
     old.extend([(5, 0); REST]);
     let rbp = lay(&mut mem, &old);
     capture(&mut shared, &mem, 5, rbp);
-    assert_eq!(shared.last.len, 191);
+    assert_eq!(shared.last().len, 191);
     // New: four rsp-based frames over the same 8 words, the same rest.
     let mut new = vec![(0, 0); 4];
     new.extend([(5, 0); REST]);
@@ -436,4 +436,163 @@ fn splices_check_every_word_the_rest_depends_on() {
     );
     mem[3] = at(30);
     assert_eq!(capture(&mem, 2, "H: that saved rbp alone changed"), r(&[7, 6, 5]));
+}
+
+/// Call paths taken in turn, as a training step's ops take theirs: the
+/// same depth and stack pointer, six inner frames that depend on the
+/// path, 20 outer ones alike. With no more paths than the thread keeps
+/// logs, every path replays from its own log after the first round, and
+/// again soon after the outer frames change (the program enters another
+/// loop); with more, looks through the logs that find nothing stay few.
+/// Every capture gives what a full walk gives.
+#[test]
+fn call_paths_in_turn_replay_from_their_own_logs() {
+    const INNER: usize = 6;
+    const OUTER: usize = 20;
+    const WORDS: usize = 2 * (INNER + OUTER + 1);
+    // Functions 0..12 by level and bit, 12 the outer frames', 13 and 14
+    // the outermost (two callers of the loop). Addresses of this test's
+    // own: the rule cache keeps the first rule given for an address.
+    let site = |n: usize| 0x4000_0000_0000usize + n * 0x40 + 0x10;
+    let ret = |n: usize| site(n) + 1;
+    let rule = Rule {
+        cfa_offset: 16,
+        rbp_offset: 0,
+        kind: KIND_RSP,
+        ra_offset: -8,
+    };
+    let mut mem = vec![0usize; WORDS].into_boxed_slice();
+    let base = mem.as_mut_ptr() as usize;
+    let bounds = (base, base + 8 * WORDS);
+    let mut fresh = Box::new(ReplayLog::EMPTY);
+    // One capture of `path` under `caller`, checked against a full walk
+    // and the frames laid out: whether it walked.
+    let mut capture = |log: &mut ReplayLog, path: usize, caller: usize| -> bool {
+        let mut frames: Vec<usize> = (0..INNER).map(|l| 2 * l + (path >> l & 1)).collect();
+        frames.extend([12; OUTER]);
+        frames.push(caller);
+        for (k, _) in frames.iter().enumerate() {
+            mem[2 * k] = 0x7777_0000 + k; // a word no rule reads
+            mem[2 * k + 1] = frames.get(k + 1).map_or(0, |&g| ret(g));
+        }
+        // (again each time: the rule cache is shared with the tests
+        // running beside this one)
+        for f in 0..15 {
+            remember_rule(site(f) as u64, rule);
+        }
+        let start = [site(frames[0]), base, 0];
+        let want: Vec<u64> = frames[1..].iter().map(|&f| ret(f) as u64).collect();
+        let walks = log.walks;
+        let mut out = [MaybeUninit::uninit(); 64];
+        let n = from_log(log, start, bounds, (0, 0), EvalStop::default(), &mut out);
+        // SAFETY: the capture wrote the first `n` entries.
+        let got: Vec<u64> = out[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
+        fresh.forget();
+        let mut full = [MaybeUninit::uninit(); 64];
+        let m = from_log(&mut fresh, start, bounds, (0, 0), EvalStop::default(), &mut full);
+        // SAFETY: the full walk wrote the first `m` entries.
+        let full: Vec<u64> = full[..m].iter().map(|v| unsafe { v.assume_init() }).collect();
+        assert_eq!(full, want, "path {path}: the full walk");
+        assert_eq!(got, want, "path {path} under {caller}");
+        log.walks != walks
+    };
+    // 12 paths: a round of walks, then replays only.
+    let mut log = Box::new(ReplayLog::EMPTY);
+    let walked = |log: &mut ReplayLog,
+                  capture: &mut dyn FnMut(&mut ReplayLog, usize, usize) -> bool,
+                  caller: usize| { (0..12).filter(|&p| capture(log, p, caller)).count() };
+    assert_eq!(walked(&mut log, &mut capture, 13), 12);
+    for round in 0..3 {
+        assert_eq!(walked(&mut log, &mut capture, 13), 0, "round {round}");
+    }
+    // Another caller: every log is stale. A round of walks (a window
+    // that finds nothing, then a short skip), and replays again soon.
+    let rounds: Vec<usize> = (0..6).map(|_| walked(&mut log, &mut capture, 14)).collect();
+    assert!(
+        rounds[0] == 12 && rounds[3..] == [0, 0, 0],
+        "walks per round: {rounds:?}"
+    );
+    // 40 paths, more than the logs: a path's log is often gone when it
+    // comes round again. Looking through the logs must pay for itself: a
+    // look that finds nothing costs about what a splice does.
+    let mut log = Box::new(ReplayLog::EMPTY);
+    let (mut looked, mut replayed) = (0, 0);
+    for _ in 0..100 {
+        for p in 0..40 {
+            looked += usize::from(log.skip_scans == 0);
+            replayed += usize::from(!capture(&mut log, p, 13));
+        }
+    }
+    // Looks pay for themselves, roughly: those in vain are not many more
+    // than those that found a log (each of which saved a splice).
+    let vain = looked - replayed;
+    assert!(
+        vain < replayed + 400,
+        "of 4,000 captures, {looked} looked through the logs, {vain} in vain"
+    );
+    // 64 paths, twice the logs: a path's log is mostly gone when it
+    // comes round again, and the thread soon looks for few captures.
+    let mut log = Box::new(ReplayLog::EMPTY);
+    let mut looked = 0;
+    for _ in 0..64 {
+        for p in 0..64 {
+            looked += usize::from(log.skip_scans == 0);
+            capture(&mut log, p, 13);
+        }
+    }
+    assert!(
+        looked < 400,
+        "of 4,096 captures, {looked} looked through the logs"
+    );
+}
+
+/// The empty logs are all zero bits: a thread's buffers are allocated
+/// zeroed and the logs are not written before use (`capture/mod.rs`).
+#[test]
+fn empty_logs_are_all_zero_bits() {
+    let log = Box::new(ReplayLog::EMPTY);
+    // SAFETY: a plain allocation of the type's layout.
+    let zeroed =
+        unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::new::<ReplayLog>()) }.cast::<ReplayLog>();
+    assert!(!zeroed.is_null());
+    // SAFETY: the fields are integers, bools and arrays of them, for
+    // which all-zero bits are valid values (read below as the constant's).
+    let z = unsafe { &*zeroed };
+    assert_eq!(
+        (z.current, z.tick, z.walks, z.generation),
+        (log.current, log.tick, log.walks, log.generation)
+    );
+    assert_eq!((z.scans, z.scan_hits, z.skip_scans, z.skip_next), (0, 0, 0, 0));
+    assert_eq!((z.generations, z.used), (log.generations, log.used));
+    for (a, b) in z
+        .logs
+        .iter()
+        .chain([&z.scratch])
+        .zip(log.logs.iter().chain([&log.scratch]))
+    {
+        assert_eq!(
+            (
+                a.len,
+                a.outputs,
+                a.steps,
+                a.room,
+                a.stop_after,
+                a.fp_used,
+                a.capped,
+                a.start
+            ),
+            (
+                b.len,
+                b.outputs,
+                b.steps,
+                b.room,
+                b.stop_after,
+                b.fp_used,
+                b.capped,
+                b.start
+            )
+        );
+    }
+    // SAFETY: allocated above with this layout.
+    unsafe { std::alloc::dealloc(zeroed.cast(), std::alloc::Layout::new::<ReplayLog>()) };
 }

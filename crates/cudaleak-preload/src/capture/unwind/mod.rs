@@ -40,14 +40,14 @@ mod walk;
 
 pub use cache::forget_unloaded_rules;
 pub use reference::capture_dwarf;
-pub use replay_log::ReplayLog;
+pub use replay_log::{ReplayLog, LOGS};
 pub(crate) use stack::stack_bounds;
 
 use crate::base::loader::own_range;
 use crate::base::thread::ThreadState;
 use cudaleak_core::config::Unwinder;
 use reference::dwarf_skipping;
-use replay::{replay, splice};
+use replay::{replay, replay_other, splice};
 use std::mem::MaybeUninit;
 
 /// Where a capture that took Python frames stops: after the `after`-th
@@ -126,17 +126,18 @@ fn fast_skipping(
         );
     }
     let Some((_, top)) = stack_bounds(sp, thread) else {
-        // Frames the log does not hold: a generation of their own, and
-        // no replay of the log's frames under it.
-        log.last.len = 0;
-        log.generation += 1;
+        // Frames no log holds: a generation of their own (the logs keep
+        // theirs, each replay giving its log's).
+        log.new_generation(0);
         return dwarf_skipping(out, skip, stop);
     };
     from_log(log, [pc, sp, fp], (sp, top), skip, stop, out)
 }
 
-/// A capture from `start` through the thread's log: a replay, or a splice
-/// (which walks all of a stack the log knows nothing of).
+/// A capture from `start` through the thread's logs: a replay of the
+/// last one, or of another; or a walk, spliced from the last one (which
+/// walks all of a stack it knows nothing of), into the least recently
+/// used log.
 #[inline(always)]
 fn from_log(
     log: &mut ReplayLog,
@@ -146,13 +147,81 @@ fn from_log(
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    let changed = match replay(&log.last, start, stop, out) {
-        Ok(n) => return n,
+    let current = log.current;
+    let changed = match replay(&log.logs[current], start, stop, out) {
+        Ok(n) => {
+            // (the last log's use is noted when another takes its place:
+            // nothing more to pay here)
+            log.generation = log.generations[current];
+            return n;
+        }
         Err(changed) => changed,
     };
-    log.generation += 1;
+    other_logs(log, start, bounds, skip, stop, changed, out)
+}
+
+/// The rest of [`from_log`], out of line: the last walk did not replay.
+/// The other logs are tried from the one after it (call paths taken in
+/// turn were logged in turn); each try stops at its first output that
+/// changed, most often within the first few frames.
+#[inline(never)]
+fn other_logs(
+    log: &mut ReplayLog,
+    start: [usize; 3],
+    bounds: (usize, usize),
+    skip: (usize, usize),
+    stop: EvalStop,
+    changed: Option<usize>,
+    out: &mut [MaybeUninit<u64>],
+) -> usize {
+    let current = log.current;
+    log.tick += 1;
+    log.used[current] = log.tick;
+    if log.skip_scans > 0 {
+        // Looking has not paid lately: the last log is spliced in place,
+        // as a thread with one log would.
+        log.skip_scans -= 1;
+        log.generations[current] = log.new_generation(current);
+        return splice(
+            &mut log.logs[current],
+            &mut log.scratch,
+            start,
+            bounds,
+            skip,
+            stop,
+            changed,
+            out,
+        );
+    }
+    let mut all_kept = true;
+    for k in 1..LOGS {
+        let i = (current + k) % LOGS;
+        all_kept &= log.logs[i].len != 0;
+        if let Some(n) = replay_other(&log.logs[i], start, stop, changed, out) {
+            (log.current, log.used[i]) = (i, log.tick);
+            log.generation = log.generations[i];
+            log.note_scan(true);
+            return n;
+        }
+    }
+    // (while logs are still empty, the thread's paths are being learnt:
+    // a look that finds nothing does not count yet)
+    if all_kept {
+        log.note_scan(false);
+    }
+    let v = log.victim(current);
+    let (from, into) = if current < v {
+        let (a, b) = log.logs.split_at_mut(v);
+        (&a[current], &mut b[0])
+    } else {
+        let (a, b) = log.logs.split_at_mut(current);
+        (&b[0], &mut a[v])
+    };
+    into.copy_from(from);
+    (log.current, log.used[v]) = (v, log.tick);
+    log.generations[v] = log.new_generation(v);
     splice(
-        &mut log.last,
+        &mut log.logs[v],
         &mut log.scratch,
         start,
         bounds,
@@ -171,6 +240,6 @@ fn fast_skipping(
     log: &mut ReplayLog,
     stop: EvalStop,
 ) -> usize {
-    log.generation += 1;
+    log.new_generation(0);
     dwarf_skipping(out, skip, stop)
 }

@@ -57,6 +57,53 @@ pub(super) fn replay(
     Ok(outputs.len())
 }
 
+/// Replays a log other than the last one if the stack is unchanged
+/// since its walk. `changed`: the first output of the last log that
+/// changed (as [`replay`] found it), where this stack differs from that
+/// one, and so where a log of another call path most likely differs from
+/// it too: that output is checked first. Then the outputs, innermost
+/// first, and the others (saved rbp, our own frames), which hold for
+/// every path.
+#[inline(always)]
+pub(super) fn replay_other(
+    log: &WalkLog,
+    start: [usize; 3],
+    stop: EvalStop,
+    changed: Changed,
+    out: &mut [MaybeUninit<u64>],
+) -> Option<usize> {
+    if log.len == 0
+        || log.start[..2] != start[..2]
+        || (log.fp_used && log.start[2] != start[2])
+        || log.stop_after != stop.after
+        || log.room != out.len()
+    {
+        return None;
+    }
+    let outputs = &log.reads[..log.outputs];
+    if let Some(&(a, v)) = changed.and_then(|i| outputs.get(i)) {
+        // SAFETY: as below.
+        if unsafe { (a as *const usize).read() } != v {
+            return None;
+        }
+    }
+    let out = &mut out[..outputs.len()];
+    for i in 0..outputs.len() {
+        let (a, v) = outputs[i];
+        // SAFETY: as in `replay`: logged from this stack pointer, between
+        // it and the stack's top, on this thread's mapped stack, aligned.
+        if unsafe { (a as *const usize).read() } != v {
+            return None;
+        }
+        out[i].write(v as u64);
+    }
+    // SAFETY: as the outputs.
+    let others_hold = log.reads[REPLAY_READS - (log.len - log.outputs)..]
+        .iter()
+        .all(|&(a, v)| unsafe { (a as *const usize).read() } == v);
+    others_hold.then_some(outputs.len())
+}
+
 /// Whether every logged read in `reads` still holds; when `checked`,
 /// each address is checked against `bounds` (the capture's stack pointer
 /// and the stack's top) first: a splice may read a log made from a lower

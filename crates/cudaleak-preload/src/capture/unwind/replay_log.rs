@@ -1,9 +1,9 @@
-//! The replay log: what the last walk on a thread read, step by step, so
-//! that the next capture can replay it or splice from it.
+//! The replay logs: what the last walks on a thread read, step by step,
+//! so that the next capture can replay one or splice from the last.
 
 use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, RBP_SAVED};
 
-/// Every stack word the last full walk on a thread read, with its value.
+/// Every stack word the last walks on a thread read, with its value.
 ///
 /// A walk is a function of its start registers, the words it reads and the
 /// unwind rules (fixed per return address). So when a new capture starts
@@ -21,27 +21,162 @@ use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, RBP_SAVED};
 /// the rest of the last walk is checked word by word and taken. A program
 /// that allocates from several call paths in turn (1,024 in
 /// `bench/pairs.c mixed`) walks only the frames that differ.
+///
+/// The thread keeps the walks of its last [`LOGS`] call paths: a capture
+/// that does not replay the last one tries the others before it walks
+/// (into the least recently used), so that up to 32 paths taken in turn,
+/// as a training step's ops take theirs, each replay. Where looking pays
+/// too seldom (more paths than logs), the thread looks less often
+/// ([`SCAN_WINDOW`]).
 pub struct ReplayLog {
-    /// The last walk's log.
-    pub(super) last: WalkLog,
+    /// The walks kept: the last one, and those of the other call paths
+    /// the thread allocated from lately. A training step's ops allocate
+    /// from a dozen or more call paths in turn, each of which would
+    /// otherwise be spliced (and its trace hashed again) on every call.
+    pub(super) logs: [WalkLog; LOGS],
+    /// the generation of each log's walk
+    pub(super) generations: [u64; LOGS],
+    /// when each log was last replayed or written (`tick`): a new walk
+    /// takes the place of the least recently used
+    pub(super) used: [u64; LOGS],
+    /// the log the last capture replayed or wrote
+    pub(super) current: usize,
+    /// captures through the logs so far
+    pub(super) tick: u64,
+    /// looks through the other logs in the current window of
+    /// [`SCAN_WINDOW`], and how many of them found one that replayed
+    pub(super) scans: u32,
+    pub(super) scan_hits: u32,
+    /// captures left that splice the last log in place without looking
+    /// through the others: a thread whose call paths rarely repeat
+    /// (more of them than logs, in turn) would pay for every look
+    pub(super) skip_scans: u32,
+    /// how many the next window that finds too little skips: doubled by
+    /// each such window, from [`FIRST_SKIP`] to [`MAX_SKIP`], and halved
+    /// by a window that finds enough
+    pub(super) skip_next: u32,
     /// Where a splice logs the frames it walks, before they take the
-    /// place of those that changed in `last` (only that part is used).
+    /// place of those that changed in the log it starts from (only that
+    /// part is used).
     pub(super) scratch: WalkLog,
-    /// Bumped by every walk (full, spliced or not logged), kept by a
-    /// replay: the frames of a capture with generation g are those of the
-    /// walk that made g. A trace's reuse (`capture.rs`) compares
-    /// generations instead of frames, and a capture that was
-    /// never interned (a failed call) cannot lend its replay to the
-    /// previous trace's id.
+    /// Walks so far on this thread (full, spliced or not logged).
+    pub(super) walks: u64,
+    /// The generation of the last capture's frames: a new one for every
+    /// walk, the walk's for a replay of its log, so that the frames of
+    /// two captures with the same generation are the same. A walk's
+    /// generation is `walks` shifted left by [`LOG_BITS`], with the log
+    /// it was written into in the low bits (a trace cache keyed by log,
+    /// `capture/mod.rs`). A trace's reuse compares generations instead of
+    /// frames, and a capture that was never interned (a failed call)
+    /// cannot lend its replay to another trace's id.
     pub(super) generation: u64,
 }
 
+/// Logs a thread keeps (a power of two): [`ReplayLog::logs`].
+pub const LOG_BITS: u32 = 5;
+pub const LOGS: usize = 1 << LOG_BITS;
+/// When fewer than [`MIN_SCAN_HITS`] of [`SCAN_WINDOW`] looks through the
+/// other logs replayed one (a look that finds nothing costs about as
+/// much as a found one saves), the next captures do not look, first
+/// [`FIRST_SKIP`] of them, twice as many after each such window, up to
+/// [`MAX_SKIP`], and half as many again after a window that finds
+/// enough: a program with 1,024 call paths in turn pays for 16 looks in
+/// about 1,000 captures, not for every one. A window of paths
+/// new to the logs (a program that enters another loop: every log has
+/// the old caller's frames) finds nothing while it writes their logs, and
+/// the short first skip lets the next window find them.
+pub(super) const SCAN_WINDOW: u32 = 16;
+pub(super) const MIN_SCAN_HITS: u32 = 8;
+pub(super) const FIRST_SKIP: u32 = 16;
+pub(super) const MAX_SKIP: u32 = 1024;
+
 impl ReplayLog {
+    /// The empty logs: all zero bits, so that zeroed memory holds them
+    /// (`capture/mod.rs` allocates a thread's buffers zeroed; a test
+    /// checks this).
+    #[cfg(test)]
     pub const EMPTY: ReplayLog = ReplayLog {
-        last: WalkLog::EMPTY,
+        logs: [WalkLog::EMPTY; LOGS],
+        generations: [0; LOGS],
+        used: [0; LOGS],
+        current: 0,
+        tick: 0,
+        scans: 0,
+        scan_hits: 0,
+        skip_scans: 0,
+        skip_next: 0,
         scratch: WalkLog::EMPTY,
+        walks: 0,
         generation: 0,
     };
+
+    /// The log the last capture replayed or wrote.
+    #[cfg(test)]
+    pub(super) fn last(&self) -> &WalkLog {
+        &self.logs[self.current]
+    }
+
+    /// Forgets every walk (tests: a capture that must walk).
+    #[cfg(test)]
+    pub(super) fn forget(&mut self) {
+        for log in &mut self.logs {
+            log.len = 0;
+        }
+    }
+
+    /// Forgets every walk but the last (tests: a capture that must
+    /// replay or splice the last one).
+    #[cfg(test)]
+    pub(super) fn forget_others(&mut self) {
+        for (i, log) in self.logs.iter_mut().enumerate() {
+            if i != self.current {
+                log.len = 0;
+            }
+        }
+    }
+
+    /// A new generation, for frames the walk writes into log `slot` (or
+    /// that no log holds: slot 0, which only keys a cache).
+    #[inline(always)]
+    pub(super) fn new_generation(&mut self, slot: usize) -> u64 {
+        self.walks += 1;
+        self.generation = (self.walks << LOG_BITS) | slot as u64;
+        self.generation
+    }
+
+    /// Counts a look through the other logs, and whether it found one.
+    #[inline(always)]
+    pub(super) fn note_scan(&mut self, hit: bool) {
+        self.scans += 1;
+        self.scan_hits += hit as u32;
+        if self.scans == SCAN_WINDOW {
+            let next = self.skip_next.max(FIRST_SKIP);
+            if self.scan_hits < MIN_SCAN_HITS {
+                // (plus up to 15 more, from the tick: a skip of a fixed
+                // length can bring every window back to the same paths
+                // of a cycle, and a window to the paths the last one
+                // wrote, which then looks good)
+                self.skip_scans = next + (self.tick % 16) as u32;
+                self.skip_next = (next * 2).min(MAX_SKIP);
+            } else {
+                self.skip_next = next / 2;
+            }
+            (self.scans, self.scan_hits) = (0, 0);
+        }
+    }
+
+    /// The least recently used log other than `keep`: where a new walk
+    /// goes.
+    #[inline(always)]
+    pub(super) fn victim(&self, keep: usize) -> usize {
+        let mut v = (keep + 1) % LOGS;
+        for i in 0..LOGS {
+            if i != keep && self.used[i] < self.used[v] {
+                v = i;
+            }
+        }
+        v
+    }
 }
 
 /// One walk's log.
@@ -75,6 +210,7 @@ pub(super) struct WalkLog {
 }
 
 impl WalkLog {
+    #[cfg(test)]
     const EMPTY: WalkLog = WalkLog {
         start: [0; 3],
         fp_used: false,
@@ -87,6 +223,20 @@ impl WalkLog {
         steps: 0,
         step: [LoggedStep::EMPTY; REPLAY_STEPS],
     };
+
+    /// Makes `self` the same log as `src`, copying only the parts in
+    /// use (a log holds 11 KiB, a 25-frame walk fills 2).
+    pub(super) fn copy_from(&mut self, src: &WalkLog) {
+        const R: usize = REPLAY_READS;
+        let others = src.len.saturating_sub(src.outputs);
+        (self.start, self.fp_used, self.capped, self.room, self.stop_after) =
+            (src.start, src.fp_used, src.capped, src.room, src.stop_after);
+        (self.len, self.outputs, self.steps) = (src.len, src.outputs, src.steps);
+        self.reads[..src.outputs].copy_from_slice(&src.reads[..src.outputs]);
+        self.reads[R - others..].copy_from_slice(&src.reads[R - others..]);
+        let steps = src.steps.min(REPLAY_STEPS);
+        self.step[..steps].copy_from_slice(&src.step[..steps]);
+    }
 
     /// Whether the start's rbp was used before step `k` (`k == steps`: by
     /// the whole walk).
@@ -162,6 +312,7 @@ pub(super) const STEP_PENDING: u8 = 1;
 pub(super) const STEP_FP_USED: u8 = 2;
 
 impl LoggedStep {
+    #[cfg(test)]
     const EMPTY: LoggedStep = LoggedStep {
         lookup: 0,
         sp: 0,
