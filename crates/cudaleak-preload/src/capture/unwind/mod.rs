@@ -147,7 +147,8 @@ fn from_log(
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    let current = log.current;
+    // (always in range; the modulo lets the compiler drop bounds checks)
+    let current = log.current % LOGS;
     let changed = match replay(&log.logs[current], start, stop, out) {
         Ok(n) => {
             // (the last log's use is noted when another takes its place:
@@ -174,7 +175,8 @@ fn other_logs(
     changed: Option<usize>,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    let current = log.current;
+    // (always in range; the modulo lets the compiler drop bounds checks)
+    let current = log.current % LOGS;
     log.tick += 1;
     log.used[current] = log.tick;
     if log.skip_scans > 0 {
