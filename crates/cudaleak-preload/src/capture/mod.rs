@@ -146,7 +146,8 @@ fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
     // SAFETY: a field of the fresh allocation (copied from a constant,
     // not built on this small stack). The native replay logs (360 KiB)
     // and the trace memos are empty as zeroed (a test checks it): not
-    // written, their pages are touched only as a thread's walks fill them.
+    // written here, so fresh pages from the allocator are touched only as
+    // a thread's walks fill them.
     unsafe {
         std::ptr::addr_of_mut!((*p).python_replay).write(PyReplayLog::EMPTY);
     }
