@@ -331,10 +331,12 @@ impl Stack {
     #[inline(never)]
     fn intern_by_log(&self, depot: &Depot, api: Api, kind: MemoryKind, thread: &ThreadState) -> TraceId {
         let buffers = thread.buffers.get().cast::<ThreadBuffers>();
-        let (Some(generations), false) = (self.generations, buffers.is_null() || buffers == GONE.cast())
-        else {
+        let Some(generations) = self.generations else {
             return self.intern_new(depot, api, kind);
         };
+        if buffers.is_null() || buffers == GONE.cast() {
+            return self.intern_new(depot, api, kind);
+        }
         // The native generation's low bits are its log's slot.
         // SAFETY: the calling thread's live buffers (not freed: not GONE);
         // only the memo is reached, which no live reference points into.

@@ -179,51 +179,47 @@ fn other_logs(
     let current = log.current % LOGS;
     log.tick += 1;
     log.used[current] = log.tick;
-    if log.skip_scans > 0 {
+    let slot = if log.skip_scans > 0 {
         // Looking has not paid lately: the last log is spliced in place,
         // as a thread with one log would.
         log.skip_scans -= 1;
-        log.generations[current] = log.new_generation(current);
-        return splice(
-            &mut log.logs[current],
-            &mut log.scratch,
-            start,
-            bounds,
-            skip,
-            stop,
-            changed,
-            out,
-        );
-    }
-    let mut all_kept = true;
-    for k in 1..LOGS {
-        let i = (current + k) % LOGS;
-        all_kept &= log.logs[i].len != 0;
-        if let Some(n) = replay_other(&log.logs[i], start, stop, changed, out) {
-            (log.current, log.used[i]) = (i, log.tick);
-            log.generation = log.generations[i];
-            log.note_scan(true);
-            return n;
-        }
-    }
-    // (while logs are still empty, the thread's paths are being learnt:
-    // a look that finds nothing does not count yet)
-    if all_kept {
-        log.note_scan(false);
-    }
-    let v = log.victim(current);
-    let (from, into) = if current < v {
-        let (a, b) = log.logs.split_at_mut(v);
-        (&a[current], &mut b[0])
+        current
     } else {
-        let (a, b) = log.logs.split_at_mut(current);
-        (&b[0], &mut a[v])
+        // The other logs, from the one after the last: the first that
+        // replays gives the frames.
+        let mut all_kept = true;
+        for k in 1..LOGS {
+            let i = (current + k) % LOGS;
+            all_kept &= log.logs[i].len != 0;
+            if let Some(n) = replay_other(&log.logs[i], start, stop, changed, out) {
+                (log.current, log.used[i]) = (i, log.tick);
+                log.generation = log.generations[i];
+                log.note_scan(true);
+                return n;
+            }
+        }
+        // (while logs are still empty, the thread's paths are being
+        // learnt: a look that finds nothing does not count yet)
+        if all_kept {
+            log.note_scan(false);
+        }
+        // None: the least recently used log becomes a copy of the last,
+        // for the splice to start from.
+        let v = log.victim(current);
+        let (from, into) = if current < v {
+            let (a, b) = log.logs.split_at_mut(v);
+            (&a[current], &mut b[0])
+        } else {
+            let (a, b) = log.logs.split_at_mut(current);
+            (&b[0], &mut a[v])
+        };
+        into.copy_from(from);
+        (log.current, log.used[v]) = (v, log.tick);
+        v
     };
-    into.copy_from(from);
-    (log.current, log.used[v]) = (v, log.tick);
-    log.generations[v] = log.new_generation(v);
+    log.generations[slot] = log.new_generation(slot);
     splice(
-        &mut log.logs[v],
+        &mut log.logs[slot],
         &mut log.scratch,
         start,
         bounds,

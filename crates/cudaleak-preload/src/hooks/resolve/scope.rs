@@ -6,8 +6,9 @@
 //!
 //! The bug: a plugin dlopen'ed with RTLD_LOCAL links libcudart;
 //! its cudaDeviceReset (a runtime function we hook; the runtime's
-//! allocations are recorded at the driver, not hooked) binds to our export (preloaded objects come first in the
-//! global scope), and `dlsym(RTLD_NEXT)` from here searches the global
+//! allocations are recorded at the driver, not hooked) binds to our
+//! export (preloaded objects come first in the global scope), and
+//! `dlsym(RTLD_NEXT)` from here searches the global
 //! scope only, where that libcudart is not. Without us the call worked.
 //! So a runtime hook asks the loader what the *calling object* binds:
 //! `dlsym` through the caller's own link map searches that object's
