@@ -82,7 +82,9 @@ pub(super) fn replay_other(
     }
     let outputs = &log.reads[..log.outputs];
     if let Some(&(a, v)) = changed.and_then(|i| outputs.get(i)) {
-        // SAFETY: as below.
+        // SAFETY: a read this log's walk made from the same stack pointer
+        // as now (checked above), so between it and the stack's top, on
+        // this thread's mapped stack, aligned.
         if unsafe { (a as *const usize).read() } != v {
             return None;
         }
@@ -90,14 +92,17 @@ pub(super) fn replay_other(
     let out = &mut out[..outputs.len()];
     for i in 0..outputs.len() {
         let (a, v) = outputs[i];
-        // SAFETY: as in `replay`: logged from this stack pointer, between
-        // it and the stack's top, on this thread's mapped stack, aligned.
+        // SAFETY: logged by this log's walk from this stack pointer, so
+        // between it and the stack's top, on this thread's mapped stack,
+        // aligned.
         if unsafe { (a as *const usize).read() } != v {
             return None;
         }
         out[i].write(v as u64);
     }
-    // SAFETY: as the outputs.
+    // SAFETY: reads this log's walk made from the same stack pointer as
+    // now (checked above): between it and the stack's top, on this
+    // thread's mapped stack, aligned.
     let others_hold = log.reads[REPLAY_READS - (log.len - log.outputs)..]
         .iter()
         .all(|&(a, v)| unsafe { (a as *const usize).read() } == v);
