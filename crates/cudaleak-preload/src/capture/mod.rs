@@ -2,7 +2,8 @@
 //!
 //! 1. CPython's structure offsets, per version: `python_layouts`
 //! 2. the offsets CPython 3.13+ gives of itself: `python_debug_offsets`
-//! 3. native frames, Python frames: `unwind`, `python`
+//! 3. when a capture looks through a thread's other replay logs: `looks`
+//! 4. native frames, Python frames: `unwind`, `python`
 //!
 //! This file: what a hook records about the call stack: raw return
 //! addresses (our own frames dropped) and raw Python frames. Names and lines come at dump time.
@@ -14,13 +15,14 @@
 //! belong to the modules that use them: the unwinder's and the Python
 //! walk's replay logs are theirs, handed to them for each capture.
 
+pub mod looks;
 pub mod python;
 pub mod python_debug_offsets;
 pub mod python_layouts;
 pub mod unwind;
 
 use crate::base::thread::ThreadState;
-use crate::capture::python::PyReplayLog;
+use crate::capture::python::PyReplayLogs;
 use crate::capture::unwind::{EvalStop, ReplayLog, LOGS};
 use cudaleak_core::config::MAX_STACK_DEPTH;
 use cudaleak_core::record::depot::{Depot, TraceKey};
@@ -47,17 +49,16 @@ pub struct StackBuffer {
     pub python_generation: u64,
 }
 
-/// A thread's large buffers, allocated on the heap (zeroed, then the
-/// Python replay log set to its empty state; the native logs' empty state
-/// is all zero bits), never built on the (small) stack.
+/// A thread's large buffers, allocated on the heap zeroed (the replay
+/// logs' empty state is all zero bits), never built on the (small) stack.
 pub struct ThreadBuffers {
     /// What the last stack walks read (`unwind/`, replay).
     pub replay: ReplayLog,
-    /// The trace last interned from each replay log's frames
-    /// ([`Stack::intern`]), by the log's slot.
+    /// The trace last interned from each pair of replay logs' frames
+    /// ([`Stack::intern_by_log`]), by the sum of the logs' slots.
     traces: [TraceMemo; LOGS],
-    /// What the last Python frame walk saw (`python/`, replay).
-    pub python_replay: PyReplayLog,
+    /// What the last Python frame walks saw (`python/`, replay).
+    pub python_replay: PyReplayLogs,
     stacks: [StackBuffer; STACK_SLOTS],
     next_stack: usize,
 }
@@ -136,21 +137,17 @@ pub fn buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
 #[cold]
 fn new_buffers(thread: &ThreadState) -> Option<*mut ThreadBuffers> {
     let key = key()?;
-    // SAFETY: a plain allocation; the fields that need more than zero
-    // bits are written below before any use.
+    // SAFETY: a plain allocation; every field's empty state is all zero
+    // bits (below).
     let p = unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::new::<ThreadBuffers>()) }
         .cast::<ThreadBuffers>();
     if p.is_null() {
         return None;
     }
-    // SAFETY: a field of the fresh allocation (copied from a constant,
-    // not built on this small stack). The native replay logs (360 KiB)
-    // and the trace memos are empty as zeroed (a test checks it): not
+    // The replay logs (the native ones 360 KiB, the Python ones 164 KiB)
+    // and the trace memos are empty as zeroed (tests check it): not
     // written here, so fresh pages from the allocator are touched only as
     // a thread's walks fill them.
-    unsafe {
-        std::ptr::addr_of_mut!((*p).python_replay).write(PyReplayLog::EMPTY);
-    }
     // SAFETY: registering the buffers for the key's destructor.
     if unsafe { libc::pthread_setspecific(key, p.cast()) } != 0 {
         // SAFETY: just allocated with this layout.
@@ -337,10 +334,14 @@ impl Stack {
         if buffers.is_null() || buffers == GONE.cast() {
             return self.intern_new(depot, api, kind);
         }
-        // The native generation's low bits are its log's slot.
+        // Each generation's low bits are its log's slot: a thread whose
+        // Python frames change under the same native frames (a Python
+        // program's ops) keeps a trace per Python log, and one whose
+        // native frames change under no Python frames one per native log.
+        let at = generations.0.wrapping_add(generations.1) as usize % LOGS;
         // SAFETY: the calling thread's live buffers (not freed: not GONE);
         // only the memo is reached, which no live reference points into.
-        let memo = unsafe { &mut *std::ptr::addr_of_mut!((*buffers).traces[generations.0 as usize % LOGS]) };
+        let memo = unsafe { &mut *std::ptr::addr_of_mut!((*buffers).traces[at]) };
         if memo.id != 0 && memo.generations == generations && (memo.api, memo.kind) == (api as u8, kind as u8)
         {
             return TraceId(memo.id);

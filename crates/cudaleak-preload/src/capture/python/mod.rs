@@ -27,17 +27,19 @@
 //! 1. reads of the interpreter's memory, frame models as types: `memory`, `model`
 //! 2. the interpreter once probed (its layout, getters, status): `interpreter`
 //! 3. a frame's words, and code objects and what reports keep of them: `frame`, `code`
-//! 4. the log of the last frame walk, for replay: `replay_log`
-//! 5. replay of the last walk, and patches of it: `replay`
-//! 6. the frame walk: `walk`
+//! 4. the logs of the last frame walks, for replay: `replay_log`
+//! 5. replay of a logged walk, and patches of it: `replay`
+//! 6. the frame walk, through the thread's logs: `walk`
 //! 7. probing the interpreter and choosing its layout: `probe`
-//! 8. the replay tests, on frame chains in memory: `replay_tests`
+//! 8. the tests of replay and of a thread's logs, on frame chains in memory: `replay_tests`, `logs_tests`
 //!
 //! This file: a capture's entry point.
 
 mod code;
 mod frame;
 mod interpreter;
+#[cfg(test)]
+mod logs_tests;
 mod memory;
 mod model;
 mod probe;
@@ -49,7 +51,7 @@ mod walk;
 
 pub use code::{remember_code_objects, CODES};
 pub use interpreter::{init, status};
-pub use replay_log::PyReplayLog;
+pub use replay_log::PyReplayLogs;
 
 use cudaleak_core::record::python::PyRawFrame;
 use interpreter::{ACTIVE, CAPTURE, STATE, UNPROBED};
@@ -61,16 +63,16 @@ use walk::CaptureFn;
 /// Fills `out` with the calling thread's Python frames, innermost first;
 /// returns how many, and their generation: two captures on a thread with
 /// the same generation have the same frames (0: none; otherwise the
-/// log's, see [`PyReplayLog::generation`]). `held` is the generation
+/// logs', see [`PyReplayLogs::walks`]). `held` is the generation
 /// whose frames `out` already holds (0: none), and is set to the new one:
 /// a replay of the frames `out` holds copies nothing (a stack
 /// buffer, taken in turn, usually holds the same frames as the last time).
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held: &mut u64) -> (usize, u64) {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], logs: &mut PyReplayLogs, held: &mut u64) -> (usize, u64) {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         // Not ACTIVE: STATE never leaves ACTIVE, so no capture has walked
-        // yet: `log` is still EMPTY, its group count 0.
+        // yet: `logs` are still empty, their group count 0.
         UNPROBED => {
             if !probe() {
                 *held = 0;
@@ -88,10 +90,10 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, held:
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use. ACTIVE,
     // on this thread, with its own buffers: `capture_active`'s contract.
-    let n = unsafe { capture_active(out, log, *held) };
-    // A walk that returned frames bumped the generation; a replay kept
-    // the one of the walk it repeats.
-    let generation = if n == 0 { 0 } else { log.generation };
+    let n = unsafe { capture_active(out, logs, *held) };
+    // A walk or patch that returned frames gave its log a new generation;
+    // a replay gives the one of the walk it repeats.
+    let generation = if n == 0 { 0 } else { logs.generation() };
     *held = generation;
     (n, generation)
 }

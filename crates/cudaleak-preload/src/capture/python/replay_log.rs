@@ -1,7 +1,8 @@
-//! The log of the last full frame walk on a thread, for replay.
+//! The logs of the last frame walks on a thread, for replay.
 
 use super::frame::{owner_of, Visit};
 use super::model::FrameModelType;
+use crate::capture::looks::{least_recently_used, Looks};
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::PyRawFrame;
 
@@ -62,7 +63,99 @@ pub struct PyReplayLog {
     pub(super) out: [PyRawFrame; PY_REPLAY_FRAMES],
 }
 
-pub(super) const PY_REPLAY_FRAMES: usize = 32;
+pub(super) const PY_REPLAY_FRAMES: usize = 64;
+
+/// The walks of a thread's last [`PY_LOGS`] Python call paths.
+///
+/// A training step's ops allocate from a dozen or more Python call paths
+/// in turn (a model's layers, each calling the allocator through its own
+/// functions), and the frames that differ from one to the next are often
+/// a recursion's or a run of one function's (a log shares one guard entry
+/// between them, so [`patch`](super::replay::patch) cannot take them): with
+/// one log, every such capture walked all its frames again. A capture that
+/// does not replay the last log tries the others (the walk's module,
+/// `other_logs`), and walks into the least recently used one only when
+/// none replays; where looking rarely pays, the thread looks less often
+/// ([`Looks`]).
+///
+/// Empty, all zero bits: a thread's buffers are allocated zeroed and the
+/// logs are not written before use (`capture/mod.rs`; a test checks it).
+pub struct PyReplayLogs {
+    pub(super) logs: [PyReplayLog; PY_LOGS],
+    /// when each log was last replayed or written (`tick`)
+    pub(super) used: [u64; PY_LOGS],
+    /// the log the last capture replayed or wrote
+    pub(super) current: usize,
+    /// captures that did not replay the last log
+    pub(super) tick: u64,
+    /// walks and patches so far on this thread: a log's generation is
+    /// this count shifted left by [`PY_LOG_BITS`], with the log's slot in
+    /// the low bits, so that generations are unique on the thread (two
+    /// captures with one generation have the same frames) and a trace
+    /// cache can be keyed by log (`capture/mod.rs`).
+    pub(super) walks: u64,
+    pub(super) looks: Looks,
+}
+
+/// Logs a thread keeps (a power of two): [`PyReplayLogs::logs`].
+pub(super) const PY_LOG_BITS: u32 = 5;
+pub(super) const PY_LOGS: usize = 1 << PY_LOG_BITS;
+
+impl PyReplayLogs {
+    #[cfg(test)]
+    pub const EMPTY: PyReplayLogs = PyReplayLogs {
+        logs: [PyReplayLog::EMPTY; PY_LOGS],
+        used: [0; PY_LOGS],
+        current: 0,
+        tick: 0,
+        walks: 0,
+        looks: Looks::ZERO,
+    };
+
+    /// The log the last capture replayed or wrote.
+    #[inline(always)]
+    pub(super) fn last(&mut self) -> &mut PyReplayLog {
+        &mut self.logs[self.current % PY_LOGS]
+    }
+
+    /// After [`capture`](super::capture): the eval-loop invocations of
+    /// the frames it returned ([`PyReplayLog::eval_groups`]).
+    pub fn eval_groups(&self) -> usize {
+        self.logs[self.current % PY_LOGS].eval_groups()
+    }
+
+    /// The generation of the frames the last capture returned (0: none).
+    #[inline(always)]
+    pub(super) fn generation(&self) -> u64 {
+        self.logs[self.current % PY_LOGS].generation
+    }
+
+    /// Gives log `slot`, just walked or patched, a new generation.
+    #[inline(always)]
+    pub(super) fn renew(&mut self, slot: usize) {
+        self.walks += 1;
+        self.logs[slot % PY_LOGS].generation = (self.walks << PY_LOG_BITS) | slot as u64;
+    }
+
+    /// The least recently used log other than `keep`: where a new walk
+    /// goes.
+    #[inline(always)]
+    pub(super) fn victim(&self, keep: usize) -> usize {
+        least_recently_used(&self.used, keep)
+    }
+
+    /// Forgets every walk but the last (tests: a capture that must
+    /// replay, patch or walk the last one).
+    #[cfg(test)]
+    pub(super) fn forget_others(&mut self) {
+        let current = self.current % PY_LOGS;
+        for (i, log) in self.logs.iter_mut().enumerate() {
+            if i != current {
+                log.visited = 0;
+            }
+        }
+    }
+}
 
 /// Where a walk keeps the visit that recorded a frame in its flags
 /// until it ends (`walk_full`); the flags proper are below.
@@ -76,6 +169,7 @@ pub(super) struct Guarded {
 }
 
 impl PyReplayLog {
+    #[cfg(test)]
     pub const EMPTY: PyReplayLog = PyReplayLog {
         visited: 0,
         generation: 0,
@@ -173,5 +267,23 @@ impl PyReplayLog {
     pub(super) fn forget(&mut self) {
         self.visited = 0;
         self.groups = 0;
+    }
+
+    /// Makes `self` the same log as `src`, copying only the parts in use
+    /// (a log holds 5 KiB; a patch starts from a copy of the last log,
+    /// which keeps its own path).
+    pub(super) fn copy_from(&mut self, src: &PyReplayLog) {
+        let visited = src.visited.min(PY_REPLAY_FRAMES);
+        let recorded = src.recorded.min(PY_REPLAY_FRAMES);
+        let guarded = src.guarded.min(PY_REPLAY_FRAMES);
+        let not_codes = src.not_codes.min(PY_REPLAY_FRAMES);
+        (self.visited, self.head, self.generation, self.groups) =
+            (src.visited, src.head, src.generation, src.groups);
+        (self.guarded, self.not_codes, self.recorded) = (src.guarded, src.not_codes, src.recorded);
+        self.visits[..visited].copy_from_slice(&src.visits[..visited]);
+        self.visit_of[..recorded].copy_from_slice(&src.visit_of[..recorded]);
+        self.out[..recorded].copy_from_slice(&src.out[..recorded]);
+        self.guards[..guarded].copy_from_slice(&src.guards[..guarded]);
+        self.not_code[..not_codes].copy_from_slice(&src.not_code[..not_codes]);
     }
 }

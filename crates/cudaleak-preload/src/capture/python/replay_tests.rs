@@ -65,15 +65,15 @@ unsafe fn capture_within<M: FrameModelType>(
 /// line table (the guard) and `_co_firsttraceable`, code at 184;
 /// `_PyInterpreterFrame`s with f_code at 32, previous at 48,
 /// prev_instr at 56, is_entry at 68 and owner at 69.
-struct Chain311 {
-    codes: Vec<[u64; 40]>,
-    frames: Vec<[u64; 9]>,
+pub(super) struct Chain311 {
+    pub(super) codes: Vec<[u64; 40]>,
+    pub(super) frames: Vec<[u64; 9]>,
 }
 
 impl Chain311 {
     /// `codes` code objects of type `code_type` (and guard words
     /// 0x1000 + i, 0x2000 + i), `frames` zeroed frames.
-    fn new(codes: usize, frames: usize, code_type: usize) -> Chain311 {
+    pub(super) fn new(codes: usize, frames: usize, code_type: usize) -> Chain311 {
         let mut c = Chain311 {
             codes: vec![[0u64; 40]; codes],
             frames: vec![[0u64; 9]; frames],
@@ -85,19 +85,19 @@ impl Chain311 {
         }
         c
     }
-    fn code(&self, i: usize) -> usize {
+    pub(super) fn code(&self, i: usize) -> usize {
         self.codes[i].as_ptr() as usize
     }
-    fn frame(&self, i: usize) -> usize {
+    pub(super) fn frame(&self, i: usize) -> usize {
         self.frames[i].as_ptr() as usize
     }
-    fn set_frame(&mut self, i: usize, code: usize, offset: usize, entry: u64, owner: u64) {
+    pub(super) fn set_frame(&mut self, i: usize, code: usize, offset: usize, entry: u64, owner: u64) {
         let f = &mut self.frames[i];
         f[32 / 8] = code as u64;
         f[56 / 8] = (code + 184 + offset) as u64;
         f[64 / 8] = entry << 32 | owner << 40;
     }
-    fn link(&mut self, i: usize, next: usize) {
+    pub(super) fn link(&mut self, i: usize, next: usize) {
         self.frames[i][48 / 8] = next as u64;
     }
 }

@@ -1,5 +1,5 @@
-//! The frame walk: the calling thread's Python frames, replayed from the
-//! log when unchanged, walked in full otherwise.
+//! The frame walk: the calling thread's Python frames, replayed from one
+//! of its logs when unchanged, patched or walked in full otherwise.
 
 use super::code::guard;
 use super::frame::{frame_words, owner_of, FrameOffsets, Visit};
@@ -7,26 +7,26 @@ use super::interpreter::{this_thread_state, FinalizingFn, CODE_TYPE, IS_FINALIZI
 use super::memory::{plausible, read};
 use super::model::FrameModelType;
 use super::replay::{patch, replay, Miss};
-use super::replay_log::{Guarded, PyReplayLog, PY_REPLAY_FRAMES, VISIT_SHIFT};
+use super::replay_log::{Guarded, PyReplayLog, PyReplayLogs, PY_LOGS, PY_REPLAY_FRAMES, VISIT_SHIFT};
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::{PyRawFrame, PY_FRAME_ENTRY};
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
 /// A `capture_active::<M>`, as `probe` stores it in `CAPTURE`.
-pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyReplayLog, u64) -> usize;
+pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyReplayLogs, u64) -> usize;
 
 /// The capture for the interpreter's frame model `M` (the layout's):
-/// `probe` picks one ([`CAPTURE`](super::interpreter::CAPTURE)). A replay runs inline here; only a
-/// full walk is another call ([`walk_frames`]).
+/// `probe` picks one ([`CAPTURE`](super::interpreter::CAPTURE)). A replay of the last log runs
+/// inline here; anything more is another call ([`walk_logs`]).
 ///
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire), on the thread whose
-/// stack `out` and `log` belong to (see the module comment), and with
+/// stack `out` and `logs` belong to (see the module comment), and with
 /// `M` the frame model of `LAYOUT`.
 pub(super) unsafe fn capture_active<M: FrameModelType>(
     out: &mut [MaybeUninit<PyRawFrame>],
-    log: &mut PyReplayLog,
+    logs: &mut PyReplayLogs,
     held: u64,
 ) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
@@ -36,7 +36,7 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
         let f: FinalizingFn = unsafe { std::mem::transmute(fin) };
         // SAFETY: a plain read of the runtime's finalizing flag (rule 2).
         if unsafe { f() } != 0 {
-            log.forget();
+            logs.last().forget();
             return 0;
         }
     }
@@ -46,7 +46,7 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     // SAFETY: ACTIVE, as this function's caller guarantees.
     let tstate = unsafe { this_thread_state(l) };
     if !plausible(tstate, 8) {
-        log.forget();
+        logs.last().forget();
         return 0;
     }
     let code_type = CODE_TYPE.load(Ordering::Relaxed);
@@ -56,7 +56,7 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     let mut frame: usize = unsafe { read(tstate + l.tstate_frame) };
     if let Some(cur) = l.cframe_current_frame {
         if !plausible(frame, 8) {
-            log.forget();
+            logs.last().forget();
             return 0;
         }
         // SAFETY: 3.11 and 3.12: `frame` is the thread state's `cframe`, a
@@ -69,7 +69,139 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     // `code_type` its `PyCode_Type`: the contract of `walk_frames`. The
     // chain is frozen while this thread runs the hook (module comment,
     // rule 1).
-    unsafe { walk_frames::<M>(l, code_type, frame, out, log, held) }
+    unsafe { walk_logs::<M>(l, code_type, frame, out, logs, held) }
+}
+
+/// [`walk_frames`] through the thread's logs: a replay of the last one,
+/// or of another ([`other_logs`]); or a patch or walk into one.
+///
+/// # Safety
+/// As [`walk_frames`]; `logs` are this thread's, written by its walks.
+#[inline(always)]
+pub(super) unsafe fn walk_logs<M: FrameModelType>(
+    l: &PyLayout,
+    code_type: usize,
+    frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+    logs: &mut PyReplayLogs,
+    held: u64,
+) -> usize {
+    // SAFETY: this function's contract, which `replay` shares.
+    match unsafe { replay::<M>(l, code_type, logs.last(), frame, out, held) } {
+        Ok(n) => n,
+        // SAFETY: `replay` missed with this miss; the rest as above.
+        Err(miss) => unsafe { other_logs::<M>(l, code_type, frame, out, logs, held, miss) },
+    }
+}
+
+/// The rest of [`walk_logs`], out of line: the last log did not replay.
+/// The other logs are tried from the one after it (call paths taken in
+/// turn were logged in turn). Where the last log missed at a frame whose
+/// words changed, a log is tried only if it logged that frame with its
+/// words now (one frame's words read once, compared with each log's: the
+/// paths of a training step's ops differ there); otherwise only if it
+/// starts at the same frame. When none replays, the least recently used
+/// log becomes a copy of the last and is patched (or walked into): the
+/// last keeps its own path.
+///
+/// # Safety
+/// As [`walk_frames`]; `miss` is what `replay` of the last log made of
+/// this chain (`Miss::At`: the frames before that visit unchanged).
+#[inline(never)]
+unsafe fn other_logs<M: FrameModelType>(
+    l: &PyLayout,
+    code_type: usize,
+    frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+    logs: &mut PyReplayLogs,
+    held: u64,
+    miss: Miss,
+) -> usize {
+    let current = logs.current % PY_LOGS;
+    logs.tick += 1;
+    logs.used[current] = logs.tick;
+    let slot = if !logs.looks.look_now() {
+        // Looking has not paid lately: the last log is patched or walked
+        // in place, as a thread with one log would.
+        current
+    } else {
+        // The visit where the last log missed, and the frame's words there.
+        let changed = match miss {
+            Miss::At(at) => {
+                let i = at / size_of::<Visit>();
+                let last = &logs.logs[current];
+                let address = if i == 0 { frame } else { last.visits[i - 1].next };
+                // SAFETY: replay found the frames before visit `i`
+                // unchanged, so `address`, the head or the `previous` word
+                // of the last of them, is a live frame of this thread's
+                // frozen chain; `l` is the checked layout.
+                let (next, code, instr, bytes) =
+                    unsafe { frame_words::<M>(FrameOffsets::of::<M>(l), address) };
+                Some((
+                    i,
+                    Visit {
+                        next,
+                        code,
+                        instr,
+                        bytes,
+                    },
+                ))
+            }
+            Miss::Other => None,
+        };
+        let mut all_kept = true;
+        for k in 1..PY_LOGS {
+            let i = (current + k) % PY_LOGS;
+            let log = &logs.logs[i];
+            all_kept &= log.visited != 0;
+            if log.visited == 0 || log.head != frame {
+                continue;
+            }
+            if let Some((at, v)) = changed {
+                let w = if at < log.visited {
+                    &log.visits[at]
+                } else {
+                    continue;
+                };
+                if (w.next, w.code, w.instr) != (v.next, v.code, v.instr)
+                    || (!M::FRAME_OBJECTS && w.bytes != v.bytes)
+                {
+                    continue;
+                }
+            }
+            // SAFETY: this function's contract, which `replay` shares; the
+            // log is this thread's, written by its walks.
+            if let Ok(n) = unsafe { replay::<M>(l, code_type, log, frame, out, held) } {
+                (logs.current, logs.used[i]) = (i, logs.tick);
+                logs.looks.note(true, logs.tick);
+                return n;
+            }
+        }
+        // (while logs are still empty, the thread's paths are being
+        // learnt: a look that finds nothing does not count yet)
+        if all_kept {
+            logs.looks.note(false, logs.tick);
+        }
+        let v = logs.victim(current);
+        if matches!(miss, Miss::At(_)) {
+            // The patch starts from the last log's walk.
+            let (from, into) = if current < v {
+                let (a, b) = logs.logs.split_at_mut(v);
+                (&a[current], &mut b[0])
+            } else {
+                let (a, b) = logs.logs.split_at_mut(current);
+                (&b[0], &mut a[v])
+            };
+            into.copy_from(from);
+        }
+        v
+    };
+    (logs.current, logs.used[slot]) = (slot, logs.tick);
+    // SAFETY: this function's contract; the log at `slot` is the last
+    // one or a copy of it when `miss` is `Miss::At`, as `rewalk` needs.
+    let n = unsafe { rewalk::<M>(l, code_type, frame, out, &mut logs.logs[slot], miss) };
+    logs.renew(slot);
+    n
 }
 
 /// The frame walk proper, compiled once per frame model (`M`) so that
@@ -97,13 +229,17 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
 ///    and the real `__init__`. Without this test that shim shows up as a
 ///    bogus Python frame on 3.13.
 ///
+/// The walk with one log, as a capture through the thread's logs
+/// ([`walk_logs`]) does it with the log it replays or walks into; the
+/// replay tests use it.
+///
 /// # Safety
 /// `frame` is 0 (or implausible) or the calling thread's innermost frame,
 /// read under `l`, the layout checked against the running interpreter,
 /// whose `PyCode_Type` is at `code_type`. The chain from it is frozen
 /// while this thread runs (module comment, rule 1), so each `previous`
 /// word leads to a live frame or ends the chain.
-#[inline(always)]
+#[cfg(test)]
 pub(super) unsafe fn walk_frames<M: FrameModelType>(
     l: &PyLayout,
     code_type: usize,
@@ -112,16 +248,40 @@ pub(super) unsafe fn walk_frames<M: FrameModelType>(
     log: &mut PyReplayLog,
     held: u64,
 ) -> usize {
-    // SAFETY: this function's own contract, which `replay` and
-    // `walk_full` share.
+    // SAFETY: this function's own contract, which `replay` and `rewalk`
+    // share.
     unsafe {
         match replay::<M>(l, code_type, log, frame, out, held) {
             Ok(n) => n,
-            Err(Miss::At(at)) => match patch::<M>(l, code_type, log, frame, at, out) {
+            Err(miss) => rewalk::<M>(l, code_type, frame, out, log, miss),
+        }
+    }
+}
+
+/// After a replay of `log` missed: a patch of it where frames changed in
+/// place, else (or when the patch fails) a full walk into it.
+///
+/// # Safety
+/// As [`walk_frames`]; `miss` is what `replay` of `log` made of this
+/// chain.
+#[inline(always)]
+unsafe fn rewalk<M: FrameModelType>(
+    l: &PyLayout,
+    code_type: usize,
+    frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+    log: &mut PyReplayLog,
+    miss: Miss,
+) -> usize {
+    // SAFETY: this function's contract, which `patch` (after a replay
+    // that missed at `at`) and `walk_full` share.
+    unsafe {
+        match miss {
+            Miss::At(at) => match patch::<M>(l, code_type, log, frame, at, out) {
                 Some(n) => n,
                 None => walk_full::<M>(l, code_type, frame, out, log),
             },
-            Err(Miss::Other) => walk_full::<M>(l, code_type, frame, out, log),
+            Miss::Other => walk_full::<M>(l, code_type, frame, out, log),
         }
     }
 }

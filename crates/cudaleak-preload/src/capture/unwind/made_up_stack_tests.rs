@@ -5,6 +5,7 @@ use super::cache::remember_rule;
 use super::replay::SPLICES;
 use super::rules::{Rule, KIND_RSP, RBP_SAVED};
 use super::*;
+use crate::capture::looks::Looks;
 
 /// Random made-up stacks, one after another over the same words (the
 /// old frames' words stay where the new stack does not reach), laid out
@@ -519,7 +520,7 @@ fn call_paths_in_turn_replay_from_their_own_logs() {
     let (mut looked, mut replayed) = (0, 0);
     for _ in 0..100 {
         for p in 0..40 {
-            looked += usize::from(log.skip_scans == 0);
+            looked += usize::from(log.looks.looking());
             replayed += usize::from(!capture(&mut log, p, 13));
         }
     }
@@ -536,7 +537,7 @@ fn call_paths_in_turn_replay_from_their_own_logs() {
     let mut looked = 0;
     for _ in 0..64 {
         for p in 0..64 {
-            looked += usize::from(log.skip_scans == 0);
+            looked += usize::from(log.looks.looking());
             capture(&mut log, p, 13);
         }
     }
@@ -562,7 +563,7 @@ fn empty_logs_are_all_zero_bits() {
         (z.current, z.tick, z.walks, z.generation),
         (log.current, log.tick, log.walks, log.generation)
     );
-    assert_eq!((z.scans, z.scan_hits, z.skip_scans, z.skip_next), (0, 0, 0, 0));
+    assert_eq!(z.looks, Looks::ZERO);
     assert_eq!((z.generations, z.used), (log.generations, log.used));
     for (a, b) in z
         .logs

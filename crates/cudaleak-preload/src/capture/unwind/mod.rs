@@ -179,10 +179,9 @@ fn other_logs(
     let current = log.current % LOGS;
     log.tick += 1;
     log.used[current] = log.tick;
-    let slot = if log.skip_scans > 0 {
+    let slot = if !log.looks.look_now() {
         // Looking has not paid lately: the last log is spliced in place,
         // as a thread with one log would.
-        log.skip_scans -= 1;
         current
     } else {
         // The other logs, from the one after the last: the first that
@@ -194,14 +193,14 @@ fn other_logs(
             if let Some(n) = replay_other(&log.logs[i], start, stop, changed, out) {
                 (log.current, log.used[i]) = (i, log.tick);
                 log.generation = log.generations[i];
-                log.note_scan(true);
+                log.looks.note(true, log.tick);
                 return n;
             }
         }
         // (while logs are still empty, the thread's paths are being
         // learnt: a look that finds nothing does not count yet)
         if all_kept {
-            log.note_scan(false);
+            log.looks.note(false, log.tick);
         }
         // None: the least recently used log becomes a copy of the last,
         // for the splice to start from.

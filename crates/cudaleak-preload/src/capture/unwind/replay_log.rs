@@ -2,6 +2,7 @@
 //! so that the next capture can replay one or splice from the last.
 
 use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, RBP_SAVED};
+use crate::capture::looks::{least_recently_used, Looks};
 
 /// Every stack word the last walks on a thread read, with its value.
 ///
@@ -27,7 +28,7 @@ use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, RBP_SAVED};
 /// (into the least recently used), so that up to 32 paths taken in turn,
 /// as a training step's ops take theirs, each replay. Where looking pays
 /// too seldom (more paths than logs), the thread looks less often
-/// ([`SCAN_WINDOW`]).
+/// ([`Looks`]).
 pub struct ReplayLog {
     /// The walks kept: the last one, and those of the other call paths
     /// the thread allocated from lately. A training step's ops allocate
@@ -43,18 +44,10 @@ pub struct ReplayLog {
     pub(super) current: usize,
     /// captures through the logs so far
     pub(super) tick: u64,
-    /// looks through the other logs in the current window of
-    /// [`SCAN_WINDOW`], and how many of them found one that replayed
-    pub(super) scans: u32,
-    pub(super) scan_hits: u32,
-    /// captures left that splice the last log in place without looking
-    /// through the others: a thread whose call paths rarely repeat
-    /// (more of them than logs, in turn) would pay for every look
-    pub(super) skip_scans: u32,
-    /// how many the next window that finds too little skips: doubled by
-    /// each such window, from [`FIRST_SKIP`] to [`MAX_SKIP`], and halved
-    /// by a window that finds enough
-    pub(super) skip_next: u32,
+    /// when the next captures look through the other logs: a thread
+    /// whose call paths rarely repeat (more of them than logs, in turn)
+    /// would pay for every look
+    pub(super) looks: Looks,
     /// Where a splice logs the frames it walks, before they take the
     /// place of those that changed in the log it starts from (only that
     /// part is used).
@@ -75,21 +68,6 @@ pub struct ReplayLog {
 /// Logs a thread keeps (a power of two): [`ReplayLog::logs`].
 pub const LOG_BITS: u32 = 5;
 pub const LOGS: usize = 1 << LOG_BITS;
-/// When fewer than [`MIN_SCAN_HITS`] of [`SCAN_WINDOW`] looks through the
-/// other logs replayed one (a look that finds nothing costs about as
-/// much as a found one saves), the next captures do not look, first
-/// [`FIRST_SKIP`] of them, twice as many after each such window, up to
-/// [`MAX_SKIP`], and half as many again after a window that finds
-/// enough: a program with 1,024 call paths in turn pays for 16 looks in
-/// about 1,000 captures, not for every one. A window of paths
-/// new to the logs (a program that enters another loop: every log has
-/// the old caller's frames) finds nothing while it writes their logs, and
-/// the short first skip lets the next window find them.
-pub(super) const SCAN_WINDOW: u32 = 16;
-pub(super) const MIN_SCAN_HITS: u32 = 8;
-pub(super) const FIRST_SKIP: u32 = 16;
-pub(super) const MAX_SKIP: u32 = 1024;
-
 impl ReplayLog {
     /// The empty logs: all zero bits, so that zeroed memory holds them
     /// (`capture/mod.rs` allocates a thread's buffers zeroed; a test
@@ -101,10 +79,7 @@ impl ReplayLog {
         used: [0; LOGS],
         current: 0,
         tick: 0,
-        scans: 0,
-        scan_hits: 0,
-        skip_scans: 0,
-        skip_next: 0,
+        looks: Looks::ZERO,
         scratch: WalkLog::EMPTY,
         walks: 0,
         generation: 0,
@@ -144,38 +119,11 @@ impl ReplayLog {
         self.generation
     }
 
-    /// Counts a look through the other logs, and whether it found one.
-    #[inline(always)]
-    pub(super) fn note_scan(&mut self, hit: bool) {
-        self.scans += 1;
-        self.scan_hits += hit as u32;
-        if self.scans == SCAN_WINDOW {
-            let next = self.skip_next.max(FIRST_SKIP);
-            if self.scan_hits < MIN_SCAN_HITS {
-                // (plus up to 15 more, from the tick: a skip of a fixed
-                // length can bring every window back to the same paths
-                // of a cycle, and a window to the paths the last one
-                // wrote, which then looks good)
-                self.skip_scans = next + (self.tick % 16) as u32;
-                self.skip_next = (next * 2).min(MAX_SKIP);
-            } else {
-                self.skip_next = next / 2;
-            }
-            (self.scans, self.scan_hits) = (0, 0);
-        }
-    }
-
     /// The least recently used log other than `keep`: where a new walk
     /// goes.
     #[inline(always)]
     pub(super) fn victim(&self, keep: usize) -> usize {
-        let mut v = (keep + 1) % LOGS;
-        for i in 0..LOGS {
-            if i != keep && self.used[i] < self.used[v] {
-                v = i;
-            }
-        }
-        v
+        least_recently_used(&self.used, keep)
     }
 }
 
