@@ -1079,3 +1079,56 @@ fn pytest_peak_limits_fail_the_tests_over_them() {
         p.stderr
     );
 }
+
+/// 40 call paths taken in turn by two threads at once, each path a route
+/// through two functions that call each other, 40-odd frames deep: more
+/// paths than a thread keeps logs of, and frames that differ in a run of
+/// one function (which a patch of the last walk cannot take). Every kept
+/// block is attributed to its own path: each group's route frames name one
+/// path, and its blocks and bytes are that path's, on that thread.
+#[test]
+#[ignore = "needs python3; scripts/test.sh runs it (cargo test --test python -- --ignored)"]
+fn python_call_paths_in_turn_on_two_threads_keep_their_own_stacks() {
+    const PATHS: u64 = 40;
+    const ROUNDS: u64 = 4;
+    let out = run_python(&["tests/python/routes.py", "40", "4"], &[]);
+    assert_eq!(
+        out.stdout,
+        format!("held {}\n", 2 * PATHS * ROUNDS),
+        "{}",
+        out.stderr
+    );
+    let r = out.report();
+    assert_eq!(r.totals.allocations, 2 * 2 * PATHS * ROUNDS);
+    let script = std::fs::read_to_string(repo().join("tests/python/routes.py")).unwrap();
+    let alloc_line = script.lines().position(|l| l.ends_with("# ALLOC")).unwrap() as i64 + 1;
+    let mut seen = std::collections::BTreeSet::new();
+    for g in &r.leaks {
+        let frames = py_frames(g);
+        assert_eq!(frames[0].0, "malloc", "{frames:?}");
+        assert_eq!(frames[1], (q("leaf"), s("routes.py"), alloc_line), "{frames:?}");
+        // Innermost first: the route frames from level 6 down to 0.
+        let routes: Vec<&str> = frames
+            .iter()
+            .filter(|f| f.0.starts_with("route_"))
+            .map(|f| f.0.as_str())
+            .collect();
+        assert_eq!(routes.len(), 7, "{frames:?}");
+        assert_eq!(routes[6], "route_a", "{frames:?}");
+        // Level k (1..=6) runs route_b when bit k - 1 of the path is set.
+        let path: u64 = (1..=6)
+            .filter(|&k| routes[6 - k] == "route_b")
+            .map(|k| 1 << (k - 1))
+            .sum();
+        let worker = frames.iter().any(|f| f.0.ends_with("_bootstrap_inner"));
+        let size = (path + 1) * 1024 + if worker { 512 } else { 0 };
+        assert!(path < PATHS, "{frames:?}");
+        assert_eq!(
+            (g.blocks, g.bytes),
+            (ROUNDS, ROUNDS * size),
+            "path {path} (worker: {worker}): {frames:?}"
+        );
+        assert!(seen.insert((path, worker)), "path {path} twice: {frames:?}");
+    }
+    assert_eq!(seen.len() as u64, 2 * PATHS);
+}
