@@ -1087,7 +1087,6 @@ fn pytest_peak_limits_fail_the_tests_over_them() {
 /// block is attributed to its own path: each group's route frames name one
 /// path, and its blocks and bytes are that path's, on that thread.
 #[test]
-#[ignore = "needs python3; scripts/test.sh runs it (cargo test --test python -- --ignored)"]
 fn python_call_paths_in_turn_on_two_threads_keep_their_own_stacks() {
     const PATHS: u64 = 40;
     const ROUNDS: u64 = 4;
