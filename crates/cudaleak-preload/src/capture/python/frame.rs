@@ -115,7 +115,7 @@ pub(super) fn owner_of<M: FrameModelType>(bytes: usize) -> u8 {
 /// the `next` word of the one before, which replay has just checked (one
 /// load less a frame). What the walk made of the frame follows
 /// from these words and the code object's facts, checked apart
-/// ([`PyReplayLog`](super::PyReplayLog)).
+/// ([`PyReplayLog`](super::replay_log::PyReplayLog)).
 #[derive(Clone, Copy)]
 pub(super) struct Visit {
     pub(super) next: usize,

@@ -46,7 +46,7 @@ pub(super) enum Miss {
 /// Replays the log if the chain is unchanged (see [`PyReplayLog`]).
 ///
 /// # Safety
-/// As [`walk_frames`](super::walk::walk_frames); `log` is this thread's, written by its walks.
+/// As `walk::walk_full`; `log` is this thread's, written by its walks.
 #[inline(always)]
 pub(super) unsafe fn replay<M: FrameModelType>(
     l: &PyLayout,
@@ -88,7 +88,7 @@ pub(super) unsafe fn replay<M: FrameModelType>(
         // SAFETY: `g.code` is the code word of a frame checked unchanged
         // above, which the logging walk found plausible and a code object
         // (type-checked, or trusted under the checked layout as in
-        // `walk_frames`): the object a live frame executes, so live.
+        // `walk_full`): the object a live frame executes, so live.
         if unsafe { guard(l, g.code) } != g.guard {
             return Err(Miss::Other);
         }
@@ -137,7 +137,7 @@ thread_local! {
 /// (3.11.7).
 ///
 /// # Safety
-/// As [`walk_frames`](super::walk::walk_frames), after `replay` found the frames before visit
+/// As `walk::walk_full`, after `replay` found the frames before visit
 /// `from` unchanged (`Miss::At`: `from` is that visit's place in bytes),
 /// so `log` is usable, starts at `frame`, and its frames fit in `out`.
 #[inline(never)]

@@ -6,7 +6,8 @@ use crate::capture::looks::{least_recently_used, Looks};
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::PyRawFrame;
 
-/// What the last full frame walk on a thread saw, for replay.
+/// What one full frame walk on a thread saw, for replay (a log of
+/// [`PyReplayLogs`]).
 ///
 /// A walk's result is a function of its first frame, the frame words it
 /// reads (`previous`, code, instruction, owner and entry bytes) and facts
@@ -58,7 +59,7 @@ pub struct PyReplayLog {
     pub(super) visit_of: [u8; PY_REPLAY_FRAMES],
     pub(super) guards: [Guarded; PY_REPLAY_FRAMES],
     /// 3.13+: frames' executables that were not code objects (skip case 2
-    /// of [`walk_frames`](super::walk::walk_frames))
+    /// of `walk::walk_full`)
     pub(super) not_code: [usize; PY_REPLAY_FRAMES],
     pub(super) out: [PyRawFrame; PY_REPLAY_FRAMES],
 }

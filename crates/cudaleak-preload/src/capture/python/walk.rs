@@ -66,17 +66,18 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     }
     // SAFETY: `frame` is this thread's innermost Python frame read under
     // the checked layout `l` of this interpreter (of model `M`), and
-    // `code_type` its `PyCode_Type`: the contract of `walk_frames`. The
+    // `code_type` its `PyCode_Type`: the contract of `walk_logs`. The
     // chain is frozen while this thread runs the hook (module comment,
     // rule 1).
     unsafe { walk_logs::<M>(l, code_type, frame, out, logs, held) }
 }
 
-/// [`walk_frames`] through the thread's logs: a replay of the last one,
-/// or of another ([`other_logs`]); or a patch or walk into one.
+/// The frame walk through the thread's logs: a replay of the last one,
+/// or of another ([`other_logs`]); or a patch of one or a walk into one
+/// ([`walk_full`]).
 ///
 /// # Safety
-/// As [`walk_frames`]; `logs` are this thread's, written by its walks.
+/// As [`walk_full`]; `logs` are this thread's, written by its walks.
 #[inline(always)]
 pub(super) unsafe fn walk_logs<M: FrameModelType>(
     l: &PyLayout,
@@ -89,7 +90,8 @@ pub(super) unsafe fn walk_logs<M: FrameModelType>(
     // SAFETY: this function's contract, which `replay` shares.
     match unsafe { replay::<M>(l, code_type, logs.last(), frame, out, held) } {
         Ok(n) => n,
-        // SAFETY: `replay` missed with this miss; the rest as above.
+        // SAFETY: this function's contract, which `other_logs` shares, and
+        // `miss` is what `replay` of the last log just made of this chain.
         Err(miss) => unsafe { other_logs::<M>(l, code_type, frame, out, logs, held, miss) },
     }
 }
@@ -105,7 +107,7 @@ pub(super) unsafe fn walk_logs<M: FrameModelType>(
 /// last keeps its own path.
 ///
 /// # Safety
-/// As [`walk_frames`]; `miss` is what `replay` of the last log made of
+/// As [`walk_full`]; `miss` is what `replay` of the last log made of
 /// this chain (`Miss::At`: the frames before that visit unchanged).
 #[inline(never)]
 unsafe fn other_logs<M: FrameModelType>(
@@ -204,41 +206,12 @@ unsafe fn other_logs<M: FrameModelType>(
     n
 }
 
-/// The frame walk proper, compiled once per frame model (`M`) so that
-/// each version's walk carries only its own tests, with the layout's
-/// offsets copied into locals (registers) first. One generic walk that
-/// asked the layout at every frame cost about 100 instructions a frame
-/// (callgrind over bench/py_pairs.py). An unchanged chain is replayed
-/// from the thread's log instead ([`PyReplayLog`]).
-///
-/// Frames are skipped, as CPython's own tracebacks skip them:
-/// 1. 3.12+: the shim frame a C call into Python pushes (3.12, 3.13:
-///    FRAME_OWNED_BY_CSTACK; 3.14: FRAME_OWNED_BY_INTERPRETER, and CSTACK
-///    above it); the Python frame just inside it was entered from C.
-/// 2. 3.13+: frames whose `f_executable` is not a code object (C code).
-/// 3. 3.11+: frames not started yet (instruction before the code).
-/// 4. 3.11+: incomplete frames, as `_PyFrame_IsIncomplete`
-///    (Include/internal/pycore_frame.h) defines them: not owned by a
-///    generator, and the instruction before the code's
-///    `_co_firsttraceable`. Such a frame is still in its prelude
-///    (MAKE_CELL, COPY_FREE_VARS), or it is 3.13's `__init__` shim: once a
-///    class call is specialized (CALL_ALLOC_AND_ENTER_INIT), the
-///    interpreter pushes a frame running `_Py_InitCleanup`
-///    (Python/specialize.c), a code object named `__init__` in a file named
-///    `__init__`, parked at offset 0 below its RESUME, between the caller
-///    and the real `__init__`. Without this test that shim shows up as a
-///    bogus Python frame on 3.13.
-///
-/// The walk with one log, as a capture through the thread's logs
-/// ([`walk_logs`]) does it with the log it replays or walks into; the
-/// replay tests use it.
+/// The walk with one log: a replay of it, else a patch of it or a walk
+/// into it ([`rewalk`]), as a capture through the thread's logs
+/// ([`walk_logs`]) does with the log it takes. The replay tests use it.
 ///
 /// # Safety
-/// `frame` is 0 (or implausible) or the calling thread's innermost frame,
-/// read under `l`, the layout checked against the running interpreter,
-/// whose `PyCode_Type` is at `code_type`. The chain from it is frozen
-/// while this thread runs (module comment, rule 1), so each `previous`
-/// word leads to a live frame or ends the chain.
+/// As [`walk_full`].
 #[cfg(test)]
 pub(super) unsafe fn walk_frames<M: FrameModelType>(
     l: &PyLayout,
@@ -262,7 +235,7 @@ pub(super) unsafe fn walk_frames<M: FrameModelType>(
 /// place, else (or when the patch fails) a full walk into it.
 ///
 /// # Safety
-/// As [`walk_frames`]; `miss` is what `replay` of `log` made of this
+/// As [`walk_full`]; `miss` is what `replay` of `log` made of this
 /// chain.
 #[inline(always)]
 unsafe fn rewalk<M: FrameModelType>(
@@ -286,11 +259,38 @@ unsafe fn rewalk<M: FrameModelType>(
     }
 }
 
-/// [`walk_frames`] without the replay: out of line, so that a replay
-/// (inline in `capture_active`) saves no registers for it.
+/// The frame walk proper, compiled once per frame model (`M`) so that
+/// each version's walk carries only its own tests, with the layout's
+/// offsets copied into locals (registers) first. One generic walk that
+/// asked the layout at every frame cost about 100 instructions a frame
+/// (callgrind over bench/py_pairs.py). An unchanged chain is replayed
+/// from one of the thread's logs instead ([`walk_logs`]). Out of line, so
+/// that a replay (inline in `capture_active`) saves no registers for it.
+///
+/// Frames are skipped, as CPython's own tracebacks skip them:
+/// 1. 3.12+: the shim frame a C call into Python pushes (3.12, 3.13:
+///    FRAME_OWNED_BY_CSTACK; 3.14: FRAME_OWNED_BY_INTERPRETER, and CSTACK
+///    above it); the Python frame just inside it was entered from C.
+/// 2. 3.13+: frames whose `f_executable` is not a code object (C code).
+/// 3. 3.11+: frames not started yet (instruction before the code).
+/// 4. 3.11+: incomplete frames, as `_PyFrame_IsIncomplete`
+///    (Include/internal/pycore_frame.h) defines them: not owned by a
+///    generator, and the instruction before the code's
+///    `_co_firsttraceable`. Such a frame is still in its prelude
+///    (MAKE_CELL, COPY_FREE_VARS), or it is 3.13's `__init__` shim: once a
+///    class call is specialized (CALL_ALLOC_AND_ENTER_INIT), the
+///    interpreter pushes a frame running `_Py_InitCleanup`
+///    (Python/specialize.c), a code object named `__init__` in a file named
+///    `__init__`, parked at offset 0 below its RESUME, between the caller
+///    and the real `__init__`. Without this test that shim shows up as a
+///    bogus Python frame on 3.13.
 ///
 /// # Safety
-/// As [`walk_frames`].
+/// `frame` is 0 (or implausible) or the calling thread's innermost frame,
+/// read under `l`, the layout checked against the running interpreter,
+/// whose `PyCode_Type` is at `code_type`. The chain from it is frozen
+/// while this thread runs (module comment, rule 1), so each `previous`
+/// word leads to a live frame or ends the chain.
 #[inline(never)]
 unsafe fn walk_full<M: FrameModelType>(
     l: &PyLayout,
