@@ -113,6 +113,7 @@ impl BlockTable {
         }
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
@@ -122,6 +123,7 @@ impl BlockTable {
     }
 
     /// The slots of the current buffer (empty before the first insert).
+    #[inline]
     fn slots(&self) -> &[Slot] {
         let b = self.buffer.load(Ordering::Acquire);
         if b.is_null() {
@@ -140,6 +142,7 @@ impl BlockTable {
         mix64(key) as usize & mask
     }
 
+    #[inline]
     fn read(slot: &Slot) -> Block {
         Block::from_words(
             slot.packed.load(Ordering::Relaxed),
@@ -150,6 +153,7 @@ impl BlockTable {
     /// Where `key` is, or where it would go: one probe, for a caller that
     /// decides between finding and changing (the live map, under its
     /// shard lock: the table may not change in between).
+    #[inline]
     pub fn probe(&self, key: u64) -> Probe {
         let stored = key.wrapping_add(1);
         let slots = self.slots();
@@ -196,6 +200,7 @@ impl BlockTable {
     /// Stores `block` under `key` where [`BlockTable::probe`] of that key
     /// found its place (no change to the table in between); as
     /// [`BlockTable::insert`].
+    #[inline]
     pub fn insert_at(&self, p: &Probe, key: u64, block: Block) -> Result<Option<Block>, NotStored> {
         let slots = self.slots();
         let used = self.used.load(Ordering::Relaxed);
@@ -223,6 +228,7 @@ impl BlockTable {
     }
 
     /// Removes the entry [`BlockTable::probe`] found; its block.
+    #[inline]
     pub fn remove_at(&self, p: &Probe) -> Option<Block> {
         let b = p.found?;
         self.slots()[p.index].key.store(TOMBSTONE, Ordering::Release);
@@ -311,6 +317,7 @@ impl BlockTable {
         }
     }
 
+    #[inline]
     fn write(slot: &Slot, block: Block) {
         let (packed, trace_epoch) = block.to_words();
         slot.packed.store(packed, Ordering::Relaxed);

@@ -283,6 +283,7 @@ pub struct Block {
 }
 
 impl Block {
+    #[inline]
     pub fn new(
         size: u64,
         trace: TraceId,

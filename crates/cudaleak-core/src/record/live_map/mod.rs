@@ -231,6 +231,7 @@ pub struct Stopped<'a> {
 struct Busy<'a>(&'a Flight);
 
 impl Drop for Busy<'_> {
+    #[inline]
     fn drop(&mut self) {
         compiler_fence(Ordering::SeqCst);
         self.0.busy.store(false, Ordering::Relaxed);
