@@ -7,7 +7,8 @@
 //! tries the others before it walks. Where that rarely finds one (more
 //! paths in turn than logs, or a fresh stack every time) the look costs
 //! about what a found log saves, so the thread stops looking for a while:
-//! [`Looks`] decides, the same way for both.
+//! [`Looks`] decides, the same way for both, and [`LogChoice`] keeps
+//! which log each capture used.
 
 /// When fewer than [`MIN_HITS`] of [`WINDOW`] looks through the other logs
 /// replayed one, the next captures do not look, first [`FIRST_SKIP`] of
@@ -88,17 +89,110 @@ impl Looks {
     }
 }
 
-/// The least recently used log other than `keep` (`used`: when each was
-/// last replayed or written): where a new walk goes.
-#[inline(always)]
-pub fn least_recently_used(used: &[u64], keep: usize) -> usize {
-    let mut v = (keep + 1) % used.len();
-    for (i, &u) in used.iter().enumerate() {
-        if i != keep && u < used[v] {
-            v = i;
+/// Which of a thread's `N` logs the last capture used, when each was last
+/// used, and the looks: the bookkeeping of both walks' logs, apart from
+/// what the logs hold. All zero bits is the start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogChoice<const N: usize> {
+    /// when each log was last replayed or written (`tick`): a new walk
+    /// takes the place of the least recently used
+    used: [u64; N],
+    /// the log the last capture replayed or wrote
+    current: usize,
+    /// captures that did not replay the last log
+    tick: u64,
+    looks: Looks,
+}
+
+impl<const N: usize> LogChoice<N> {
+    #[cfg(test)]
+    pub const ZERO: LogChoice<N> = LogChoice {
+        used: [0; N],
+        current: 0,
+        tick: 0,
+        looks: Looks::ZERO,
+    };
+
+    /// The log the last capture replayed or wrote (the modulo lets the
+    /// compiler drop the bounds checks of its uses).
+    #[inline(always)]
+    pub fn last(&self) -> usize {
+        self.current % N
+    }
+
+    /// A capture that did not replay the last log: counted, and the last
+    /// log's use noted (a replay of it notes nothing: its use is noted
+    /// when another takes its place). Returns the last log.
+    #[inline(always)]
+    pub fn missed(&mut self) -> usize {
+        let last = self.last();
+        self.tick += 1;
+        self.used[last] = self.tick;
+        last
+    }
+
+    /// Whether this capture looks through the other logs ([`Looks`]).
+    #[inline(always)]
+    pub fn look_now(&mut self) -> bool {
+        self.looks.look_now()
+    }
+
+    /// The look found log `i`, which the capture replays.
+    #[inline(always)]
+    pub fn found(&mut self, i: usize) {
+        self.take(i);
+        self.looks.note(true, self.tick);
+    }
+
+    /// The look found none; `all_kept`: no log was empty (while logs
+    /// are still empty, the thread's paths are being learnt, and a look
+    /// that finds nothing does not count yet).
+    #[inline(always)]
+    pub fn found_none(&mut self, all_kept: bool) {
+        if all_kept {
+            self.looks.note(false, self.tick);
         }
     }
-    v
+
+    /// The capture walks into log `i`, or replays it.
+    #[inline(always)]
+    pub fn take(&mut self, i: usize) {
+        self.current = i % N;
+        self.used[i % N] = self.tick;
+    }
+
+    /// The least recently used log other than the last: where a new walk
+    /// goes.
+    #[inline(always)]
+    pub fn victim(&self) -> usize {
+        let keep = self.last();
+        let mut v = (keep + 1) % N;
+        for (i, &u) in self.used.iter().enumerate() {
+            if i != keep && u < self.used[v] {
+                v = i;
+            }
+        }
+        v
+    }
+
+    /// Whether the next capture would look (tests).
+    #[cfg(test)]
+    pub fn looking(&self) -> bool {
+        self.looks.looking()
+    }
+}
+
+/// Log `from` and log `into` (another) of `logs` at once: a new walk
+/// starts from a copy of the last log.
+#[inline(always)]
+pub fn pair_mut<T>(logs: &mut [T], from: usize, into: usize) -> (&T, &mut T) {
+    if from < into {
+        let (a, b) = logs.split_at_mut(into);
+        (&a[from], &mut b[0])
+    } else {
+        let (a, b) = logs.split_at_mut(from);
+        (&b[0], &mut a[into])
+    }
 }
 
 #[cfg(test)]
@@ -152,8 +246,14 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_log_is_never_the_one_kept() {
-        assert_eq!(least_recently_used(&[5, 1, 7, 1], 0), 1);
-        assert_eq!(least_recently_used(&[0, 9, 9, 9], 0), 1);
-        assert_eq!(least_recently_used(&[3, 9, 2, 9], 2), 0);
+        let choice = |used: [u64; 4], current: usize| LogChoice {
+            used,
+            current,
+            tick: 0,
+            looks: Looks::ZERO,
+        };
+        assert_eq!(choice([5, 1, 7, 1], 0).victim(), 1);
+        assert_eq!(choice([0, 9, 9, 9], 0).victim(), 1);
+        assert_eq!(choice([3, 9, 2, 9], 2).victim(), 0);
     }
 }

@@ -4,10 +4,10 @@
 //! stays rare where it does not pay.
 
 use super::model::Interpreter311;
-use super::replay_log::{PyReplayLog, PyReplayLogs, PY_LOGS};
+use super::replay_log::{PyReplayLog, PyReplayLogs};
 use super::replay_tests::Chain311;
 use super::walk::{walk_frames, walk_logs};
-use crate::capture::looks::Looks;
+use crate::capture::looks::LogChoice;
 use crate::capture::python_layouts::PY311;
 use cudaleak_core::record::python::PyRawFrame;
 use std::mem::MaybeUninit;
@@ -120,7 +120,7 @@ fn python_call_paths_in_turn_replay_from_their_own_logs() {
     let (mut looked, mut replayed) = (0, 0);
     for _ in 0..100 {
         for p in 0..40 {
-            looked += usize::from(logs.looks.looking());
+            looked += usize::from(logs.choice.looking());
             take_path(&mut c, p);
             replayed += usize::from(!capture(&c, &mut logs, code_type).2);
         }
@@ -135,7 +135,7 @@ fn python_call_paths_in_turn_replay_from_their_own_logs() {
     let mut looked = 0;
     for _ in 0..64 {
         for p in 0..64 {
-            looked += usize::from(logs.looks.looking());
+            looked += usize::from(logs.choice.looking());
             take_path(&mut c, p);
             capture(&c, &mut logs, code_type);
         }
@@ -197,8 +197,7 @@ fn empty_python_logs_are_all_zero_bits() {
     let z = unsafe { &*zeroed };
     for l in [&*logs, z] {
         assert!(l.logs.iter().all(empty));
-        assert_eq!((l.used, l.current, l.tick, l.walks), ([0; PY_LOGS], 0, 0, 0));
-        assert_eq!(l.looks, Looks::ZERO);
+        assert_eq!((l.choice, l.walks), (LogChoice::ZERO, 0));
     }
     // SAFETY: allocated above with this layout.
     unsafe { std::alloc::dealloc(zeroed.cast(), std::alloc::Layout::new::<PyReplayLogs>()) };

@@ -2,7 +2,7 @@
 
 use super::frame::{owner_of, Visit};
 use super::model::FrameModelType;
-use crate::capture::looks::{least_recently_used, Looks};
+use crate::capture::looks::LogChoice;
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::PyRawFrame;
 
@@ -77,25 +77,21 @@ pub(super) const PY_REPLAY_FRAMES: usize = 64;
 /// does not replay the last log tries the others (the walk's module,
 /// `other_logs`), and walks into the least recently used one only when
 /// none replays; where looking rarely pays, the thread looks less often
-/// ([`Looks`]).
+/// ([`Looks`](crate::capture::looks::Looks)).
 ///
 /// Empty, all zero bits: a thread's buffers are allocated zeroed and the
 /// logs are not written before use (`capture/mod.rs`; a test checks it).
 pub struct PyReplayLogs {
     pub(super) logs: [PyReplayLog; PY_LOGS],
-    /// when each log was last replayed or written (`tick`)
-    pub(super) used: [u64; PY_LOGS],
-    /// the log the last capture replayed or wrote
-    pub(super) current: usize,
-    /// captures that did not replay the last log
-    pub(super) tick: u64,
+    /// which log the last capture used, when each was last used, and
+    /// when the next captures look through the others
+    pub(super) choice: LogChoice<PY_LOGS>,
     /// walks and patches so far on this thread: a log's generation is
     /// this count shifted left by [`PY_LOG_BITS`], with the log's slot in
     /// the low bits, so that generations are unique on the thread (two
     /// captures with one generation have the same frames) and a trace
     /// cache can be keyed by log (`capture/mod.rs`).
     pub(super) walks: u64,
-    pub(super) looks: Looks,
 }
 
 /// Logs a thread keeps (a power of two): [`PyReplayLogs::logs`].
@@ -106,29 +102,26 @@ impl PyReplayLogs {
     #[cfg(test)]
     pub const EMPTY: PyReplayLogs = PyReplayLogs {
         logs: [PyReplayLog::EMPTY; PY_LOGS],
-        used: [0; PY_LOGS],
-        current: 0,
-        tick: 0,
+        choice: LogChoice::ZERO,
         walks: 0,
-        looks: Looks::ZERO,
     };
 
     /// The log the last capture replayed or wrote.
     #[inline(always)]
     pub(super) fn last(&mut self) -> &mut PyReplayLog {
-        &mut self.logs[self.current % PY_LOGS]
+        &mut self.logs[self.choice.last()]
     }
 
     /// After [`capture`](super::capture): the eval-loop invocations of
     /// the frames it returned ([`PyReplayLog::eval_groups`]).
     pub fn eval_groups(&self) -> usize {
-        self.logs[self.current % PY_LOGS].eval_groups()
+        self.logs[self.choice.last()].eval_groups()
     }
 
     /// The generation of the frames the last capture returned (0: none).
     #[inline(always)]
     pub(super) fn generation(&self) -> u64 {
-        self.logs[self.current % PY_LOGS].generation
+        self.logs[self.choice.last()].generation
     }
 
     /// Gives log `slot`, just walked or patched, a new generation.
@@ -138,18 +131,11 @@ impl PyReplayLogs {
         self.logs[slot % PY_LOGS].generation = (self.walks << PY_LOG_BITS) | slot as u64;
     }
 
-    /// The least recently used log other than `keep`: where a new walk
-    /// goes.
-    #[inline(always)]
-    pub(super) fn victim(&self, keep: usize) -> usize {
-        least_recently_used(&self.used, keep)
-    }
-
     /// Forgets every walk but the last (tests: a capture that must
     /// replay, patch or walk the last one).
     #[cfg(test)]
     pub(super) fn forget_others(&mut self) {
-        let current = self.current % PY_LOGS;
+        let current = self.choice.last();
         for (i, log) in self.logs.iter_mut().enumerate() {
             if i != current {
                 log.visited = 0;

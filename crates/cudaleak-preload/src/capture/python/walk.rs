@@ -8,6 +8,7 @@ use super::memory::{plausible, read};
 use super::model::FrameModelType;
 use super::replay::{patch, replay, Miss};
 use super::replay_log::{Guarded, PyReplayLog, PyReplayLogs, PY_LOGS, PY_REPLAY_FRAMES, VISIT_SHIFT};
+use crate::capture::looks::pair_mut;
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::{PyRawFrame, PY_FRAME_ENTRY};
 use std::mem::MaybeUninit;
@@ -119,10 +120,8 @@ unsafe fn other_logs<M: FrameModelType>(
     held: u64,
     miss: Miss,
 ) -> usize {
-    let current = logs.current % PY_LOGS;
-    logs.tick += 1;
-    logs.used[current] = logs.tick;
-    let slot = if !logs.looks.look_now() {
+    let current = logs.choice.missed();
+    let slot = if !logs.choice.look_now() {
         // Looking has not paid lately: the last log is patched or walked
         // in place, as a thread with one log would.
         current
@@ -174,31 +173,20 @@ unsafe fn other_logs<M: FrameModelType>(
             // SAFETY: this function's contract, which `replay` shares; the
             // log is this thread's, written by its walks.
             if let Ok(n) = unsafe { replay::<M>(l, code_type, log, frame, out, held) } {
-                (logs.current, logs.used[i]) = (i, logs.tick);
-                logs.looks.note(true, logs.tick);
+                logs.choice.found(i);
                 return n;
             }
         }
-        // (while logs are still empty, the thread's paths are being
-        // learnt: a look that finds nothing does not count yet)
-        if all_kept {
-            logs.looks.note(false, logs.tick);
-        }
-        let v = logs.victim(current);
+        logs.choice.found_none(all_kept);
+        let v = logs.choice.victim();
         if matches!(miss, Miss::At(_)) {
             // The patch starts from the last log's walk.
-            let (from, into) = if current < v {
-                let (a, b) = logs.logs.split_at_mut(v);
-                (&a[current], &mut b[0])
-            } else {
-                let (a, b) = logs.logs.split_at_mut(current);
-                (&b[0], &mut a[v])
-            };
+            let (from, into) = pair_mut(&mut logs.logs, current, v);
             into.copy_from(from);
         }
         v
     };
-    (logs.current, logs.used[slot]) = (slot, logs.tick);
+    logs.choice.take(slot);
     // SAFETY: this function's contract; the log at `slot` is the last
     // one or a copy of it when `miss` is `Miss::At`, as `rewalk` needs.
     let n = unsafe { rewalk::<M>(l, code_type, frame, out, &mut logs.logs[slot], miss) };

@@ -45,6 +45,7 @@ pub(crate) use stack::stack_bounds;
 
 use crate::base::loader::own_range;
 use crate::base::thread::ThreadState;
+use crate::capture::looks::pair_mut;
 use cudaleak_core::config::Unwinder;
 use reference::dwarf_skipping;
 use replay::{replay, replay_other, splice};
@@ -147,8 +148,7 @@ fn from_log(
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    // (always in range; the modulo lets the compiler drop bounds checks)
-    let current = log.current % LOGS;
+    let current = log.choice.last();
     let changed = match replay(&log.logs[current], start, stop, out) {
         Ok(n) => {
             // (the last log's use is noted when another takes its place:
@@ -175,11 +175,8 @@ fn other_logs(
     changed: Option<usize>,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    // (always in range; the modulo lets the compiler drop bounds checks)
-    let current = log.current % LOGS;
-    log.tick += 1;
-    log.used[current] = log.tick;
-    let slot = if !log.looks.look_now() {
+    let current = log.choice.missed();
+    let slot = if !log.choice.look_now() {
         // Looking has not paid lately: the last log is spliced in place,
         // as a thread with one log would.
         current
@@ -191,31 +188,20 @@ fn other_logs(
             let i = (current + k) % LOGS;
             all_kept &= log.logs[i].len != 0;
             if let Some(n) = replay_other(&log.logs[i], start, stop, changed, out) {
-                (log.current, log.used[i]) = (i, log.tick);
+                log.choice.found(i);
                 log.generation = log.generations[i];
-                log.looks.note(true, log.tick);
                 return n;
             }
         }
-        // (while logs are still empty, the thread's paths are being
-        // learnt: a look that finds nothing does not count yet)
-        if all_kept {
-            log.looks.note(false, log.tick);
-        }
+        log.choice.found_none(all_kept);
         // None: the least recently used log becomes a copy of the last,
         // for the splice to start from.
-        let v = log.victim(current);
-        let (from, into) = if current < v {
-            let (a, b) = log.logs.split_at_mut(v);
-            (&a[current], &mut b[0])
-        } else {
-            let (a, b) = log.logs.split_at_mut(current);
-            (&b[0], &mut a[v])
-        };
+        let v = log.choice.victim();
+        let (from, into) = pair_mut(&mut log.logs, current, v);
         into.copy_from(from);
-        (log.current, log.used[v]) = (v, log.tick);
         v
     };
+    log.choice.take(slot);
     log.generations[slot] = log.new_generation(slot);
     splice(
         &mut log.logs[slot],

@@ -2,7 +2,7 @@
 //! so that the next capture can replay one or splice from the last.
 
 use super::rules::{KIND_MASK, KIND_RBP, KIND_RBP_DEREF, RBP_SAVED};
-use crate::capture::looks::{least_recently_used, Looks};
+use crate::capture::looks::LogChoice;
 
 /// Every stack word the last walks on a thread read, with its value.
 ///
@@ -28,7 +28,7 @@ use crate::capture::looks::{least_recently_used, Looks};
 /// (into the least recently used), so that up to 32 paths taken in turn,
 /// as a training step's ops take theirs, each replay. Where looking pays
 /// too seldom (more paths than logs), the thread looks less often
-/// ([`Looks`]).
+/// ([`Looks`](crate::capture::looks::Looks)).
 pub struct ReplayLog {
     /// The walks kept: the last one, and those of the other call paths
     /// the thread allocated from lately. A training step's ops allocate
@@ -37,17 +37,11 @@ pub struct ReplayLog {
     pub(super) logs: [WalkLog; LOGS],
     /// the generation of each log's walk
     pub(super) generations: [u64; LOGS],
-    /// when each log was last replayed or written (`tick`): a new walk
-    /// takes the place of the least recently used
-    pub(super) used: [u64; LOGS],
-    /// the log the last capture replayed or wrote
-    pub(super) current: usize,
-    /// captures through the logs so far
-    pub(super) tick: u64,
+    /// which log the last capture used, when each was last used, and
     /// when the next captures look through the other logs: a thread
     /// whose call paths rarely repeat (more of them than logs, in turn)
     /// would pay for every look
-    pub(super) looks: Looks,
+    pub(super) choice: LogChoice<LOGS>,
     /// Where a splice logs the frames it walks, before they take the
     /// place of those that changed in the log it starts from (only that
     /// part is used).
@@ -76,10 +70,7 @@ impl ReplayLog {
     pub const EMPTY: ReplayLog = ReplayLog {
         logs: [WalkLog::EMPTY; LOGS],
         generations: [0; LOGS],
-        used: [0; LOGS],
-        current: 0,
-        tick: 0,
-        looks: Looks::ZERO,
+        choice: LogChoice::ZERO,
         scratch: WalkLog::EMPTY,
         walks: 0,
         generation: 0,
@@ -88,7 +79,7 @@ impl ReplayLog {
     /// The log the last capture replayed or wrote.
     #[cfg(test)]
     pub(super) fn last(&self) -> &WalkLog {
-        &self.logs[self.current]
+        &self.logs[self.choice.last()]
     }
 
     /// Forgets every walk (tests: a capture that must walk).
@@ -104,7 +95,7 @@ impl ReplayLog {
     #[cfg(test)]
     pub(super) fn forget_others(&mut self) {
         for (i, log) in self.logs.iter_mut().enumerate() {
-            if i != self.current {
+            if i != self.choice.last() {
                 log.len = 0;
             }
         }
@@ -117,13 +108,6 @@ impl ReplayLog {
         self.walks += 1;
         self.generation = (self.walks << LOG_BITS) | slot as u64;
         self.generation
-    }
-
-    /// The least recently used log other than `keep`: where a new walk
-    /// goes.
-    #[inline(always)]
-    pub(super) fn victim(&self, keep: usize) -> usize {
-        least_recently_used(&self.used, keep)
     }
 }
 
