@@ -155,6 +155,14 @@ impl BlockTable {
     /// shard lock: the table may not change in between).
     #[inline]
     pub fn probe(&self, key: u64) -> Probe {
+        self.probe_hashed(key, mix64(key))
+    }
+
+    /// [`BlockTable::probe`] of a key whose [`mix64`] the caller has
+    /// already (the live map picks the shard with it).
+    #[inline]
+    pub fn probe_hashed(&self, key: u64, hash: u64) -> Probe {
+        debug_assert_eq!(hash, mix64(key));
         let stored = key.wrapping_add(1);
         let slots = self.slots();
         let none = Probe {
@@ -166,7 +174,7 @@ impl BlockTable {
             return none;
         }
         let mask = slots.len() - 1;
-        let mut i = Self::home(key, mask);
+        let mut i = hash as usize & mask;
         let mut reuse = None;
         for _ in 0..slots.len() {
             match slots[i].key.load(Ordering::Relaxed) {

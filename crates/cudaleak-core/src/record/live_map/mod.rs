@@ -156,6 +156,10 @@ pub struct Flight {
     inserted: AtomicU64,
     removed: AtomicU64,
     deferred: [Deferred; DEFERRED],
+    /// a deferred change may be ready: set by the handler that made it
+    /// ready, cleared by the thread before it runs them (one test at the
+    /// end of every change, where reading every slot's state cost four)
+    any_ready: AtomicBool,
     /// a handler's changes that found no free slot
     lost: AtomicU64,
 }
@@ -183,6 +187,7 @@ impl Flight {
             inserted: AtomicU64::new(0),
             removed: AtomicU64::new(0),
             deferred: [D; DEFERRED],
+            any_ready: AtomicBool::new(false),
             lost: AtomicU64::new(0),
         }
     }
@@ -201,6 +206,7 @@ impl Flight {
         for d in &self.deferred {
             d.state.store(FREE, Ordering::Relaxed);
         }
+        self.any_ready.store(false, Ordering::Relaxed);
     }
 
     fn block(&self) -> Block {
@@ -336,9 +342,15 @@ impl LiveMap {
 
     #[inline]
     fn shard(&self, key: u64) -> &TidMutex<Shard> {
-        // Top bits pick the shard; the table uses the low bits of the same
-        // mix of another rotation of the key.
-        &self.shards[(mix64(key.rotate_left(17)) >> 58) as usize].0
+        self.shard_of_hash(mix64(key))
+    }
+
+    /// The shard of a key whose mix is `hash`: its top bits. The shard's
+    /// table starts its probe at the low bits of the same mix (a table
+    /// never has 2^58 slots), so a change mixes its key once.
+    #[inline]
+    fn shard_of_hash(&self, hash: u64) -> &TidMutex<Shard> {
+        &self.shards[(hash >> 58) as usize].0
     }
 
     fn shard_address(m: &TidMutex<Shard>) -> usize {
@@ -399,7 +411,8 @@ impl LiveMap {
         accept: impl FnOnce(&Block) -> bool,
     ) -> Option<Block> {
         let f = me.flight;
-        let m = self.shard(key);
+        let hash = mix64(key);
+        let m = self.shard_of_hash(hash);
         // A call on top of another of this thread's: inside a change, or
         // while it holds this shard for a read, a teardown's drain or a
         // fork (the lock is not re-entrant: it would wait for itself).
@@ -421,7 +434,7 @@ impl LiveMap {
             f.stage.store(ANNOUNCED, Ordering::Relaxed);
             compiler_fence(Ordering::SeqCst);
             let s = m.lock(me.tid);
-            let probe = s.table.probe(key);
+            let probe = s.table.probe_hashed(key, hash);
             let old = probe.found;
             let (inserted, removed) = (
                 s.inserted.load(Ordering::Relaxed),
@@ -465,10 +478,7 @@ impl LiveMap {
         // so that a handler that comes later locks the shard itself rather
         // than defer to a thread that has already looked.
         compiler_fence(Ordering::SeqCst);
-        if f.deferred
-            .iter()
-            .any(|d| d.state.load(Ordering::Relaxed) == READY)
-        {
+        if f.any_ready.load(Ordering::Relaxed) {
             self.run_deferred(me);
         }
         result
@@ -476,6 +486,11 @@ impl LiveMap {
 
     #[cold]
     fn run_deferred(&self, me: Caller) {
+        // Cleared before the slots are read: a handler that makes one
+        // ready after this sets it again (and one it interrupts here is
+        // run by this loop or by the next change).
+        me.flight.any_ready.store(false, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
         loop {
             let mut ran = false;
             for d in &me.flight.deferred {
@@ -486,8 +501,9 @@ impl LiveMap {
                 // A handler on top of this thread's read, drain or fork
                 // that changes another shard gets here too: a change on a
                 // shard still held waits for a later call (run now, it
-                // would be deferred again, for ever).
+                // would be deferred again, for ever), which must look.
                 if self.shard(key).holder() == Some(me.tid) {
+                    me.flight.any_ready.store(true, Ordering::Relaxed);
                     continue;
                 }
                 let block = Block::from_words(
@@ -585,6 +601,7 @@ impl LiveMap {
                 d.trace_epoch.store(trace_epoch, Ordering::Relaxed);
                 compiler_fence(Ordering::SeqCst);
                 d.state.store(READY, Ordering::Relaxed);
+                f.any_ready.store(true, Ordering::Relaxed);
             }
             None => {
                 f.lost
