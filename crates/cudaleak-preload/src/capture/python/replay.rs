@@ -62,26 +62,40 @@ pub(super) unsafe fn replay<M: FrameModelType>(
     let o = FrameOffsets::of::<M>(l);
     let mut at = frame;
     let visits = &log.visits[..log.visited];
-    // Not empty (`visited` > 0): tested at the bottom, the loop costs one
-    // test a frame fewer than a `for`, and with a pointer and no index one
-    // more.
+    // A pointer and no index: an index cost one instruction a frame more.
     let range = visits.as_ptr_range();
     let mut next_visit = range.start;
-    loop {
-        // SAFETY: `range.start <= next_visit < range.end`: an entry of
-        // `visits` (not empty; stepped by one below while before the end).
-        let v = unsafe { &*next_visit };
+    // Two visits a turn while two are left (one test of the loop for two
+    // frames), then the last one if their count is odd. The second frame
+    // is read only once the first is found unchanged: its address is the
+    // first's `next` word.
+    // SAFETY: at most `visits.len()` entries past its start.
+    let pairs_end = unsafe { range.start.add(visits.len() & !1) };
+    while next_visit != pairs_end {
+        // SAFETY: `next_visit` and the entry after it are entries of
+        // `visits`: before `pairs_end`, which leaves an even count.
+        let (v, w) = unsafe { (&*next_visit, &*next_visit.add(1)) };
         // SAFETY: `at` is first `frame`, the chain's head (checked equal to
         // the logged walk's above), then the `next` word just read from
         // its predecessor and checked: a live frame of this thread's chain.
         if !unsafe { frame_unchanged::<M>(o, at, v) } {
             return Err(Miss::At(offset_in(visits, v)));
         }
-        at = v.next;
-        // SAFETY: at most one past the end of `visits`.
-        next_visit = unsafe { next_visit.add(1) };
-        if next_visit == range.end {
-            break;
+        // SAFETY: `v.next`, the `next` word just read from `at` and checked
+        // equal: a live frame of this thread's chain.
+        if !unsafe { frame_unchanged::<M>(o, v.next, w) } {
+            return Err(Miss::At(offset_in(visits, w)));
+        }
+        at = w.next;
+        // SAFETY: at most `pairs_end`.
+        next_visit = unsafe { next_visit.add(2) };
+    }
+    if next_visit != range.end {
+        // SAFETY: the one entry left, before `range.end`.
+        let v = unsafe { &*next_visit };
+        // SAFETY: as above: the head, or the `next` word checked last.
+        if !unsafe { frame_unchanged::<M>(o, at, v) } {
+            return Err(Miss::At(offset_in(visits, v)));
         }
     }
     for g in &log.guards[..log.guarded] {

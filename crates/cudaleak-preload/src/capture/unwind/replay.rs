@@ -32,29 +32,82 @@ pub(super) fn replay(
         return Err(None);
     }
     let outputs = &log.reads[..log.outputs];
-    for &(a, v) in &log.reads[REPLAY_READS - (log.len - log.outputs)..] {
-        // SAFETY: the address was checked to lie between the capture's
-        // stack pointer (the same now) and the stack's top when recorded.
-        if unsafe { (a as *const usize).read() } != v {
-            return Err(None);
+    // SAFETY: every logged read lies between the capture's stack pointer
+    // (the same now) and the stack's top, checked when it was recorded.
+    if unsafe { any_changed(&log.reads[REPLAY_READS - (log.len - log.outputs)..]) } {
+        return Err(None);
+    }
+    // Four outputs a turn, their values written and then their reads
+    // compared: one loop test for four frames (a mismatch leaves `out`
+    // partly written: the walk that follows writes it again). Against one
+    // a turn, 64 instructions less for 25 frames.
+    let out = &mut out[..outputs.len()];
+    let mut chunks = outputs.chunks_exact(4);
+    let mut slots = out.chunks_exact_mut(4);
+    for (c, o) in (&mut chunks).zip(&mut slots) {
+        for k in 0..4 {
+            o[k].write(c[k].1 as u64);
+        }
+        // SAFETY: logged output reads, each checked when recorded to lie
+        // between the capture's stack pointer (the same now) and the
+        // stack's top: this thread's mapped stack, aligned.
+        if unsafe { any_changed(c) } {
+            // SAFETY: `c` is a piece of `outputs`, whose reads are as above.
+            return Err(Some(unsafe { first_changed(outputs, c) }));
         }
     }
-    // (a mismatch leaves `out` partly written: the walk that follows
-    // writes it again)
-    // One index for both arrays (a zip of the two cost the replayed pair 25
-    // instructions more once the loop also gave the index that changed).
-    let out = &mut out[..outputs.len()];
-    for i in 0..outputs.len() {
-        let (a, v) = outputs[i];
-        // SAFETY: a logged output read, checked like the others to lie
+    for (&(a, v), o) in chunks.remainder().iter().zip(slots.into_remainder()) {
+        // SAFETY: a logged output read, checked when recorded to lie
         // between the capture's stack pointer (the same now) and the
-        // stack's top when recorded: this thread's mapped stack, aligned.
+        // stack's top: this thread's mapped stack, aligned.
         if unsafe { (a as *const usize).read() } != v {
-            return Err(Some(i));
+            // SAFETY: the remainder is a piece of `outputs`, whose reads
+            // lie on this thread's stack as just said.
+            return Err(Some(unsafe { first_changed(outputs, chunks.remainder()) }));
         }
-        out[i].write(v as u64);
+        o.write(v as u64);
     }
     Ok(outputs.len())
+}
+
+/// Whether any of `reads` changed: four a turn, one loop test for four.
+///
+/// # Safety
+/// Every address lies on this thread's mapped stack, aligned.
+#[inline(always)]
+unsafe fn any_changed(reads: &[(usize, usize)]) -> bool {
+    // SAFETY: this function's contract.
+    let read = |a: usize| unsafe { (a as *const usize).read() };
+    let mut chunks = reads.chunks_exact(4);
+    for c in &mut chunks {
+        if (read(c[0].0) ^ c[0].1)
+            | (read(c[1].0) ^ c[1].1)
+            | (read(c[2].0) ^ c[2].1)
+            | (read(c[3].0) ^ c[3].1)
+            != 0
+        {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&(a, v)| read(a) != v)
+}
+
+/// The index in `outputs` of the first read of `part` that changed,
+/// where the reads of `outputs` before `part` hold: out of line, where a
+/// replay fails. (0 if none changed: a splice from the first frame.)
+///
+/// # Safety
+/// `part` is a piece of `outputs`, and every address in it lies on this
+/// thread's mapped stack, aligned.
+#[cold]
+#[inline(never)]
+unsafe fn first_changed(outputs: &[(usize, usize)], part: &[(usize, usize)]) -> usize {
+    let base = (part.as_ptr() as usize - outputs.as_ptr() as usize) / std::mem::size_of::<(usize, usize)>();
+    // SAFETY: this function's contract.
+    base + part
+        .iter()
+        .position(|&(a, v)| unsafe { (a as *const usize).read() } != v)
+        .unwrap_or(0)
 }
 
 /// Replays a log other than the last one if the stack is unchanged
