@@ -43,7 +43,7 @@ const CHAR_WIDTH: f64 = 12.0 * 0.59;
 
 /// The rule of src/cli/html/short_name.js, for the labels written into the
 /// SVG itself (what a viewer without scripts shows, as an `<img>` does):
-/// the whole name, then without its place (" [file:line]"), then without
+/// the whole name, then without its place (`" [file:line]"`), then without
 /// its parameters, then the function without its namespaces, then that
 /// cut with an ellipsis; nothing rather than a stub of under 6 characters.
 pub fn short_name(name: &str, chars: usize) -> String {

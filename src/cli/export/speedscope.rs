@@ -1,5 +1,5 @@
 //! `--format speedscope`: the leaks flame graph as speedscope's file
-//! format (https://www.speedscope.app/file-format-schema.json): one
+//! format (<https://www.speedscope.app/file-format-schema.json>): one
 //! weighted sampled profile per process, in bytes, each group a sample
 //! (its merged Python and native stack, root first, the allocating API as
 //! the leaf, as in folded output) weighted by its leaked bytes. The

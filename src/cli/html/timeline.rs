@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[derive(Serialize)]
 pub struct Series {
     pub label: String,
-    /// the site's stack, innermost first, as indices into [`Page::frames`]
+    /// the site's stack, innermost first, as indices into [`Page::frames`](super::Page::frames)
     /// (empty for "other")
     pub stack: Vec<u32>,
     pub values: Vec<u64>,
@@ -223,7 +223,7 @@ type LatestDump<'a> = (&'a Report, Vec<(GroupKey, u64)>);
 
 /// The timeline a set of dumps shows by themselves: one point per dump
 /// (of every process, summed), one band per call site. Reports that carry
-/// a sampled timeline give more points; see [`super::html_timeline`].
+/// a sampled timeline give more points; see [`timeline_from_samples`].
 fn timeline_from_dumps(
     all: &[(PathBuf, Report)],
     table: &mut FrameTable,

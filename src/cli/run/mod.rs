@@ -97,12 +97,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     metrics_dir: Option<PathBuf>,
     /// After COMMAND, push each process's final figures (the metrics of --metrics-dir, with its leaked
-    /// bytes) to the Prometheus Pushgateway at URL (http://HOST[:PORT]), grouped by job and rank; a push
+    /// bytes) to the Prometheus Pushgateway at URL (http://HOST or http://HOST:PORT), grouped by job and rank; a push
     /// that fails gives one warning and never changes the exit status
     #[arg(long, value_name = "URL")]
     pushgateway: Option<String>,
     /// Show the live view of the run's processes (cudaleak top) in this terminal while COMMAND runs;
-    /// COMMAND's output goes to cudaleak-watch.<run>.log in the report directory, its stdin is /dev/null
+    /// COMMAND's output goes to cudaleak-watch.RUN.log (RUN: the run's id) in the report directory, its stdin is /dev/null
     #[arg(long)]
     watch: bool,
     /// With --watch: seconds between reads of the view (0.2 to 60)

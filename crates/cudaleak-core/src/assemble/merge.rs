@@ -12,7 +12,7 @@ pub(super) fn is_eval_loop(function: Option<&str>) -> bool {
 
 /// Ranges of `frames` that are one physical frame each (one address,
 /// possibly several inlined functions). Generic over how a frame is held:
-/// a report's [`NativeFrame`], or an id into a dump's [`FrameTable`], so
+/// a report's [`NativeFrame`], or an id into a dump's [`FrameTable`](crate::symbolize::frame_table::FrameTable), so
 /// that grouping and the written group read the same stack the same way.
 pub(super) fn physical_frames<T>(frames: &[T], same_address: impl Fn(&T, &T) -> bool) -> Vec<Range<usize>> {
     let mut out = Vec::new();

@@ -1,4 +1,4 @@
-//! From a snapshot of live blocks to a [`Report`]: grouping by trace,
+//! From a snapshot of live blocks to a [`Report`](crate::report::Report): grouping by trace,
 //! symbolization, Python frames and the merged stack, runtime attribution,
 //! suppressions, growth since the previous dump and trend flags.
 //!
@@ -8,10 +8,10 @@
 //! A dump's extra memory is bounded by the groups it writes, not by the
 //! distinct stacks alive (131,072 leaked stacks of 30 frames took
 //! 3.5 GiB to write 1000 of them). Every trace is symbolized through the
-//! dump's [`FrameTable`] (each return address once, each string kept once)
-//! into a `GroupSummary`: its key as a [`KeyDigest`], counts, its
+//! dump's [`FrameTable`](crate::symbolize::frame_table::FrameTable) (each return address once, each string kept once)
+//! into a `GroupSummary`: its key as a [`KeyDigest`](crate::report::group_key::KeyDigest), counts, its
 //! suppression verdict and sort label. Grouping, growth, suppression and
-//! order are decided on those; full [`Group`]s are made only for the groups
+//! order are decided on those; full [`Group`](crate::report::Group)s are made only for the groups
 //! of each list that will be written.
 //!
 //! Bottom up:

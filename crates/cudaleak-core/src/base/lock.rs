@@ -21,7 +21,7 @@
 //!    pair: 91 -> 82 ns per runtime pair). The price is a race:
 //!    a waiter that turns 1 into 2 between the unlock's load and its store
 //!    goes to sleep and nobody wakes it, since the store put back 0, not 2.
-//!    So a waiter never sleeps longer than [`WAIT_SLICE`] before it looks
+//!    So a waiter never sleeps longer than `WAIT_SLICE` before it looks
 //!    again: a lost wake-up costs that slice, never a hang. (The window is
 //!    two instructions wide, and the waiter's `futex` call checks the word
 //!    again in the kernel, so it sleeps only when the unlocking thread was

@@ -1,6 +1,6 @@
 //! The sampler of the sampled timeline (`CUDALEAK_TIMELINE`):
 //! on the dumper thread, once a period, it reads the per-call-site
-//! counters that the hooks keep ([`tracker::SITES`]: one relaxed add per
+//! counters that the hooks keep ([`tracker::SITES`](crate::state::tracker::SITES): one relaxed add per
 //! allocation and per release) into a bounded history
 //! ([`cudaleak_core::timeline::site_timeline`]). Allocating threads never wait for
 //! it: it reads atomics only, and its own lock is taken by the dumper

@@ -32,7 +32,7 @@ pub fn folded(groups: &[Group]) -> String {
 /// The frames a picture of `g` shows (the SVG flame graph; the HTML page
 /// applies the same rule to the `noise` flag of its frames), innermost
 /// first. By default what the text report hides is folded away: frames
-/// that are [`is_noise`] and, when the stack has Python frames, the native
+/// that are [`is_noise`](super::labels::is_noise) and, when the stack has Python frames, the native
 /// frames outside its innermost Python frame (the interpreter and program
 /// start around the Python code), so a Python program reads Python-first;
 /// native frames below the innermost Python frame stay. `full`

@@ -86,7 +86,7 @@ fn set_last_hit(i: usize, seq: usize) {
     crate::base::thread::current().last_caller.set((i + 1, seq));
 }
 
-/// A consistent view of one slot: (seq, lo, hi, real[id]); None while it
+/// A consistent view of one slot: (seq, lo, hi, `real[id]`); None while it
 /// is being written.
 #[inline]
 fn read_slot(obj: &CallerObject, id: HookId) -> Option<(usize, usize, usize, usize)> {

@@ -57,7 +57,7 @@ pub(super) fn wake_dumper() {
 }
 
 /// The calling thread, as the one that waits for the report it asks for
-/// (see [`REQUESTER`]). Its kernel id is asked for now, so that the dumper
+/// (see [`REQUESTER_TID`]). Its kernel id is asked for now, so that the dumper
 /// finds it in the thread state.
 /// Claims the requester's place for the calling thread, unless another
 /// thread holds it (its report comes first; this thread waits for it):

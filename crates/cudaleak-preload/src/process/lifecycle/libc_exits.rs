@@ -20,7 +20,7 @@ static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
 /// many launchers). `_exit` is async-signal-safe and often called from a
 /// signal handler, which may have interrupted malloc: the report (which
 /// allocates, symbolizes and writes files) is written by the dumper thread
-/// while this thread waits, at most [`FATAL_DUMP_WAIT`], as for `kill` and
+/// while this thread waits, at most [`FATAL_DUMP_WAIT`](super::handoff::FATAL_DUMP_WAIT), as for `kill` and
 /// `raise` (a handler's `_exit` deadlocked on glibc's malloc
 /// lock). The dumper thread itself writes inline; without one (it could
 /// not be started) nothing is written here but one line, with `write(2)`.
