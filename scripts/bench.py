@@ -92,6 +92,10 @@ def base_env(work, reports):
     if CPU_TIME:
         env["BENCH_CPU_TIME"] = "1"
     env.update(
+        # One string hash for every run: with a random one, the interpreter's
+        # own instructions for the same Python program move by tens a pair
+        # from run to run (its dict lookups), more than a change measured.
+        PYTHONHASHSEED="0",
         SIMCUDA_BACKING="malloc",
         SIMCUDA_RUNTIME=os.path.join(work, "libcudart.so.12"),
         LD_LIBRARY_PATH=work,
