@@ -67,7 +67,9 @@ fn capture(c: &Chain311, logs: &mut PyReplayLogs, code_type: usize) -> (Frames, 
     let got = frames_of(&out, n);
     let mut own = Box::new(PyReplayLog::EMPTY);
     let mut fresh = [MaybeUninit::<PyRawFrame>::uninit(); 64];
-    // SAFETY: as above, with a log of its own.
+    // SAFETY: the same chain, alive and laid out as 3.11's (its
+    // addresses in `c.codes` or `c.frames`, ending at 0), with a log of
+    // its own.
     let m = unsafe { walk_frames::<Interpreter311>(&PY311, code_type, c.frame(0), &mut fresh, &mut own, 0) };
     assert_eq!(got, frames_of(&fresh, m), "not what a walk sees");
     assert_eq!(n, DEPTH);

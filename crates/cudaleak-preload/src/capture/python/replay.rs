@@ -93,7 +93,9 @@ pub(super) unsafe fn replay<M: FrameModelType>(
     if next_visit != range.end {
         // SAFETY: the one entry left, before `range.end`.
         let v = unsafe { &*next_visit };
-        // SAFETY: as above: the head, or the `next` word checked last.
+        // SAFETY: `at` is the chain's head (checked equal to the logged
+        // walk's above) or the `next` word of the frame checked last, read
+        // and checked equal: a live frame of this thread's chain.
         if !unsafe { frame_unchanged::<M>(o, at, v) } {
             return Err(Miss::At(offset_in(visits, v)));
         }
