@@ -37,37 +37,52 @@ pub(super) fn replay(
     if unsafe { any_changed(&log.reads[REPLAY_READS - (log.len - log.outputs)..]) } {
         return Err(None);
     }
-    // Four outputs a turn, their values written and then their reads
-    // compared: one loop test for four frames (a mismatch leaves `out`
-    // partly written: the walk that follows writes it again). Against one
-    // a turn, 64 instructions less for 25 frames.
+    // SAFETY: logged output reads, each checked when recorded to lie
+    // between the capture's stack pointer (the same now) and the stack's
+    // top: this thread's mapped stack, aligned.
+    if let Err(from) = unsafe { write_outputs(outputs, out) } {
+        // SAFETY: the reads of `outputs` lie on this thread's stack as
+        // just said.
+        return Err(Some(unsafe { first_changed(outputs, from) }));
+    }
+    Ok(outputs.len())
+}
+
+/// Writes the logged values of `outputs` to the start of `out` and
+/// checks that their reads still hold: four a turn, their values written
+/// and then their reads compared, one loop test for four frames (against
+/// one a turn, 64 instructions less for 25 frames). A read that changed
+/// gives the index in `outputs` of the piece it is in (the reads before
+/// it hold); `out` is then partly written (the walk that follows writes
+/// it again).
+///
+/// # Safety
+/// Every address in `outputs` lies on this thread's mapped stack, aligned.
+#[inline(always)]
+unsafe fn write_outputs(outputs: &[(usize, usize)], out: &mut [MaybeUninit<u64>]) -> Result<(), usize> {
     let out = &mut out[..outputs.len()];
     let mut chunks = outputs.chunks_exact(4);
     let mut slots = out.chunks_exact_mut(4);
-    for (c, o) in (&mut chunks).zip(&mut slots) {
+    // (an index, not the piece: a slice returned cost the loop registers,
+    // 4 instructions a turn)
+    for (i, (c, o)) in (&mut chunks).zip(&mut slots).enumerate() {
         for k in 0..4 {
             o[k].write(c[k].1 as u64);
         }
-        // SAFETY: logged output reads, each checked when recorded to lie
-        // between the capture's stack pointer (the same now) and the
-        // stack's top: this thread's mapped stack, aligned.
+        // SAFETY: reads of `outputs`: this function's contract.
         if unsafe { any_changed(c) } {
-            // SAFETY: `c` is a piece of `outputs`, whose reads are as above.
-            return Err(Some(unsafe { first_changed(outputs, c) }));
+            return Err(4 * i);
         }
     }
+    let from = outputs.len() - chunks.remainder().len();
     for (&(a, v), o) in chunks.remainder().iter().zip(slots.into_remainder()) {
-        // SAFETY: a logged output read, checked when recorded to lie
-        // between the capture's stack pointer (the same now) and the
-        // stack's top: this thread's mapped stack, aligned.
+        // SAFETY: a read of `outputs`: this function's contract.
         if unsafe { (a as *const usize).read() } != v {
-            // SAFETY: the remainder is a piece of `outputs`, whose reads
-            // lie on this thread's stack as just said.
-            return Err(Some(unsafe { first_changed(outputs, chunks.remainder()) }));
+            return Err(from);
         }
         o.write(v as u64);
     }
-    Ok(outputs.len())
+    Ok(())
 }
 
 /// Whether any of `reads` changed: four a turn, one loop test for four.
@@ -92,19 +107,17 @@ unsafe fn any_changed(reads: &[(usize, usize)]) -> bool {
     chunks.remainder().iter().any(|&(a, v)| read(a) != v)
 }
 
-/// The index in `outputs` of the first read of `part` that changed,
-/// where the reads of `outputs` before `part` hold: out of line, where a
-/// replay fails. (0 if none changed: a splice from the first frame.)
+/// The index in `outputs` of the first read from `from` on that changed,
+/// where the reads before `from` hold: out of line, where a replay fails.
+/// (`from` if none changed: a splice from there.)
 ///
 /// # Safety
-/// `part` is a piece of `outputs`, and every address in it lies on this
-/// thread's mapped stack, aligned.
+/// Every address in `outputs` lies on this thread's mapped stack, aligned.
 #[cold]
 #[inline(never)]
-unsafe fn first_changed(outputs: &[(usize, usize)], part: &[(usize, usize)]) -> usize {
-    let base = (part.as_ptr() as usize - outputs.as_ptr() as usize) / std::mem::size_of::<(usize, usize)>();
+unsafe fn first_changed(outputs: &[(usize, usize)], from: usize) -> usize {
     // SAFETY: this function's contract.
-    base + part
+    from + outputs[from..]
         .iter()
         .position(|&(a, v)| unsafe { (a as *const usize).read() } != v)
         .unwrap_or(0)
@@ -142,24 +155,15 @@ pub(super) fn replay_other(
             return None;
         }
     }
-    let out = &mut out[..outputs.len()];
-    for i in 0..outputs.len() {
-        let (a, v) = outputs[i];
-        // SAFETY: logged by this log's walk from this stack pointer, so
-        // between it and the stack's top, on this thread's mapped stack,
-        // aligned.
-        if unsafe { (a as *const usize).read() } != v {
-            return None;
-        }
-        out[i].write(v as u64);
-    }
+    // SAFETY: logged by this log's walk from this stack pointer, so
+    // between it and the stack's top, on this thread's mapped stack,
+    // aligned.
+    unsafe { write_outputs(outputs, out) }.ok()?;
     // SAFETY: reads this log's walk made from the same stack pointer as
     // now (checked above): between it and the stack's top, on this
     // thread's mapped stack, aligned.
-    let others_hold = log.reads[REPLAY_READS - (log.len - log.outputs)..]
-        .iter()
-        .all(|&(a, v)| unsafe { (a as *const usize).read() } == v);
-    others_hold.then_some(outputs.len())
+    let others_changed = unsafe { any_changed(&log.reads[REPLAY_READS - (log.len - log.outputs)..]) };
+    (!others_changed).then_some(outputs.len())
 }
 
 /// Whether every logged read in `reads` still holds; when `checked`,
