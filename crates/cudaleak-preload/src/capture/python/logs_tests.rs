@@ -19,8 +19,14 @@ use std::mem::MaybeUninit;
 const ROUTES: usize = 6;
 const DEPTH: usize = 40;
 
-/// Code objects: the leaf, route A, route B, the recursion, the outermost.
-fn chain(code_type: usize) -> Chain311 {
+/// The address the chain's code objects name as their type
+/// (`PyCode_Type`'s, to the walk).
+static CODE_TYPE_OBJECT: u64 = 0;
+
+/// The chain, and the code type its code objects have. Code objects: the
+/// leaf, route A, route B, the recursion, the outermost.
+fn chain() -> (Chain311, usize) {
+    let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
     let mut c = Chain311::new(5, DEPTH, code_type);
     for i in 0..DEPTH - 1 {
         let next = c.frame(i + 1);
@@ -32,7 +38,7 @@ fn chain(code_type: usize) -> Chain311 {
         c.set_frame(i, nest, 6, 0, 0);
     }
     c.set_frame(DEPTH - 1, outer, 8, 1, 0);
-    c
+    (c, code_type)
 }
 
 /// Routes the chain's call through `path`'s frames.
@@ -78,9 +84,7 @@ fn capture(c: &Chain311, logs: &mut PyReplayLogs, code_type: usize) -> (Frames, 
 
 #[test]
 fn python_call_paths_in_turn_replay_from_their_own_logs() {
-    static CODE_TYPE_OBJECT: u64 = 0;
-    let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
-    let mut c = chain(code_type);
+    let (mut c, code_type) = chain();
     let mut logs = Box::new(PyReplayLogs::EMPTY);
     let round = |c: &mut Chain311, logs: &mut PyReplayLogs, paths: usize| {
         let mut walked = 0;
@@ -152,9 +156,7 @@ fn python_call_paths_in_turn_replay_from_their_own_logs() {
 /// log's path: the next capture of that path replays.
 #[test]
 fn a_new_path_does_not_take_the_last_paths_log() {
-    static CODE_TYPE_OBJECT: u64 = 0;
-    let code_type = &CODE_TYPE_OBJECT as *const u64 as usize;
-    let mut c = chain(code_type);
+    let (mut c, code_type) = chain();
     let mut logs = Box::new(PyReplayLogs::EMPTY);
     take_path(&mut c, 0);
     let (_, g0, walked) = capture(&c, &mut logs, code_type);
