@@ -408,6 +408,31 @@ fn a_child_forked_before_cuda_use_reports_only_its_own_blocks() {
     assert_eq!((parent.totals.allocations, parent.totals.frees), (1, 0));
 }
 
+/// The parent's dumper thread reads the suppressions as it starts, at the
+/// first allocation call; the program forks right after it. With a file
+/// of 20,000 rules the read is still under way at the fork. The child
+/// inherited the read's lock held by a thread it does not have, its own
+/// dumper waited on it for good, and the child never exited (the parent
+/// waits for it): the fork must wait for the read instead.
+#[test]
+fn a_fork_while_the_suppressions_are_read_gives_the_child_its_report() {
+    let d = TempDir::new("fork-suppressions");
+    let rules: String = (0..20_000)
+        .map(|i| format!("leak:no_such_function_{i}\n"))
+        .collect();
+    let file = d.path().join("many.supp");
+    std::fs::write(&file, rules).unwrap();
+    let out = run_traced(
+        &program("fork_trace"),
+        &[],
+        &[("CUDALEAK_SUPPRESSIONS", file.to_str().unwrap())],
+    );
+    out.assert_success();
+    let mut leaked: Vec<u64> = out.reports().iter().map(|r| r.leaked_bytes()).collect();
+    leaked.sort();
+    assert_eq!(leaked, [111, 222], "{}", out.stderr);
+}
+
 #[test]
 fn a_child_without_cuda_calls_writes_no_report_and_does_not_inherit_blocks() {
     let out = run_traced(&program("fork"), &["after"], &[]);

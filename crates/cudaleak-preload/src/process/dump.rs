@@ -505,6 +505,24 @@ pub fn load_suppressions_now() {
     let _ = suppressions();
 }
 
+/// `pthread_atfork` prepare: a read of the suppressions in progress (the
+/// dumper thread's, as it starts at the first allocation call) finishes
+/// first. A fork in the middle of it gave the child the lock held by a
+/// thread the child does not have, and the child's own dumper waited on
+/// it for good: its exit report never came, and its exit never returned.
+pub fn lock_suppressions_for_fork() {
+    SUPPRESSIONS_LOAD.raw_lock();
+}
+
+/// `pthread_atfork` parent and child.
+///
+/// # Safety
+/// This thread took the lock in [`lock_suppressions_for_fork`].
+pub unsafe fn unlock_suppressions_after_fork() {
+    // SAFETY: this function's contract.
+    unsafe { SUPPRESSIONS_LOAD.raw_unlock() };
+}
+
 /// The largest suppressions file read (about a million rules).
 pub const SUPPRESSIONS_CAP: u64 = 64 << 20;
 

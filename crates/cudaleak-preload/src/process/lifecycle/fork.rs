@@ -21,6 +21,7 @@ pub(super) extern "C" fn fork_prepare() {
     crate::process::live_view::lock_for_fork();
     crate::process::metrics::lock_for_fork();
     dump::DUMP_STATE.raw_lock();
+    dump::lock_suppressions_for_fork();
     crate::state::oom::lock_for_fork();
     crate::state::graphs::lock_for_fork();
     tracker::lock_all_for_fork();
@@ -32,6 +33,7 @@ pub(super) extern "C" fn fork_parent() {
         tracker::unlock_all_after_fork();
         crate::state::graphs::unlock_after_fork();
         crate::state::oom::unlock_after_fork();
+        dump::unlock_suppressions_after_fork();
         dump::DUMP_STATE.raw_unlock();
         crate::process::metrics::unlock_after_fork();
         crate::process::live_view::unlock_after_fork();
@@ -47,6 +49,7 @@ pub(super) extern "C" fn fork_child() {
         if let Some(state) = dump::DUMP_STATE.get_unchecked().as_mut() {
             state.reset_for_child();
         }
+        dump::unlock_suppressions_after_fork();
         dump::DUMP_STATE.raw_unlock();
         crate::process::metrics::reset_in_child_and_unlock();
         crate::process::live_view::reset_in_child_and_unlock();
