@@ -9,6 +9,11 @@
 //! about what a found log saves, so the thread stops looking for a while:
 //! [`Looks`] decides, the same way for both, and [`LogChoice`] keeps
 //! which log each capture used.
+//!
+//! A training step's ops allocate from their call paths in the same
+//! order every step, so the log a capture needs is most often the one
+//! that followed the last log the time before: [`LogChoice::guess`]. A
+//! capture tries it first, before the last log and the look.
 
 /// When fewer than [`MIN_HITS`] of [`WINDOW`] looks through the other logs
 /// replayed one, the next captures do not look, first [`FIRST_SKIP`] of
@@ -102,6 +107,10 @@ pub struct LogChoice<const N: usize> {
     /// captures that did not replay the last log
     tick: u64,
     looks: Looks,
+    /// for each log, the log the capture after one of it used, the last
+    /// time ([`LogChoice::guess`]), as that log's number XOR its own: zero
+    /// bits, the start, guess the log itself
+    next: [u8; N],
 }
 
 impl<const N: usize> LogChoice<N> {
@@ -111,7 +120,11 @@ impl<const N: usize> LogChoice<N> {
         current: 0,
         tick: 0,
         looks: Looks::ZERO,
+        next: [0; N],
     };
+
+    /// Log numbers fit the `next` bytes.
+    const FITS: () = assert!(N <= 256);
 
     /// The log the last capture replayed or wrote (the modulo lets the
     /// compiler drop the bounds checks of its uses).
@@ -154,11 +167,44 @@ impl<const N: usize> LogChoice<N> {
         }
     }
 
-    /// The capture walks into log `i`, or replays it.
+    /// The capture walks into log `i`, or replays it: the log that
+    /// follows the last one, for the next guess.
     #[inline(always)]
     pub fn take(&mut self, i: usize) {
+        let () = Self::FITS;
+        self.next[self.last()] = ((i % N) ^ self.last()) as u8;
         self.current = i % N;
         self.used[i % N] = self.tick;
+    }
+
+    /// The log the capture after one of the last log used, the last time:
+    /// in a cycle of call paths (a training step's ops), the one this
+    /// capture most likely replays. The last log itself while its path
+    /// repeats.
+    #[inline(always)]
+    pub fn guess(&self) -> usize {
+        (self.next[self.last()] as usize ^ self.last()) % N
+    }
+
+    /// Whether the guess is another log than the last.
+    #[inline(always)]
+    pub fn guessing(&self) -> bool {
+        self.next[self.last()] != 0
+    }
+
+    /// The capture replayed the guess, another log than the last.
+    #[inline(always)]
+    pub fn followed(&mut self, guess: usize) {
+        self.missed();
+        self.take(guess);
+    }
+
+    /// The guess (another log than the last) did not replay: the next
+    /// capture after this log guesses the last log again, unless this
+    /// one takes another.
+    #[inline(always)]
+    pub fn guessed_wrong(&mut self) {
+        self.next[self.last()] = 0;
     }
 
     /// The least recently used log other than the last: where a new walk
@@ -180,6 +226,24 @@ impl<const N: usize> LogChoice<N> {
     pub fn looking(&self) -> bool {
         self.looks.looking()
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Replays of the guess on this thread, and guesses that did not
+    /// replay, by either walk (tests: that cycles of paths replay their
+    /// guesses).
+    pub static GUESSES: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Counts a guess that replayed or not (tests).
+#[inline(always)]
+pub fn count_guess(_replayed: bool) {
+    #[cfg(test)]
+    GUESSES.with(|g| {
+        let (hits, misses) = g.get();
+        g.set((hits + usize::from(_replayed), misses + usize::from(!_replayed)));
+    });
 }
 
 /// Log `from` and log `into` (another) of `logs` at once: a new walk
@@ -251,9 +315,41 @@ mod tests {
             current,
             tick: 0,
             looks: Looks::ZERO,
+            next: [0; 4],
         };
         assert_eq!(choice([5, 1, 7, 1], 0).victim(), 1);
         assert_eq!(choice([0, 9, 9, 9], 0).victim(), 1);
         assert_eq!(choice([3, 9, 2, 9], 2).victim(), 0);
+    }
+
+    #[test]
+    fn the_guess_is_the_log_that_followed_the_last_one_the_time_before() {
+        let mut c = LogChoice::<4>::ZERO;
+        assert_eq!(c.guess(), 0, "a path that repeats: the last log");
+        // Paths in a cycle: 0, 2, 3, then 0 again.
+        for i in [2, 3, 0] {
+            c.missed();
+            c.take(i);
+        }
+        assert_eq!(c.guess(), 2);
+        c.followed(2);
+        assert_eq!((c.last(), c.guess()), (2, 3));
+        // A wrong guess: the last log is guessed next, until another follows it.
+        c.guessed_wrong();
+        assert_eq!(c.guess(), 2);
+        c.missed();
+        c.take(1);
+        assert_eq!(c.guess(), 1, "a log no capture followed yet: itself");
+        c.followed(3);
+        assert_eq!(c.last(), 3);
+        c.missed();
+        c.take(1);
+        c.missed();
+        c.take(2);
+        assert_eq!(
+            (c.last(), c.guess()),
+            (2, 1),
+            "the guess after 2 is now 1 (the cycle's second turn)"
+        );
     }
 }

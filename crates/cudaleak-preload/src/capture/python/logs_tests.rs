@@ -7,7 +7,7 @@ use super::model::Interpreter311;
 use super::replay_log::{PyReplayLog, PyReplayLogs};
 use super::replay_tests::Chain311;
 use super::walk::{walk_frames, walk_logs};
-use crate::capture::looks::LogChoice;
+use crate::capture::looks::{LogChoice, GUESSES};
 use crate::capture::python_layouts::PY311;
 use cudaleak_core::record::python::PyRawFrame;
 use std::mem::MaybeUninit;
@@ -101,9 +101,13 @@ fn python_call_paths_in_turn_replay_from_their_own_logs() {
     // generation its walk gave), round after round.
     let (walked, first) = round(&mut c, &mut logs, 12);
     assert_eq!(walked, 12);
+    GUESSES.with(|g| g.set((0, 0)));
     for r in 0..3 {
         assert_eq!(round(&mut c, &mut logs, 12), (0, first.clone()), "round {r}");
     }
+    // Each replays the guess, the log that followed the last one, but the
+    // first after the walks (path 11's log had no follower yet).
+    assert_eq!(GUESSES.with(|g| g.get()), (35, 0), "guesses replayed, not");
     // Generations are the thread's, not a log's: no two paths share one.
     let mut unique = first.clone();
     unique.sort();

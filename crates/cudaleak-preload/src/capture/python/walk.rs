@@ -73,8 +73,9 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     unsafe { walk_logs::<M>(l, code_type, frame, out, logs, held) }
 }
 
-/// The frame walk through the thread's logs: a replay of the last one,
-/// or of another ([`other_logs`]); or a patch of one or a walk into one
+/// The frame walk through the thread's logs: a replay of the guess (the
+/// log that followed the last one the time before), of the last one, or
+/// of another ([`other_logs`]); or a patch of one or a walk into one
 /// ([`walk_full`]).
 ///
 /// # Safety
@@ -88,12 +89,52 @@ pub(super) unsafe fn walk_logs<M: FrameModelType>(
     logs: &mut PyReplayLogs,
     held: u64,
 ) -> usize {
+    if logs.choice.guessing() {
+        // SAFETY: this function's contract, which `replay_guess` shares.
+        if let Some(n) = unsafe { replay_guess::<M>(l, code_type, frame, out, logs, held) } {
+            return n;
+        }
+    }
     // SAFETY: this function's contract, which `replay` shares.
     match unsafe { replay::<M>(l, code_type, logs.last(), frame, out, held) } {
         Ok(n) => n,
         // SAFETY: this function's contract, which `other_logs` shares, and
         // `miss` is what `replay` of the last log just made of this chain.
         Err(miss) => unsafe { other_logs::<M>(l, code_type, frame, out, logs, held, miss) },
+    }
+}
+
+/// A replay of the guess, another log than the last ([`walk_logs`]), out
+/// of line: a thread whose path repeats does not guess. A chain that
+/// changed since the guess's walk gives None, and the next capture after
+/// the last log guesses that log again.
+///
+/// # Safety
+/// As [`walk_full`]; `logs` are this thread's, written by its walks.
+#[cold]
+#[inline(never)]
+unsafe fn replay_guess<M: FrameModelType>(
+    l: &PyLayout,
+    code_type: usize,
+    frame: usize,
+    out: &mut [MaybeUninit<PyRawFrame>],
+    logs: &mut PyReplayLogs,
+    held: u64,
+) -> Option<usize> {
+    let guess = logs.choice.guess();
+    // SAFETY: this function's contract, which `replay` shares; the log is
+    // this thread's, written by its walks.
+    let replayed = unsafe { replay::<M>(l, code_type, &logs.logs[guess], frame, out, held) };
+    crate::capture::looks::count_guess(replayed.is_ok());
+    match replayed {
+        Ok(n) => {
+            logs.choice.followed(guess);
+            Some(n)
+        }
+        Err(_) => {
+            logs.choice.guessed_wrong();
+            None
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use super::cache::remember_rule;
 use super::replay::SPLICES;
 use super::rules::{Rule, KIND_RSP, RBP_SAVED};
 use super::*;
-use crate::capture::looks::LogChoice;
+use crate::capture::looks::{LogChoice, GUESSES};
 
 /// Random made-up stacks, one after another over the same words (the
 /// old frames' words stay where the new stack does not reach), laid out
@@ -503,9 +503,13 @@ fn call_paths_in_turn_replay_from_their_own_logs() {
                   capture: &mut dyn FnMut(&mut ReplayLog, usize, usize) -> bool,
                   caller: usize| { (0..12).filter(|&p| capture(log, p, caller)).count() };
     assert_eq!(walked(&mut log, &mut capture, 13), 12);
+    GUESSES.with(|g| g.set((0, 0)));
     for round in 0..3 {
         assert_eq!(walked(&mut log, &mut capture, 13), 0, "round {round}");
     }
+    // Each replays the guess, the log that followed the last one, but the
+    // first after the walks (path 11's log had no follower yet).
+    assert_eq!(GUESSES.with(|g| g.get()), (35, 0), "guesses replayed, not");
     // Another caller: every log is stale. A round of walks (a window
     // that finds nothing, then a short skip), and replays again soon.
     let rounds: Vec<usize> = (0..6).map(|_| walked(&mut log, &mut capture, 14)).collect();

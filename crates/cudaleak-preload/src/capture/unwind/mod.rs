@@ -136,6 +136,7 @@ fn fast_skipping(
 }
 
 /// A capture from `start` through the thread's logs: a replay of the
+/// guess (the log that followed the last one the time before), of the
 /// last one, or of another; or a walk, spliced from the last one (which
 /// walks all of a stack it knows nothing of), into the least recently
 /// used log.
@@ -149,7 +150,13 @@ fn from_log(
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
     let current = log.choice.last();
-    let changed = match replay(&log.logs[current], start, stop, out) {
+    if log.choice.guessing() {
+        // (the start as words: a reference to it made the hot path copy it)
+        if let Some(n) = replay_guess(log, start[0], start[1], start[2], &stop, out) {
+            return n;
+        }
+    }
+    let changed = match replay(&log.logs[current], &start, stop, out) {
         Ok(n) => {
             // (the last log's use is noted when another takes its place:
             // nothing more to pay here)
@@ -159,6 +166,35 @@ fn from_log(
         Err(changed) => changed,
     };
     other_logs(log, start, bounds, skip, stop, changed, out)
+}
+
+/// A replay of the guess, another log than the last ([`from_log`]), out
+/// of line: a thread whose path repeats does not guess. A stack that
+/// changed since the guess's walk gives None, and the next capture after
+/// the last log guesses that log again.
+#[inline(never)]
+fn replay_guess(
+    log: &mut ReplayLog,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+    stop: &EvalStop,
+    out: &mut [MaybeUninit<u64>],
+) -> Option<usize> {
+    let guess = log.choice.guess();
+    let replayed = replay_other(&log.logs[guess], &[pc, sp, fp], *stop, None, out);
+    crate::capture::looks::count_guess(replayed.is_some());
+    match replayed {
+        Some(n) => {
+            log.choice.followed(guess);
+            log.generation = log.generations[guess];
+            Some(n)
+        }
+        None => {
+            log.choice.guessed_wrong();
+            None
+        }
+    }
 }
 
 /// The rest of [`from_log`], out of line: the last walk did not replay.
@@ -187,7 +223,7 @@ fn other_logs(
         for k in 1..LOGS {
             let i = (current + k) % LOGS;
             all_kept &= log.logs[i].len != 0;
-            if let Some(n) = replay_other(&log.logs[i], start, stop, changed, out) {
+            if let Some(n) = replay_other(&log.logs[i], &start, stop, changed, out) {
                 log.choice.found(i);
                 log.generation = log.generations[i];
                 return n;

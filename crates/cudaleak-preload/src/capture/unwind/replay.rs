@@ -19,7 +19,7 @@ type Changed = Option<usize>;
 #[inline(always)]
 pub(super) fn replay(
     log: &WalkLog,
-    start: [usize; 3],
+    start: &[usize; 3],
     stop: EvalStop,
     out: &mut [MaybeUninit<u64>],
 ) -> Result<usize, Changed> {
@@ -133,7 +133,7 @@ unsafe fn first_changed(outputs: &[(usize, usize)], from: usize) -> usize {
 #[inline(always)]
 pub(super) fn replay_other(
     log: &WalkLog,
-    start: [usize; 3],
+    start: &[usize; 3],
     stop: EvalStop,
     changed: Changed,
     out: &mut [MaybeUninit<u64>],

@@ -88,6 +88,8 @@ impl ReplayLog {
         for log in &mut self.logs {
             log.len = 0;
         }
+        // (and which log followed which: no guess either)
+        self.choice = LogChoice::ZERO;
     }
 
     /// Forgets every walk but the last (tests: a capture that must
