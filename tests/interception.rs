@@ -694,6 +694,67 @@ fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
     }
 }
 
+/// Sixteen call paths taken in the same order round after round, fewer
+/// than the logs a thread keeps: a capture replays the log that followed
+/// the last one (the guess, unit-tested in
+/// `capture/unwind/made_up_stack_tests.rs`), except after a path that an
+/// odd round leaves out, where the guess is wrong. Every block is its own
+/// path's, with the frames libgcc's unwinder gives.
+#[test]
+fn call_paths_in_a_cycle_keep_their_own_stacks() {
+    let link = sim_link_args();
+    let file = "tests/c/paths.c";
+    let leak_line = line_of(file, "/* LEAK path */");
+    let mut flags = vec!["-O2", "-fomit-frame-pointer"];
+    flags.extend(link.iter().map(String::as_str));
+    let exe = build("paths_nofp", &[file], &flags);
+    let mut by_unwinder = Vec::new();
+    for unwinder in ["fast", "dwarf"] {
+        let out = run_traced(&exe, &["cycle"], &[("CUDALEAK_UNWINDER", unwinder)]);
+        out.assert_success();
+        let mut groups: Vec<(u64, u64, Frames)> = out
+            .report()
+            .leaks
+            .iter()
+            .map(|g| {
+                let frames = g
+                    .native_stack
+                    .iter()
+                    .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
+                    .collect();
+                (g.bytes / g.blocks, g.blocks, frames)
+            })
+            .collect();
+        groups.sort();
+        let paths: Vec<u64> = groups.iter().map(|g| g.0 / 16 - 1).collect();
+        let want: Vec<u64> = {
+            let mut w: Vec<u64> = (0..16).map(|i| (i * 37) & 63).collect();
+            w.sort();
+            w
+        };
+        assert_eq!(paths, want, "{unwinder}: a group per path");
+        for (size, blocks, frames) in &groups {
+            // (rounds 1, 3, 5 and 7 leave out the paths of index 1, 3, 5, 7)
+            let index = (0..16).find(|i| (i * 37) & 63 == size / 16 - 1).unwrap();
+            let want = if index % 2 == 1 && index < 8 { 7 } else { 8 };
+            assert_eq!(*blocks, want, "{unwinder}, {size} bytes: a block per round");
+            assert_eq!(frames[0], ("allocate_for".to_string(), leak_line), "{unwinder}");
+            let path = (size / 16 - 1) as i64;
+            let depth = if path & 32 != 0 { 13 } else { 12 };
+            assert_eq!(
+                frames.iter().position(|f| f.0 == "main"),
+                Some(depth),
+                "{unwinder}, path {path}: {frames:?}"
+            );
+        }
+        by_unwinder.push(groups);
+    }
+    assert_eq!(
+        by_unwinder[0], by_unwinder[1],
+        "the fast unwinder against libgcc's"
+    );
+}
+
 /// A failed call's capture (never interned) does not lend its stack to
 /// the trace interned before it: the next call from the failed call's
 /// stack is a group of its own, with its own frames.

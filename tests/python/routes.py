@@ -3,7 +3,7 @@ each other, 40 frames deep: the shape of a model's layers calling the
 allocator through their own functions, which the Python walk replays from
 a log per call path (crates/cudaleak-preload/src/capture/python/).
 
-    python3 routes.py PATHS ROUNDS
+    python3 routes.py PATHS ROUNDS [skip]
 
 Path p routes its call through route_a or route_b at each of 6 levels, as
 the bits of p say (level k: bit k), then `leaf`. Each round takes the
@@ -11,7 +11,8 @@ paths in turn on the main thread, and in reverse on a second, lasting
 thread at the same time; on each, every path allocates two blocks of
 (p + 1) KiB (main) or (p + 1) KiB + 512 bytes (worker) from one line, and
 frees one: so each path leaks ROUNDS blocks per thread, each of its own
-size. Prints "held N".
+size; with "skip", each odd round r leaves out path r % PATHS. Prints
+"held N".
 """
 
 import sys
@@ -56,16 +57,19 @@ def take(paths, extra):
         route_a(p, 0, (p + 1) * 1024 + extra, True)
 
 
-def rounds_of(n, rounds, order, extra):
-    for _ in range(rounds):
-        take(order(range(n)), extra)
+def rounds_of(n, rounds, order, extra, skip):
+    for r in range(rounds):
+        # With "skip", each odd round leaves out path r % n: the path
+        # after it is not the one that followed the path before it.
+        take([p for p in order(range(n)) if not (skip and r % 2 == 1 and p == r % n)], extra)
 
 
 def main():
     n, rounds = int(sys.argv[1]), int(sys.argv[2])
-    worker = threading.Thread(target=deep, args=(30, lambda: rounds_of(n, rounds, reversed, 512)))
+    skip = sys.argv[3:] == ["skip"]
+    worker = threading.Thread(target=deep, args=(30, lambda: rounds_of(n, rounds, reversed, 512, skip)))
     worker.start()
-    deep(30, lambda: rounds_of(n, rounds, list, 0))
+    deep(30, lambda: rounds_of(n, rounds, list, 0, skip))
     worker.join()
     print("held %d" % len(KEEP))
 
