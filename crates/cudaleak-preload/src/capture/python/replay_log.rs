@@ -73,10 +73,11 @@ pub(super) const PY_REPLAY_FRAMES: usize = 64;
 /// functions), and the frames that differ from one to the next are often
 /// a recursion's or a run of one function's (a log shares one guard entry
 /// between them, so [`patch`](super::replay::patch) cannot take them): with
-/// one log, every such capture walked all its frames again. A capture that
-/// does not replay the last log tries the others (the walk's module,
-/// `other_logs`), and walks into the least recently used one only when
-/// none replays; where looking rarely pays, the thread looks less often
+/// one log, every such capture walked all its frames again. A capture
+/// tries first the log that followed the last one the time before (when
+/// that is another; [`LogChoice::guess`]), then the last log, then the
+/// others (the walk's module, `other_logs`), and walks into the least
+/// recently used one only when none replays; where looking rarely pays, the thread looks less often
 /// ([`Looks`](crate::capture::looks::Looks)).
 ///
 /// Empty, all zero bits: a thread's buffers are allocated zeroed and the

@@ -19,7 +19,8 @@ pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyRep
 
 /// The capture for the interpreter's frame model `M` (the layout's):
 /// `probe` picks one ([`CAPTURE`](super::interpreter::CAPTURE)). A replay of the last log runs
-/// inline here; anything more is another call ([`walk_logs`]).
+/// inline here; anything more (the guess first) is another call
+/// ([`walk_logs`]).
 ///
 /// # Safety
 /// Only once `STATE` was read as ACTIVE (Acquire), on the thread whose

@@ -24,9 +24,11 @@ use crate::capture::looks::LogChoice;
 /// `bench/pairs.c mixed`) walks only the frames that differ.
 ///
 /// The thread keeps the walks of its last [`LOGS`] call paths: a capture
-/// that does not replay the last one tries the others before it walks
-/// (into the least recently used), so that up to 32 paths taken in turn,
-/// as a training step's ops take theirs, each replay. Where looking pays
+/// tries first the log that followed the last one the time before (when
+/// that is another; [`LogChoice::guess`]), then the last one, then the
+/// others before it walks (into the least recently used), so that up to
+/// 32 paths taken in turn, as a training step's ops take theirs, each
+/// replay, most of them at the first try. Where looking pays
 /// too seldom (more paths than logs), the thread looks less often
 /// ([`Looks`](crate::capture::looks::Looks)).
 pub struct ReplayLog {
