@@ -77,8 +77,8 @@ pub(super) const PY_REPLAY_FRAMES: usize = 64;
 /// tries first the log that followed the last one the time before (when
 /// that is another; [`LogChoice::guess`]), then the last log, then the
 /// others (the walk's module, `other_logs`), and walks into the least
-/// recently used one only when none replays; where looking rarely pays, the thread looks less often
-/// ([`Looks`](crate::capture::looks::Looks)).
+/// recently used one only when none replays; where looking rarely pays,
+/// the thread looks less often ([`Looks`](crate::capture::looks::Looks)).
 ///
 /// Empty, all zero bits: a thread's buffers are allocated zeroed and the
 /// logs are not written before use (`capture/mod.rs`; a test checks it).
