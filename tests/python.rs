@@ -1094,8 +1094,9 @@ fn python_call_paths_in_turn_on_two_threads_keep_their_own_stacks() {
 /// The same with 12 paths, fewer than the logs a thread keeps, taken in
 /// the same order round after round: a capture replays the log that
 /// followed the last one (the guess, unit-tested in
-/// `capture/python/logs_tests.rs`), except after a path that an odd round
-/// leaves out, where the guess is wrong.
+/// `capture/python/logs_tests.rs`), except where an odd round leaves a
+/// path out: the guess after the path before it is wrong then, and the
+/// left-out path's own guess the round after.
 #[test]
 fn python_call_paths_in_a_cycle_keep_their_own_stacks() {
     routes_keep_their_own_stacks(12, 6, true);

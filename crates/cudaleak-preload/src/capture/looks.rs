@@ -13,7 +13,8 @@
 //! A training step's ops allocate from their call paths in the same
 //! order every step, so the log a capture needs is most often the one
 //! that followed the last log the time before: [`LogChoice::guess`]. A
-//! capture tries it first, before the last log and the look.
+//! capture tries it first, before the last log and the look; [`Looks`]
+//! decides only for the captures that replay neither.
 
 /// When fewer than [`MIN_HITS`] of [`WINDOW`] looks through the other logs
 /// replayed one, the next captures do not look, first [`FIRST_SKIP`] of
@@ -107,9 +108,9 @@ pub struct LogChoice<const N: usize> {
     /// captures that did not replay the last log
     tick: u64,
     looks: Looks,
-    /// for each log, the log the capture after one of it used, the last
-    /// time ([`LogChoice::guess`]), as that log's number XOR its own: zero
-    /// bits, the start, guess the log itself
+    /// for each log, the log that the last capture to leave it for
+    /// another took ([`LogChoice::guess`]), as that log's number XOR its
+    /// own; zero (the start, and after a wrong guess): itself
     next: [u8; N],
 }
 
@@ -177,10 +178,16 @@ impl<const N: usize> LogChoice<N> {
         self.used[i % N] = self.tick;
     }
 
-    /// The log the capture after one of the last log used, the last time:
-    /// in a cycle of call paths (a training step's ops), the one this
-    /// capture most likely replays. The last log itself while its path
-    /// repeats.
+    /// The log that the last capture to leave the last log for another
+    /// took: in a cycle of call paths (a training step's ops), the one
+    /// this capture most likely replays. The last log itself before any
+    /// capture left it, and after a wrong guess. A repeat of the last log
+    /// does not change it (that would cost the repeating path a store), so
+    /// a path taken twice in a row within a cycle (A, A, B) guesses B
+    /// after its first A, wrongly, once a cycle: one failed replay. And
+    /// with more paths in a cycle than logs, most guesses fail (the log
+    /// guessed was taken by another path meanwhile), each at a replay's
+    /// first check that fails.
     #[inline(always)]
     pub fn guess(&self) -> usize {
         (self.next[self.last()] as usize ^ self.last()) % N
@@ -339,11 +346,14 @@ mod tests {
         assert_eq!(c.guess(), 2);
         c.missed();
         c.take(1);
-        assert_eq!(c.guess(), 1, "a log no capture followed yet: itself");
-        c.followed(3);
+        assert_eq!(c.guess(), 1, "a log no capture left yet: itself");
+        assert!(!c.guessing());
+        c.missed();
+        c.take(3);
         assert_eq!(c.last(), 3);
         c.missed();
         c.take(1);
+        assert_eq!((c.guess(), c.guessing()), (3, true));
         c.missed();
         c.take(2);
         assert_eq!(

@@ -502,10 +502,22 @@ fn call_paths_in_turn_replay_from_their_own_logs() {
     let walked = |log: &mut ReplayLog,
                   capture: &mut dyn FnMut(&mut ReplayLog, usize, usize) -> bool,
                   caller: usize| { (0..12).filter(|&p| capture(log, p, caller)).count() };
-    assert_eq!(walked(&mut log, &mut capture, 13), 12);
+    // (each path's generation, as its walk gave it)
+    let walked_into: Vec<u64> = (0..12)
+        .map(|p| {
+            assert!(capture(&mut log, p, 13), "path {p}: the first capture walks");
+            log.generation
+        })
+        .collect();
     GUESSES.with(|g| g.set((0, 0)));
     for round in 0..3 {
-        assert_eq!(walked(&mut log, &mut capture, 13), 0, "round {round}");
+        for (p, &generation) in walked_into.iter().enumerate() {
+            assert!(!capture(&mut log, p, 13), "round {round}, path {p}: a replay");
+            assert_eq!(
+                log.generation, generation,
+                "round {round}, path {p}: its walk's generation"
+            );
+        }
     }
     // Each replays the guess, the log that followed the last one, but the
     // first after the walks (path 11's log had no follower yet).
