@@ -597,12 +597,7 @@ fn stacks_are_exact_with_and_without_frame_pointers() {
             out.assert_success();
             let r = out.report();
             let g = &r.leaks[0];
-            let frames: Vec<(String, i64)> = g
-                .native_stack
-                .iter()
-                .take(21)
-                .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
-                .collect();
+            let frames = frames_of(g.native_stack.iter().take(21));
             let mut want = vec![("allocate_at_depth".to_string(), leak_line)];
             want.extend((0..19).map(|_| ("allocate_at_depth".to_string(), recurse_line)));
             want.push(("main".to_string(), frames.last().map_or(0, |f| f.1)));
@@ -622,6 +617,14 @@ fn stacks_are_exact_with_and_without_frame_pointers() {
 
 /// A stack as (function, line) per frame.
 type Frames = Vec<(String, i64)>;
+
+/// `stack`'s frames as (function, line).
+fn frames_of<'a>(stack: impl IntoIterator<Item = &'a cudaleak_core::report::NativeFrame>) -> Frames {
+    stack
+        .into_iter()
+        .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
+        .collect()
+}
 
 /// Stacks from many call paths in turn, each spliced by the fast unwinder
 /// from the one before (its frames up to the first that changed, a walk,
@@ -652,14 +655,7 @@ fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
             let mut groups: Vec<(u64, u64, Frames)> = r
                 .leaks
                 .iter()
-                .map(|g| {
-                    let frames = g
-                        .native_stack
-                        .iter()
-                        .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
-                        .collect();
-                    (g.bytes / g.blocks, g.blocks, frames)
-                })
+                .map(|g| (g.bytes / g.blocks, g.blocks, frames_of(&g.native_stack)))
                 .collect();
             groups.sort();
             let mut sizes: Vec<u64> = groups.iter().map(|g| g.0).collect();
@@ -718,11 +714,7 @@ fn call_paths_in_a_cycle_keep_their_own_stacks() {
         // two groups with the same frames.
         let mut by_size: std::collections::BTreeMap<u64, (u64, Frames)> = Default::default();
         for g in &out.report().leaks {
-            let frames: Frames = g
-                .native_stack
-                .iter()
-                .map(|f| (f.function.clone().unwrap_or_default(), f.line.unwrap_or(0)))
-                .collect();
+            let frames = frames_of(&g.native_stack);
             let e = by_size.entry(g.bytes / g.blocks).or_insert((0, frames.clone()));
             assert_eq!(e.1, frames, "{unwinder}: one path's groups, one stack");
             e.0 += g.blocks;
