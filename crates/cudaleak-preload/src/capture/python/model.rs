@@ -25,6 +25,23 @@ pub(super) trait FrameModelType {
     );
     /// 3.14 and later: the executable is a tagged stack reference
     const SINCE_314: bool = matches!(Self::MODEL, FrameModel::Interpreter314);
+    /// 3.11 and 3.12: every frame of the chain executes a code object, and
+    /// its instruction word (`prev_instr`) points into that object's own
+    /// memory, the bytecode it keeps inline (`co_code_adaptive`; a frame
+    /// not started yet points one unit before it, still inside the
+    /// object, and a C entry's shim frame runs the interpreter's
+    /// trampoline code object). Two live code objects do not overlap, so
+    /// a frame whose instruction word is the one logged runs the code
+    /// object logged, or a later one over a freed one's memory, which
+    /// the log's guards tell apart ([`guard`](super::code::guard)):
+    /// replay compares the instruction word alone. Not on 3.13 and
+    /// later, whose executable may be another object (an entry frame's
+    /// is `None`, its instruction a static trampoline), nor for frame
+    /// objects, whose instruction is an index (`f_lasti`).
+    const INSTR_NAMES_CODE: bool = matches!(
+        Self::MODEL,
+        FrameModel::Interpreter311 | FrameModel::Interpreter312
+    );
 }
 
 /// [`FrameModel::FrameObjects`] as a type.

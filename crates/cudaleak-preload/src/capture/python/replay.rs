@@ -104,7 +104,13 @@ pub(super) unsafe fn replay<M: FrameModelType>(
         // SAFETY: `g.code` is the code word of a frame checked unchanged
         // above, which the logging walk found plausible and a code object
         // (type-checked, or trusted under the checked layout as in
-        // `walk_full`): the object a live frame executes, so live.
+        // `walk_full`): the object a live frame executes, so live. On
+        // 3.11 and 3.12 only the instruction word was compared
+        // (`INSTR_NAMES_CODE`): the frame runs this object, or one
+        // allocated over its freed memory that holds the same instruction
+        // address; then these header words lie in the same allocator
+        // block or pool as that live object's bytecode, mapped, and read
+        // as plain words whose mismatch this test is there to find.
         if unsafe { guard(l, g.code) } != g.guard {
             return Err(Miss::Other);
         }

@@ -165,8 +165,20 @@ fn a_3_11_replay_sees_each_frame_word_entry_and_owner_byte_and_guard_change() {
         assert_eq!(groups, eval_groups_of(&got), "{what}");
         // The log of the changed chain replays it.
         assert_eq!(capture(c), (got, g, groups), "{what}: not replayed");
+        let changed_frames = c.frames.clone();
         c.codes.copy_from_slice(&saved.0);
         c.frames.copy_from_slice(&saved.1);
+        // On 3.11 a frame's code word changes with its instruction word
+        // kept only over the freed memory of the code object it ran
+        // (replay compares the instruction word alone): changing back
+        // replaces that object too.
+        for (now, back) in changed_frames.iter().zip(&c.frames) {
+            if now[32 / 8] != back[32 / 8] && now[56 / 8] == back[56 / 8] {
+                if let Some(k) = (0..c.codes.len()).find(|&k| c.code(k) == now[32 / 8] as usize) {
+                    c.codes[k][16] ^= 0x40;
+                }
+            }
+        }
         let (back, g_back, _) = capture(c);
         assert_ne!(g_back, g, "{what}: changed back, replayed");
         assert_eq!(back, first, "{what}: changed back");
@@ -206,7 +218,10 @@ fn a_3_11_replay_sees_each_frame_word_entry_and_owner_byte_and_guard_change() {
     // the frame's code word tells), its instruction in E's code; and
     // alone, the instruction left in A's (a frame not started, or an
     // offset out of E: what the walk makes of it, which depends on
-    // where E lies).
+    // where E lies). On 3.11 the code word changes alone only when a
+    // code object was allocated over A's freed memory, where A's
+    // words now differ: replay compares the instruction word alone
+    // (`INSTR_NAMES_CODE`), and A's guard tells.
     let mut changed = ex.clone();
     changed[0] = (e, guard_of(&c, 4), 10, 0);
     check(
@@ -221,7 +236,15 @@ fn a_3_11_replay_sees_each_frame_word_entry_and_owner_byte_and_guard_change() {
     } else {
         changed[0] = (e, guard_of(&c, 4), (a - e + 10) as u32, 0);
     }
-    check(&mut c, "code word", &|c| c.frames[0][32 / 8] = e as u64, changed);
+    check(
+        &mut c,
+        "code word",
+        &|c| {
+            c.frames[0][32 / 8] = e as u64;
+            c.codes[0][16] ^= 0x40;
+        },
+        changed,
+    );
     // A new code object at A's address (its qualname differs), and at
     // B's, the recursion's (its line table differs), and at C's, the
     // last one checked.
@@ -341,6 +364,8 @@ fn differential<M: FrameModelType>(l: &PyLayout, seed: u64, rounds: usize) -> (u
     for (i, &w) in words.iter().enumerate() {
         write(&mut frames, &codes, i, w);
     }
+    // What the frames hold now.
+    let mut written = words.clone();
     link(&mut frames, &chain);
     let mut log = PyReplayLog::EMPTY;
     let mut last_generation = 0;
@@ -460,9 +485,26 @@ fn differential<M: FrameModelType>(l: &PyLayout, seed: u64, rounds: usize) -> (u
                 _ => unreachable!(),
             }
         }
+        if M::INSTR_NAMES_CODE {
+            // On 3.11 and 3.12 the instruction word points into the code
+            // object the frame runs: a frame whose code word changed with
+            // its instruction word kept runs an object allocated over the
+            // old one's freed memory, whose words then differ (replay
+            // compares the instruction word alone, and leaves this to the
+            // old object's guard).
+            for (w, then) in words.iter().zip(&written) {
+                let now = (w.0, code_addr(&codes, w.0) as i64 + w.1);
+                let old = (then.0, code_addr(&codes, then.0) as i64 + then.1);
+                if now.0 != old.0 && now.1 == old.1 {
+                    fresh += 1;
+                    codes[old.0][16] = fresh;
+                }
+            }
+        }
         for (i, &w) in words.iter().enumerate() {
             write(&mut frames, &codes, i, w);
         }
+        written.clone_from(&words);
         link(&mut frames, &chain);
         let head = frame_addr(&frames, chain[0]);
         let was_logged = log.visited > 0;

@@ -196,7 +196,7 @@ impl HookCx<'_> {
 /// The blocks each release call accepts (`tracker::Releases`).
 pub type KindSet = &'static Releases;
 const fn frees(kinds: &'static [MemoryKind], imported_by: &'static [Api]) -> Releases {
-    Releases { kinds, imported_by }
+    Releases::new(kinds, imported_by)
 }
 /// cuMemFree(Async): also memory imported from another process's pool and
 /// buffers mapped from external memory, which NVIDIA documents are freed so.

@@ -243,13 +243,28 @@ pub fn record_traced_allocation(
 /// pointer imported from another process's pool is freed with cuMemFree,
 /// one opened by cuIpcOpenMemHandle only with cuIpcCloseMemHandle.
 pub struct Releases {
-    pub kinds: &'static [MemoryKind],
-    pub imported_by: &'static [Api],
+    /// bit `k` set: blocks of the kind numbered `k` (a bit test, where a
+    /// search of a list of kinds cost a loop on every free)
+    kinds: u32,
+    imported_by: &'static [Api],
 }
 
 impl Releases {
+    pub const fn new(kinds: &[MemoryKind], imported_by: &'static [Api]) -> Releases {
+        let mut mask = 0u32;
+        let mut i = 0;
+        while i < kinds.len() {
+            mask |= 1 << kinds[i] as u32;
+            i += 1;
+        }
+        Releases {
+            kinds: mask,
+            imported_by,
+        }
+    }
+
     fn accepts(&self, b: &Block) -> bool {
-        if self.kinds.contains(&b.kind()) {
+        if self.kinds & (1 << b.kind() as u32) != 0 {
             return true;
         }
         if b.kind() != MemoryKind::Imported || self.imported_by.is_empty() {
