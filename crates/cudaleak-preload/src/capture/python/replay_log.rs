@@ -30,7 +30,11 @@ use cudaleak_core::record::python::PyRawFrame;
 /// reads is the code word of a frame the first pass found unchanged, so the
 /// object that live frame executes, live, as when the walk read it; and an
 /// object at one address at one time is one object, so one check serves
-/// all the frames that run it. One pass that asked each frame what else to
+/// all the frames that run it. On 3.11 and 3.12 the first pass compares a
+/// frame's instruction word and not its code word: the instruction points
+/// into the code object the frame runs, so an unchanged one means the
+/// logged object, or a new one over its freed memory, which its guard
+/// tells (`FrameModelType::INSTR_NAMES_CODE`). One pass that asked each frame what else to
 /// check (a fate byte per visit) cost 24 instructions a frame where these
 /// cost 15 (3.11, callgrind over bench/py_pairs.py).
 ///
