@@ -249,6 +249,15 @@ pub struct Releases {
     imported_by: &'static [Api],
 }
 
+// Every kind's number fits the mask.
+const _: () = {
+    let mut i = 0;
+    while i < MemoryKind::ALL.len() {
+        assert!((MemoryKind::ALL[i] as u32) < u32::BITS);
+        i += 1;
+    }
+};
+
 impl Releases {
     pub const fn new(kinds: &[MemoryKind], imported_by: &'static [Api]) -> Releases {
         let mut mask = 0u32;
