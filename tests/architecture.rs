@@ -40,8 +40,8 @@ fn a_renamed_function_or_a_moved_file_fails_the_check() {
             "cudaleak_enter_runtime_renamed: not defined there",
         ),
         (
-            "crates/cudaleak-preload/src/state/tracker/mod.rs:record_allocation",
-            "crates/cudaleak-preload/src/tracker/mod.rs:record_allocation",
+            "crates/cudaleak-preload/src/state/tracker/mod.rs:record_traced_allocation",
+            "crates/cudaleak-preload/src/tracker/mod.rs:record_traced_allocation",
             "src/tracker/mod.rs: no such file",
         ),
     ] {

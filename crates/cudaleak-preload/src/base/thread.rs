@@ -47,9 +47,9 @@ pub struct ThreadState {
     /// `capture/mod.rs`'s per-thread buffers: null until the thread's first
     /// capture, a sentinel once the thread's exit freed them.
     pub buffers: Cell<*mut c_void>,
-    /// A capture into those buffers is running on this thread: a signal
-    /// handler's hook that interrupted it captures nothing
-    /// (`capture/mod.rs`).
+    /// A capture into those buffers, or the interning of its stack, is
+    /// running on this thread: a signal handler's hook that interrupted
+    /// it captures nothing (`HookCx::trace` in `hooks/events/mod.rs`).
     pub capturing: Cell<bool>,
     /// (caller slot + 1, its seq) of this thread's last runtime call; 0:
     /// none yet (`hooks/resolve/scope.rs`)

@@ -177,6 +177,12 @@ pub struct Stack {
     buffer: *mut StackBuffer,
     n_native: usize,
     n_python: usize,
+    /// null: the Python frames are in `buffer`; otherwise they are in this
+    /// log of the thread's, which a replay repeated, until
+    /// [`Self::python`] needs them (`python::take_frames`)
+    python_log: *const python::PyReplayLog,
+    /// the Python frames' generation (0: none)
+    python_generation: u64,
     /// (native, Python) generations of the thread's replay logs that the
     /// frames are (`unwind::capture`, `python::capture`): equal
     /// generations, equal frames. None: not comparable (no capture, or
@@ -185,40 +191,39 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// The stack of a hook that captures nothing: a signal handler's hook
+    /// that interrupted another hook's capture on its thread
+    /// (`HookCx::trace`), counted in the report's
+    /// `totals.stacks_skipped_nested`.
+    pub fn skipped(slot: &mut MaybeUninit<Stack>) -> &Stack {
+        NESTED_CAPTURES.fetch_add(1, Ordering::Relaxed);
+        slot.write(Self::NONE)
+    }
+
+    const NONE: Stack = Stack {
+        buffer: std::ptr::null_mut(),
+        n_native: 0,
+        n_python: 0,
+        python_log: std::ptr::null(),
+        python_generation: 0,
+        generations: None,
+    };
+
     /// Captures the calling thread's native and Python stacks into `slot`.
+    /// The caller holds the thread's capture flag (`ThreadState::capturing`,
+    /// set by `HookCx::trace` until the stack is interned): no other
+    /// capture runs on the thread meanwhile, and the replay logs are this
+    /// one's.
     #[inline(never)]
     pub fn capture_into<'a>(slot: &'a mut MaybeUninit<Stack>, thread: &ThreadState) -> &'a Stack {
-        const NONE: Stack = Stack {
-            buffer: std::ptr::null_mut(),
-            n_native: 0,
-            n_python: 0,
-            generations: None,
-        };
-        // A signal handler whose hook interrupted a capture on this thread
-        // (allocating in a handler is not async-signal-safe, but programs
-        // do it): the interrupted capture holds the thread's replay logs,
-        // so this one takes none and is counted instead.
-        if thread.capturing.replace(true) {
-            NESTED_CAPTURES.fetch_add(1, Ordering::Relaxed);
-            return slot.write(NONE);
-        }
-        /// Clears the flag however the capture ends (a panic is caught at
-        /// the hook's boundary, and the thread goes on capturing).
-        struct Capturing<'t>(&'t ThreadState);
-        impl Drop for Capturing<'_> {
-            fn drop(&mut self) {
-                self.0.capturing.set(false);
-            }
-        }
-        let _capturing = Capturing(thread);
         let stack = match room_to_capture(slot as *const _ as usize, thread)
             .then(|| buffers(thread))
             .flatten()
         {
             // SAFETY: this thread's buffers, just had; no other capture is
-            // running on this thread (the flag above).
+            // running on this thread (the caller holds the capture flag).
             Some(buffers) => Self::capture(buffers, unsafe { ThreadBuffers::next_stack(buffers) }, thread),
-            None => NONE,
+            None => Self::NONE,
         };
         slot.write(stack)
     }
@@ -232,13 +237,14 @@ impl Stack {
         // `Stack`); its arrays are MaybeUninit. One field at a time (the
         // replay logs are other fields of the same allocation), and
         // captures do not nest on a thread.
-        let (n_python, python_generation) = unsafe {
+        let py = unsafe {
             python::capture(
                 &mut (*buffer).python,
                 &mut *std::ptr::addr_of_mut!((*buffers).python_replay),
                 &mut (*buffer).python_generation,
             )
         };
+        let (n_python, python_generation) = (py.n, py.generation);
         let depth = crate::base::settings::config().stack_depth.min(MAX_STACK_DEPTH);
         let (n_native, native_generation) = if depth > 0 {
             let stop = if n_python > 0 {
@@ -270,6 +276,8 @@ impl Stack {
             buffer,
             n_native,
             n_python,
+            python_log: py.log,
+            python_generation,
             generations: native_generation.map(|g| (g, python_generation)),
         }
     }
@@ -282,14 +290,44 @@ impl Stack {
         unsafe { std::slice::from_raw_parts((*self.buffer).native.as_ptr().cast::<u64>(), self.n_native) }
     }
 
-    pub fn python(&self) -> &[PyRawFrame] {
+    /// The Python frames in the stack buffer: all of them, unless a
+    /// replay left them in its log (`python_log`; see `intern_new`).
+    #[inline(always)]
+    fn python_in_buffer(&self) -> &[PyRawFrame] {
         if self.buffer.is_null() {
             return &[];
         }
-        // SAFETY: the first n_python entries were written by the reader.
+        // SAFETY: the first n_python entries were written by the reader,
+        // or copied from the log by `take_python_frames`.
         unsafe {
             std::slice::from_raw_parts((*self.buffer).python.as_ptr().cast::<PyRawFrame>(), self.n_python)
         }
+    }
+
+    /// Copies the Python frames a replay left in its log into the stack
+    /// buffer, unless it holds them already; false when they are gone.
+    #[inline(always)]
+    fn take_python_frames(&self) -> bool {
+        // SAFETY: the stack buffer this capture took (not null: a log is
+        // set only with frames), of the calling thread (a Stack does not
+        // leave its hook); only its Python fields are reached.
+        let (frames, held) = unsafe {
+            (
+                &mut *std::ptr::addr_of_mut!((*self.buffer).python),
+                &mut *std::ptr::addr_of_mut!((*self.buffer).python_generation),
+            )
+        };
+        if *held == self.python_generation {
+            return true;
+        }
+        // SAFETY: `python_log` is the thread's log that this capture
+        // replayed, and `n_python` its count (`capture`).
+        if !unsafe { python::take_frames(self.python_log, self.python_generation, self.n_python, frames) } {
+            *held = 0;
+            return false;
+        }
+        *held = self.python_generation;
+        true
     }
 
     /// The trace id of this stack in `depot` for a block of `api` and
@@ -360,11 +398,38 @@ impl Stack {
     /// the common one (a replayed stack) save more registers.
     #[inline(never)]
     fn intern_new(&self, depot: &Depot, api: Api, kind: MemoryKind) -> TraceId {
+        if !self.python_log.is_null() {
+            return self.intern_new_from_log(depot, api, kind);
+        }
+        self.intern_frames(depot, api, kind, self.python_in_buffer())
+    }
+
+    /// [`Self::intern_new`] of a stack whose Python frames a replay left
+    /// in its log: they are copied into the stack buffer first. Were they
+    /// gone from the log (walked over by a signal handler's hook on this
+    /// thread, which the capture flag held until the stack is interned
+    /// rules out: `HookCx::trace`), the trace has the native frames alone, counted in
+    /// `totals.stacks_skipped_nested`. Apart, so that the common case
+    /// saves no registers for it.
+    #[cold]
+    #[inline(never)]
+    fn intern_new_from_log(&self, depot: &Depot, api: Api, kind: MemoryKind) -> TraceId {
+        let python = if self.take_python_frames() {
+            self.python_in_buffer()
+        } else {
+            NESTED_CAPTURES.fetch_add(1, Ordering::Relaxed);
+            &[]
+        };
+        self.intern_frames(depot, api, kind, python)
+    }
+
+    #[inline(always)]
+    fn intern_frames(&self, depot: &Depot, api: Api, kind: MemoryKind, python: &[PyRawFrame]) -> TraceId {
         let key = TraceKey {
             api,
             kind,
             native: self.native(),
-            python: self.python(),
+            python,
         };
         depot.intern(&key, |k| python::remember_code_objects(k.python))
     }

@@ -69,14 +69,20 @@ fn capture(c: &Chain311, logs: &mut PyReplayLogs, code_type: usize) -> (Frames, 
     let walks = logs.walks;
     // SAFETY: every address is in `c.codes` or `c.frames`, alive, laid
     // out as 3.11's; the chain ends at 0.
-    let n = unsafe { walk_logs::<Interpreter311>(&PY311, code_type, c.frame(0), &mut out, logs, 0) };
+    let n = unsafe { walk_logs::<Interpreter311>(&PY311, code_type, c.frame(0), &mut out, logs) };
+    // A replay leaves the frames in its log (`take_frames`).
+    if logs.walks == walks {
+        for (o, f) in out.iter_mut().zip(&logs.last().out[..n]) {
+            o.write(*f);
+        }
+    }
     let got = frames_of(&out, n);
     let mut own = Box::new(PyReplayLog::EMPTY);
     let mut fresh = [MaybeUninit::<PyRawFrame>::uninit(); 64];
     // SAFETY: the same chain, alive and laid out as 3.11's (its
     // addresses in `c.codes` or `c.frames`, ending at 0), with a log of
     // its own.
-    let m = unsafe { walk_frames::<Interpreter311>(&PY311, code_type, c.frame(0), &mut fresh, &mut own, 0) };
+    let m = unsafe { walk_frames::<Interpreter311>(&PY311, code_type, c.frame(0), &mut fresh, &mut own) };
     assert_eq!(got, frames_of(&fresh, m), "not what a walk sees");
     assert_eq!(n, DEPTH);
     (got, logs.generation(), logs.walks != walks)

@@ -51,7 +51,7 @@ mod walk;
 
 pub use code::{remember_code_objects, CODES};
 pub use interpreter::{init, status};
-pub use replay_log::PyReplayLogs;
+pub use replay_log::{PyReplayLog, PyReplayLogs};
 
 use cudaleak_core::record::python::PyRawFrame;
 use interpreter::{ACTIVE, CAPTURE, STATE, UNPROBED};
@@ -60,40 +60,106 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 use walk::CaptureFn;
 
-/// Fills `out` with the calling thread's Python frames, innermost first;
-/// returns how many, and their generation: two captures on a thread with
-/// the same generation have the same frames (0: none; otherwise the
-/// logs', see [`PyReplayLogs::walks`]). `held` is the generation
-/// whose frames `out` already holds (0: none), and is set to the new one:
-/// a replay of the frames `out` holds copies nothing (a stack
-/// buffer, taken in turn, usually holds the same frames as the last time).
+/// What a capture of the calling thread's Python frames returned.
+pub struct PyFrames {
+    /// how many frames, innermost first
+    pub n: usize,
+    /// two captures on a thread with the same generation have the same
+    /// frames (0: none; otherwise the logs', see [`PyReplayLogs::walks`])
+    pub generation: u64,
+    /// Where they are: null, in `out`; otherwise the log a replay took
+    /// them from, which keeps them ([`take_frames`]).
+    pub log: *const PyReplayLog,
+}
+
+/// The calling thread's Python frames: written into `out` by a walk or a
+/// patch, or left in the log a replay repeats (see [`PyFrames`]). `held`
+/// is the generation whose frames `out` holds (0: none), kept up to date.
 #[inline]
-pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], logs: &mut PyReplayLogs, held: &mut u64) -> (usize, u64) {
+pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], logs: &mut PyReplayLogs, held: &mut u64) -> PyFrames {
+    const NONE: PyFrames = PyFrames {
+        n: 0,
+        generation: 0,
+        log: std::ptr::null(),
+    };
     match STATE.load(Ordering::Acquire) {
         ACTIVE => {}
         // Not ACTIVE: STATE never leaves ACTIVE, so no capture has walked
         // yet: `logs` are still empty, their group count 0.
         UNPROBED => {
             if !probe() {
-                *held = 0;
-                return (0, 0);
+                return NONE;
             }
         }
-        _ => {
-            *held = 0;
-            return (0, 0);
-        }
+        _ => return NONE,
     }
     // SAFETY: ACTIVE, so `probe` stored (Release, read Acquire above) the
     // address of a `capture_active::<M>`, a `CaptureFn`, in `CAPTURE`.
     let capture_active: CaptureFn = unsafe { std::mem::transmute(CAPTURE.load(Ordering::Relaxed)) };
+    let walks = logs.walks;
     // SAFETY: see the module comment; every pointer is checked for
     // plausibility and every code object for its type before use. ACTIVE,
     // on this thread, with its own buffers: `capture_active`'s contract.
-    let n = unsafe { capture_active(out, logs, *held) };
-    // A walk or patch that returned frames gave its log a new generation;
-    // a replay gives the one of the walk it repeats.
-    let generation = if n == 0 { 0 } else { logs.generation() };
-    *held = generation;
-    (n, generation)
+    let n = unsafe { capture_active(out, logs) };
+    // A walk or patch wrote into `out` and gave its log a new generation
+    // (one more walk); a replay writes nothing, gives the generation of
+    // the walk it repeats, and its frames are that log's.
+    let walked = logs.walks != walks;
+    if walked {
+        *held = if n == 0 { 0 } else { logs.generation() };
+    }
+    if n == 0 {
+        return NONE;
+    }
+    let generation = logs.generation();
+    if walked {
+        return PyFrames {
+            n,
+            generation,
+            log: std::ptr::null(),
+        };
+    }
+    PyFrames {
+        n,
+        generation,
+        log: logs.last(),
+    }
+}
+
+/// Copies the `n` frames of a capture that replayed `log`, of generation
+/// `generation` ([`PyFrames`]), into `into`; false when they are gone:
+/// the log was walked or patched since, by a hook that a signal handler
+/// ran on this thread between the capture and now (then `into` holds
+/// nothing to use). The frames are copied first and the generation read
+/// after, so a handler that ran during the copy is seen too.
+///
+/// # Safety
+/// `log` is a log of the calling thread's live `PyReplayLogs`, as
+/// [`capture`] returned it, and `n` that capture's count.
+pub unsafe fn take_frames(
+    log: *const PyReplayLog,
+    generation: u64,
+    n: usize,
+    into: &mut [MaybeUninit<PyRawFrame>],
+) -> bool {
+    if n > into.len() || n > replay_log::PY_REPLAY_FRAMES {
+        return false;
+    }
+    // SAFETY: `log` is a live log of this thread (the contract), so its
+    // `out` array of PY_REPLAY_FRAMES frames is readable; `into` has room
+    // for `n` (checked), and the two do not overlap (a stack buffer and a
+    // log are distinct fields of the thread's buffers). Raw reads only:
+    // only a signal handler on this very thread writes the log meanwhile.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            std::ptr::addr_of!((*log).out).cast::<PyRawFrame>(),
+            into.as_mut_ptr().cast::<PyRawFrame>(),
+            n,
+        );
+    }
+    // The generation after the frames, as the program order says: a
+    // handler that walked into this log during the copy renewed it.
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    // SAFETY: as above, a plain field of the live log.
+    unsafe { std::ptr::addr_of!((*log).generation).read_volatile() == generation }
 }

@@ -47,7 +47,7 @@ unsafe fn capture_within<M: FrameModelType>(
     // SAFETY: `head` is 0 or a frame of a live chain laid out as `l` says,
     // its code objects of type `code_type` (this function's contract):
     // what `walk_frames` reads is there, and the chain ends at 0.
-    let n = unsafe { walk_frames::<M>(l, code_type, head, out, log, 0) };
+    let n = unsafe { walk_frames::<M>(l, code_type, head, out, log) };
     let frames: Vec<PyRawFrame> = out[..n]
         .iter()
         // SAFETY: the walk wrote `out[..n]`.

@@ -15,7 +15,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
 /// A `capture_active::<M>`, as `probe` stores it in `CAPTURE`.
-pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyReplayLogs, u64) -> usize;
+pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyReplayLogs) -> usize;
 
 /// The capture for the interpreter's frame model `M` (the layout's):
 /// `probe` picks one ([`CAPTURE`](super::interpreter::CAPTURE)). A replay of the last log runs
@@ -29,7 +29,6 @@ pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyRep
 pub(super) unsafe fn capture_active<M: FrameModelType>(
     out: &mut [MaybeUninit<PyRawFrame>],
     logs: &mut PyReplayLogs,
-    held: u64,
 ) -> usize {
     let fin = IS_FINALIZING.load(Ordering::Relaxed);
     if fin != 0 {
@@ -71,7 +70,7 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     // `code_type` its `PyCode_Type`: the contract of `walk_logs`. The
     // chain is frozen while this thread runs the hook (module comment,
     // rule 1).
-    unsafe { walk_logs::<M>(l, code_type, frame, out, logs, held) }
+    unsafe { walk_logs::<M>(l, code_type, frame, out, logs) }
 }
 
 /// The frame walk through the thread's logs: a replay of the guess (the
@@ -88,20 +87,19 @@ pub(super) unsafe fn walk_logs<M: FrameModelType>(
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     logs: &mut PyReplayLogs,
-    held: u64,
 ) -> usize {
     if logs.choice.guessing() {
         // SAFETY: this function's contract, which `replay_guess` shares.
-        if let Some(n) = unsafe { replay_guess::<M>(l, code_type, frame, out, logs, held) } {
+        if let Some(n) = unsafe { replay_guess::<M>(l, code_type, frame, out, logs) } {
             return n;
         }
     }
     // SAFETY: this function's contract, which `replay` shares.
-    match unsafe { replay::<M>(l, code_type, logs.last(), frame, out, held) } {
+    match unsafe { replay::<M>(l, code_type, logs.last(), frame, out) } {
         Ok(n) => n,
         // SAFETY: this function's contract, which `other_logs` shares, and
         // `miss` is what `replay` of the last log just made of this chain.
-        Err(miss) => unsafe { other_logs::<M>(l, code_type, frame, out, logs, held, miss) },
+        Err(miss) => unsafe { other_logs::<M>(l, code_type, frame, out, logs, miss) },
     }
 }
 
@@ -122,12 +120,11 @@ unsafe fn replay_guess<M: FrameModelType>(
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     logs: &mut PyReplayLogs,
-    held: u64,
 ) -> Option<usize> {
     let guess = logs.choice.guess();
     // SAFETY: this function's contract, which `replay` shares; the log is
     // this thread's, written by its walks.
-    let replayed = unsafe { replay::<M>(l, code_type, &logs.logs[guess], frame, out, held) };
+    let replayed = unsafe { replay::<M>(l, code_type, &logs.logs[guess], frame, out) };
     crate::capture::looks::count_guess(replayed.is_ok());
     match replayed {
         Ok(n) => {
@@ -161,7 +158,6 @@ unsafe fn other_logs<M: FrameModelType>(
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     logs: &mut PyReplayLogs,
-    held: u64,
     miss: Miss,
 ) -> usize {
     let current = logs.choice.missed();
@@ -216,7 +212,7 @@ unsafe fn other_logs<M: FrameModelType>(
             }
             // SAFETY: this function's contract, which `replay` shares; the
             // log is this thread's, written by its walks.
-            if let Ok(n) = unsafe { replay_apart::<M>(l, code_type, log, frame, out, held) } {
+            if let Ok(n) = unsafe { replay_apart::<M>(l, code_type, log, frame, out) } {
                 logs.choice.found(i);
                 return n;
             }
@@ -252,15 +248,16 @@ unsafe fn replay_apart<M: FrameModelType>(
     log: &PyReplayLog,
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
-    held: u64,
 ) -> Result<usize, Miss> {
     // SAFETY: this function's contract.
-    unsafe { replay::<M>(l, code_type, log, frame, out, held) }
+    unsafe { replay::<M>(l, code_type, log, frame, out) }
 }
 
 /// The walk with one log: a replay of it, else a patch of it or a walk
 /// into it ([`rewalk`]), as a capture through the thread's logs
-/// ([`walk_logs`]) does with the log it takes. The replay tests use it.
+/// ([`walk_logs`]) does with the log it takes. The replay tests use it;
+/// a replay's frames are copied from the log into `out`, as a capture
+/// takes them when it needs them.
 ///
 /// # Safety
 /// As [`walk_full`].
@@ -271,13 +268,17 @@ pub(super) unsafe fn walk_frames<M: FrameModelType>(
     frame: usize,
     out: &mut [MaybeUninit<PyRawFrame>],
     log: &mut PyReplayLog,
-    held: u64,
 ) -> usize {
     // SAFETY: this function's own contract, which `replay` and `rewalk`
     // share.
     unsafe {
-        match replay::<M>(l, code_type, log, frame, out, held) {
-            Ok(n) => n,
+        match replay::<M>(l, code_type, log, frame, out) {
+            Ok(n) => {
+                for (o, f) in out.iter_mut().zip(&log.out[..n]) {
+                    o.write(*f);
+                }
+                n
+            }
             Err(miss) => rewalk::<M>(l, code_type, frame, out, log, miss),
         }
     }
@@ -577,7 +578,7 @@ mod tests {
         let mut log = PyReplayLog::EMPTY;
         let walk = |out: &mut [MaybeUninit<PyRawFrame>], log: &mut PyReplayLog, frames: &Vec<[u64; 11]>| {
             // SAFETY: every address is in `codes` or `frames`, alive.
-            let n = unsafe { walk_frames::<Interpreter314>(&l, code_type, frame(frames, 0), out, log, 0) };
+            let n = unsafe { walk_frames::<Interpreter314>(&l, code_type, frame(frames, 0), out, log) };
             out[..n]
                 .iter()
                 // SAFETY: the walk wrote `out[..n]`.
@@ -630,9 +631,8 @@ mod tests {
         let mut log = PyReplayLog::EMPTY;
         let mut walk = |frames: &Vec<[u64; 11]>| {
             // SAFETY: every address is in `code` or `frames`, alive.
-            let n = unsafe {
-                walk_frames::<Interpreter314>(&l, code_type, frame(frames, 0), &mut out, &mut log, 0)
-            };
+            let n =
+                unsafe { walk_frames::<Interpreter314>(&l, code_type, frame(frames, 0), &mut out, &mut log) };
             let got = out[..n]
                 .iter()
                 // SAFETY: the walk wrote `out[..n]`.

@@ -143,9 +143,7 @@ impl Alloc {
             requested: self.requested(),
             device: self.device,
         };
-        oom::on_out_of_memory(failure, thread, &mut || {
-            cx.stack().intern(&tracker::DEPOT, api, kind, thread)
-        });
+        oom::on_out_of_memory(failure, thread, &mut || cx.trace(api, kind));
     }
 }
 
@@ -213,12 +211,11 @@ impl Alloc {
             Size::OfAddress => size_of_address(key),
         };
         let (thread, api) = (cx.thread, self.api);
-        let stack = cx.stack();
         if let Some((stream, per_thread)) = capture {
             if let Some(graph) = graphs::capture_graph(stream, per_thread) {
                 // Captured: a node of the capture's graph, allocated when a
                 // launch runs it (`graphs.rs`, case 1).
-                let trace = stack.intern(&tracker::DEPOT, api, MemoryKind::Graph, thread);
+                let trace = cx.trace(api, MemoryKind::Graph);
                 let node = graphs::AllocNode {
                     addr: key,
                     size,
@@ -230,7 +227,8 @@ impl Alloc {
                 return;
             }
         }
-        tracker::record_allocation(key, size, api, self.kind, stack, self.device, thread);
+        let trace = cx.trace(api, self.kind);
+        tracker::record_traced_allocation(key, size, api, self.kind, trace, self.device, thread);
     }
 }
 

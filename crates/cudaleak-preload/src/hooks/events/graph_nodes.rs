@@ -119,8 +119,7 @@ impl Event for GraphNode {
         // SAFETY: the program's node parameters, read and written back
         // by the successful call; read unaligned, trusting no alignment.
         let p = unsafe { params.read_unaligned() };
-        let thread = cx.thread;
-        let trace = cx.stack().intern(&tracker::DEPOT, api, MemoryKind::Graph, thread);
+        let trace = cx.trace(api, MemoryKind::Graph);
         let node = graphs::AllocNode {
             addr: p.dptr,
             size: p.bytesize as u64,

@@ -53,7 +53,7 @@ use crate::hooks::resolve::global::Handouts;
 use crate::state::graphs;
 use crate::state::oom;
 use crate::state::tracker::{self, Releases};
-use cudaleak_core::record::{Api, MemoryKind};
+use cudaleak_core::record::{Api, MemoryKind, TraceId};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::MaybeUninit;
@@ -90,7 +90,6 @@ pub use vmm::*;
 pub struct HookCx<'a> {
     pub thread: &'static ThreadState,
     stack: &'a mut MaybeUninit<Stack>,
-    has_stack: bool,
     runtime: Option<RuntimeCall>,
 }
 
@@ -100,19 +99,35 @@ impl<'a> HookCx<'a> {
         HookCx {
             thread,
             stack,
-            has_stack: false,
             runtime: None,
         }
     }
 
-    /// The caller's stack, captured on first use.
-    pub fn stack(&mut self) -> &Stack {
-        if !self.has_stack {
-            Stack::capture_into(self.stack, self.thread);
-            self.has_stack = true;
+    /// The trace of the caller's stack for a block of `api` and `kind`:
+    /// the stack captured and interned in one go, under the thread's
+    /// capture flag. A replay leaves the stack's Python frames in the
+    /// thread's log until the interning needs them (`Stack::intern`), so
+    /// the flag is held until then: a signal handler's hook that
+    /// interrupts either (allocating in a handler is not
+    /// async-signal-safe, but programs do it) takes no stack, and is
+    /// counted instead (`Stack::skipped`).
+    #[inline(always)]
+    pub fn trace(&mut self, api: Api, kind: MemoryKind) -> TraceId {
+        let thread = self.thread;
+        if thread.capturing.get() {
+            return Stack::skipped(self.stack).intern(&tracker::DEPOT, api, kind, thread);
         }
-        // SAFETY: captured above.
-        unsafe { self.stack.assume_init_ref() }
+        thread.capturing.set(true);
+        /// Lets the flag go however the capture ends (a panic is caught at
+        /// the hook's boundary, and the thread goes on capturing).
+        struct Release<'t>(&'t ThreadState);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.capturing.set(false);
+            }
+        }
+        let _release = Release(thread);
+        Stack::capture_into(self.stack, thread).intern(&tracker::DEPOT, api, kind, thread)
     }
 
     /// Makes this (runtime) call visible to driver hooks on this thread.

@@ -44,12 +44,13 @@ impl Event for ModuleLoad {
             ModuleImage::File(path) => file_bytes(path),
         };
         let thread = cx.thread;
-        tracker::record_allocation(
+        let trace = cx.trace(self.api, MemoryKind::Module);
+        tracker::record_traced_allocation(
             handle,
             bytes.unwrap_or(0),
             self.api,
             MemoryKind::Module,
-            cx.stack(),
+            trace,
             None,
             thread,
         );

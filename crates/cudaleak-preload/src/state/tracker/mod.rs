@@ -20,7 +20,6 @@ pub use reading::*;
 pub use vmm::*;
 
 use crate::base::thread::ThreadState;
-use crate::capture::Stack;
 use crate::cuda::driver_lookup::{CU_CTX_GET_CURRENT, CU_CTX_GET_DEVICE};
 use crate::cuda::ffi::*;
 use crate::state::live_bytes;
@@ -178,22 +177,10 @@ fn context_bound(kind: MemoryKind) -> bool {
     )
 }
 
-pub fn record_allocation(
-    key: u64,
-    size: u64,
-    api: Api,
-    kind: MemoryKind,
-    stack: &Stack,
-    device: Option<u8>,
-    thread: &ThreadState,
-) {
-    let trace: TraceId = stack.intern(&DEPOT, api, kind, thread);
-    record_traced_allocation(key, size, api, kind, trace, device, thread);
-}
-
-/// [`record_allocation`] of a block whose stack was interned earlier: a
-/// graph's memory-alloc node, recorded when a launch runs it with the
-/// stack of the call that added the node (`state/graphs.rs`).
+/// Records a block: its stack's trace (`HookCx::trace`), the context it
+/// belongs to, the live map and the byte counts. A graph's memory-alloc
+/// node is recorded so when a launch runs it, with the trace of the call
+/// that added the node (`state/graphs.rs`).
 pub fn record_traced_allocation(
     key: u64,
     size: u64,
