@@ -179,7 +179,7 @@ pub struct Stack {
     n_python: usize,
     /// null: the Python frames are in `buffer`; otherwise they are in this
     /// log of the thread's, which a replay repeated, until
-    /// [`Self::python`] needs them (`python::take_frames`)
+    /// a new trace needs them ([`Self::intern`], `python::take_frames`)
     python_log: *const python::PyReplayLog,
     /// the Python frames' generation (0: none)
     python_generation: u64,
