@@ -45,7 +45,8 @@ pub struct StackBuffer {
     pub native: [MaybeUninit<u64>; MAX_STACK_DEPTH],
     pub python: [MaybeUninit<PyRawFrame>; PY_MAX],
     /// the Python walk's generation whose frames `python` holds; 0: none
-    /// (`python::capture`: a replay of them copies nothing)
+    /// (a new trace of a replay of them copies nothing from the log:
+    /// `Stack::take_python_frames`)
     pub python_generation: u64,
 }
 
