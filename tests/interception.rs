@@ -626,6 +626,20 @@ fn frames_of<'a>(stack: impl IntoIterator<Item = &'a cudaleak_core::report::Nati
         .collect()
 }
 
+/// The frames of a block of `size` bytes from `tests/c/paths.c`: the
+/// allocating line first, then route and a level's function per level
+/// (a path of `size / 16 - 1`), then main.
+fn assert_path_frames(frames: &Frames, size: u64, leak_line: i64, what: &str) {
+    assert_eq!(frames[0], ("allocate_for".to_string(), leak_line), "{what}");
+    let path = (size / 16 - 1) as i64;
+    let depth = if path & 32 != 0 { 13 } else { 12 };
+    assert_eq!(
+        frames.iter().position(|f| f.0 == "main"),
+        Some(depth),
+        "{what}, path {path}: {frames:?}"
+    );
+}
+
 /// Stacks from many call paths in turn, each spliced by the fast unwinder
 /// from the one before (its frames up to the first that changed, a walk,
 /// then the rest of the last walk where the two meet), are the
@@ -667,19 +681,7 @@ fn spliced_stacks_are_the_reference_unwinders_along_every_path() {
                 "{name}, {unwinder}: every block"
             );
             for (size, _, frames) in &groups {
-                assert_eq!(
-                    frames[0],
-                    ("allocate_for".to_string(), leak_line),
-                    "{name}, {unwinder}"
-                );
-                // route and a level's function per level, then main
-                let path = (size / 16 - 1) as i64;
-                let want = if path & 32 != 0 { 13 } else { 12 };
-                assert_eq!(
-                    frames.iter().position(|f| f.0 == "main"),
-                    Some(want),
-                    "{name}, {unwinder}, path {path}: {frames:?}"
-                );
+                assert_path_frames(frames, *size, leak_line, &format!("{name}, {unwinder}"));
             }
             by_path.push(groups);
         }
@@ -732,14 +734,7 @@ fn call_paths_in_a_cycle_keep_their_own_stacks() {
             let index = (0..16).find(|i| (i * 37) & 63 == size / 16 - 1).unwrap();
             let want = if index % 2 == 1 && index < 8 { 7 } else { 8 };
             assert_eq!(*blocks, want, "{unwinder}, {size} bytes: a block per round");
-            assert_eq!(frames[0], ("allocate_for".to_string(), leak_line), "{unwinder}");
-            let path = (size / 16 - 1) as i64;
-            let depth = if path & 32 != 0 { 13 } else { 12 };
-            assert_eq!(
-                frames.iter().position(|f| f.0 == "main"),
-                Some(depth),
-                "{unwinder}, path {path}: {frames:?}"
-            );
+            assert_path_frames(frames, *size, leak_line, unwinder);
         }
         by_unwinder.push(groups);
     }
