@@ -217,13 +217,19 @@ impl Stack {
     /// one's.
     #[inline(never)]
     pub fn capture_into<'a>(slot: &'a mut MaybeUninit<Stack>, thread: &ThreadState) -> &'a Stack {
-        let stack = match room_to_capture(slot as *const _ as usize, thread)
+        let bounds = unwind::stack_bounds(slot as *const _ as usize, thread);
+        let stack = match room_to_capture(slot as *const _ as usize, bounds)
             .then(|| buffers(thread))
             .flatten()
         {
-            // SAFETY: this thread's buffers, just had; no other capture is
-            // running on this thread (the caller holds the capture flag).
-            Some(buffers) => Self::capture(buffers, unsafe { ThreadBuffers::next_stack(buffers) }, thread),
+            Some(buffers) => Self::capture(
+                buffers,
+                // SAFETY: this thread's buffers, just had; no other capture
+                // is running on this thread (the caller holds the capture
+                // flag).
+                unsafe { ThreadBuffers::next_stack(buffers) },
+                bounds.map(|(_, top)| top),
+            ),
             None => Self::NONE,
         };
         slot.write(stack)
@@ -233,7 +239,10 @@ impl Stack {
     /// calling thread's). Python frames first: with them, the native walk
     /// stops at the outermost eval-loop frame that runs them
     /// ([`EvalStop`]).
-    fn capture(buffers: *mut ThreadBuffers, buffer: *mut StackBuffer, thread: &ThreadState) -> Stack {
+    /// `stack_top`: the top of the thread's stack that `capture_into`
+    /// runs on (None: not the thread's own stack).
+    #[inline(always)]
+    fn capture(buffers: *mut ThreadBuffers, buffer: *mut StackBuffer, stack_top: Option<usize>) -> Stack {
         // SAFETY: the thread's own buffer, not in use by a live capture (see
         // `Stack`); its arrays are MaybeUninit. One field at a time (the
         // replay logs are other fields of the same allocation), and
@@ -264,7 +273,7 @@ impl Stack {
             unsafe {
                 unwind::capture(
                     &mut (&mut (*buffer).native)[..depth],
-                    thread,
+                    stack_top,
                     &mut *std::ptr::addr_of_mut!((*buffers).replay),
                     stop,
                 )
@@ -514,8 +523,10 @@ fn find_eval_loop() -> Option<(usize, usize)> {
 /// glibc's `dladdr1` flag for the symbol table entry (dlfcn.h).
 const RTLD_DL_SYMENT: libc::c_int = 1;
 
-fn room_to_capture(sp: usize, thread: &ThreadState) -> bool {
-    match unwind::stack_bounds(sp, thread) {
+/// Whether the stack below `sp`, in a thread stack of `bounds` (None:
+/// not the thread's own stack), has room for a capture.
+fn room_to_capture(sp: usize, bounds: Option<(usize, usize)>) -> bool {
+    match bounds {
         Some((low, _)) => sp - low >= CAPTURE_STACK_NEEDED,
         // Not on the thread's own stack (a coroutine, sigaltstack): no
         // bounds to check against, as before.

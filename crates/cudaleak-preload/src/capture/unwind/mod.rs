@@ -44,7 +44,6 @@ pub use replay_log::{ReplayLog, LOGS};
 pub(crate) use stack::stack_bounds;
 
 use crate::base::loader::own_range;
-use crate::base::thread::ThreadState;
 use crate::capture::looks::pair_mut;
 use cudaleak_core::config::Unwinder;
 use reference::dwarf_skipping;
@@ -78,17 +77,21 @@ impl EvalStop {
 /// [`ReplayLog::generation`]): two captures on a thread with the same
 /// generation have the same frames. None when the capture did not go
 /// through the log (the reference unwinder, a foreign stack).
+/// `stack_top`: the top of the thread's stack that the caller runs on
+/// ([`stack_bounds`] of an address in its frame, which the caller had
+/// already: asking again cost a capture 5 instructions); None when it is
+/// not the thread's own stack (a coroutine's, a signal stack).
 #[inline]
 pub fn capture(
     out: &mut [MaybeUninit<u64>],
-    thread: &ThreadState,
+    stack_top: Option<usize>,
     log: &mut ReplayLog,
     stop: EvalStop,
 ) -> (usize, Option<u64>) {
     match crate::base::settings::config().unwinder {
         Unwinder::Dwarf => (capture_dwarf(out, stop), None),
         Unwinder::Fast => {
-            let n = fast_skipping(out, own_range(), thread, log, stop);
+            let n = fast_skipping(out, own_range(), stack_top, log, stop);
             (n, Some(log.generation))
         }
     }
@@ -100,15 +103,19 @@ fn is_own(ip: usize, range: (usize, usize)) -> bool {
 }
 
 /// The fast unwinder (x86-64; other architectures use the reference one),
-/// leaving out return addresses inside `skip`. A
+/// leaving out return addresses inside `skip`, from the frame it is
+/// inlined into; `stack_top` as for [`capture`]. A
 /// capture that did not replay made a new generation of the log (see
-/// [`capture`]).
+/// [`capture`]). Inlined: a call of its own saved and restored the
+/// caller's registers again, 26 instructions of a Python pair (the
+/// walk starts one frame further out, a frame of ours, left out as all
+/// of them are).
 #[cfg(target_arch = "x86_64")]
-#[inline(never)]
+#[inline(always)]
 fn fast_skipping(
     out: &mut [MaybeUninit<u64>],
     skip: (usize, usize),
-    thread: &ThreadState,
+    stack_top: Option<usize>,
     log: &mut ReplayLog,
     stop: EvalStop,
 ) -> usize {
@@ -126,7 +133,7 @@ fn fast_skipping(
             options(nomem, nostack, preserves_flags)
         );
     }
-    let Some((_, top)) = stack_bounds(sp, thread) else {
+    let Some(top) = stack_top else {
         // Frames no log holds: a generation of their own (the logs keep
         // theirs, each replay giving its log's).
         log.new_generation(0);
@@ -255,7 +262,7 @@ fn other_logs(
 fn fast_skipping(
     out: &mut [MaybeUninit<u64>],
     skip: (usize, usize),
-    _thread: &ThreadState,
+    _stack_top: Option<usize>,
     log: &mut ReplayLog,
     stop: EvalStop,
 ) -> usize {

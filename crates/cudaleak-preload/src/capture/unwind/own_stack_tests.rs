@@ -5,6 +5,15 @@ use super::reference::dwarf_skipping;
 use super::replay::SPLICES;
 use super::replay_log::{WalkLog, REPLAY_READS, STEP_PENDING};
 use super::*;
+use crate::base::thread::ThreadState;
+
+/// The top of the calling thread's stack, as `Stack::capture_into` finds
+/// it for a capture.
+#[inline(never)]
+fn stack_top(thread: &ThreadState) -> Option<usize> {
+    let here = 0u8;
+    stack_bounds(std::hint::black_box(&here) as *const u8 as usize, thread).map(|(_, top)| top)
+}
 
 #[inline(never)]
 fn path_a(f: &mut dyn FnMut()) {
@@ -33,7 +42,13 @@ fn replay_only_when_the_stack_is_unchanged() {
         let (mut nf, mut replayed, mut nr) = (0, false, 0);
         let mut f = || {
             let walks = log.walks;
-            nf = fast_skipping(&mut fast, (0, 0), thread, &mut log, EvalStop::default());
+            nf = fast_skipping(
+                &mut fast,
+                (0, 0),
+                stack_top(thread),
+                &mut log,
+                EvalStop::default(),
+            );
             replayed = log.walks == walks;
             nr = dwarf_skipping(&mut reference, (0, 0), EvalStop::default());
         };
@@ -180,7 +195,13 @@ fn a_splice_gives_what_a_full_walk_gives() {
     with_rbp_zero(&mut || {
         route(0, 0, &mut || {
             let mut buf = [MaybeUninit::uninit(); 64];
-            let n = fast_skipping(&mut buf, (0, 0), thread, &mut fresh, EvalStop::default());
+            let n = fast_skipping(
+                &mut buf,
+                (0, 0),
+                stack_top(thread),
+                &mut fresh,
+                EvalStop::default(),
+            );
             // SAFETY: the capture wrote the first `n` entries.
             first = buf[..n].iter().map(|v| unsafe { v.assume_init() }).collect();
         })
@@ -207,7 +228,7 @@ fn a_splice_gives_what_a_full_walk_gives() {
                 // borrowed while the closure runs.
                 let log = unsafe { &mut *logs[std::hint::black_box(which)] };
                 let mut buf = [MaybeUninit::uninit(); 64];
-                let n = fast_skipping(&mut buf, skip, thread, log, EvalStop::default());
+                let n = fast_skipping(&mut buf, skip, stack_top(thread), log, EvalStop::default());
                 // SAFETY: the capture wrote the first `n` entries.
                 got.push(buf[..n].iter().map(|v| unsafe { v.assume_init() }).collect());
             }
@@ -310,7 +331,7 @@ fn fast_matches_the_reference_unwinder() {
             nf = fast_skipping(
                 &mut fast,
                 (0, 0),
-                crate::base::thread::current(),
+                stack_top(crate::base::thread::current()),
                 &mut log,
                 EvalStop::default(),
             );
