@@ -532,6 +532,34 @@ fn os_exit_in_python_still_writes_the_report_and_keeps_the_status() {
     group_with_py_line(&r, "stacks.py", line_of(STACKS, "# LEAK cdll"));
 }
 
+/// Once the interpreter finalizes, its thread states and frames are torn
+/// down, so a capture takes no Python frames: a `__del__` run as the
+/// interpreter clears `__main__` at exit allocates with native frames
+/// alone, where the same `__del__` run earlier has its Python frame.
+#[test]
+fn an_allocation_while_the_interpreter_finalizes_has_no_python_stack() {
+    let out = run_python(&[STACKS, "finalizing"], &[]);
+    out.assert_success();
+    let r = out.report();
+    let by_size = |bytes: u64| {
+        let groups: Vec<&Group> = r.leaks.iter().filter(|g| g.bytes == bytes).collect();
+        assert_eq!(groups.len(), 1, "{bytes} bytes: {:#?}", r.leaks);
+        assert_eq!(groups[0].blocks, 1);
+        groups[0]
+    };
+    let line = line_of(STACKS, "# LEAK collected");
+    assert_eq!(
+        py_frames(by_size(6006))[..2],
+        [
+            (q("AllocatesWhenCollected.__del__"), s("stacks.py"), line),
+            (q("finalizing"), s("stacks.py"), line_of(STACKS, "del early")),
+        ]
+    );
+    let at_exit = by_size(7007);
+    assert_eq!(py_frames(at_exit), []);
+    assert!(!at_exit.native_stack.is_empty());
+}
+
 #[test]
 fn cudaleak_python_zero_turns_capture_off() {
     let out = run_python(&[STACKS, "all"], &[("CUDALEAK_PYTHON", "0")]);

@@ -148,6 +148,38 @@ def exit_now():
     os._exit(3)
 
 
+class AllocatesWhenCollected:
+    """Leaks `nbytes` from its __del__, through a ctypes function and
+    arguments bound beforehand: at finalization, module globals (`sim`'s
+    too) may already be gone."""
+
+    def __init__(self, nbytes):
+        self.malloc = sim.RT.cudaMalloc
+        self.p = ctypes.c_void_p()
+        self.ref = ctypes.byref(self.p)
+        self.nbytes = nbytes
+
+    def __del__(self):
+        self.malloc(self.ref, self.nbytes)  # LEAK collected
+
+
+def finalizing():
+    # Collected now, while the interpreter runs: a Python stack.
+    early = AllocatesWhenCollected(6006)
+    del early
+    # Collected when the interpreter clears this module at exit, after it
+    # started finalizing: no Python stack.
+    global AT_EXIT
+    AT_EXIT = AllocatesWhenCollected(7007)
+
+
 if __name__ == "__main__":
-    modes = {"all": all_kinds, "clean": clean, "deadlock": deadlock, "exit_now": exit_now, "one_line": one_line}
+    modes = {
+        "all": all_kinds,
+        "clean": clean,
+        "deadlock": deadlock,
+        "exit_now": exit_now,
+        "finalizing": finalizing,
+        "one_line": one_line,
+    }
     modes[sys.argv[1]]()

@@ -14,8 +14,14 @@ const OFF: u8 = 3;
 pub(super) static STATE: AtomicU8 = AtomicU8::new(UNPROBED);
 pub(super) static LAYOUT: AtomicPtr<PyLayout> = AtomicPtr::new(std::ptr::null_mut());
 pub(super) static GET_THIS_THREAD_STATE: AtomicUsize = AtomicUsize::new(0);
+/// The unchecked thread-state getter, only where the layout says it reads
+/// a thread-local (3.12+; see [`this_thread_state`]), else 0: one test a
+/// capture instead of two.
 pub(super) static GET_UNCHECKED: AtomicUsize = AtomicUsize::new(0);
 pub(super) static IS_FINALIZING: AtomicUsize = AtomicUsize::new(0);
+/// The word `IS_FINALIZING`'s getter loads, where its code showed it
+/// (`finalizing`), else 0: a capture then loads it instead of the call.
+pub(super) static FINALIZING_WORD: AtomicUsize = AtomicUsize::new(0);
 pub(super) static CODE_TYPE: AtomicUsize = AtomicUsize::new(0);
 /// `capture_active` for the interpreter's frame model, a [`CaptureFn`](super::walk::CaptureFn):
 /// one indirect call where a `match` on the model cost a jump table and
@@ -79,7 +85,8 @@ pub(super) fn turn_off(why: String, notice: bool) {
 
 /// The calling thread's thread state, or 0 (rule 2).
 ///
-/// 3.12+: the attached thread state, a thread-local, is always ours; the
+/// 3.12+ (the layouts that say so; `probe` stores the unchecked getter
+/// only for them): the attached thread state, a thread-local, is always ours; the
 /// GIL-state getter is asked only when none is attached. Before 3.12 the
 /// attached state is the GIL holder's, ours only when it equals the
 /// GIL-state getter's answer, which is then the same value: so that getter
@@ -89,9 +96,9 @@ pub(super) fn turn_off(why: String, notice: bool) {
 /// Only once `STATE` was read as ACTIVE (Acquire): `probe` stored the
 /// getters and `LAYOUT` before it (Release).
 #[inline(always)]
-pub(super) unsafe fn this_thread_state(l: &PyLayout) -> usize {
+pub(super) unsafe fn this_thread_state() -> usize {
     let unchecked = GET_UNCHECKED.load(Ordering::Relaxed);
-    if l.attached_is_thread_local && unchecked != 0 {
+    if unchecked != 0 {
         // SAFETY: non-zero, so the address of
         // `_PyThreadState_UncheckedGet`/`PyThreadState_GetUnchecked` that
         // `probe` found, `PyThreadState *(void)`.

@@ -9,8 +9,9 @@
 //!    under it; a thread holding it is running us, not Python.
 //! 2. The only calls are two thread-state getters
 //!    (`PyGILState_GetThisThreadState`, the unchecked current-thread-state
-//!    getter) and the finalization check, all plain reads of runtime state
-//!    that take no lock.
+//!    getter, 3.12+ only) and the finalization check (or a load of the
+//!    word it tests, where its code shows it: `finalizing`), all plain
+//!    reads of runtime state that take no lock.
 //!    Symbols are found with `dlsym` at the first capture; libpython is
 //!    never linked, and a process without Python pays one atomic load.
 //! 3. Per-version layouts (`python_layouts.rs`), each checked against the
@@ -24,7 +25,7 @@
 //!
 //! Bottom up:
 //!
-//! 1. reads of the interpreter's memory, frame models as types: `memory`, `model`
+//! 1. reads of the interpreter's memory, frame models as types, the word the finalizing getter's code reads: `memory`, `model`, `finalizing`
 //! 2. the interpreter once probed (its layout, getters, status): `interpreter`
 //! 3. a frame's words, and code objects and what reports keep of them: `frame`, `code`
 //! 4. the logs of the last frame walks, for replay: `replay_log`
@@ -36,6 +37,7 @@
 //! This file: a capture's entry point.
 
 mod code;
+mod finalizing;
 mod frame;
 mod interpreter;
 #[cfg(test)]

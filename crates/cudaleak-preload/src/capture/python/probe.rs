@@ -2,8 +2,8 @@
 //! choose the layout (and so the frame model) to read it with.
 
 use super::interpreter::{
-    set_status, sym, turn_off, version, ACTIVE, CAPTURE, CODE_TYPE, GET_THIS_THREAD_STATE, GET_UNCHECKED,
-    IS_FINALIZING, LAYOUT, PROBING, STATE, UNPROBED,
+    set_status, sym, turn_off, version, ACTIVE, CAPTURE, CODE_TYPE, FINALIZING_WORD, GET_THIS_THREAD_STATE,
+    GET_UNCHECKED, IS_FINALIZING, LAYOUT, PROBING, STATE, UNPROBED,
 };
 use super::model::{FrameObjects, Interpreter311, Interpreter312, Interpreter313, Interpreter314};
 use super::walk::{capture_active, CaptureFn};
@@ -39,7 +39,9 @@ pub(super) fn probe() -> bool {
     let Some((layout, how)) = choose_layout(major, minor) else {
         return false;
     };
-    let unchecked = if minor >= 13 {
+    let unchecked = if !layout.attached_is_thread_local {
+        0
+    } else if minor >= 13 {
         sym(c"PyThreadState_GetUnchecked")
     } else {
         sym(c"_PyThreadState_UncheckedGet")
@@ -57,6 +59,9 @@ pub(super) fn probe() -> bool {
     GET_THIS_THREAD_STATE.store(get_this, Ordering::Release);
     GET_UNCHECKED.store(unchecked, Ordering::Release);
     IS_FINALIZING.store(finalizing, Ordering::Release);
+    // SAFETY: both addresses are what dlsym found in this process (or 0).
+    let word = unsafe { super::finalizing::flag_of_getter(finalizing, sym(c"_PyRuntime")) };
+    FINALIZING_WORD.store(word.unwrap_or(0), Ordering::Release);
     CODE_TYPE.store(code_type, Ordering::Release);
     let capture: CaptureFn = match layout.frames {
         FrameModel::FrameObjects => capture_active::<FrameObjects>,

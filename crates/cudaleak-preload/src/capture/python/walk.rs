@@ -3,7 +3,9 @@
 
 use super::code::guard;
 use super::frame::{frame_words, owner_of, FrameOffsets, Visit};
-use super::interpreter::{this_thread_state, FinalizingFn, CODE_TYPE, IS_FINALIZING, LAYOUT};
+use super::interpreter::{
+    this_thread_state, FinalizingFn, CODE_TYPE, FINALIZING_WORD, IS_FINALIZING, LAYOUT,
+};
 use super::memory::{plausible, read};
 use super::model::FrameModelType;
 use super::replay::{patch, replay, Miss};
@@ -12,7 +14,7 @@ use crate::capture::looks::pair_mut;
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::{PyRawFrame, PY_FRAME_ENTRY};
 use std::mem::MaybeUninit;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A `capture_active::<M>`, as `probe` stores it in `CAPTURE`.
 pub(super) type CaptureFn = unsafe fn(&mut [MaybeUninit<PyRawFrame>], &mut PyReplayLogs) -> usize;
@@ -30,22 +32,24 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     out: &mut [MaybeUninit<PyRawFrame>],
     logs: &mut PyReplayLogs,
 ) -> usize {
-    let fin = IS_FINALIZING.load(Ordering::Relaxed);
-    if fin != 0 {
-        // SAFETY: non-zero, so the address of `Py_IsFinalizing` (3.13+) or
-        // `_Py_IsFinalizing` that `probe` found; both are `int (void)`.
-        let f: FinalizingFn = unsafe { std::mem::transmute(fin) };
-        // SAFETY: a plain read of the runtime's finalizing flag (rule 2).
-        if unsafe { f() } != 0 {
-            logs.last().forget();
-            return 0;
-        }
+    let word = FINALIZING_WORD.load(Ordering::Relaxed);
+    let finalizing = if word != 0 {
+        // SAFETY: the aligned word of `_PyRuntime` that the finalizing
+        // getter loads (`finalizing`), static for the interpreter's life;
+        // CPython writes it atomically.
+        unsafe { (*(word as *const AtomicUsize)).load(Ordering::Relaxed) != 0 }
+    } else {
+        is_finalizing()
+    };
+    if finalizing {
+        logs.last().forget();
+        return 0;
     }
     // SAFETY: ACTIVE implies LAYOUT points to a static table or a layout
     // leaked in `choose_layout`, never freed.
     let l = unsafe { &*LAYOUT.load(Ordering::Relaxed) };
     // SAFETY: ACTIVE, as this function's caller guarantees.
-    let tstate = unsafe { this_thread_state(l) };
+    let tstate = unsafe { this_thread_state() };
     if !plausible(tstate, 8) {
         logs.last().forget();
         return 0;
@@ -71,6 +75,22 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     // chain is frozen while this thread runs the hook (module comment,
     // rule 1).
     unsafe { walk_logs::<M>(l, code_type, frame, out, logs) }
+}
+
+/// The finalizing getter's answer, where its code did not show the word
+/// it loads (`finalizing`). Out of line: most interpreters never call it.
+#[cold]
+#[inline(never)]
+fn is_finalizing() -> bool {
+    let fin = IS_FINALIZING.load(Ordering::Relaxed);
+    if fin == 0 {
+        return false;
+    }
+    // SAFETY: non-zero, so the address of `Py_IsFinalizing` (3.13+) or
+    // `_Py_IsFinalizing` that `probe` found; both are `int (void)`.
+    let f: FinalizingFn = unsafe { std::mem::transmute(fin) };
+    // SAFETY: a plain read of the runtime's finalizing flag (rule 2).
+    unsafe { f() != 0 }
 }
 
 /// The frame walk through the thread's logs: a replay of the guess (the
