@@ -4,8 +4,9 @@
 //! then on thread states and frames are torn down, and a capture takes no
 //! Python frames. The getter (`_Py_IsFinalizing`, `Py_IsFinalizing` from
 //! 3.13) loads one word of `_PyRuntime` and tests it against zero; calling
-//! it cost a Python pair 12 instructions with its test, loading the word
-//! 4. So the probe reads the getter's machine code, and when it is
+//! it cost a Python pair 8 instructions more than loading that word
+//! (callgrind: the getter's 6, and the call). So the probe reads the
+//! getter's machine code, and when it is
 //! exactly that load and test (one of the shapes below), a capture loads
 //! the same word itself. Any other code (another compiler, an
 //! instrumented build, another architecture) keeps the call.
