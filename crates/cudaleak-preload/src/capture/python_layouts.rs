@@ -32,7 +32,7 @@ pub enum FrameModel {
     Interpreter314,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct PyLayout {
     pub major: u32,
     pub minor: u32,

@@ -31,6 +31,7 @@ pub(super) struct FrameOffsets {
 impl FrameOffsets {
     #[inline(always)]
     pub(super) fn of<M: FrameModelType>(l: &PyLayout) -> FrameOffsets {
+        let l = super::model::fixed::<M>(l);
         FrameOffsets {
             back: l.frame_back,
             code: l.frame_code,

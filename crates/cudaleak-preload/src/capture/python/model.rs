@@ -2,13 +2,20 @@
 //! frame reads are compiled once per model (monomorphised), and each
 //! carries only its own model's tests, decided at compile time.
 
-use crate::capture::python_layouts::FrameModel;
+use crate::capture::python_layouts::{FrameModel, PyLayout, PY311, PY312};
 
 /// A [`FrameModel`] as a type parameter (a const generic of an enum is
 /// not stable Rust). Its constants are known at compile time: a test on
 /// them costs a walk nothing, and the code for other models is left out.
 pub(super) trait FrameModelType {
     const MODEL: FrameModel;
+    /// The one layout of this model, where it has one (3.11 and 3.12:
+    /// their tables; `probe` turns capture off for any other): its offsets
+    /// are then constants of the compiled walk ([`fixed`]), which frees
+    /// the registers that held them. None: the layout is read at run time
+    /// (the versions a model spans differ, or 3.13+ may take its offsets
+    /// from `_Py_DebugOffsets`).
+    const TABLE: Option<&'static PyLayout> = None;
     /// 3.8 to 3.10: a chain of frame objects, not interpreter frames
     const FRAME_OBJECTS: bool = matches!(Self::MODEL, FrameModel::FrameObjects);
     /// 3.11: `is_entry`, and the owner byte right after it
@@ -60,13 +67,25 @@ impl FrameModelType for FrameObjects {
 }
 impl FrameModelType for Interpreter311 {
     const MODEL: FrameModel = FrameModel::Interpreter311;
+    const TABLE: Option<&'static PyLayout> = Some(&PY311);
 }
 impl FrameModelType for Interpreter312 {
     const MODEL: FrameModel = FrameModel::Interpreter312;
+    const TABLE: Option<&'static PyLayout> = Some(&PY312);
 }
 impl FrameModelType for Interpreter313 {
     const MODEL: FrameModel = FrameModel::Interpreter313;
 }
 impl FrameModelType for Interpreter314 {
     const MODEL: FrameModel = FrameModel::Interpreter314;
+}
+
+/// The layout a walk of model `M` reads with: `M`'s table where it has
+/// one (equal to `l`: `probe` checked it), a constant; `l` otherwise.
+#[inline(always)]
+pub(super) fn fixed<M: FrameModelType>(l: &PyLayout) -> &PyLayout {
+    match M::TABLE {
+        Some(table) => table,
+        None => l,
+    }
 }

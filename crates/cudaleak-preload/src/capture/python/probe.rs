@@ -5,7 +5,9 @@ use super::interpreter::{
     set_status, sym, turn_off, version, ACTIVE, CAPTURE, CODE_TYPE, FINALIZING_WORD, GET_THIS_THREAD_STATE,
     GET_UNCHECKED, IS_FINALIZING, LAYOUT, PROBING, STATE, UNPROBED,
 };
-use super::model::{FrameObjects, Interpreter311, Interpreter312, Interpreter313, Interpreter314};
+use super::model::{
+    FrameModelType, FrameObjects, Interpreter311, Interpreter312, Interpreter313, Interpreter314,
+};
 use super::walk::{capture_active, CaptureFn};
 use crate::capture::python_debug_offsets;
 use crate::capture::python_layouts::{layout_for, FrameModel, PyLayout};
@@ -63,6 +65,13 @@ pub(super) fn probe() -> bool {
     let word = unsafe { super::finalizing::flag_of_getter(finalizing, sym(c"_PyRuntime")) };
     FINALIZING_WORD.store(word.unwrap_or(0), Ordering::Release);
     CODE_TYPE.store(code_type, Ordering::Release);
+    if !layout_is_models_table(layout) {
+        turn_off(
+            format!("Python {major}.{minor}: its layout is not its frame model's table"),
+            true,
+        );
+        return false;
+    }
     let capture: CaptureFn = match layout.frames {
         FrameModel::FrameObjects => capture_active::<FrameObjects>,
         FrameModel::Interpreter311 => capture_active::<Interpreter311>,
@@ -75,6 +84,20 @@ pub(super) fn probe() -> bool {
     set_status(format!("CPython {major}.{minor}{how}"));
     STATE.store(ACTIVE, Ordering::Release);
     true
+}
+
+/// Whether `layout` is its frame model's one layout, where the model has
+/// one ([`FrameModelType::TABLE`]): the walk then reads that table's
+/// offsets as constants, not `layout`'s.
+fn layout_is_models_table(layout: &PyLayout) -> bool {
+    let table = match layout.frames {
+        FrameModel::FrameObjects => FrameObjects::TABLE,
+        FrameModel::Interpreter311 => Interpreter311::TABLE,
+        FrameModel::Interpreter312 => Interpreter312::TABLE,
+        FrameModel::Interpreter313 => Interpreter313::TABLE,
+        FrameModel::Interpreter314 => Interpreter314::TABLE,
+    };
+    table.is_none_or(|t| t == layout)
 }
 
 /// The frame model for the running interpreter, and how it was found (for
@@ -123,5 +146,32 @@ fn choose_layout(major: u32, minor: u32) -> Option<(&'static PyLayout, &'static 
             );
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::python_layouts::{layout_for, PY311, PY312};
+
+    /// Every version's table may be read with its model's constants, and
+    /// a layout of a model with a table of its own that differs from it
+    /// turns capture off rather than be read with the table's offsets.
+    #[test]
+    fn a_models_constant_offsets_are_its_versions_table() {
+        for minor in 8..=13 {
+            let l = layout_for(3, minor).unwrap_or_else(|| panic!("3.{minor}"));
+            assert!(layout_is_models_table(l), "3.{minor}");
+        }
+        let moved = PyLayout {
+            frame_back: PY311.frame_back + 8,
+            ..PY311
+        };
+        assert!(!layout_is_models_table(&moved));
+        let other = PyLayout {
+            tstate_frame: PY312.tstate_frame + 8,
+            ..PY312
+        };
+        assert!(!layout_is_models_table(&other));
     }
 }

@@ -4,7 +4,7 @@
 use super::code::guard;
 use super::frame::{frame_unchanged, frame_words, owner_of, FrameOffsets, Visit};
 use super::memory::{plausible, read};
-use super::model::FrameModelType;
+use super::model::{fixed, FrameModelType};
 use super::replay_log::{Guarded, PyReplayLog, PY_REPLAY_FRAMES};
 use crate::capture::python_layouts::PyLayout;
 use cudaleak_core::record::python::PyRawFrame;
@@ -63,6 +63,7 @@ pub(super) unsafe fn replay<M: FrameModelType>(
     if log.visited == 0 || log.head != frame || log.recorded > out.len() {
         return Err(Miss::Other);
     }
+    let l = fixed::<M>(l);
     let o = FrameOffsets::of::<M>(l);
     let mut at = frame;
     let visits = &log.visits[..log.visited];

@@ -7,7 +7,7 @@ use super::interpreter::{
     this_thread_state, FinalizingFn, CODE_TYPE, FINALIZING_WORD, IS_FINALIZING, LAYOUT,
 };
 use super::memory::{plausible, read};
-use super::model::FrameModelType;
+use super::model::{fixed, FrameModelType};
 use super::replay::{patch, replay, Miss};
 use super::replay_log::{Guarded, PyReplayLog, PyReplayLogs, PY_LOGS, PY_REPLAY_FRAMES, VISIT_SHIFT};
 use crate::capture::looks::pair_mut;
@@ -47,7 +47,7 @@ pub(super) unsafe fn capture_active<M: FrameModelType>(
     }
     // SAFETY: ACTIVE implies LAYOUT points to a static table or a layout
     // leaked in `choose_layout`, never freed.
-    let l = unsafe { &*LAYOUT.load(Ordering::Relaxed) };
+    let l = fixed::<M>(unsafe { &*LAYOUT.load(Ordering::Relaxed) });
     // SAFETY: ACTIVE, as this function's caller guarantees.
     let tstate = unsafe { this_thread_state() };
     if !plausible(tstate, 8) {
