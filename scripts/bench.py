@@ -18,7 +18,12 @@ rule: a mechanism stays only if it saves 5 % on a real shape") run only when nam
 each library given by name, the first the reference of the others:
 
     python3 scripts/bench.py --only shapes|train|train-py|xfree|ranks|async|cache \
-        [--variant base=PATH --variant no-sole=PATH ...] [--rounds 7] [--no-instructions] [--no-tools]
+        [--variant base=PATH --variant no-sole=PATH ...] [--rounds 7] [--no-instructions] [--no-tools] \
+        [--cache-sim]
+
+--cache-sim adds the misses of callgrind's simulated caches per pair to
+the instructions: where the program's own code fills the instruction
+cache (the Python shape), they weigh more than the instructions.
 """
 
 import argparse
@@ -624,10 +629,31 @@ def spread(v):
     return (max(v) - min(v)) / statistics.median(v)
 
 
-def shape_instructions(configs, argv_of, n1, n2, procs=1):
+def callgrind_events(stderr):
+    """callgrind's totals by event name ("Ir", and with --cache-sim=yes
+    "I1mr", "D1mr", ...), from its summary on stderr; None when absent."""
+    names = re.findall(r"Events\s*:\s*(.+)", stderr)
+    values = re.findall(r"Collected\s*:\s*(.+)", stderr)
+    if not names or not values:
+        return None
+    return dict(zip(names[-1].split(), (int(v) for v in values[-1].split())))
+
+
+# Per configuration, (I1 misses, D1 read misses) per unit, from the last
+# shape_instructions(..., cache_sim=True); empty without --cache-sim.
+SHAPE_MISSES = {}
+
+
+def shape_instructions(configs, argv_of, n1, n2, procs=1, cache_sim=False):
     """Instructions per unit (the difference of two run lengths, n2 - n1
     units), per library configuration (the tools are not counted). With
-    procs > 1, that many run at once, and the figure is their median."""
+    procs > 1, that many run at once, and the figure is their median.
+    With cache_sim, callgrind also simulates the caches (I1 and D1 of
+    32 KiB, 8-way, 64-byte lines), and SHAPE_MISSES gets the misses per
+    unit: on the Python shape they, not the instructions, decide what the
+    library costs (docs/performance.md, "why train-py pays more than its
+    instructions say")."""
+    SHAPE_MISSES.clear()
     if not have("valgrind"):
         print("  valgrind not found (apt-get install valgrind): instructions skipped", file=sys.stderr)
         return {}
@@ -637,18 +663,21 @@ def shape_instructions(configs, argv_of, n1, n2, procs=1):
             continue
         counts = []
         for n in (n1, n2):
-            cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + argv_of(n)
-            running = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                       for _ in range(procs)]
+            cmd = (["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+                   + (["--cache-sim=yes"] if cache_sim else []) + argv_of(n))
+            running = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True) for _ in range(procs)]
             got = []
             for p in running:
                 _, err = p.communicate()
-                m = re.findall(r"Collected : (\d+)", err)
-                if p.returncode != 0 or not m:
+                events = callgrind_events(err)
+                if p.returncode != 0 or not events or (cache_sim and "I1mr" not in events):
                     raise RuntimeError("%s failed (%d):\n%s" % (" ".join(cmd), p.returncode, err[-2000:]))
-                got.append(int(m[-1]))
-            counts.append(statistics.median(got))
-        out[name] = (counts[1] - counts[0]) / (n2 - n1)
+                got.append(events)
+            counts.append({e: statistics.median(g[e] for g in got) for e in got[0]})
+        out[name] = (counts[1]["Ir"] - counts[0]["Ir"]) / (n2 - n1)
+        if cache_sim:
+            SHAPE_MISSES[name] = tuple((counts[1][e] - counts[0][e]) / (n2 - n1) for e in ("I1mr", "D1mr"))
     return out
 
 
@@ -702,6 +731,17 @@ def shape_table(title, smp, instr, unit, args, note=""):
         else:
             cells += ["(not counted)" if name in ("heaptrack", "memray --native") else "", ""]
         print("| %s | %s |" % (name, " | ".join(cells)))
+    if SHAPE_MISSES.get("no library"):
+        alone = SHAPE_MISSES["no library"]
+        print()
+        print("Simulated cache misses per pair (callgrind --cache-sim=yes: I1 and D1 of 32 KiB, 8-way, "
+              "64-byte lines); the program alone: %.0f I1, %.0f D1 reads:" % (alone[0] / ppu, alone[1] / ppu))
+        print()
+        print("| configuration | I1 misses added per pair | D1 read misses added per pair |")
+        print("|---|---:|---:|")
+        for name, (i1, d1) in SHAPE_MISSES.items():
+            if name != "no library":
+                print("| %s | %+.1f | %+.1f |" % (name, (i1 - alone[0]) / ppu, (d1 - alone[1]) / ppu))
     libs = [n for n, _ in shape_libs(args)]
     if len(libs) < 2:
         return
@@ -790,7 +830,8 @@ def shape_train(work, reports, pairs, args, caching=False):
     # The caching-allocator step has 3 pairs a step: a longer difference,
     # so that the dumper thread's polls (every 200 ms, longer under
     # callgrind) stay small beside them.
-    instr = {} if args.no_instructions else shape_instructions(configs, argv, 10, 90 if caching else 30)
+    instr = {} if args.no_instructions else shape_instructions(configs, argv, 10, 90 if caching else 30,
+                                                               cache_sim=args.cache_sim)
     if caching:
         title = ("cache: caching-allocator step, %d ops of 10 µs per pass, 3 segments grown and released, "
                  "%d frames" % (SHAPE_OPS, SHAPE_DEPTH))
@@ -822,7 +863,7 @@ def shape_train_py(work, reports, pairs, args):
             if prefix and "memray" in prefix[2:4]:
                 a = a[1:]  # memray's prefix names the interpreter
             smp.add(name, [shape_result(shape_run(prefix, e, a))])
-    instr = {} if args.no_instructions else shape_instructions(configs, argv, 4, 12)
+    instr = {} if args.no_instructions else shape_instructions(configs, argv, 4, 12, cache_sim=args.cache_sim)
     shape_table("train-py: training step from Python, %d ops of 10 µs per pass, 2 GiB held, %d Python frames"
                 % (SHAPE_OPS, SHAPE_PY_DEPTH), smp, instr, "step", args,
                 "Python work loop %d iterations per op; %d steps a run" % (iters, steps))
@@ -840,7 +881,7 @@ def shape_xfree(work, reports, pairs, args):
         producers = max(1, t // 2)
         argv = lambda n: [step, "xfree", str(n // producers), str(SHAPE_DEPTH), str(t)]  # noqa: E731
         smp = shape_rounds(configs, argv(args.xfree_pairs), args.rounds)
-        instr = {} if args.no_instructions else shape_instructions(configs, argv, 8192, 24576)
+        instr = {} if args.no_instructions else shape_instructions(configs, argv, 8192, 24576, cache_sim=args.cache_sim)
         shape_table("xfree-%d: %s, 4 KiB .. 2 MiB blocks, 16 call sites, 2 GiB held, %d frames" % (
             t, "one thread allocates and frees" if t == 1 else
             "%d producer/consumer pairs, each block freed by the other thread" % producers, SHAPE_DEPTH),
@@ -877,8 +918,8 @@ def shape_ranks(work, reports, pairs, args):
     if args.no_instructions:
         ia = ie = {}
     else:
-        ia = shape_instructions(configs, argv, 10, 30)
-        ie = shape_instructions(configs, argv, 10, 30, procs=args.ranks)
+        ia = shape_instructions(configs, argv, 10, 30, cache_sim=args.cache_sim)
+        ie = shape_instructions(configs, argv, 10, 30, procs=args.ranks, cache_sim=args.cache_sim)
     shape_table("ranks-1: the training step, one process alone (%d frames)" % SHAPE_DEPTH,
                 alone, ia, "step", args, "%d steps a run; in the rounds of ranks-%d" % (steps, args.ranks))
     shape_table("ranks-%d: the training step, %d processes at once on %d CPUs (median process)" % (
@@ -901,7 +942,7 @@ def shape_async(work, reports, pairs, args):
     print("  memray --native: not run (it runs Python programs only; this is a C program)")
     argv = lambda n: [step, "async", str(n), str(SHAPE_LAYERS), str(SHAPE_DEPTH)]  # noqa: E731
     smp = shape_rounds(configs, argv(args.requests), args.rounds)
-    instr = {} if args.no_instructions else shape_instructions(configs, argv, 20, 60)
+    instr = {} if args.no_instructions else shape_instructions(configs, argv, 20, 60, cache_sim=args.cache_sim)
     shape_table("async: inference loop, one thread, cudaMallocAsync/cudaFreeAsync, %d layers of 10 µs, "
                 "2 GiB held, %d frames" % (SHAPE_LAYERS, SHAPE_DEPTH), smp, instr, "request", args,
                 "work loop %d iterations per layer; %d requests a run" % (iters, args.requests))
@@ -947,6 +988,8 @@ def main():
                     "(default: calibrated at start, without the library)")
     ap.add_argument("--py-work-iters", type=int, help="real shapes: the same for the Python loop")
     ap.add_argument("--no-instructions", action="store_true", help="real shapes: CPU time only, no callgrind")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="real shapes: also the cache misses per pair, in callgrind's simulated caches")
     ap.add_argument("--no-tools", action="store_true", help="real shapes: no heaptrack or memray in the rounds "
                     "(many rounds of the libraries alone)")
     args = ap.parse_args()
