@@ -41,6 +41,13 @@ pub(super) fn probe() -> bool {
     let Some((layout, how)) = choose_layout(major, minor) else {
         return false;
     };
+    if !layout_is_models_table(layout) {
+        turn_off(
+            format!("Python {major}.{minor}: its layout is not its frame model's table"),
+            true,
+        );
+        return false;
+    }
     let unchecked = if !layout.attached_is_thread_local {
         0
     } else if minor >= 13 {
@@ -65,13 +72,6 @@ pub(super) fn probe() -> bool {
     let word = unsafe { super::finalizing::flag_of_getter(finalizing, sym(c"_PyRuntime")) };
     FINALIZING_WORD.store(word.unwrap_or(0), Ordering::Release);
     CODE_TYPE.store(code_type, Ordering::Release);
-    if !layout_is_models_table(layout) {
-        turn_off(
-            format!("Python {major}.{minor}: its layout is not its frame model's table"),
-            true,
-        );
-        return false;
-    }
     let capture: CaptureFn = match layout.frames {
         FrameModel::FrameObjects => capture_active::<FrameObjects>,
         FrameModel::Interpreter311 => capture_active::<Interpreter311>,
