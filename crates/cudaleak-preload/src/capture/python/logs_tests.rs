@@ -4,6 +4,7 @@
 //! stays rare where it does not pay.
 
 use super::model::Interpreter311;
+use super::replay::copy_frames;
 use super::replay_log::{PyReplayLog, PyReplayLogs};
 use super::replay_tests::Chain311;
 use super::walk::{walk_frames, walk_logs};
@@ -72,9 +73,7 @@ fn capture(c: &Chain311, logs: &mut PyReplayLogs, code_type: usize) -> (Frames, 
     let n = unsafe { walk_logs::<Interpreter311>(&PY311, code_type, c.frame(0), &mut out, logs) };
     // A replay leaves the frames in its log (`take_frames`).
     if logs.walks == walks {
-        for (o, f) in out.iter_mut().zip(&logs.last().out[..n]) {
-            o.write(*f);
-        }
+        copy_frames(&logs.last().out[..n], &mut out);
     }
     let got = frames_of(&out, n);
     let mut own = Box::new(PyReplayLog::EMPTY);

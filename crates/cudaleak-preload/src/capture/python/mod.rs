@@ -113,18 +113,10 @@ pub fn capture(out: &mut [MaybeUninit<PyRawFrame>], logs: &mut PyReplayLogs, hel
     if n == 0 {
         return NONE;
     }
-    let generation = logs.generation();
-    if walked {
-        return PyFrames {
-            n,
-            generation,
-            log: std::ptr::null(),
-        };
-    }
     PyFrames {
         n,
-        generation,
-        log: logs.last(),
+        generation: logs.generation(),
+        log: if walked { std::ptr::null() } else { logs.last() },
     }
 }
 

@@ -21,7 +21,7 @@ fn offset_in(visits: &[Visit], v: &Visit) -> usize {
 /// Copies `frames` to the start of `out` (no longer than it): one
 /// `memcpy`, where a loop cost 6 instructions a frame.
 #[inline(always)]
-fn copy_frames(frames: &[PyRawFrame], out: &mut [MaybeUninit<PyRawFrame>]) {
+pub(super) fn copy_frames(frames: &[PyRawFrame], out: &mut [MaybeUninit<PyRawFrame>]) {
     let out = &mut out[..frames.len()];
     // SAFETY: two distinct buffers (a log and a stack buffer) of
     // `frames.len()` frames each; `MaybeUninit<T>` has `T`'s layout.

@@ -294,9 +294,7 @@ pub(super) unsafe fn walk_frames<M: FrameModelType>(
     unsafe {
         match replay::<M>(l, code_type, log, frame, out) {
             Ok(n) => {
-                for (o, f) in out.iter_mut().zip(&log.out[..n]) {
-                    o.write(*f);
-                }
+                super::replay::copy_frames(&log.out[..n], out);
                 n
             }
             Err(miss) => rewalk::<M>(l, code_type, frame, out, log, miss),
