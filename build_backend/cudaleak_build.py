@@ -24,6 +24,15 @@ zig=yes``, or the environment variable CUDALEAK_BUILD_ZIG) chooses:
 ``yes`` asks the frontend for both (on Linux x86_64 and aarch64) and fails
 without them; ``no`` never uses zig.
 
+The library is optimized with the profile of the benchmark shapes
+(crates/cudaleak-preload/pgo/, made by scripts/pgo-profile.sh from the
+zig-linked build on x86_64, the wheel's). The config setting ``pgo`` (or
+CUDALEAK_BUILD_PGO) chooses: ``auto`` (the default) applies it to a
+zig-linked build on x86_64, says when rustc finds functions it counts
+changed or missing (another rustc, changed code), and otherwise builds
+without it, saying so; ``strict`` (scripts/build-wheel.sh) fails in each
+of those cases; ``no`` never applies it.
+
 Runs on every Python the package supports (3.8 and later).
 """
 
@@ -47,6 +56,17 @@ COMMAND_CRATE = "cudaleak-cli"
 LIBRARY_CRATE_DIR = "crates/cudaleak-preload"
 # Where maturin finds the library: pyproject.toml, [tool.maturin] include.
 LIBRARY_IN_PACKAGE = os.path.join("python", "cudaleak", "_lib", "libcudaleak.so")
+# The optimization profile (scripts/pgo-profile.sh), xz-compressed.
+PROFILE_IN_CRATE = os.path.join(LIBRARY_CRATE_DIR, "pgo", "libcudaleak.profdata.xz")
+# The functions the profile counts, by symbol (written with it).
+PROFILED_FUNCTIONS_IN_CRATE = os.path.join(LIBRARY_CRATE_DIR, "pgo", "profiled-functions.txt")
+# How rustc says that a function changed since the profile was made: its
+# count is discarded, and the function is optimized without it.
+PROFILE_MISMATCH = "function control flow change detected (hash mismatch)"
+# ... and that a function has no counts in it (asked for with
+# -pgo-warn-missing-function: a profiled function's symbol changes with
+# the rustc version and with how cargo built the crate, its linker too).
+PROFILE_MISSING = "no profile data available for function"
 # Linux machines that ziglang and cargo-zigbuild publish wheels for.
 ZIG_MACHINES = ("x86_64", "aarch64")
 
@@ -117,6 +137,75 @@ def _zig_mode(config_settings):
     if value in ("0", "no", "false", "off"):
         return "no"
     _fail("zig=%s: use auto, yes or no" % value)
+
+
+def _pgo_mode(config_settings):
+    value = None
+    if config_settings:
+        value = config_settings.get("pgo")
+    if value is None:
+        value = os.environ.get("CUDALEAK_BUILD_PGO", "auto")
+    value = str(value).strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value == "strict":
+        return "strict"
+    if value in ("0", "no", "false", "off"):
+        return "no"
+    _fail("pgo=%s: use auto, strict or no" % value)
+
+
+def _optimization_profile(mode, target_dir, zig):
+    """The profile to build the library with, decompressed into the target
+    directory, or None (with a note; with pgo=strict the build stops)."""
+    if mode == "no":
+        return None
+
+    def without(why):
+        if mode == "strict":
+            _fail("pgo=strict, but %s" % why)
+        _note("libcudaleak.so is built without the optimization profile: %s" % why)
+
+    if platform.machine() != "x86_64":
+        # It counts x86_64's code; another machine's differs where the
+        # library's own assembly and unwinder do.
+        return without("it is made on x86_64 and this is %s" % platform.machine())
+    if not zig:
+        # A Rust function's symbol, by which the profile finds it, carries
+        # a hash of how cargo built its crate, and the linker is part of it.
+        return without("it is the zig-linked build's (the wheel's), and this build links with this "
+                       "machine's cc")
+    src = os.path.join(os.getcwd(), PROFILE_IN_CRATE)
+    for path in (PROFILE_IN_CRATE, PROFILED_FUNCTIONS_IN_CRATE):
+        # (without the list, a build that names every function otherwise
+        # would not be told from one that matches)
+        if not os.path.isfile(os.path.join(os.getcwd(), path)):
+            return without("this source has no %s" % path)
+    try:
+        import lzma
+    except ImportError:
+        return without("this Python has no lzma module to decompress it")
+    limit = 64 << 20
+    try:
+        with lzma.open(src) as f:
+            data = f.read(limit + 1)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        return without("%s cannot be read (%s)" % (PROFILE_IN_CRATE, e))
+    if len(data) > limit:
+        return without("%s is larger than %d MiB decompressed" % (PROFILE_IN_CRATE, limit >> 20))
+    # Named by its content: cargo rebuilds when the flag changes, not when
+    # a file the flag names does.
+    import hashlib
+
+    dest = os.path.join(target_dir, "pgo", "libcudaleak-%s.profdata" % hashlib.sha256(data).hexdigest()[:16])
+    if os.path.isfile(dest):
+        return dest
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".profdata.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, dest)
+    return dest
 
 
 def _zig_platform():
@@ -203,43 +292,105 @@ def _triple():
     return "%s-unknown-linux-gnu" % platform.machine()
 
 
-def _build_library(cargo, zig, profile):
-    """Builds libcudaleak.so and copies it to python/cudaleak/_lib/, where
-    maturin takes it into the wheel. With zig, in a target directory of its
-    own: cargo-zigbuild and maturin set the compiler environment
-    differently, and in one directory each would rebuild what the other
-    built. Without, the command's crate too, in one cargo run: the crates
-    the two share are built once, with the features of both, and maturin
-    then finds the command built."""
-    env = dict(os.environ)
-    env["CARGO"] = cargo
-    if zig is not None:
-        glibc = _manylinux_glibc(_maturin_config().get("compatibility"))
-        env.update(zig.env)
-        cmd = [zig.cargo_zigbuild, "zigbuild", "--target", "%s.%s" % (_triple(), glibc)]
-        cmd += ["--target-dir", os.path.join(_target_directory(cargo), "wheel-lib")]
-        cmd += ["-p", LIBRARY_CRATE]
-        _note("building libcudaleak.so with zig, for glibc %s" % glibc)
-    else:
-        cmd = [cargo, "build", "-p", LIBRARY_CRATE, "-p", COMMAND_CRATE]
-        _note("building libcudaleak.so and the command with this machine's linker")
-    cmd += ["--profile", profile, "--message-format=json-render-diagnostics"]
-    out = _run_checked(cmd, env=env, stdout=subprocess.PIPE)
-    library = None
-    for line in out.stdout.decode(errors="replace").splitlines():
+def _profiled_functions():
+    path = os.path.join(os.getcwd(), PROFILED_FUNCTIONS_IN_CRATE)
+    try:
+        with open(path) as f:
+            return {line.strip() for line in f.read(1 << 20).splitlines() if line.strip()}
+    except OSError:
+        return set()
+
+
+def _cargo_build_step(cmd, env):
+    """Runs a cargo build with JSON messages: shows the compiler's
+    diagnostics as cargo would, and returns its exit status, the .so it
+    built, the functions rustc found changed since the optimization
+    profile was made, and those it found no counts for."""
+    sys.stdout.flush()
+    try:
+        done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE)
+    except OSError as e:
+        _fail("cannot run %s: %s" % (cmd[0], e))
+    library, changed, missing = None, [], set()
+    for line in done.stdout.decode(errors="replace").splitlines():
         try:
             message = json.loads(line)
         except ValueError:
             continue
-        if message.get("reason") != "compiler-artifact":
-            continue
-        if "cdylib" not in message.get("target", {}).get("kind", []):
-            continue
-        for name in message.get("filenames", []):
-            if name.endswith(".so"):
-                library = name
+        if message.get("reason") == "compiler-message":
+            rendered = (message.get("message") or {}).get("rendered") or ""
+            if PROFILE_MISSING in rendered:
+                # one per function the profile does not count: most never
+                # run in the shapes, and say nothing
+                missing.add(rendered.split(PROFILE_MISSING, 1)[1].split()[0])
+                continue
+            sys.stderr.write(rendered)
+            if PROFILE_MISMATCH in rendered:
+                changed.append(rendered.split(PROFILE_MISMATCH, 1)[1].split()[0])
+        elif message.get("reason") == "compiler-artifact":
+            if "cdylib" not in message.get("target", {}).get("kind", []):
+                continue
+            for name in message.get("filenames", []):
+                if name.endswith(".so"):
+                    library = name
+    sys.stderr.flush()
+    return done.returncode, library, changed, missing
+
+
+def _build_library(cargo, zig, profile, pgo):
+    """Builds libcudaleak.so and copies it to python/cudaleak/_lib/, where
+    maturin takes it into the wheel. With zig, in a target directory of its
+    own: cargo-zigbuild and maturin set the compiler environment
+    differently, and in one directory each would rebuild what the other
+    built. Without, the command's crate after it, in the same directory,
+    where maturin then finds it built. `cargo rustc` gives the optimization
+    profile to the library's crate only: its dependencies' code that the
+    hooks run is inlined into it and profiled there."""
+    env = dict(os.environ)
+    env["CARGO"] = cargo
+    target_dir = _target_directory(cargo)
+    if zig is not None:
+        glibc = _manylinux_glibc(_maturin_config().get("compatibility"))
+        env.update(zig.env)
+        cmd = [zig.cargo_zigbuild, "rustc", "--target", "%s.%s" % (_triple(), glibc)]
+        cmd += ["--target-dir", os.path.join(target_dir, "wheel-lib")]
+        _note("building libcudaleak.so with zig, for glibc %s" % glibc)
+    else:
+        cmd = [cargo, "rustc"]
+        _note("building libcudaleak.so and the command with this machine's linker")
+    cmd += ["-p", LIBRARY_CRATE, "--lib", "--profile", profile, "--message-format=json"]
+    profdata = _optimization_profile(pgo, target_dir, zig is not None)
+    library = None
+    if profdata is not None:
+        flags = ["-Cprofile-use=" + profdata, "-Cllvm-args=-pgo-warn-missing-function"]
+        status, library, changed, missing = _cargo_build_step(cmd + ["--"] + flags, env)
+        if status != 0:
+            # An older rustc cannot read a newer LLVM's profile.
+            if pgo == "strict":
+                _fail("pgo=strict, but the library did not build with the optimization profile "
+                      "(the output is above)")
+            _note("the library did not build with the optimization profile (the output is above; "
+                  "an older rustc cannot read it): building it without")
+            library = None
+        else:
+            lost = sorted(set(changed) | (missing & _profiled_functions()))
+            if lost:
+                shown = ", ".join(lost[:3]) + (" and %d more" % (len(lost) - 3) if len(lost) > 3 else "")
+                why = ("%d function(s) the profile counts changed or missing in this build "
+                       "(another rustc than the profile's, or changed code: %s)" % (len(lost), shown))
+                if pgo == "strict":
+                    _fail("pgo=strict, but %s; scripts/pgo-profile.sh makes a new profile" % why)
+                _note("libcudaleak.so is optimized with the profile, less %s" % why)
+            else:
+                _note("libcudaleak.so is optimized with the profile of the benchmark shapes")
+    if library is None:
+        status, library, _, _ = _cargo_build_step(cmd, env)
+        if status != 0:
+            _fail("%s failed with exit status %d (its output is above)" % (" ".join(cmd[:2]), status))
     if library is None or not os.path.isfile(library):
         _fail("cargo built no libcudaleak.so (%s)" % " ".join(cmd))
+    if zig is None:
+        _run_checked([cargo, "build", "-p", COMMAND_CRATE, "--profile", profile], env=env)
     dest = os.path.join(os.getcwd(), LIBRARY_IN_PACKAGE)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     # A new file renamed over the old one: a running program that mapped
@@ -289,7 +440,7 @@ def _build(wheel_directory, config_settings, metadata_directory, editable):
         _note("no zig: the wheel is for this machine only (plain platform tag); "
               "with ziglang and cargo-zigbuild it would be manylinux")
     config = _maturin_config()
-    _build_library(cargo, zig, config.get("profile", "release"))
+    _build_library(cargo, zig, config.get("profile", "release"), _pgo_mode(config_settings))
     import maturin
 
     saved = dict(os.environ)

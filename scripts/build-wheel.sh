@@ -6,7 +6,9 @@
 # zig, so that the wheel carries the manylinux tag, and builds with the
 # tools of the Python it runs (`python3`, or $PYTHON): maturin, ziglang and
 # cargo-zigbuild, from `python3 -m pip install -r requirements-wheel.txt`
-# (scripts/test.sh installs them into target/test-venv).
+# (scripts/test.sh installs them into target/test-venv). It insists on the
+# optimization profile too (pgo=strict): the wheel fails to build when the
+# profile no longer matches the library's code (scripts/pgo-profile.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -25,5 +27,5 @@ if [ -n "$missing" ]; then
 fi
 rm -f target/wheels/cudaleak-*.whl
 "$python" -m pip wheel --verbose --no-deps --no-build-isolation --disable-pip-version-check \
-    --config-settings zig=yes --wheel-dir target/wheels .
+    --config-settings zig=yes --config-settings pgo=strict --wheel-dir target/wheels .
 ls -l target/wheels/cudaleak-*.whl
