@@ -103,9 +103,17 @@ impl Tree {
         if let Some(bytes) = profile {
             let raw = dir.0.join("profile.raw");
             std::fs::write(&raw, bytes).unwrap();
-            let out = Command::new("xz").args(["-c"]).arg(&raw).output().expect("xz");
-            assert!(out.status.success());
-            std::fs::write(pgo.join("libcudaleak.profdata.xz"), out.stdout).unwrap();
+            // (compressed as scripts/pgo-profile.sh's xz does, by the
+            // module the backend reads it with)
+            let compress = "import lzma, sys\n\
+                open(sys.argv[2], 'wb').write(lzma.compress(open(sys.argv[1], 'rb').read()))";
+            let status = Command::new("python3")
+                .args(["-c", compress])
+                .arg(&raw)
+                .arg(pgo.join("libcudaleak.profdata.xz"))
+                .status()
+                .expect("python3");
+            assert!(status.success());
         }
         let list: String = profiled.iter().map(|f| format!("{f}\n")).collect();
         std::fs::write(pgo.join("profiled-functions.txt"), list).unwrap();
