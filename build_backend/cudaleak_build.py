@@ -28,9 +28,9 @@ The library is optimized with the profile of the benchmark shapes
 (crates/cudaleak-preload/pgo/, made by scripts/pgo-profile.sh from the
 zig-linked build on x86_64, the wheel's). The config setting ``pgo`` (or
 CUDALEAK_BUILD_PGO) chooses: ``auto`` (the default) applies it to a
-zig-linked build on x86_64, says when rustc finds functions it counts
-changed or missing (another rustc, changed code), and otherwise builds
-without it, saying so; ``strict`` (scripts/build-wheel.sh) fails in each
+zig-linked build on x86_64 by the rustc that made it, says when rustc
+finds functions that ran in it changed or missing (changed code), and
+otherwise builds without it, saying so; ``strict`` (scripts/build-wheel.sh) fails in each
 of those cases; ``no`` never applies it.
 
 Runs on every Python the package supports (3.8 and later).
@@ -58,14 +58,16 @@ LIBRARY_CRATE_DIR = "crates/cudaleak-preload"
 LIBRARY_IN_PACKAGE = os.path.join("python", "cudaleak", "_lib", "libcudaleak.so")
 # The optimization profile (scripts/pgo-profile.sh), xz-compressed.
 PROFILE_IN_CRATE = os.path.join(LIBRARY_CRATE_DIR, "pgo", "libcudaleak.profdata.xz")
-# The functions the profile counts, by symbol (written with it).
+# The functions that ran while it was made, by symbol, and the rustc that
+# made it (`rustc -V`), written with it.
 PROFILED_FUNCTIONS_IN_CRATE = os.path.join(LIBRARY_CRATE_DIR, "pgo", "profiled-functions.txt")
+PROFILE_RUSTC_IN_CRATE = os.path.join(LIBRARY_CRATE_DIR, "pgo", "rustc-version.txt")
 # How rustc says that a function changed since the profile was made: its
 # count is discarded, and the function is optimized without it.
 PROFILE_MISMATCH = "function control flow change detected (hash mismatch)"
 # ... and that a function has no counts in it (asked for with
-# -pgo-warn-missing-function: a profiled function's symbol changes with
-# the rustc version and with how cargo built the crate, its linker too).
+# -pgo-warn-missing-function: a function that moved to another codegen
+# unit, or whose symbol changed, is not found).
 PROFILE_MISSING = "no profile data available for function"
 # Linux machines that ziglang and cargo-zigbuild publish wheels for.
 ZIG_MACHINES = ("x86_64", "aarch64")
@@ -155,7 +157,21 @@ def _pgo_mode(config_settings):
     _fail("pgo=%s: use auto, strict or no" % value)
 
 
-def _optimization_profile(mode, target_dir, zig):
+def _rustc_version(cargo):
+    """`rustc -V` of the rustc cargo runs: $RUSTC, the one beside cargo,
+    or the one on PATH."""
+    rustc = os.environ.get("RUSTC")
+    if not rustc:
+        beside = os.path.join(os.path.dirname(cargo), "rustc")
+        rustc = beside if os.path.isfile(beside) else (shutil.which("rustc") or "rustc")
+    try:
+        out = subprocess.run([rustc, "-V"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError:
+        return None
+    return out.stdout.decode(errors="replace").strip() if out.returncode == 0 else None
+
+
+def _optimization_profile(mode, target_dir, zig, cargo):
     """The profile to build the library with, decompressed into the target
     directory, or None (with a note; with pgo=strict the build stops)."""
     if mode == "no":
@@ -172,15 +188,24 @@ def _optimization_profile(mode, target_dir, zig):
         return without("it is made on x86_64 and this is %s" % platform.machine())
     if not zig:
         # A Rust function's symbol, by which the profile finds it, carries
-        # a hash of how cargo built its crate, and the linker is part of it.
+        # a hash of how cargo built its crate (-C metadata), which differs
+        # between the zig-linked build and this one.
         return without("it is the zig-linked build's (the wheel's), and this build links with this "
                        "machine's cc")
     src = os.path.join(os.getcwd(), PROFILE_IN_CRATE)
-    for path in (PROFILE_IN_CRATE, PROFILED_FUNCTIONS_IN_CRATE):
+    for path in (PROFILE_IN_CRATE, PROFILED_FUNCTIONS_IN_CRATE, PROFILE_RUSTC_IN_CRATE):
         # (without the list, a build that names every function otherwise
         # would not be told from one that matches)
         if not os.path.isfile(os.path.join(os.getcwd(), path)):
             return without("this source has no %s" % path)
+    with open(os.path.join(os.getcwd(), PROFILE_RUSTC_IN_CRATE)) as f:
+        made_by = f.read(4096).strip()
+    this = _rustc_version(cargo)
+    if this != made_by:
+        # Another rustc names every function otherwise (and an older one
+        # may not read the file): the profile would find nothing.
+        return without("it was made with %s and this build's rustc is %s "
+                       "(scripts/pgo-profile.sh makes one with it)" % (made_by, this or "unknown"))
     try:
         import lzma
     except ImportError:
@@ -305,13 +330,13 @@ def _cargo_build_step(cmd, env):
     """Runs a cargo build with JSON messages: shows the compiler's
     diagnostics as cargo would, and returns its exit status, the .so it
     built, the functions rustc found changed since the optimization
-    profile was made, and those it found no counts for."""
+    profile was made, those it found no counts for, and the errors."""
     sys.stdout.flush()
     try:
         done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE)
     except OSError as e:
         _fail("cannot run %s: %s" % (cmd[0], e))
-    library, changed, missing = None, [], set()
+    library, changed, missing, errors = None, [], set(), []
     for line in done.stdout.decode(errors="replace").splitlines():
         try:
             message = json.loads(line)
@@ -325,6 +350,8 @@ def _cargo_build_step(cmd, env):
                 missing.add(rendered.split(PROFILE_MISSING, 1)[1].split()[0])
                 continue
             sys.stderr.write(rendered)
+            if (message.get("message") or {}).get("level") == "error":
+                errors.append(rendered)
             if PROFILE_MISMATCH in rendered:
                 changed.append(rendered.split(PROFILE_MISMATCH, 1)[1].split()[0])
         elif message.get("reason") == "compiler-artifact":
@@ -334,7 +361,7 @@ def _cargo_build_step(cmd, env):
                 if name.endswith(".so"):
                     library = name
     sys.stderr.flush()
-    return done.returncode, library, changed, missing
+    return done.returncode, library, changed, missing, errors
 
 
 def _build_library(cargo, zig, profile, pgo):
@@ -359,32 +386,35 @@ def _build_library(cargo, zig, profile, pgo):
         cmd = [cargo, "rustc"]
         _note("building libcudaleak.so and the command with this machine's linker")
     cmd += ["-p", LIBRARY_CRATE, "--lib", "--profile", profile, "--message-format=json"]
-    profdata = _optimization_profile(pgo, target_dir, zig is not None)
+    profdata = _optimization_profile(pgo, target_dir, zig is not None, cargo)
     library = None
     if profdata is not None:
         flags = ["-Cprofile-use=" + profdata, "-Cllvm-args=-pgo-warn-missing-function"]
-        status, library, changed, missing = _cargo_build_step(cmd + ["--"] + flags, env)
+        status, library, changed, missing, errors = _cargo_build_step(cmd + ["--"] + flags, env)
+        if status != 0 and not any("profile" in e.lower() for e in errors):
+            # (a compile error of its own: the same without the profile)
+            _fail("%s failed with exit status %d (its output is above)" % (" ".join(cmd[:2]), status))
         if status != 0:
-            # An older rustc cannot read a newer LLVM's profile.
+            # The profile is damaged, or this rustc cannot read it.
             if pgo == "strict":
                 _fail("pgo=strict, but the library did not build with the optimization profile "
                       "(the output is above)")
-            _note("the library did not build with the optimization profile (the output is above; "
-                  "an older rustc cannot read it): building it without")
+            _note("the library did not build with the optimization profile (the output is above): "
+                  "building it without")
             library = None
         else:
             lost = sorted(set(changed) | (missing & _profiled_functions()))
             if lost:
                 shown = ", ".join(lost[:3]) + (" and %d more" % (len(lost) - 3) if len(lost) > 3 else "")
-                why = ("%d function(s) the profile counts changed or missing in this build "
-                       "(another rustc than the profile's, or changed code: %s)" % (len(lost), shown))
+                why = ("%d function(s) that ran in the profile changed or missing in this build "
+                       "(the code changed since it was made: %s)" % (len(lost), shown))
                 if pgo == "strict":
                     _fail("pgo=strict, but %s; scripts/pgo-profile.sh makes a new profile" % why)
                 _note("libcudaleak.so is optimized with the profile, less %s" % why)
             else:
                 _note("libcudaleak.so is optimized with the profile of the benchmark shapes")
     if library is None:
-        status, library, _, _ = _cargo_build_step(cmd, env)
+        status, library, _, _, _ = _cargo_build_step(cmd, env)
         if status != 0:
             _fail("%s failed with exit status %d (its output is above)" % (" ".join(cmd[:2]), status))
     if library is None or not os.path.isfile(library):

@@ -6,9 +6,10 @@
 # zig, so that the wheel carries the manylinux tag, and builds with the
 # tools of the Python it runs (`python3`, or $PYTHON): maturin, ziglang and
 # cargo-zigbuild, from `python3 -m pip install -r requirements-wheel.txt`
-# (scripts/test.sh installs them into target/test-venv). It insists on the
-# optimization profile too (pgo=strict): the wheel fails to build when the
-# profile no longer matches the library's code (scripts/pgo-profile.sh).
+# (scripts/test.sh installs them into target/test-venv). On x86_64 it
+# insists on the optimization profile too (pgo=strict): the wheel fails to
+# build when the profile is another rustc's or no longer matches the code
+# that ran when it was made (scripts/pgo-profile.sh makes it again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -26,6 +27,10 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 rm -f target/wheels/cudaleak-*.whl
+# (The profile is x86_64's: another machine's wheel is built without it,
+# as the backend's note says.)
+pgo=auto
+if [ "$(uname -m)" = x86_64 ]; then pgo=strict; fi
 "$python" -m pip wheel --verbose --no-deps --no-build-isolation --disable-pip-version-check \
-    --config-settings zig=yes --config-settings pgo=strict --wheel-dir target/wheels .
+    --config-settings zig=yes --config-settings pgo=$pgo --wheel-dir target/wheels .
 ls -l target/wheels/cudaleak-*.whl

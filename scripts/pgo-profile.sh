@@ -8,8 +8,9 @@
 # then runs the benchmark shapes on the simulated driver: a training step
 # from C and from Python (ctypes), an inference loop on cudaMallocAsync,
 # and the pairs programs (one stack, the driver API, 1,024 stacks in
-# turn, a Python caller). llvm-profdata merges what they counted; only
-# functions that ran are kept (--sparse), and the file is compressed.
+# turn, a Python caller). llvm-profdata merges what they counted into the
+# profile, which is compressed; beside it go the functions that ran (by
+# symbol) and the rustc that made it, which the build backend checks.
 #
 # Run it after a change to the code a hook runs: the wheel's build
 # (scripts/build-wheel.sh) fails when the profile no longer matches a
@@ -22,6 +23,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 out=crates/cudaleak-preload/pgo/libcudaleak.profdata.xz
 functions=crates/cudaleak-preload/pgo/profiled-functions.txt
+made_by=crates/cudaleak-preload/pgo/rustc-version.txt
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
@@ -48,12 +50,13 @@ cargo build --release -p cudaleak-cli >/dev/null
 python3 -c 'import sys; sys.path.insert(0, "scripts"); import bench; bench.build(sys.argv[1])' "$work/bench"
 
 # Built exactly as scripts/build-wheel.sh builds it (zig, the wheel
-# profile, its target directory): a Rust function's symbol carries a hash
-# of how its crate was built (cargo's -C metadata, which the linker and the
-# rustc version change), and the profile finds functions by symbol. Only
-# the link differs: zig's cc takes the `-u SYMBOL` that rustc passes for
-# the profiler's runtime for a file name, so a wrapper hands it on as
-# `-Wl,--undefined=SYMBOL` to cargo-zigbuild's linker.
+# profile, its target directory): the profile finds functions by symbol,
+# and a Rust symbol carries a hash of how cargo built the crate (its -C
+# metadata), which differs between this build and one without zig, and
+# between rustc versions. Only the link differs: zig's cc takes the
+# `-u SYMBOL` that rustc passes for the profiler's runtime for a file name,
+# so a wrapper hands it on as `-Wl,--undefined=SYMBOL` to cargo-zigbuild's
+# linker (flags after `--` leave the -C metadata as it is).
 cat >"$work/zig-cc-profiling.sh" <<'EOF'
 #!/usr/bin/env bash
 args=()
@@ -84,15 +87,22 @@ run "$work/bench/pairs" mixed 50000 20
 run python3 bench/py_pairs.py 20000 20
 
 mkdir -p "$(dirname "$out")"
-"$profdata" merge --sparse -o "$work/libcudaleak.profdata" "$work"/raw/*.profraw
+# Every instrumented function, those that never ran too (with no counts):
+# a function's local copies in other codegen units are then all in it, so
+# that rustc's word that one is missing means it moved or was renamed.
+"$profdata" merge -o "$work/libcudaleak.profdata" "$work"/raw/*.profraw
 xz -9 -c "$work/libcudaleak.profdata" >"$out.tmp"
 mv "$out.tmp" "$out"
 
-# The functions it counts, by symbol: a strict build (scripts/build-wheel.sh)
-# fails when rustc finds any of them missing or changed.
-"$profdata" show --all-functions "$work/libcudaleak.profdata" |
-    sed -n 's/^  \([^ ].*\):$/\1/p' | sort >"$functions.tmp"
+# The functions that ran, by symbol: a strict build (scripts/build-wheel.sh)
+# fails when rustc finds any of them changed or missing. A function local
+# to its codegen unit is named "MODULE;SYMBOL" in the profile and by its
+# symbol alone in rustc's warnings: the symbol is what is listed.
+"$profdata" merge --sparse -o "$work/ran.profdata" "$work"/raw/*.profraw
+"$profdata" show --all-functions "$work/ran.profdata" |
+    sed -n 's/^  \([^ ].*\):$/\1/p' | sed 's/^.*;//' | sort -u >"$functions.tmp"
 mv "$functions.tmp" "$functions"
+rustc -V >"$made_by"
 # The library is left built instrumented in target/wheel-lib: the next
 # wheel build rebuilds it (its flags differ).
 echo "scripts/pgo-profile.sh: $out ($(wc -c <"$out") bytes, $(wc -l <"$functions") functions) from $(rustc --version)"

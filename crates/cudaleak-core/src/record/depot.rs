@@ -58,9 +58,6 @@ impl TraceKey<'_> {
     /// Four independent lanes, one word each in turn: a single chain makes
     /// every word wait for the previous multiply (about 2 ns a word, 114 ns
     /// for a 60-frame lookup in `benches/hot_paths.rs`); four chains overlap.
-    /// Inline, as [`Depot::find`]: compiled where the hooks call `intern`,
-    /// with their optimization profile (docs/packaging.md).
-    #[inline]
     pub fn hash(&self) -> u64 {
         const K: u64 = 0x517c_c1b7_2722_0a95;
         #[inline(always)]
@@ -200,7 +197,6 @@ impl Depot {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    #[inline]
     fn find(&self, hash: u64, key: &TraceKey) -> Option<TraceId> {
         let table = self.table.load(Ordering::Acquire);
         if table.is_null() {
