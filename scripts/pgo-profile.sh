@@ -13,8 +13,8 @@
 # symbol) and the rustc that made it, which the build backend checks.
 #
 # Run it after a change to the code a hook runs: the wheel's build
-# (scripts/build-wheel.sh) fails when the profile no longer matches a
-# function, naming it. Needs llvm-profdata of the rustc that builds
+# (scripts/build-wheel.sh) fails, naming them, when functions that ran
+# while the profile was made changed or moved, or another rustc builds. Needs llvm-profdata of the rustc that builds
 # (`rustup component add llvm-tools`), what scripts/build-wheel.sh needs
 # (cargo-zigbuild and zig on PATH: target/test-venv/bin has them after
 # scripts/test.sh), a C compiler, python3 and xz.
@@ -40,7 +40,10 @@ if [ "$(uname -m)" != x86_64 ]; then
     exit 1
 fi
 
-work=$(mktemp -d)
+# (under target/, not /tmp: the link wrapper below is run from it, and
+# /tmp may be mounted noexec)
+mkdir -p target
+work=$(mktemp -d "$root/target/pgo-profile.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/raw" "$work/reports" "$work/bench"
 
