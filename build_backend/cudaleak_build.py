@@ -125,36 +125,31 @@ def _cargo():
     )
 
 
-def _zig_mode(config_settings):
-    value = None
-    if config_settings:
-        value = config_settings.get("zig")
+_AUTO = {"": "auto", "auto": "auto"}
+_NO = {"0": "no", "no": "no", "false": "no", "off": "no"}
+
+
+def _setting(config_settings, name, env, spellings, choices):
+    """A config setting (``-C name=...``), else its environment variable,
+    else ``auto``: the value its spelling stands for, or the build stops
+    naming the choices."""
+    value = (config_settings or {}).get(name)
     if value is None:
-        value = os.environ.get("CUDALEAK_BUILD_ZIG", "auto")
+        value = os.environ.get(env, "auto")
     value = str(value).strip().lower()
-    if value in ("", "auto"):
-        return "auto"
-    if value in ("1", "yes", "true", "on"):
-        return "yes"
-    if value in ("0", "no", "false", "off"):
-        return "no"
-    _fail("zig=%s: use auto, yes or no" % value)
+    if value in spellings:
+        return spellings[value]
+    _fail("%s=%s: use %s" % (name, value, choices))
+
+
+def _zig_mode(config_settings):
+    yes = {"1": "yes", "yes": "yes", "true": "yes", "on": "yes"}
+    return _setting(config_settings, "zig", "CUDALEAK_BUILD_ZIG", {**_AUTO, **yes, **_NO}, "auto, yes or no")
 
 
 def _pgo_mode(config_settings):
-    value = None
-    if config_settings:
-        value = config_settings.get("pgo")
-    if value is None:
-        value = os.environ.get("CUDALEAK_BUILD_PGO", "auto")
-    value = str(value).strip().lower()
-    if value in ("", "auto"):
-        return "auto"
-    if value == "strict":
-        return "strict"
-    if value in ("0", "no", "false", "off"):
-        return "no"
-    _fail("pgo=%s: use auto, strict or no" % value)
+    strict = {"strict": "strict"}
+    return _setting(config_settings, "pgo", "CUDALEAK_BUILD_PGO", {**_AUTO, **strict, **_NO}, "auto, strict or no")
 
 
 def _rustc_version(cargo):
